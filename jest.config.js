@@ -1,0 +1,21 @@
+/**
+ * Jest runs the TypeScript sources as native ES modules (NestJS 12 is ESM-only), compiled by
+ * SWC with decorator metadata. `npm test` sets NODE_OPTIONS=--experimental-vm-modules.
+ * The global setup starts the redis-server processes the integration and e2e suites use.
+ * @type {import('jest').Config}
+ */
+export default {
+  testEnvironment: 'node',
+  rootDir: '.',
+  roots: ['<rootDir>/test'],
+  testMatch: ['**/*.spec.ts', '**/*.e2e-spec.ts'],
+  extensionsToTreatAsEsm: ['.ts'],
+  transform: { '^.+\\.ts$': ['@swc/jest'] },
+  moduleNameMapper: {
+    '^nestjs-ratelimit$': '<rootDir>/lib/index.ts',
+    '^(\\.{1,2}/.*)\\.js$': '$1',
+  },
+  globalSetup: '<rootDir>/test/redis/global-setup.js',
+  globalTeardown: '<rootDir>/test/redis/global-teardown.js',
+  testTimeout: 30_000,
+};
