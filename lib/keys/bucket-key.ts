@@ -1,0 +1,19 @@
+import { createHash } from 'node:crypto';
+
+/**
+ * The store key of one policy's bucket for one identity:
+ * `<prefix><policy name>:{<digest>}`. The identity (`ip:1.2.3.4`, `user:42`, ...) is hashed
+ * (SHA-256, 128 bits, base64url), so the key is short whatever a client sends, and its
+ * characters cannot reach the separators or the `{...}` Redis Cluster hash tag, which keeps
+ * all the buckets of one identity in one hash slot.
+ *
+ * @example bucketKey('rl:', 'per-user', 'user:42')  // 'rl:per-user:{oJnNPGsiuzytMOJPatwtPi}'
+ */
+export function bucketKey(prefix: string, policyName: string, identity: string): string {
+  return `${prefix}${policyName}:{${digest(identity)}}`;
+}
+
+/** 22 base64url characters of SHA-256: 128 bits, ample against collisions and forgery. */
+export function digest(identity: string): string {
+  return createHash('sha256').update(identity).digest('base64url').slice(0, 22);
+}

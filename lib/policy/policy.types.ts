@@ -1,0 +1,78 @@
+import type { ExecutionContext } from '@nestjs/common';
+import type { Algorithm, Limit } from '../algorithms/algorithm.types.js';
+
+/**
+ * Where a policy takes the client's identity from.
+ *
+ * - `'ip'`: the framework's `req.ip` (the app's trust-proxy setting decides), IPv4-mapped IPv6
+ *   folded to IPv4, IPv6 grouped by /64. Always yields.
+ * - `'user'`: `req.user.id ?? req.user.sub`, as set by the app's own auth guard.
+ * - `'api-key'`: the header named by the module's `apiKeyHeader` (default `x-api-key`).
+ * - `'header:<name>'`: any request header.
+ * - a function of the execution context returning a string, or `undefined` to pass.
+ *
+ * @example key: ['user', 'api-key', 'ip']   // the first source that yields wins
+ */
+export type KeySource =
+  | 'ip'
+  | 'user'
+  | 'api-key'
+  | `header:${string}`
+  | ((context: ExecutionContext) => string | undefined);
+
+/**
+ * Tokens one request takes: a number, a request header or query parameter (parsed as a decimal
+ * number; `defaultCost` when absent, not numeric, not finite or not positive), or a function.
+ *
+ * @example cost: 'header:x-request-weight'
+ */
+export type CostSource =
+  | number
+  | `header:${string}`
+  | `query:${string}`
+  | ((context: ExecutionContext) => number | Promise<number>);
+
+/**
+ * One rate limit, as written in `@RateLimit(...)` or the module's `policies`.
+ * Say it as `rps` + `burst` or as `limit` per `window`, not both.
+ *
+ * @example { algorithm: 'token_bucket', rps: 10, burst: 50 }        // 10 tokens/s, bucket of 50
+ * @example { limit: 1000, window: '1h', key: 'ip', name: 'per-ip' }   // rps = 1000/3600, burst = 1000
+ */
+export interface RateLimitPolicy {
+  /** Default `'token_bucket'`. */
+  algorithm?: Algorithm;
+  /** Sustained rate, tokens per second (may be fractional). */
+  rps?: number;
+  /** Alias of `rps`. */
+  tokensPerSecond?: number;
+  /** Capacity in tokens, a whole number >= 1. Default: `rps` rounded up (at least 1). */
+  burst?: number;
+  /** Requests (tokens) per `window`; means `burst = limit`, `rps = limit / window`. */
+  limit?: number;
+  /** Seconds, or a string such as `'10s'`, `'1m'`, `'1h'`, `'1d'`. */
+  window?: number | string;
+  /** Tokens one request takes. Default 1. */
+  cost?: CostSource;
+  /** Cost used when a header/query cost is unusable. Default 1. */
+  defaultCost?: number;
+  /** Identity source or fallback chain. Default: the module's `key`. */
+  key?: KeySource | KeySource[];
+  /**
+   * Name used in headers and in the bucket key. Default: `Controller.handler` on a handler,
+   * `Controller` on a class (one bucket shared by its routes), `'default'` in the module options.
+   */
+  name?: string;
+}
+
+/** A policy after validation: everything defaulted, the limit in one form. */
+export interface ResolvedPolicy {
+  name: string;
+  limit: Limit;
+  /** The policy's window in whole seconds (`w` in `RateLimit-Policy`): burst / rps, rounded up. */
+  windowSeconds: number;
+  cost: CostSource;
+  defaultCost: number;
+  /** `undefined`: use the module's `key`. */
+  key: readonly KeySource[] | undefined;
+}

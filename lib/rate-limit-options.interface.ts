@@ -1,0 +1,42 @@
+import type { Cluster, Redis, RedisOptions } from 'ioredis';
+import type { KeySource, RateLimitPolicy } from './policy/policy.types.js';
+import type { RateLimitStore } from './stores/rate-limit-store.interface.js';
+
+/** Header families the guard can send. */
+export type HeaderFamily = 'ietf' | 'legacy' | 'x-ratelimit';
+
+/** What happens when the store fails or takes longer than `timeout`. */
+export type FailMode = 'open' | 'closed' | 'local';
+
+/**
+ * Options of `RateLimitModule.forRoot()` (every one optional).
+ *
+ * @example RateLimitModule.forRoot({ redis: process.env.REDIS_URL, policies: [{ rps: 20, burst: 100 }] })
+ */
+export interface RateLimitModuleOptions {
+  /** The store. Default: a `MemoryStore` (one per process). */
+  store?: RateLimitStore;
+  /**
+   * Shortcut for a `RedisStore`: an ioredis `Redis` or `Cluster`, a `redis://` URL, or ioredis
+   * options. A client the module creates is closed on shutdown; one passed in is not.
+   */
+  redis?: Redis | Cluster | string | RedisOptions;
+  /** Prefix of every store key. Default `'rl:'`. */
+  prefix?: string;
+  /** Policies applied to every route not skipped; one bucket shared across routes. */
+  policies?: RateLimitPolicy[];
+  /** Key source or fallback chain for policies that name none. Default `['user', 'api-key', 'ip']`. */
+  key?: KeySource | KeySource[];
+  /** Header that carries the API key. Default `'x-api-key'`. */
+  apiKeyHeader?: string;
+  /** Header families to send, or `false`. Default `['ietf', 'x-ratelimit']`. */
+  headers?: HeaderFamily[] | false;
+  /** On store failure or timeout. Default `'open'`. */
+  failMode?: FailMode;
+  /** Longest a store decision may take, milliseconds. Default `100`. */
+  timeout?: number;
+  /** `'shadow'` decides, sends headers and never blocks. Default `'enforce'`. */
+  mode?: 'enforce' | 'shadow';
+  /** Register `RateLimitGuard` as a global guard. Default `true`. */
+  guard?: boolean;
+}

@@ -1,0 +1,146 @@
+import type { Cluster, Redis, RedisOptions } from 'ioredis';
+import type { KeySource, ResolvedPolicy } from './policy/policy.types.js';
+import { InvalidPolicyError, resolveKeySources, resolvePolicy } from './policy/resolve-policy.js';
+import { invalidOption } from './rate-limit.errors.js';
+import type { FailMode, HeaderFamily, RateLimitModuleOptions } from './rate-limit-options.interface.js';
+import { MemoryStore } from './stores/memory.store.js';
+import type { RateLimitStore } from './stores/rate-limit-store.interface.js';
+import { RedisStore } from './stores/redis/redis.store.js';
+
+/** The module's options after validation, with every default filled in. */
+export interface ResolvedOptions {
+  store: RateLimitStore;
+  prefix: string;
+  policies: readonly ResolvedPolicy[];
+  key: readonly KeySource[];
+  apiKeyHeader: string;
+  headers: readonly HeaderFamily[];
+  failMode: FailMode;
+  timeout: number;
+  mode: 'enforce' | 'shadow';
+  guard: boolean;
+  /** What the module opened itself and so closes on shutdown. */
+  owned: { store?: RateLimitStore; client?: Redis | Cluster };
+}
+
+const HEADER_FAMILIES: readonly HeaderFamily[] = ['ietf', 'legacy', 'x-ratelimit'];
+const FAIL_MODES: readonly FailMode[] = ['open', 'closed', 'local'];
+
+/**
+ * Validates the module's options, fills in defaults and creates the store.
+ *
+ * @throws Error naming the option (or the policy and field) that does not hold
+ */
+export async function resolveOptions(options: RateLimitModuleOptions = {}): Promise<ResolvedOptions> {
+  const fail = (option: string, value: unknown, expected: string): never => {
+    throw new Error(invalidOption(option, value, expected));
+  };
+  const {
+    prefix = 'rl:',
+    key = ['user', 'api-key', 'ip'],
+    apiKeyHeader = 'x-api-key',
+    headers = ['ietf', 'x-ratelimit'],
+    failMode = 'open',
+    timeout = 100,
+    mode = 'enforce',
+    guard = true,
+    policies = [],
+  } = options;
+
+  if (typeof prefix !== 'string' || /[{}]/.test(prefix)) fail('prefix', prefix, 'must be a string without braces');
+  if (typeof apiKeyHeader !== 'string' || !/^[!#$%&'*+.^_`|~0-9a-z-]+$/i.test(apiKeyHeader)) {
+    fail('apiKeyHeader', apiKeyHeader, 'must be a header name');
+  }
+  if (headers !== false && (!Array.isArray(headers) || !headers.every((h) => HEADER_FAMILIES.includes(h)))) {
+    fail('headers', headers, `must be false or a list of 'ietf', 'legacy', 'x-ratelimit'`);
+  }
+  if (!FAIL_MODES.includes(failMode)) fail('failMode', failMode, `must be 'open', 'closed' or 'local'`);
+  if (typeof timeout !== 'number' || !Number.isFinite(timeout) || timeout <= 0) {
+    fail('timeout', timeout, 'must be a positive number of milliseconds');
+  }
+  if (mode !== 'enforce' && mode !== 'shadow') fail('mode', mode, `must be 'enforce' or 'shadow'`);
+  if (typeof guard !== 'boolean') fail('guard', guard, 'must be true or false');
+  if (!Array.isArray(policies)) fail('policies', policies, 'must be a list of policies');
+  if (options.store !== undefined && options.redis !== undefined) {
+    fail('redis', '(given)', 'cannot be combined with "store"; give one');
+  }
+
+  const resolvedPolicies = policies.map((policy, i) => resolvePolicy(policy, `RateLimitModule policies[${i}]`, 'default'));
+  const names = new Set<string>();
+  for (const policy of resolvedPolicies) {
+    if (names.has(policy.name)) {
+      throw new InvalidPolicyError(invalidOption('policies', policy.name, 'must have distinct names; name each policy'));
+    }
+    names.add(policy.name);
+  }
+
+  const { store, owned } = await createStore(options, timeout);
+  return {
+    store,
+    prefix,
+    policies: resolvedPolicies,
+    key: resolveKeySources(key, (expected) => fail('key', key, expected)),
+    apiKeyHeader: apiKeyHeader.toLowerCase(),
+    headers: headers === false ? [] : headers,
+    failMode,
+    timeout,
+    mode,
+    guard,
+    owned,
+  };
+}
+
+async function createStore(
+  options: RateLimitModuleOptions,
+  timeout: number,
+): Promise<{ store: RateLimitStore; owned: ResolvedOptions['owned'] }> {
+  if (options.store !== undefined) {
+    const { store } = options;
+    if (typeof store?.consume !== 'function' || typeof store.peek !== 'function' || typeof store.reset !== 'function') {
+      throw new Error(invalidOption('store', store, 'must implement RateLimitStore (consume, peek, reset)'));
+    }
+    return { store, owned: {} };
+  }
+  if (options.redis === undefined) {
+    const store = new MemoryStore();
+    return { store, owned: { store } };
+  }
+  if (isRedisClient(options.redis)) {
+    const store = new RedisStore({ client: options.redis });
+    return { store, owned: { store } };
+  }
+  const client = await createRedisClient(options.redis, timeout);
+  const store = new RedisStore({ client });
+  return { store, owned: { store, client } };
+}
+
+function isRedisClient(value: unknown): value is Redis | Cluster {
+  return typeof value === 'object' && value !== null && typeof (value as Redis).defineCommand === 'function';
+}
+
+/**
+ * A client fit for a limiter: a request must never wait on Redis longer than the limiter's
+ * timeout, so commands are not queued while disconnected (they fail at once and `failMode`
+ * decides), each command has a timeout, and retries are bounded.
+ */
+async function createRedisClient(redis: string | RedisOptions, timeout: number): Promise<Redis> {
+  if (typeof redis !== 'string' && (typeof redis !== 'object' || redis === null)) {
+    throw new Error(invalidOption('redis', redis, 'must be an ioredis client, a redis:// URL or ioredis options'));
+  }
+  let Client: typeof Redis;
+  try {
+    ({ Redis: Client } = await import('ioredis'));
+  } catch {
+    throw new Error(invalidOption('redis', redis, 'needs the "ioredis" package: npm install ioredis'));
+  }
+  const limiterDefaults: RedisOptions = {
+    enableOfflineQueue: false,
+    commandTimeout: timeout,
+    maxRetriesPerRequest: 1,
+    retryStrategy: (attempt) => Math.min(attempt * 100, 2000),
+    reconnectOnError: (error) => /READONLY|LOADING/.test(error.message),
+  };
+  return typeof redis === 'string'
+    ? new Client(redis, limiterDefaults)
+    : new Client({ ...limiterDefaults, ...redis });
+}

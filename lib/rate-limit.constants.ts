@@ -1,0 +1,6 @@
+/** Metadata key of the policies `@RateLimit` puts on a class or handler. */
+export const RATE_LIMIT_POLICIES = 'RATE_LIMIT:POLICY';
+/** Metadata key of `@SkipRateLimit`: `true` (skip all) or the names of the policies skipped. */
+export const RATE_LIMIT_SKIP = 'RATE_LIMIT:SKIP';
+/** Injection token of the module's options, validated and defaulted (`ResolvedOptions`). */
+export const RATE_LIMIT_OPTIONS = Symbol('RATE_LIMIT:OPTIONS');

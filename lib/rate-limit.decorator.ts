@@ -1,0 +1,38 @@
+import type { RateLimitPolicy } from './policy/policy.types.js';
+import { RATE_LIMIT_POLICIES, RATE_LIMIT_SKIP } from './rate-limit.constants.js';
+
+type Target = object | Function;
+
+function defineOn(key: string, value: (previous: any) => unknown): ClassDecorator & MethodDecorator {
+  return (target: Target, _property?: string | symbol, descriptor?: PropertyDescriptor) => {
+    const holder = descriptor ? descriptor.value : target;
+    Reflect.defineMetadata(key, value(Reflect.getMetadata(key, holder)), holder);
+    return descriptor as any;
+  };
+}
+
+/**
+ * Limits a controller (one bucket shared by its routes) or a handler. Takes one policy or a list
+ * (a request must pass all of them); several `@RateLimit` on one target add up. Policies are
+ * validated when the application starts.
+ *
+ * @example @RateLimit({ rps: 10, burst: 50 })
+ * @example @RateLimit([{ name: 'per-user', rps: 5, burst: 10, key: 'user' }, { name: 'per-ip', limit: 1000, window: '1h', key: 'ip' }])
+ */
+export function RateLimit(policy: RateLimitPolicy | RateLimitPolicy[]): ClassDecorator & MethodDecorator {
+  const added = Array.isArray(policy) ? policy : [policy];
+  return defineOn(RATE_LIMIT_POLICIES, (previous: RateLimitPolicy[] = []) => [...added, ...previous]);
+}
+
+/**
+ * Exempts a controller or handler from rate limiting: from every policy (module ones included),
+ * or only from the named ones.
+ *
+ * @example @SkipRateLimit()          // health checks
+ * @example @SkipRateLimit('per-ip')
+ */
+export function SkipRateLimit(...policyNames: string[]): ClassDecorator & MethodDecorator {
+  return defineOn(RATE_LIMIT_SKIP, (previous: true | string[] | undefined) =>
+    policyNames.length === 0 || previous === true ? true : [...(previous ?? []), ...policyNames],
+  );
+}

@@ -1,0 +1,53 @@
+/**
+ * Every message this package throws or logs, as small factories, so the wording lives in one
+ * place and tests can assert it.
+ */
+
+function show(value: unknown): string {
+  if (typeof value === 'function') return `a function`;
+  if (typeof value === 'string') return JSON.stringify(value.length > 64 ? `${value.slice(0, 64)}…` : value);
+  if (typeof value === 'number' || typeof value === 'boolean' || value == null) return String(value);
+  try {
+    return JSON.stringify(value);
+  } catch {
+    return String(value);
+  }
+}
+
+/** A policy field that does not hold; `where` names the controller and handler. */
+export function invalidPolicyField(where: string, field: string, value: unknown, expected: string): string {
+  return `Invalid @RateLimit policy on ${where}: "${field}" ${expected}, got ${show(value)}`;
+}
+
+/** A policy as a whole that does not hold (conflicting or missing fields). */
+export function invalidPolicy(where: string, problem: string): string {
+  return `Invalid @RateLimit policy on ${where}: ${problem}`;
+}
+
+/** A module option that does not hold. */
+export function invalidOption(option: string, value: unknown, expected: string): string {
+  return `Invalid RateLimitModule option "${option}": ${expected}, got ${show(value)}`;
+}
+
+/** The 429 message. */
+export function limitExceeded(policy: string, retryAfter: number): string {
+  return `Rate limit exceeded for policy "${policy}". Try again in ${retryAfter} second${retryAfter === 1 ? '' : 's'}.`;
+}
+
+/** The 429 message for a request whose cost exceeds the policy's burst. */
+export function costExceedsBurst(policy: string, cost: number, burst: number): string {
+  return `Request cost ${cost} exceeds the capacity ${burst} of policy "${policy}": it can never be admitted.`;
+}
+
+/** The 503 message when the store fails and `failMode` is `'closed'`. */
+export const storeUnavailable = 'Rate limiter unavailable. Try again later.';
+
+/** A store call that took longer than `timeout`. */
+export function storeTimedOut(timeoutMs: number): string {
+  return `Rate limit store did not answer within ${timeoutMs} ms`;
+}
+
+/** A store call that failed. */
+export function storeFailed(cause: unknown): string {
+  return `Rate limit store failed: ${cause instanceof Error ? cause.message : String(cause)}`;
+}

@@ -1,0 +1,142 @@
+import { type CanActivate, type ExecutionContext, Inject, Injectable } from '@nestjs/common';
+import { HttpAdapterHost } from '@nestjs/core';
+import { rateLimitHeaders } from './headers/rate-limit-headers.js';
+import { bucketKey } from './keys/bucket-key.js';
+import { headerValue, type KeyedRequest, resolveIdentity } from './keys/identity.js';
+import type { CostSource } from './policy/policy.types.js';
+import { type RoutePolicy, RoutePolicies } from './policy/route-policies.js';
+import { RATE_LIMIT_OPTIONS } from './rate-limit.constants.js';
+import { RateLimitExceededException, RateLimitUnavailableException } from './rate-limit.exception.js';
+import type { ResolvedOptions } from './rate-limit-options.js';
+import { RateLimiterService } from './rate-limiter.service.js';
+import { RateLimitStoreError } from './stores/rate-limit-store.error.js';
+import type { RateLimitDecision, RateLimitRequest } from './stores/rate-limit-store.interface.js';
+
+/** The request as the guard reads it: Express and Fastify requests both fit. */
+type GuardedRequest = KeyedRequest & { query?: Record<string, unknown> };
+
+/** A decimal number, as a cost header or query parameter must be written. */
+const DECIMAL = /^\d{1,15}(\.\d{1,15})?$/;
+
+/**
+ * Applies the route's policies to each HTTP request: works out the identity and cost of every
+ * policy, asks the store for one all-or-nothing decision, sets the rate-limit headers through
+ * the HTTP adapter (Express and Fastify alike), then lets the request through or throws
+ * `RateLimitExceededException` (429). Registered globally by `RateLimitModule` unless
+ * `guard: false`; then use it as `@UseGuards(RateLimitGuard)`.
+ *
+ * Its steps are `protected` so an app can subclass it (e.g. to key by tenant) instead of forking.
+ *
+ * Order matters for `key: 'user'`: the guard reads `req.user`, so the app's auth guard must run
+ * first (register it before this module's guard, or use `guard: false` and `@UseGuards(Auth, RateLimitGuard)`).
+ */
+@Injectable()
+export class RateLimitGuard implements CanActivate {
+  constructor(
+    @Inject(RATE_LIMIT_OPTIONS) protected readonly options: ResolvedOptions,
+    protected readonly routes: RoutePolicies,
+    protected readonly limiter: RateLimiterService,
+    protected readonly adapterHost: HttpAdapterHost,
+  ) {}
+
+  async canActivate(context: ExecutionContext): Promise<boolean> {
+    if (context.getType() !== 'http') return true;
+    const policies = this.routes.forRoute(context.getClass(), context.getHandler() as () => unknown);
+    if (policies.length === 0) return true;
+
+    const http = context.switchToHttp();
+    const request = http.getRequest<GuardedRequest>();
+    const response = http.getResponse<unknown>();
+    const requests = await this.buildRequests(policies, request, context);
+
+    let decisions: RateLimitDecision[];
+    try {
+      decisions = await this.limiter.decide(requests, true);
+    } catch (error) {
+      if (error instanceof RateLimitStoreError) return this.onStoreFailure(error, response);
+      throw error;
+    }
+
+    this.setHeaders(response, policies, decisions);
+    const refused = refusing(decisions);
+    if (refused === undefined || this.options.mode === 'shadow') return true;
+    if (Number.isFinite(refused.retryAfter)) this.setHeader(response, 'Retry-After', String(refused.retryAfter));
+    throw new RateLimitExceededException(refused, requests[decisions.indexOf(refused)].cost);
+  }
+
+  /** One store request per policy: its bucket key for this client and its cost. */
+  protected async buildRequests(
+    policies: readonly RoutePolicy[],
+    request: GuardedRequest,
+    context: ExecutionContext,
+  ): Promise<RateLimitRequest[]> {
+    const requests: RateLimitRequest[] = [];
+    for (const policy of policies) {
+      const identity = this.resolveIdentity(policy, request, context);
+      requests.push({
+        key: bucketKey(this.options.prefix, policy.name, identity),
+        policy: policy.name,
+        limit: policy.limit,
+        cost: await this.resolveCost(policy.cost, policy.defaultCost, request, context),
+      });
+    }
+    return requests;
+  }
+
+  /** The identity a policy limits this request as (see `KeySource`). */
+  protected resolveIdentity(policy: RoutePolicy, request: GuardedRequest, context: ExecutionContext): string {
+    return resolveIdentity(policy.keys, request, context, this.options.apiKeyHeader);
+  }
+
+  /**
+   * Tokens this request takes. A header or query value must be a positive decimal number;
+   * anything else (absent, `abc`, `-1`, `1e400`, `0`) is `defaultCost`, never an error.
+   */
+  protected async resolveCost(
+    cost: CostSource,
+    defaultCost: number,
+    request: GuardedRequest,
+    context: ExecutionContext,
+  ): Promise<number> {
+    if (typeof cost === 'number') return cost;
+    let raw: unknown;
+    if (typeof cost === 'function') raw = await cost(context);
+    else if (cost.startsWith('header:')) raw = headerValue(request, cost.slice('header:'.length).toLowerCase());
+    else {
+      const value = request.query?.[cost.slice('query:'.length)];
+      raw = Array.isArray(value) ? value[0] : value;
+    }
+    const parsed = typeof raw === 'string' ? (DECIMAL.test(raw) ? Number(raw) : NaN) : raw;
+    return typeof parsed === 'number' && Number.isFinite(parsed) && parsed > 0 ? parsed : defaultCost;
+  }
+
+  /** Sets the configured header families for the decisions. */
+  protected setHeaders(response: unknown, policies: readonly RoutePolicy[], decisions: readonly RateLimitDecision[]): void {
+    const described = decisions.map((decision, i) => ({ decision, windowSeconds: policies[i].windowSeconds }));
+    for (const [name, value] of rateLimitHeaders(this.options.headers, described, Date.now())) {
+      this.setHeader(response, name, value);
+    }
+  }
+
+  /** What a request gets when the store cannot decide: `failMode` 'open' lets it through. */
+  protected onStoreFailure(error: RateLimitStoreError, response: unknown): boolean {
+    if (this.options.failMode === 'closed' && this.options.mode !== 'shadow') {
+      this.setHeader(response, 'Retry-After', '1');
+      throw new RateLimitUnavailableException(error);
+    }
+    return true;
+  }
+
+  protected setHeader(response: unknown, name: string, value: string): void {
+    this.adapterHost.httpAdapter.setHeader(response, name, value);
+  }
+}
+
+/** The refusing decision that frees up last (a never-admittable one first), or `undefined`. */
+function refusing(decisions: readonly RateLimitDecision[]): RateLimitDecision | undefined {
+  let refused: RateLimitDecision | undefined;
+  for (const decision of decisions) {
+    if (!decision.allowed && (refused === undefined || decision.retryAfter > refused.retryAfter)) refused = decision;
+  }
+  return refused;
+}

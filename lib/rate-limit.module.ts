@@ -1,0 +1,66 @@
+import { type CanActivate, type DynamicModule, Module } from '@nestjs/common';
+import { APP_GUARD, DiscoveryModule } from '@nestjs/core';
+import { RoutePolicies } from './policy/route-policies.js';
+import { RATE_LIMIT_OPTIONS } from './rate-limit.constants.js';
+import { RateLimitGuard } from './rate-limit.guard.js';
+import {
+  RATE_LIMIT_MODULE_OPTIONS,
+  RateLimitConfigurableModule,
+  type RateLimitModuleAsyncOptions,
+} from './rate-limit.module-definition.js';
+import { resolveOptions, type ResolvedOptions } from './rate-limit-options.js';
+import type { RateLimitModuleOptions } from './rate-limit-options.interface.js';
+import { RateLimiterService } from './rate-limiter.service.js';
+import { RateLimitStore } from './stores/rate-limit-store.interface.js';
+
+/** Stands in for the global guard when `guard: false`. */
+const letThrough: CanActivate = { canActivate: () => true };
+
+/**
+ * Rate limiting for the whole app: validates the options and every `@RateLimit` policy at
+ * start, provides `RateLimiterService` (global) and registers `RateLimitGuard` as a global guard.
+ *
+ * @example
+ * @Module({ imports: [RateLimitModule.forRoot({ policies: [{ rps: 20, burst: 100 }] })] })
+ * export class AppModule {}
+ * @example
+ * RateLimitModule.forRootAsync({
+ *   inject: [ConfigService],
+ *   useFactory: (config: ConfigService) => ({ redis: config.get('REDIS_URL') }),
+ * })
+ */
+@Module({
+  imports: [DiscoveryModule],
+  providers: [
+    {
+      provide: RATE_LIMIT_OPTIONS,
+      useFactory: (options: RateLimitModuleOptions | undefined) => resolveOptions(options),
+      inject: [RATE_LIMIT_MODULE_OPTIONS],
+    },
+    {
+      provide: RateLimitStore,
+      useFactory: (options: ResolvedOptions) => options.store,
+      inject: [RATE_LIMIT_OPTIONS],
+    },
+    RoutePolicies,
+    RateLimiterService,
+    RateLimitGuard,
+    {
+      provide: APP_GUARD,
+      useFactory: (options: ResolvedOptions, guard: RateLimitGuard) => (options.guard ? guard : letThrough),
+      inject: [RATE_LIMIT_OPTIONS, RateLimitGuard],
+    },
+  ],
+  exports: [RateLimiterService, RateLimitGuard, RateLimitStore, RATE_LIMIT_OPTIONS, RoutePolicies],
+})
+export class RateLimitModule extends RateLimitConfigurableModule {
+  /** Rate limiting with these options (all optional: a memory store and no module policy). */
+  static override forRoot(options: RateLimitModuleOptions = {}): DynamicModule {
+    return super.forRoot(options);
+  }
+
+  /** Options from a factory, a class or an existing provider (`createRateLimitOptions()`). */
+  static override forRootAsync(options: RateLimitModuleAsyncOptions): DynamicModule {
+    return super.forRootAsync(options);
+  }
+}

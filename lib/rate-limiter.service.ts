@@ -1,0 +1,96 @@
+import { Inject, Injectable, type OnApplicationShutdown } from '@nestjs/common';
+import { bucketKey } from './keys/bucket-key.js';
+import type { RateLimitPolicy, ResolvedPolicy } from './policy/policy.types.js';
+import { resolvePolicy } from './policy/resolve-policy.js';
+import { storeFailed, storeTimedOut } from './rate-limit.errors.js';
+import { RATE_LIMIT_OPTIONS } from './rate-limit.constants.js';
+import type { ResolvedOptions } from './rate-limit-options.js';
+import { MemoryStore } from './stores/memory.store.js';
+import { RateLimitStoreError } from './stores/rate-limit-store.error.js';
+import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from './stores/rate-limit-store.interface.js';
+import { DeadlineQueue } from './utils/deadline-queue.js';
+
+/**
+ * The engine behind the guard, for code outside it: consume, peek and reset buckets by
+ * identity, with the module's store, prefix, timeout and fail mode.
+ *
+ * An identity is `<source>:<value>` as the guard builds it (`user:42`, `api-key:abc`,
+ * `ip:1.2.3.4`), so code reaches the guard's bucket for the same policy name. On a store failure
+ * it throws `RateLimitStoreError`, except with `failMode: 'local'`, where it decides in memory.
+ *
+ * @example
+ * const [decision] = await limiter.consume(`user:${user.id}`, { name: 'login', limit: 5, window: '15m' });
+ * if (!decision.allowed) throw new RateLimitExceededException(decision);
+ */
+@Injectable()
+export class RateLimiterService implements OnApplicationShutdown {
+  private readonly store: RateLimitStore;
+  private readonly deadlines: DeadlineQueue;
+  private readonly resolved = new WeakMap<RateLimitPolicy, ResolvedPolicy>();
+  private local: MemoryStore | undefined;
+
+  constructor(@Inject(RATE_LIMIT_OPTIONS) private readonly options: ResolvedOptions) {
+    this.store = options.store;
+    this.deadlines = new DeadlineQueue(options.timeout);
+  }
+
+  /** Takes `cost` tokens from every policy's bucket for `identity`, or from none. */
+  consume(identity: string, policies: RateLimitPolicy | RateLimitPolicy[], cost = 1): Promise<RateLimitDecision[]> {
+    return this.decide(this.requests(identity, policies, cost), true);
+  }
+
+  /** What `consume` would decide, without taking anything. */
+  peek(identity: string, policies: RateLimitPolicy | RateLimitPolicy[], cost = 1): Promise<RateLimitDecision[]> {
+    return this.decide(this.requests(identity, policies, cost), false);
+  }
+
+  /** Forgets the buckets of `identity` for these policies: they are full again. */
+  async reset(identity: string, policies: RateLimitPolicy | RateLimitPolicy[]): Promise<void> {
+    const keys = this.requests(identity, policies, 1).map((request) => request.key);
+    await this.bounded(this.store.reset(keys));
+    await this.local?.reset(keys);
+  }
+
+  /**
+   * Decides store requests (built by the guard or by `consume`/`peek`) within the timeout.
+   *
+   * @throws RateLimitStoreError when the store fails or is too slow and failMode is not 'local'
+   */
+  async decide(requests: readonly RateLimitRequest[], charge: boolean): Promise<RateLimitDecision[]> {
+    // The memory store answers synchronously and cannot hang: no deadline to keep.
+    if (this.store instanceof MemoryStore) return this.store.decide(requests, charge);
+    try {
+      return await this.bounded(charge ? this.store.consume(requests) : this.store.peek(requests));
+    } catch (error) {
+      const failure = error instanceof RateLimitStoreError ? error : new RateLimitStoreError(storeFailed(error), { cause: error });
+      if (this.options.failMode !== 'local') throw failure;
+      this.local ??= new MemoryStore();
+      return this.local.decide(requests, charge);
+    }
+  }
+
+  async onApplicationShutdown(): Promise<void> {
+    this.deadlines.close();
+    await this.local?.close();
+    const { store, client } = this.options.owned;
+    await store?.close?.();
+    if (client) await client.quit().catch(() => client.disconnect());
+  }
+
+  private bounded<T>(promise: Promise<T>): Promise<T> {
+    return this.deadlines.race(promise, () => new RateLimitStoreError(storeTimedOut(this.options.timeout)));
+  }
+
+  private requests(identity: string, policies: RateLimitPolicy | RateLimitPolicy[], cost: number): RateLimitRequest[] {
+    return (Array.isArray(policies) ? policies : [policies]).map((policy) => {
+      let resolved = this.resolved.get(policy);
+      if (!resolved) this.resolved.set(policy, (resolved = resolvePolicy(policy, 'RateLimiterService', 'default')));
+      return {
+        key: bucketKey(this.options.prefix, resolved.name, identity),
+        policy: resolved.name,
+        limit: resolved.limit,
+        cost,
+      };
+    });
+  }
+}

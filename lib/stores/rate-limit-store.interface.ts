@@ -1,0 +1,63 @@
+import type { Limit } from '../algorithms/algorithm.types.js';
+
+/**
+ * One policy's verdict on one request. Times are whole seconds, rounded up.
+ *
+ * @example { allowed: false, policy: 'per-org', limit: 200, remaining: 0, resetAfter: 1, fullAfter: 2, retryAfter: 1, delay: 0 }
+ */
+export interface RateLimitDecision {
+  /** Whether this policy admits the request. A request passes only when every policy admits it. */
+  allowed: boolean;
+  /** The policy's name. */
+  policy: string;
+  /** The policy's capacity (`burst`, or `limit` for windows). */
+  limit: number;
+  /** Whole tokens left after this request; never negative. Uncharged when the request was refused. */
+  remaining: number;
+  /** Seconds until more quota is available (`t` in `RateLimit`, legacy `RateLimit-Reset`). */
+  resetAfter: number;
+  /** Seconds until the bucket is full again (`X-RateLimit-Reset` is now plus this). */
+  fullAfter: number;
+  /**
+   * Seconds until this request would be admitted, at least 1; 0 when admitted. `Infinity` when
+   * its cost exceeds the policy's capacity, so it can never be admitted.
+   */
+  retryAfter: number;
+  /** Seconds the request waits before it proceeds (`leaky_bucket` only; else 0). */
+  delay: number;
+}
+
+/** One policy's part of a request, as the guard or `RateLimiterService` hands it to a store. */
+export interface RateLimitRequest {
+  /** The bucket's store key (already prefixed and hashed). */
+  key: string;
+  /** The policy's name, for the decision. */
+  policy: string;
+  limit: Limit;
+  /** Tokens to take, > 0. */
+  cost: number;
+}
+
+/**
+ * Where buckets live. A store decides a request against all of its policies at once and
+ * all-or-nothing: when any policy refuses, no bucket is charged. A store returns decisions and
+ * never throws for "limited"; it throws (or rejects) only when it cannot decide, and the module's
+ * `failMode` takes over.
+ *
+ * `RateLimitStore` is also the injection token of the store the module uses.
+ *
+ * @example constructor(@Inject(RateLimitStore) private readonly store: RateLimitStore) {}
+ */
+export interface RateLimitStore {
+  /** Decides and, when every policy admits the request, charges every bucket. */
+  consume(requests: readonly RateLimitRequest[]): Promise<RateLimitDecision[]>;
+  /** Decides without charging anything. */
+  peek(requests: readonly RateLimitRequest[]): Promise<RateLimitDecision[]>;
+  /** Forgets the given buckets (they are full again). */
+  reset(keys: readonly string[]): Promise<void>;
+  /** Releases what the store itself opened. */
+  close?(): Promise<void>;
+}
+
+/** Injection token of the store the module uses. */
+export const RateLimitStore = Symbol('RateLimitStore');

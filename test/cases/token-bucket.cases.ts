@@ -1,0 +1,115 @@
+import type { Limit } from '../../lib/algorithms/algorithm.types.js';
+import type { RateLimitDecision } from '../../lib/stores/rate-limit-store.interface.js';
+
+/** One request of a case: when it arrives (ms on the case's clock), its cost, what it gets. */
+export interface Step {
+  at: number;
+  cost?: number;
+  expect: Partial<Omit<RateLimitDecision, 'policy' | 'limit'>>;
+}
+
+/** A case: one bucket, a sequence of requests at fixed instants. */
+export interface Case {
+  name: string;
+  limit: Limit;
+  steps: Step[];
+}
+
+const tb = (rps: number, burst: number): Limit => ({ algorithm: 'token_bucket', rps, burst });
+
+/**
+ * The token bucket at fixed instants. Runs against the pure function, the memory store and
+ * the Redis store (test/integration/token-bucket.stores.spec.ts): all must agree.
+ */
+export const TOKEN_BUCKET_CASES: Case[] = [
+  {
+    name: 'a fresh bucket holds burst tokens and then refuses',
+    limit: tb(1, 3),
+    steps: [
+      { at: 0, expect: { allowed: true, remaining: 2, retryAfter: 0, resetAfter: 1, fullAfter: 1 } },
+      { at: 0, expect: { allowed: true, remaining: 1, fullAfter: 2 } },
+      { at: 0, expect: { allowed: true, remaining: 0, resetAfter: 1, fullAfter: 3 } },
+      { at: 0, expect: { allowed: false, remaining: 0, retryAfter: 1, resetAfter: 1, fullAfter: 3 } },
+    ],
+  },
+  {
+    name: 'refills continuously at rps',
+    limit: tb(2, 4),
+    steps: [
+      { at: 0, cost: 4, expect: { allowed: true, remaining: 0, fullAfter: 2 } },
+      { at: 250, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
+      { at: 500, expect: { allowed: true, remaining: 0 } },
+      { at: 1500, expect: { allowed: true, remaining: 1 } },
+      { at: 1500, cost: 2, expect: { allowed: false, remaining: 1, retryAfter: 1 } },
+    ],
+  },
+  {
+    name: 'a refill never goes above burst',
+    limit: tb(10, 5),
+    steps: [
+      { at: 0, cost: 5, expect: { allowed: true, remaining: 0 } },
+      { at: 100_000, expect: { allowed: true, remaining: 4, resetAfter: 1, fullAfter: 1 } },
+    ],
+  },
+  {
+    name: 'a cost above the tokens is refused and takes nothing',
+    limit: tb(1, 10),
+    steps: [
+      { at: 0, cost: 8, expect: { allowed: true, remaining: 2, fullAfter: 8 } },
+      { at: 0, cost: 3, expect: { allowed: false, remaining: 2, retryAfter: 1 } },
+      { at: 0, cost: 2, expect: { allowed: true, remaining: 0 } },
+      { at: 0, cost: 3, expect: { allowed: false, remaining: 0, retryAfter: 3 } },
+      { at: 3000, cost: 3, expect: { allowed: true, remaining: 0 } },
+    ],
+  },
+  {
+    name: 'a cost above burst can never pass and takes nothing',
+    limit: tb(5, 5),
+    steps: [
+      { at: 0, cost: 6, expect: { allowed: false, remaining: 5, retryAfter: Infinity, resetAfter: 0, fullAfter: 0 } },
+      { at: 0, cost: 5, expect: { allowed: true, remaining: 0 } },
+      { at: 60_000, cost: 6, expect: { allowed: false, remaining: 5, retryAfter: Infinity } },
+    ],
+  },
+  {
+    name: 'a clock that goes backwards adds no quota',
+    limit: tb(1, 2),
+    steps: [
+      { at: 10_000, cost: 2, expect: { allowed: true, remaining: 0 } },
+      { at: 5_000, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
+      { at: 10_500, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
+      { at: 11_000, expect: { allowed: true, remaining: 0 } },
+      { at: 9_000, expect: { allowed: false, remaining: 0 } },
+      { at: 12_000, expect: { allowed: true, remaining: 0 } },
+    ],
+  },
+  {
+    name: 'fractional rps refills a fraction of a token per second',
+    limit: tb(0.1, 2),
+    steps: [
+      { at: 0, cost: 2, expect: { allowed: true, remaining: 0, resetAfter: 10, fullAfter: 20 } },
+      { at: 5_000, expect: { allowed: false, remaining: 0, retryAfter: 5, resetAfter: 5, fullAfter: 15 } },
+      { at: 10_000, expect: { allowed: true, remaining: 0, resetAfter: 10 } },
+      { at: 29_999, expect: { allowed: true, remaining: 0 } },
+    ],
+  },
+  {
+    name: 'fractional rps below one token per second, with a fractional cost',
+    limit: tb(0.5, 1),
+    steps: [
+      { at: 0, cost: 0.5, expect: { allowed: true, remaining: 0, fullAfter: 1 } },
+      { at: 0, cost: 0.5, expect: { allowed: true, remaining: 0, fullAfter: 2 } },
+      { at: 1_000, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
+      { at: 2_000, expect: { allowed: true, remaining: 0 } },
+    ],
+  },
+  {
+    name: "the seeds' worked example: rps 10, burst 50",
+    limit: tb(10, 50),
+    steps: [
+      ...Array.from({ length: 50 }, (_, i): Step => ({ at: 0, expect: { allowed: true, remaining: 49 - i } })),
+      { at: 0, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
+      { at: 1_000, expect: { allowed: true, remaining: 9 } },
+    ],
+  },
+];
