@@ -1,0 +1,64 @@
+import { parseWindow, resolvePolicy } from '../../lib/policy/resolve-policy.js';
+
+describe('parseWindow', () => {
+  it.each([
+    [60, 60],
+    ['10s', 10],
+    ['1m', 60],
+    ['1h', 3600],
+    ['1d', 86_400],
+    ['500ms', 0.5],
+    ['30', 30],
+    [' 2m ', 120],
+  ])('%p is %p seconds', (window, seconds) => {
+    expect(parseWindow(window)).toBe(seconds);
+  });
+
+  it.each([0, -1, Infinity, NaN, '', 'm', '1w', '-1s', '1 h 2', '0s'])('refuses %p', (window) => {
+    expect(parseWindow(window)).toBeUndefined();
+  });
+});
+
+describe('resolvePolicy', () => {
+  const resolve = (policy: object) => resolvePolicy(policy, 'CatsController.find', 'CatsController.find');
+
+  it('fills in the defaults', () => {
+    expect(resolve({ rps: 10, burst: 50 })).toEqual({
+      name: 'CatsController.find',
+      limit: { algorithm: 'token_bucket', rps: 10, burst: 50 },
+      windowSeconds: 5,
+      cost: 1,
+      defaultCost: 1,
+      key: undefined,
+    });
+    expect(resolve({ rps: 2.5 }).limit.burst).toBe(3);
+    expect(resolve({ rps: 0.1 }).limit.burst).toBe(1);
+    expect(resolve({ tokensPerSecond: 4, burst: 8 }).limit).toEqual({ algorithm: 'token_bucket', rps: 4, burst: 8 });
+  });
+
+  it('reads limit per window as rps = limit / window and burst = limit', () => {
+    expect(resolve({ limit: 100, window: '1m', key: 'api-key' })).toMatchObject({
+      limit: { rps: 100 / 60, burst: 100 },
+      windowSeconds: 60,
+      key: ['api-key'],
+    });
+  });
+
+  it.each([
+    [{ rps: 1, tokensPerSecond: 2 }, '"rps" and "tokensPerSecond" are the same setting; give one'],
+    [{}, 'give "rps" (and "burst") or "limit" and "window"'],
+    [{ limit: 5 }, `"limit" needs a "window" such as '1m'`],
+    [{ limit: 5, window: '1m', burst: 5 }, '"burst" goes with "rps"; with "limit" and "window" the burst is the limit'],
+    [{ rps: 1, cost: 'body:weight' }, `"cost" must be a positive number, 'header:<name>', 'query:<name>' or a function, got "body:weight"`],
+    [{ rps: 1, cost: 0 }, `"cost" must be a positive number, 'header:<name>', 'query:<name>' or a function, got 0`],
+    [{ rps: 1, defaultCost: -2 }, '"defaultCost" must be a positive number, got -2'],
+    [{ rps: 1, key: 'cookie' }, `"key" must be 'ip', 'user', 'api-key', 'header:<name>', a function, or a non-empty list of those, got "cookie"`],
+    [{ rps: 1, key: [] }, `"key" must be 'ip', 'user', 'api-key', 'header:<name>', a function, or a non-empty list of those, got []`],
+    [{ rps: 1, name: 'a{b}' }, '"name" must be a non-empty string of visible ASCII characters, without braces, got "a{b}"'],
+    [{ rps: 1, name: '' }, '"name" must be a non-empty string of visible ASCII characters, without braces, got ""'],
+    [{ rps: Infinity }, '"rps" must be a positive number (tokens per second), got Infinity'],
+    [{ algorithm: 'gcra', rps: 1 }, `"algorithm" is not available in this version (available: 'token_bucket'), got "gcra"`],
+  ])('refuses %p', (policy, problem) => {
+    expect(() => resolve(policy)).toThrow(`Invalid @RateLimit policy on CatsController.find: ${problem}`);
+  });
+});
