@@ -1,3 +1,5 @@
+import { once } from 'node:events';
+import { Logger } from '@nestjs/common';
 import type { Cluster, Redis, RedisOptions } from 'ioredis';
 import type { KeySource, ResolvedPolicy } from './policy/policy.types.js';
 import { InvalidPolicyError, resolveKeySources, resolvePolicy } from './policy/resolve-policy.js';
@@ -22,6 +24,9 @@ export interface ResolvedOptions {
   /** What the module opened itself and so closes on shutdown. */
   owned: { store?: RateLimitStore; client?: Redis | Cluster };
 }
+
+/** How long start waits for a Redis client the module created to connect, ms. */
+const READY_WAIT_MS = 1_000;
 
 const HEADER_FAMILIES: readonly HeaderFamily[] = ['ietf', 'legacy', 'x-ratelimit'];
 const FAIL_MODES: readonly FailMode[] = ['open', 'closed', 'local'];
@@ -140,7 +145,25 @@ async function createRedisClient(redis: string | RedisOptions, timeout: number):
     retryStrategy: (attempt) => Math.min(attempt * 100, 2000),
     reconnectOnError: (error) => /READONLY|LOADING/.test(error.message),
   };
-  return typeof redis === 'string'
-    ? new Client(redis, limiterDefaults)
-    : new Client({ ...limiterDefaults, ...redis });
+  const client = typeof redis === 'string' ? new Client(redis, limiterDefaults) : new Client({ ...limiterDefaults, ...redis });
+  reportOutages(client);
+  // Without an offline queue, requests before the first connection would all fall to failMode:
+  // give it a moment at start. A Redis that is down does not stop the app from starting.
+  await once(client, 'ready', { signal: AbortSignal.timeout(READY_WAIT_MS) }).catch(() => undefined);
+  return client;
+}
+
+/** Logs the first error of each outage of a client the module created (ioredis would print every retry). */
+function reportOutages(client: Redis): void {
+  const logger = new Logger('RateLimitModule');
+  let down = false;
+  client.on('error', (error: Error) => {
+    if (down) return;
+    down = true;
+    logger.error(`Redis unavailable (${error.message}); failMode decides until it is back`);
+  });
+  client.on('ready', () => {
+    if (down) logger.log('Redis is back');
+    down = false;
+  });
 }
