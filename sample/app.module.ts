@@ -1,0 +1,32 @@
+import { Logger, Module } from '@nestjs/common';
+import { RateLimitModule, type RateLimitModuleOptions } from 'nestjs-ratelimit';
+import { ApiController } from './api.controller.js';
+import { CatalogController } from './catalog.controller.js';
+import { HealthController } from './health.controller.js';
+
+const logger = new Logger('RateLimit');
+
+/**
+ * The sample's rate limits. REDIS_URL is read when the module initialises, not when this file
+ * is imported, so whoever starts the app (a shell, a process manager, a test) can set it late.
+ */
+export function rateLimitOptions(): RateLimitModuleOptions {
+  const redis = process.env.REDIS_URL || undefined;
+  // Log the host only: a redis:// URL may carry a password.
+  logger.log(
+    redis ? `Store: Redis at ${new URL(redis).host}` : 'Store: memory (set REDIS_URL to share limits across instances)',
+  );
+  return {
+    // Unset: each process counts on its own. Set: every instance shares Redis's buckets.
+    redis,
+    // A generous backstop for every route not skipped, one bucket per client across all routes,
+    // so no single client can take the whole app whatever the per-route limits say.
+    policies: [{ name: 'global', rps: 100, burst: 200 }],
+  };
+}
+
+@Module({
+  imports: [RateLimitModule.forRootAsync({ useFactory: rateLimitOptions })],
+  controllers: [HealthController, CatalogController, ApiController],
+})
+export class AppModule {}

@@ -1,0 +1,184 @@
+import { randomUUID } from 'node:crypto';
+import type { INestApplication } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import { MemoryStore, RateLimitStore, RedisStore } from 'nestjs-ratelimit';
+import { AppModule } from '../../sample/app.module.js';
+import { testRedisUrl } from '../redis/test-redis.js';
+
+/**
+ * The sample app over real HTTP (Express), once per store. Every request carries an API key
+ * unique to this run: the sample's policies fall back to the API key before the IP, so buckets
+ * left in Redis by other runs or suites never meet these ones, and nothing needs flushing.
+ *
+ * Where a test reads a remaining count after an earlier request, it allows one token of refill:
+ * the buckets keep filling (5 tokens/s on the API routes) while requests travel.
+ */
+
+const run = randomUUID();
+const apiKey = (name: string): string => `${name}-${run}`;
+
+/** A response, its body read (so no connection is left holding one) and parsed. */
+interface Reply {
+  status: number;
+  headers: Headers;
+  body: unknown;
+}
+
+/** `r` of one policy in the IETF `RateLimit` header, e.g. `"api";r=19;t=1`. */
+function remaining(reply: Reply, policy: string): number {
+  const header = reply.headers.get('ratelimit') ?? '';
+  const match = new RegExp(`"${policy}";r=(\\d+)`).exec(header);
+  if (!match) throw new Error(`no "${policy}" member in RateLimit: ${header}`);
+  return Number(match[1]);
+}
+
+/** Within one token of refill above `expected`. */
+function expectAbout(actual: number, expected: number): void {
+  expect(actual).toBeGreaterThanOrEqual(expected);
+  expect(actual).toBeLessThanOrEqual(expected + 1);
+}
+
+const stores: Array<[string, (() => string) | undefined, Function]> = [
+  ['memory store', undefined, MemoryStore],
+  ['Redis store (REDIS_URL)', testRedisUrl, RedisStore],
+];
+
+describe.each(stores)('sample app, %s', (_name, redisUrl, storeType) => {
+  let app: INestApplication;
+  let base: string;
+
+  async function call(path: string, init: { method?: string; headers?: Record<string, string> } = {}): Promise<Reply> {
+    const response = await fetch(`${base}${path}`, { method: init.method ?? 'GET', headers: init.headers });
+    const text = await response.text();
+    return { status: response.status, headers: response.headers, body: text ? JSON.parse(text) : undefined };
+  }
+
+  beforeAll(async () => {
+    // The sample reads REDIS_URL when the module initialises, so set it just for the boot.
+    const saved = process.env.REDIS_URL;
+    if (redisUrl) process.env.REDIS_URL = redisUrl();
+    else delete process.env.REDIS_URL;
+    try {
+      const moduleRef = await Test.createTestingModule({ imports: [AppModule] }).compile();
+      app = moduleRef.createNestApplication({ logger: false });
+      await app.listen(0, '127.0.0.1');
+    } finally {
+      if (saved === undefined) delete process.env.REDIS_URL;
+      else process.env.REDIS_URL = saved;
+    }
+    base = (await app.getUrl()).replace('[::1]', '127.0.0.1');
+  });
+
+  afterAll(async () => {
+    await app?.close();
+  });
+
+  it('uses the store REDIS_URL selects', () => {
+    expect(app.get(RateLimitStore)).toBeInstanceOf(storeType);
+  });
+
+  it('never limits /health and sends it no rate-limit headers', async () => {
+    // More calls than the module-wide 'global' burst (200), from one client.
+    for (let batch = 0; batch < 10; batch++) {
+      const responses = await Promise.all(Array.from({ length: 25 }, () => call('/health')));
+      for (const response of responses) {
+        expect(response.status).toBe(200);
+        for (const name of ['ratelimit', 'ratelimit-policy', 'x-ratelimit-limit', 'x-ratelimit-remaining', 'retry-after']) {
+          expect(response.headers.get(name)).toBeNull();
+        }
+      }
+    }
+  });
+
+  it('sends the headers of every policy on a limited route and refuses once its burst is spent', async () => {
+    const headers = { 'x-api-key': apiKey('catalog') };
+    const first = await call('/catalog', { headers });
+    expect(first.status).toBe(200);
+    expect(first.headers.get('ratelimit-policy')).toBe('"global";q=200;w=2, "CatalogController.list";q=50;w=5');
+    expect(remaining(first, 'global')).toBe(199);
+    expect(remaining(first, 'CatalogController.list')).toBe(49);
+    // The X-RateLimit-* trio describes the policy closest to refusing: the route's.
+    expect(first.headers.get('x-ratelimit-limit')).toBe('50');
+    expect(first.headers.get('x-ratelimit-remaining')).toBe('49');
+    expect(Number(first.headers.get('x-ratelimit-reset'))).toBeGreaterThanOrEqual(Math.floor(Date.now() / 1000));
+
+    // 10 tokens/s refill while the loop runs, so the 429 comes a few requests after the 50th.
+    let admitted = 1;
+    let refused: Reply | undefined;
+    while (admitted < 100 && !refused) {
+      const response = await call('/catalog', { headers });
+      if (response.status === 200) admitted++;
+      else refused = response;
+    }
+    expect(admitted).toBeGreaterThanOrEqual(50);
+    expect(refused?.status).toBe(429);
+    expect(Number(refused!.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+    expect(refused!.headers.get('x-ratelimit-remaining')).toBe('0');
+    expect(refused!.body).toMatchObject({
+      statusCode: 429,
+      error: 'Too Many Requests',
+      policy: 'CatalogController.list',
+      retryAfter: expect.any(Number),
+    });
+
+    // A route without a policy of its own is under the module-wide one only.
+    const other = await call('/catalog/1', { headers });
+    expect(other.status).toBe(200);
+    expect(other.headers.get('ratelimit-policy')).toBe('"global";q=200;w=2');
+  });
+
+  it('gives each API key its own bucket, shared by the API controller routes', async () => {
+    const alice = { 'x-api-key': apiKey('alice') };
+    const bob = { 'x-api-key': apiKey('bob') };
+
+    const orders = await call('/api/orders', { headers: alice });
+    expect(orders.status).toBe(200);
+    expect(orders.headers.get('ratelimit-policy')).toContain('"api";q=20;w=4');
+    expect(remaining(orders, 'api')).toBe(19);
+    // Another route of the controller draws on the same class-level bucket.
+    const report = await call('/api/reports', { method: 'POST', headers: { ...alice, 'x-request-weight': '1' } });
+    expect(report.status).toBe(201);
+    expectAbout(remaining(report, 'api'), 18);
+
+    let spent = 2;
+    let status = 200;
+    while (spent < 60 && status !== 429) {
+      status = (await call('/api/orders', { headers: alice })).status;
+      spent++;
+    }
+    expect(status).toBe(429);
+
+    const other = await call('/api/orders', { headers: bob });
+    expect(other.status).toBe(200);
+    expect(remaining(other, 'api')).toBe(19);
+    expect(other.body).toEqual({ apiKey: apiKey('bob'), orders: [] });
+  });
+
+  it('charges the reports route the tokens named by x-request-weight', async () => {
+    const key = { 'x-api-key': apiKey('reports') };
+    const post = (weight?: string): Promise<Reply> =>
+      call('/api/reports', { method: 'POST', headers: weight === undefined ? key : { ...key, 'x-request-weight': weight } });
+
+    const weighted = await post('40');
+    expect(weighted.status).toBe(201);
+    expect(remaining(weighted, 'reports')).toBe(60);
+    // The class-level 'api' policy takes its own cost (1), whatever the weight.
+    expect(remaining(weighted, 'api')).toBe(19);
+
+    // No weight, or one that is not a positive number: defaultCost (10).
+    expectAbout(remaining(await post(), 'reports'), 50);
+    expectAbout(remaining(await post('abc'), 'reports'), 40);
+
+    // More than is left: refused, uncharged, with the time until it fits.
+    const tooHeavyNow = await post('100');
+    expect(tooHeavyNow.status).toBe(429);
+    expect(Number(tooHeavyNow.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+    expectAbout(remaining(tooHeavyNow, 'reports'), 40);
+
+    // More than the bucket holds: it can never pass, so no Retry-After.
+    const tooHeavyEver = await post('101');
+    expect(tooHeavyEver.status).toBe(429);
+    expect(tooHeavyEver.headers.get('retry-after')).toBeNull();
+    expect(tooHeavyEver.body).toMatchObject({ policy: 'reports', retryAfter: null });
+  });
+});
