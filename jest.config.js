@@ -1,6 +1,7 @@
 /**
- * Jest runs the TypeScript sources as native ES modules (NestJS 12 is ESM-only), compiled by
- * SWC with decorator metadata. `npm test` sets NODE_OPTIONS=--experimental-vm-modules.
+ * Jest runs the TypeScript sources as native ES modules (NestJS 12 is ESM-only), transpiled
+ * file by file by ts-jest with decorator metadata; `npm test` type-checks the whole project
+ * with tsc first. `npm test` sets NODE_OPTIONS=--experimental-vm-modules.
  * The global setup starts the redis-server processes the integration and e2e suites use.
  * @type {import('jest').Config}
  */
@@ -10,7 +11,7 @@ export default {
   roots: ['<rootDir>/test'],
   testMatch: ['**/*.spec.ts', '**/*.e2e-spec.ts'],
   extensionsToTreatAsEsm: ['.ts'],
-  transform: { '^.+\\.ts$': ['@swc/jest'] },
+  transform: { '^.+\\.ts$': ['ts-jest', { useESM: true, isolatedModules: true }] },
   moduleNameMapper: {
     '^nestjs-ratelimit$': '<rootDir>/lib/index.ts',
     '^(\\.{1,2}/.*)\\.js$': '$1',
