@@ -3,7 +3,7 @@ import { TOKEN_BUCKET_LUA } from './token-bucket.lua.js';
 /** Numbers the script returns per request: allowed, remaining, retryMs, resetMs, nextMs, delayMs. */
 export const REPLY_WIDTH = 6;
 /** Arguments the script takes per request after the two leading ones. */
-export const ARGS_PER_REQUEST = 4;
+const ARGS_PER_REQUEST = 4;
 
 /**
  * One request against all of its policies, in one atomic call: `decideAll` of
