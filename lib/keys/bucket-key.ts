@@ -13,7 +13,18 @@ export function bucketKey(prefix: string, policyName: string, identity: string):
   return `${prefix}${policyName}:{${digest(identity)}}`;
 }
 
-/** 22 base64url characters of SHA-256: 128 bits, ample against collisions and forgery. */
+let lastIdentity: string | undefined;
+let lastDigest = '';
+
+/**
+ * 22 base64url characters of SHA-256: 128 bits, ample against collisions and forgery.
+ * A request's policies usually share one identity, so the last digest is kept: the guard
+ * hashes once per request, not once per policy.
+ */
 export function digest(identity: string): string {
-  return createHash('sha256').update(identity).digest('base64url').slice(0, 22);
+  if (identity !== lastIdentity) {
+    lastDigest = createHash('sha256').update(identity).digest('base64url').slice(0, 22);
+    lastIdentity = identity;
+  }
+  return lastDigest;
 }
