@@ -74,7 +74,7 @@ export class RateLimitGuard implements CanActivate {
     for (const policy of policies) {
       const identity = this.resolveIdentity(policy, request, context);
       requests.push({
-        key: bucketKey(this.options.prefix, policy.name, identity),
+        key: bucketKey(this.options.prefix, policy.name, policy.limit.algorithm, identity),
         policy: policy.name,
         limit: policy.limit,
         cost: await this.resolveCost(policy.cost, policy.defaultCost, request, context),

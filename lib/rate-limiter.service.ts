@@ -86,7 +86,7 @@ export class RateLimiterService implements OnApplicationShutdown {
       let resolved = this.resolved.get(policy);
       if (!resolved) this.resolved.set(policy, (resolved = resolvePolicy(policy, 'RateLimiterService', 'default')));
       return {
-        key: bucketKey(this.options.prefix, resolved.name, identity),
+        key: bucketKey(this.options.prefix, resolved.name, resolved.limit.algorithm, identity),
         policy: resolved.name,
         limit: resolved.limit,
         cost,

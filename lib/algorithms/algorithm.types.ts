@@ -49,17 +49,26 @@ export interface Outcome {
  * An algorithm as a set of pure functions of its stored state. No I/O and no clock reads:
  * `now` is always a parameter (integer milliseconds). A store decides a request against
  * several policies in two passes (see `decideAll`), which is what makes a refusal take
- * nothing from any bucket.
+ * nothing from any bucket. Each model is mirrored function for function by a Lua script in
+ * `stores/redis/`, so the memory and Redis stores decide alike.
  */
 export interface AlgorithmModel<State> {
-  /** The state as of `now` (refilled, clock-safe). `undefined` is a key never seen or expired. */
+  /** The state as of `now` (refilled or expired, clock-safe). `undefined` is a key never seen or expired. */
   current(state: State | undefined, now: number, limit: Limit): State;
-  /** Whether `cost` fits in the current state. */
-  admits(current: State, limit: Limit, cost: number): boolean;
+  /** Whole tokens free in `state`, 0 to `burst`. */
+  remaining(state: State, limit: Limit): number;
+  /**
+   * Milliseconds until `need` tokens are free (`0 < need <= burst`): 0 when they are now.
+   * Every time a decision reports comes from it: a request of `cost` is admitted when
+   * `waitMs(cost)` is 0, `retryAfter` is `waitMs(cost)`, `t` is `waitMs(remaining + 1)`, and the
+   * time until full, which is also the key's TTL, is `waitMs(burst)`.
+   */
+  waitMs(state: State, limit: Limit, need: number): number;
   /** The state after taking `cost`; only called when every policy admits the request. */
-  charge(current: State, limit: Limit, cost: number): State;
-  /** The verdict to report for `state` (charged or not); `admitted` tells which. */
-  report(state: State, limit: Limit, cost: number, admitted: boolean): Outcome;
-  /** How long the stored state must live, ms: until it is equivalent to an absent key. */
-  ttlMs(state: State, limit: Limit): number;
+  charge(state: State, limit: Limit, cost: number): State;
+  /**
+   * Milliseconds an admitted request waits before it proceeds, from the state before the
+   * charge. Only queues (`leaky_bucket`) have it; the others never delay.
+   */
+  delayMs?(state: State, limit: Limit): number;
 }

@@ -1,16 +1,24 @@
-import type { AlgorithmModel, Limit, Outcome } from './algorithm.types.js';
+import type { Algorithm, AlgorithmModel, Limit, Outcome } from './algorithm.types.js';
+import { fixedWindow } from './fixed-window.js';
+import { gcra } from './gcra.js';
+import { leakyBucket } from './leaky-bucket.js';
+import { slidingWindowCounter } from './sliding-window-counter.js';
+import { slidingWindowLog } from './sliding-window-log.js';
 import { tokenBucket } from './token-bucket.js';
 
-/** The pure model of each algorithm that is available, by name. */
-export const MODELS: { readonly [A in Limit['algorithm']]?: AlgorithmModel<any> } = {
+/** The pure model of each algorithm, by name. */
+export const MODELS: { readonly [A in Algorithm]: AlgorithmModel<any> } = {
   token_bucket: tokenBucket,
+  leaky_bucket: leakyBucket,
+  fixed_window: fixedWindow,
+  sliding_window_log: slidingWindowLog,
+  sliding_window_counter: slidingWindowCounter,
+  gcra,
 };
 
-/** Looks up an algorithm's model; policies are validated at start, so a miss is a bug. */
+/** The algorithm's model; policies are validated at start, so an unknown name is a bug. */
 export function modelOf(limit: Limit): AlgorithmModel<unknown> {
-  const model = MODELS[limit.algorithm];
-  if (!model) throw new Error(`Algorithm "${limit.algorithm}" is not available`);
-  return model;
+  return MODELS[limit.algorithm];
 }
 
 /** One policy's part of a request: its stored state, its limit and the cost. */
@@ -30,19 +38,45 @@ export interface Verdict<State = unknown> {
 }
 
 /**
- * Decides one request against several policies, all-or-nothing: the request is admitted only
- * when every policy admits it, and only then is any bucket charged. With `charge` false it only
- * looks (peek). The Redis script runs the same two passes in one atomic call.
+ * Decides one request against several policies of any algorithms, all-or-nothing: the request
+ * is admitted only when every policy admits it, and only then is any bucket charged. With
+ * `charge` false it only looks (peek). The Redis script (`stores/redis/decide.lua.ts`) runs the
+ * same two passes in one atomic call.
  */
 export function decideAll(entries: readonly Entry[], now: number, charge: boolean): Verdict {
   const models = entries.map((entry) => modelOf(entry.limit));
   const current = entries.map((entry, i) => models[i].current(entry.state, now, entry.limit));
-  const admits = entries.map((entry, i) => models[i].admits(current[i], entry.limit, entry.cost));
+  const admits = entries.map((entry, i) => admitted(models[i], current[i], entry.limit, entry.cost));
   const allowed = admits.every(Boolean);
-  const charged = allowed && charge;
-  const next = charged
-    ? entries.map((entry, i) => models[i].charge(current[i], entry.limit, entry.cost))
-    : current;
-  const outcomes = entries.map((entry, i) => models[i].report(next[i], entry.limit, entry.cost, admits[i]));
+  const delays = entries.map((entry, i) => (allowed ? (models[i].delayMs?.(current[i], entry.limit) ?? 0) : 0));
+  const next =
+    allowed && charge ? entries.map((entry, i) => models[i].charge(current[i], entry.limit, entry.cost)) : current;
+  const outcomes = entries.map((entry, i) => report(models[i], next[i], entry, admits[i], delays[i]));
   return { allowed, outcomes, next };
+}
+
+/** Whether `cost` fits in `state` now; a cost above burst never does. */
+function admitted<S>(model: AlgorithmModel<S>, state: S, limit: Limit, cost: number): boolean {
+  return cost <= limit.burst && model.waitMs(state, limit, cost) === 0;
+}
+
+/** The verdict `state` (charged or not) gives, every time derived from `waitMs`. */
+function report<S>(model: AlgorithmModel<S>, state: S, { limit, cost }: Entry, admits: boolean, delayMs: number): Outcome {
+  const remaining = model.remaining(state, limit);
+  return {
+    allowed: admits,
+    remaining,
+    retryMs: admits ? 0 : cost > limit.burst ? -1 : model.waitMs(state, limit, cost),
+    resetMs: model.waitMs(state, limit, limit.burst),
+    nextMs: remaining >= limit.burst ? 0 : model.waitMs(state, limit, remaining + 1),
+    delayMs,
+  };
+}
+
+/**
+ * How long a charged state must be stored, ms: until the bucket is full again, when it is the
+ * same as an absent key. Never longer, so every key's TTL stays within the time to full.
+ */
+export function ttlMs<S>(model: AlgorithmModel<S>, state: S, limit: Limit): number {
+  return Math.max(1, model.waitMs(state, limit, limit.burst));
 }

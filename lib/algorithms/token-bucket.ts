@@ -1,4 +1,4 @@
-import type { AlgorithmModel, Limit, Outcome } from './algorithm.types.js';
+import type { AlgorithmModel } from './algorithm.types.js';
 import { durationMs } from './conversions.js';
 
 /** A token bucket's stored state. */
@@ -12,7 +12,8 @@ export interface TokenBucketState {
 /**
  * Token bucket: a bucket of `burst` tokens refilled continuously at `rps` tokens per second,
  * lazily, when a request arrives (no timers). A request of `cost` passes when the bucket
- * holds at least `cost` tokens; a refused request takes nothing.
+ * holds at least `cost` tokens; a refused request takes nothing. Bursts of up to `burst` pass
+ * at once, then `rps` on average.
  *
  * Mirrored line for line by `stores/redis/token-bucket.lua.ts`: change both together.
  */
@@ -28,28 +29,15 @@ export const tokenBucket: AlgorithmModel<TokenBucketState> = {
     };
   },
 
-  admits(current, { burst }, cost) {
-    return cost <= burst && current.tokens >= cost;
+  remaining(state) {
+    return Math.floor(state.tokens);
   },
 
-  charge(current, _limit, cost) {
-    return { tokens: current.tokens - cost, at: current.at };
+  waitMs(state, { rps }, need) {
+    return state.tokens >= need ? 0 : durationMs(need - state.tokens, rps);
   },
 
-  report(state, limit, cost, admitted): Outcome {
-    const remaining = Math.floor(state.tokens);
-    return {
-      allowed: admitted,
-      remaining,
-      retryMs: admitted ? 0 : cost > limit.burst ? -1 : durationMs(cost - state.tokens, limit.rps),
-      resetMs: durationMs(limit.burst - state.tokens, limit.rps),
-      nextMs: state.tokens >= limit.burst ? 0 : durationMs(remaining + 1 - state.tokens, limit.rps),
-      delayMs: 0,
-    };
-  },
-
-  ttlMs(state, limit: Limit) {
-    // Once full, the bucket is the same as an absent key: nothing needs to outlive that.
-    return Math.max(1, durationMs(limit.burst - state.tokens, limit.rps));
+  charge(state, _limit, cost) {
+    return { tokens: state.tokens - cost, at: state.at };
   },
 };

@@ -1,16 +1,30 @@
 import { createHash } from 'node:crypto';
+import type { Algorithm } from '../algorithms/algorithm.types.js';
+
+/**
+ * A short tag per algorithm in the key: a policy whose algorithm changes between deploys gets
+ * fresh keys instead of reading another algorithm's state (or a sorted set as a string).
+ */
+const ALGORITHM_TAGS: Record<Algorithm, string> = {
+  token_bucket: 'tb',
+  leaky_bucket: 'lb',
+  fixed_window: 'fw',
+  sliding_window_log: 'swl',
+  sliding_window_counter: 'swc',
+  gcra: 'gcra',
+};
 
 /**
  * The store key of one policy's bucket for one identity:
- * `<prefix><policy name>:{<digest>}`. The identity (`ip:1.2.3.4`, `user:42`, ...) is hashed
+ * `<prefix><policy name>:<algorithm tag>:{<digest>}`. The identity (`ip:1.2.3.4`, `user:42`, ...) is hashed
  * (SHA-256, 128 bits, base64url), so the key is short whatever a client sends, and its
  * characters cannot reach the separators or the `{...}` Redis Cluster hash tag, which keeps
  * all the buckets of one identity in one hash slot.
  *
- * @example bucketKey('rl:', 'per-user', 'user:42')  // 'rl:per-user:{oJnNPGsiuzytMOJPatwtPi}'
+ * @example bucketKey('rl:', 'per-user', 'token_bucket', 'user:42')  // 'rl:per-user:tb:{oJnNPGsiuzytMOJPatwtPi}'
  */
-export function bucketKey(prefix: string, policyName: string, identity: string): string {
-  return `${prefix}${policyName}:{${digest(identity)}}`;
+export function bucketKey(prefix: string, policyName: string, algorithm: Algorithm, identity: string): string {
+  return `${prefix}${policyName}:${ALGORITHM_TAGS[algorithm]}:{${digest(identity)}}`;
 }
 
 let lastIdentity: string | undefined;

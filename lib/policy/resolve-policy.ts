@@ -1,11 +1,11 @@
 import { ALGORITHMS, type Algorithm } from '../algorithms/algorithm.types.js';
-import { MODELS } from '../algorithms/decide.js';
 import { invalidPolicy, invalidPolicyField } from '../rate-limit.errors.js';
 import type { KeySource, RateLimitPolicy, ResolvedPolicy } from './policy.types.js';
 
 const FIELDS = new Set<string>([
   'algorithm', 'rps', 'tokensPerSecond', 'burst', 'limit', 'window', 'cost', 'defaultCost', 'key', 'name',
 ]);
+const WINDOW_ALGORITHMS = new Set<Algorithm>(['fixed_window', 'sliding_window_log', 'sliding_window_counter']);
 const WINDOW_UNITS: Record<string, number> = { ms: 0.001, s: 1, m: 60, h: 3600, d: 86_400 };
 const WINDOW_PATTERN = /^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?$/;
 
@@ -78,12 +78,11 @@ export function resolvePolicy(policy: RateLimitPolicy, where: string, defaultNam
   if (!ALGORITHMS.includes(algorithm)) {
     fail('algorithm', algorithm, `must be one of ${ALGORITHMS.map((a) => `'${a}'`).join(', ')}`);
   }
-  if (!MODELS[algorithm]) {
-    const available = Object.keys(MODELS).map((a) => `'${a}'`).join(', ');
-    fail('algorithm', algorithm, `is not available in this version (available: ${available})`);
-  }
 
   const { rps, burst, windowSeconds } = resolveRate(policy, fail, conflict);
+  if (WINDOW_ALGORITHMS.has(algorithm) && (burst * 1000) / rps < 1) {
+    conflict(`"${algorithm}" counts in windows of whole milliseconds, and burst / rps = ${burst} / ${rps} s is under 1 ms; lower "rps" or raise "burst"`);
+  }
 
   const cost = policy.cost ?? 1;
   if (

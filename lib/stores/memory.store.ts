@@ -1,4 +1,4 @@
-import { decideAll, modelOf } from '../algorithms/decide.js';
+import { decideAll, modelOf, ttlMs } from '../algorithms/decide.js';
 import { toDecision } from './decision.js';
 import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from './rate-limit-store.interface.js';
 
@@ -71,7 +71,8 @@ export class MemoryStore implements RateLimitStore {
     if (verdict.allowed && charge) {
       requests.forEach((request, i) => {
         const state = verdict.next[i];
-        this.buckets.set(request.key, { state, expiresAt: now + modelOf(request.limit).ttlMs(state, request.limit) });
+        const expiresAt = now + ttlMs(modelOf(request.limit), state, request.limit);
+        this.buckets.set(request.key, { state, expiresAt });
       });
       this.sweepSome(now);
     }

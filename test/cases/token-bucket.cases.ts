@@ -1,26 +1,9 @@
 import type { Limit } from '../../lib/algorithms/algorithm.types.js';
-import type { RateLimitDecision } from '../../lib/stores/rate-limit-store.interface.js';
-
-/** One request of a case: when it arrives (ms on the case's clock), its cost, what it gets. */
-export interface Step {
-  at: number;
-  cost?: number;
-  expect: Partial<Omit<RateLimitDecision, 'policy' | 'limit'>>;
-}
-
-/** A case: one bucket, a sequence of requests at fixed instants. */
-export interface Case {
-  name: string;
-  limit: Limit;
-  steps: Step[];
-}
+import type { Case, Step } from './cases.js';
 
 const tb = (rps: number, burst: number): Limit => ({ algorithm: 'token_bucket', rps, burst });
 
-/**
- * The token bucket at fixed instants. Runs against the pure function, the memory store and
- * the Redis store (test/integration/token-bucket.stores.spec.ts): all must agree.
- */
+/** The token bucket at fixed instants (see `index.ts`). */
 export const TOKEN_BUCKET_CASES: Case[] = [
   {
     name: 'a fresh bucket holds burst tokens and then refuses',

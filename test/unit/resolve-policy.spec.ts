@@ -36,6 +36,15 @@ describe('resolvePolicy', () => {
     expect(resolve({ tokensPerSecond: 4, burst: 8 }).limit).toEqual({ algorithm: 'token_bucket', rps: 4, burst: 8 });
   });
 
+  it.each(['token_bucket', 'leaky_bucket', 'fixed_window', 'sliding_window_log', 'sliding_window_counter', 'gcra'])(
+    'accepts %s, from rps 0.001 to 1e6 and windows up to a day',
+    (algorithm) => {
+      expect(resolve({ algorithm, rps: 0.001, burst: 1 }).limit).toEqual({ algorithm, rps: 0.001, burst: 1 });
+      expect(resolve({ algorithm, rps: 1e6, burst: 1000 }).limit).toEqual({ algorithm, rps: 1e6, burst: 1000 });
+      expect(resolve({ algorithm, limit: 100_000, window: '1d' }).windowSeconds).toBe(86_400);
+    },
+  );
+
   it('reads limit per window as rps = limit / window and burst = limit', () => {
     expect(resolve({ limit: 100, window: '1m', key: 'api-key' })).toMatchObject({
       limit: { rps: 100 / 60, burst: 100 },
@@ -57,7 +66,8 @@ describe('resolvePolicy', () => {
     [{ rps: 1, name: 'a{b}' }, '"name" must be a non-empty string of visible ASCII characters, without braces, got "a{b}"'],
     [{ rps: 1, name: '' }, '"name" must be a non-empty string of visible ASCII characters, without braces, got ""'],
     [{ rps: Infinity }, '"rps" must be a positive number (tokens per second), got Infinity'],
-    [{ algorithm: 'gcra', rps: 1 }, `"algorithm" is not available in this version (available: 'token_bucket'), got "gcra"`],
+    [{ algorithm: 'fixed_window', rps: 1e6, burst: 1 }, '"fixed_window" counts in windows of whole milliseconds, and burst / rps = 1 / 1000000 s is under 1 ms; lower "rps" or raise "burst"'],
+    [{ algorithm: 'sliding_window_log', limit: 10, window: '0.5ms' }, '"sliding_window_log" counts in windows of whole milliseconds, and burst / rps = 10 / 20000 s is under 1 ms; lower "rps" or raise "burst"'],
   ])('refuses %p', (policy, problem) => {
     expect(() => resolve(policy)).toThrow(`Invalid @RateLimit policy on CatsController.find: ${problem}`);
   });

@@ -1,3 +1,7 @@
+import { FIXED_WINDOW_LUA } from './fixed-window.lua.js';
+import { GCRA_LUA } from './gcra.lua.js';
+import { SLIDING_WINDOW_COUNTER_LUA } from './sliding-window-counter.lua.js';
+import { SLIDING_WINDOW_LOG_LUA } from './sliding-window-log.lua.js';
 import { TOKEN_BUCKET_LUA } from './token-bucket.lua.js';
 
 /** Numbers the script returns per request: allowed, remaining, retryMs, resetMs, nextMs, delayMs. */
@@ -6,28 +10,88 @@ export const REPLY_WIDTH = 6;
 const ARGS_PER_REQUEST = 4;
 
 /**
- * One request against all of its policies, in one atomic call: `decideAll` of
- * `algorithms/decide.ts` in Lua. Pass 1 reads every bucket and asks whether it admits the
+ * One request against all of its policies, of any algorithms, in one atomic call: `decideAll`
+ * of `algorithms/decide.ts` in Lua. Pass 1 reads every bucket and asks whether it admits the
  * request; pass 2 charges and writes every bucket only when all of them do.
  *
  * KEYS[i]              bucket key of policy i
  * ARGV[1]              now, integer ms; '' to use Redis TIME (the only clock outside tests)
  * ARGV[2]              '1' to charge when every policy admits, '0' to only look (peek)
- * ARGV[3 + 4(i-1)]     algorithm of policy i ('token_bucket')
+ * ARGV[3 + 4(i-1)]     algorithm of policy i ('token_bucket', 'fixed_window', ...)
  * ARGV[4 + 4(i-1)]     rps, tokens per second, as a decimal string (may be fractional)
  * ARGV[5 + 4(i-1)]     burst, tokens
- * ARGV[6 + 4(i-1)]     cost, tokens
+ * ARGV[6 + 4(i-1)]     cost, tokens (may be fractional)
  *
  * Returns 6 integers per policy: allowed (0/1), remaining (tokens), retryMs (-1: never),
  * resetMs (until full), nextMs (until one more token), delayMs.
+ *
+ * A key expires (PXAT, on the script's clock) when its bucket is full again. Each algorithm is
+ * a Lua table mirroring its pure model; string-valued ones have `decode`/`encode` for one
+ * GET and one SET, the sorted-set log has its own `load` and `add`.
  */
 export const DECIDE_LUA = `
 -- algorithms/conversions.ts durationMs
 local function duration_ms(tokens, rps)
   return math.ceil((tokens * 1000) / rps)
 end
-${TOKEN_BUCKET_LUA}
-local ALGORITHMS = { token_bucket = token_bucket }
+
+-- algorithms/conversions.ts windowMs
+local function window_ms(rps, burst)
+  return math.max(1, math.floor((burst * 1000) / rps + 0.5))
+end
+
+-- the numbers of a stored value '<a>|<b>|...'
+local function fields(raw)
+  local f = {}
+  for part in string.gmatch(raw, '[^|]+') do f[#f + 1] = tonumber(part) end
+  return f
+end
+${TOKEN_BUCKET_LUA}${GCRA_LUA}${FIXED_WINDOW_LUA}${SLIDING_WINDOW_LOG_LUA}${SLIDING_WINDOW_COUNTER_LUA}
+local MODELS = {
+  token_bucket = token_bucket,
+  leaky_bucket = leaky_bucket,
+  fixed_window = fixed_window,
+  sliding_window_log = sliding_window_log,
+  sliding_window_counter = sliding_window_counter,
+  gcra = gcra,
+}
+
+local function load(m, key, now, limit)
+  if m.load then return m.load(key, now, limit) end
+  return m.current(m.decode(redis.call('GET', key)), now, limit)
+end
+
+-- algorithms/decide.ts admitted
+local function admitted(m, s, limit, cost)
+  return cost <= limit.burst and m.wait_ms(s, limit, cost) == 0
+end
+
+-- algorithms/decide.ts report
+local function report(m, s, limit, cost, admits, delay_ms)
+  local remaining = m.remaining(s, limit)
+  local retry_ms = 0
+  if not admits then
+    if cost > limit.burst then retry_ms = -1 else retry_ms = m.wait_ms(s, limit, cost) end
+  end
+  local next_ms = 0
+  if remaining < limit.burst then next_ms = m.wait_ms(s, limit, remaining + 1) end
+  return { admits and 1 or 0, remaining, retry_ms, m.wait_ms(s, limit, limit.burst), next_ms, delay_ms }
+end
+
+-- algorithms/decide.ts ttlMs
+local function ttl_ms(m, s, limit)
+  return math.max(1, m.wait_ms(s, limit, limit.burst))
+end
+
+-- stores a charged state; it expires (on the script's clock) when the bucket is full again
+local function save(m, key, s, limit, now)
+  if m.add then
+    m.add(key, s)
+    redis.call('PEXPIREAT', key, string.format('%d', now + ttl_ms(m, s, limit)))
+  else
+    redis.call('SET', key, m.encode(s), 'PXAT', string.format('%d', now + ttl_ms(m, s, limit)))
+  end
+end
 
 local now
 if ARGV[1] ~= '' then
@@ -38,28 +102,35 @@ else
 end
 local charge = ARGV[2] == '1'
 
+-- algorithms/decide.ts decideAll
 local n = #KEYS
-local models, rps, burst, cost, states, admits = {}, {}, {}, {}, {}, {}
+local models, limits, costs, states, admits, delays = {}, {}, {}, {}, {}, {}
 local allowed = true
 for i = 1, n do
   local base = 2 + (i - 1) * ${ARGS_PER_REQUEST}
-  models[i] = ALGORITHMS[ARGV[base + 1]]
-  rps[i] = tonumber(ARGV[base + 2])
-  burst[i] = tonumber(ARGV[base + 3])
-  cost[i] = tonumber(ARGV[base + 4])
-  states[i] = models[i].current(redis.call('GET', KEYS[i]), now, rps[i], burst[i])
-  admits[i] = models[i].admits(states[i], rps[i], burst[i], cost[i])
+  models[i] = MODELS[ARGV[base + 1]]
+  limits[i] = { rps = tonumber(ARGV[base + 2]), burst = tonumber(ARGV[base + 3]) }
+  costs[i] = tonumber(ARGV[base + 4])
+  states[i] = load(models[i], KEYS[i], now, limits[i])
+  admits[i] = admitted(models[i], states[i], limits[i], costs[i])
   allowed = allowed and admits[i]
+end
+
+for i = 1, n do
+  delays[i] = 0
+  if allowed and models[i].delay_ms then delays[i] = models[i].delay_ms(states[i], limits[i]) end
+end
+
+if allowed and charge then
+  for i = 1, n do
+    states[i] = models[i].charge(states[i], limits[i], costs[i])
+    save(models[i], KEYS[i], states[i], limits[i], now)
+  end
 end
 
 local reply = {}
 for i = 1, n do
-  if allowed and charge then
-    states[i] = models[i].charge(states[i], rps[i], burst[i], cost[i])
-    local ttl = models[i].ttl_ms(states[i], rps[i], burst[i])
-    redis.call('SET', KEYS[i], models[i].encode(states[i]), 'PX', string.format('%d', ttl))
-  end
-  local out = models[i].report(states[i], rps[i], burst[i], cost[i], admits[i])
+  local out = report(models[i], states[i], limits[i], costs[i], admits[i], delays[i])
   for j = 1, ${REPLY_WIDTH} do reply[#reply + 1] = out[j] end
 end
 return reply

@@ -1,0 +1,43 @@
+import type { AlgorithmModel } from './algorithm.types.js';
+import { windowMs } from './conversions.js';
+
+/** A fixed window's stored state. */
+export interface FixedWindowState {
+  /** Start of the window the count belongs to, ms, a multiple of the window. */
+  start: number;
+  /** Tokens taken in that window, 0 <= count <= burst. */
+  count: number;
+  /** The time the state is as of (not stored): `now`, or `start` if the clock went back before it. */
+  now: number;
+}
+
+/**
+ * Fixed window: at most `limit` (= burst) tokens per window of `burst / rps` seconds, the
+ * windows aligned to the clock (`floor(now / window)`). Up to twice the limit can pass across
+ * a window boundary.
+ *
+ * Mirrored line for line by `stores/redis/fixed-window.lua.ts`: change both together.
+ */
+export const fixedWindow: AlgorithmModel<FixedWindowState> = {
+  current(state, now, { rps, burst }) {
+    const w = windowMs(rps, burst);
+    // A clock that goes back into an earlier window stays in the stored one: no fresh quota.
+    const at = state === undefined ? now : Math.max(now, state.start);
+    const start = Math.floor(at / w) * w;
+    const count = state !== undefined && state.start === start ? state.count : 0;
+    return { start, count, now: at };
+  },
+
+  remaining(state, { burst }) {
+    return Math.floor(burst - state.count);
+  },
+
+  waitMs(state, { rps, burst }, need) {
+    // A new window starts empty, and need <= burst, so the window's end always suffices.
+    return state.count + need <= burst ? 0 : state.start + windowMs(rps, burst) - state.now;
+  },
+
+  charge(state, _limit, cost) {
+    return { start: state.start, count: state.count + cost, now: state.now };
+  },
+};

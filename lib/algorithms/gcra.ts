@@ -1,0 +1,47 @@
+import type { AlgorithmModel } from './algorithm.types.js';
+import { durationMs } from './conversions.js';
+
+/** GCRA's stored state: its theoretical arrival time, as `at + backlog / rps`. */
+export interface GcraState {
+  /**
+   * How far the theoretical arrival time (TAT) lies ahead of `at`, in emission intervals
+   * (tokens), 0 <= backlog <= burst. Kept in tokens, not as an absolute TAT in ms, so a burst
+   * at one instant is counted exactly even when the interval `1000 / rps` has no exact binary
+   * form, and rps up to 1e6 keeps full precision next to a 13-digit clock.
+   */
+  backlog: number;
+  /** When `backlog` was last brought up to date, integer ms. Never moves backwards. */
+  at: number;
+}
+
+/**
+ * GCRA (generic cell rate algorithm, virtual scheduling): each request of `cost` pushes the
+ * theoretical arrival time `cost / rps` seconds further; a request passes when that time would
+ * lie no more than `burst / rps` seconds ahead of now. It admits exactly what `token_bucket`
+ * admits (tokens = burst - backlog) and never delays.
+ *
+ * Mirrored line for line by `stores/redis/gcra.lua.ts`: change both together.
+ */
+export const gcra: AlgorithmModel<GcraState> = {
+  current(state, now, { rps }) {
+    if (state === undefined) return { backlog: 0, at: now };
+    // A clock that goes backwards drains nothing, and `at` never moves back.
+    const elapsed = Math.max(0, now - state.at);
+    return {
+      backlog: Math.max(0, state.backlog - (elapsed * rps) / 1000),
+      at: Math.max(state.at, now),
+    };
+  },
+
+  remaining(state, { burst }) {
+    return Math.floor(burst - state.backlog);
+  },
+
+  waitMs(state, { rps, burst }, need) {
+    return state.backlog + need <= burst ? 0 : durationMs(state.backlog + need - burst, rps);
+  },
+
+  charge(state, _limit, cost) {
+    return { backlog: state.backlog + cost, at: state.at };
+  },
+};

@@ -1,0 +1,64 @@
+import type { AlgorithmModel } from './algorithm.types.js';
+import { windowMs } from './conversions.js';
+
+/** A sliding window counter's stored state. */
+export interface SlidingWindowCounterState {
+  /** Start of the current window, ms, a multiple of the window. */
+  start: number;
+  /** Tokens taken in the window before it. */
+  previous: number;
+  /** Tokens taken in the current window. */
+  count: number;
+  /** The time the state is as of (not stored): `now`, or `start` if the clock went back before it. */
+  now: number;
+}
+
+/**
+ * The tokens the counter estimates were taken in the last window, times the window (kept
+ * scaled so whole-token counts stay whole numbers): the previous window's count weighted by
+ * the part of it still inside the sliding window, plus the current count.
+ */
+function usedScaled(state: SlidingWindowCounterState, w: number): number {
+  return state.previous * (w - (state.now - state.start)) + state.count * w;
+}
+
+/**
+ * Sliding window counter: two fixed windows (aligned to the clock) and a weighted estimate of
+ * the last window, `previous * (share of the previous window still inside) + count`. A request
+ * of `cost` passes when the estimate plus `cost` stays within `limit` (= burst). Two numbers
+ * per key instead of a log; how often it decides differently from the exact log is measured
+ * by `scripts/compare-algorithms.ts` (README).
+ *
+ * Mirrored line for line by `stores/redis/sliding-window-counter.lua.ts`: change both together.
+ */
+export const slidingWindowCounter: AlgorithmModel<SlidingWindowCounterState> = {
+  current(state, now, { rps, burst }) {
+    const w = windowMs(rps, burst);
+    // A clock that goes back into an earlier window stays in the stored one: no fresh quota.
+    const at = state === undefined ? now : Math.max(now, state.start);
+    const start = Math.floor(at / w) * w;
+    if (state === undefined) return { start, previous: 0, count: 0, now: at };
+    if (state.start === start) return { start, previous: state.previous, count: state.count, now: at };
+    if (state.start + w === start) return { start, previous: state.count, count: 0, now: at };
+    return { start, previous: 0, count: 0, now: at };
+  },
+
+  remaining(state, { rps, burst }) {
+    const w = windowMs(rps, burst);
+    return Math.max(0, Math.floor((burst * w - usedScaled(state, w)) / w));
+  },
+
+  waitMs(state, { rps, burst }, need) {
+    const w = windowMs(rps, burst);
+    const elapsed = state.now - state.start;
+    if (usedScaled(state, w) + need * w <= burst * w) return 0;
+    // It fits later in this window, once enough of the previous window's weight has slid out...
+    if (state.count + need <= burst) return w - Math.floor(((burst - state.count - need) * w) / state.previous) - elapsed;
+    // ...or only in the next one, once enough of this window's count has.
+    return 2 * w - Math.floor(((burst - need) * w) / state.count) - elapsed;
+  },
+
+  charge(state, _limit, cost) {
+    return { start: state.start, previous: state.previous, count: state.count + cost, now: state.now };
+  },
+};

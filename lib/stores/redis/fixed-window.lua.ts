@@ -1,0 +1,48 @@
+/**
+ * Fixed window in Lua: mirrors `algorithms/fixed-window.ts` function for function, line for
+ * line. Change both together; the table of cases runs against both.
+ *
+ * Stored value (a string): `<start>|<count>`: window start in integer ms, count as `%.17g`.
+ */
+export const FIXED_WINDOW_LUA = `
+local fixed_window = {}
+
+function fixed_window.decode(raw)
+  if not raw then return nil end
+  local f = fields(raw)
+  return { start = f[1], count = f[2] }
+end
+
+function fixed_window.encode(s)
+  return string.format('%d|%.17g', s.start, s.count)
+end
+
+-- fixedWindow.current
+function fixed_window.current(state, now, limit)
+  local w = window_ms(limit.rps, limit.burst)
+  -- a clock that goes back into an earlier window stays in the stored one: no fresh quota
+  local at = now
+  if state ~= nil then at = math.max(now, state.start) end
+  local start = math.floor(at / w) * w
+  local count = 0
+  if state ~= nil and state.start == start then count = state.count end
+  return { start = start, count = count, now = at }
+end
+
+-- fixedWindow.remaining
+function fixed_window.remaining(s, limit)
+  return math.floor(limit.burst - s.count)
+end
+
+-- fixedWindow.waitMs
+function fixed_window.wait_ms(s, limit, need)
+  -- a new window starts empty, and need <= burst, so the window's end always suffices
+  if s.count + need <= limit.burst then return 0 end
+  return s.start + window_ms(limit.rps, limit.burst) - s.now
+end
+
+-- fixedWindow.charge
+function fixed_window.charge(s, limit, cost)
+  return { start = s.start, count = s.count + cost, now = s.now }
+end
+`;

@@ -1,0 +1,57 @@
+/**
+ * GCRA and the leaky bucket in Lua: mirror `algorithms/gcra.ts` and
+ * `algorithms/leaky-bucket.ts` function for function, line for line. Change them together;
+ * the tables of cases run against both.
+ *
+ * Stored value (a string): `<backlog>|<at>`: backlog in tokens as `%.17g` (so the double
+ * round-trips exactly), `at` in integer ms.
+ */
+export const GCRA_LUA = `
+local gcra = {}
+
+function gcra.decode(raw)
+  if not raw then return nil end
+  local f = fields(raw)
+  return { backlog = f[1], at = f[2] }
+end
+
+function gcra.encode(s)
+  return string.format('%.17g|%d', s.backlog, s.at)
+end
+
+-- gcra.current
+function gcra.current(state, now, limit)
+  if state == nil then return { backlog = 0, at = now } end
+  -- a clock that goes backwards drains nothing, and at never moves back
+  local elapsed = math.max(0, now - state.at)
+  return {
+    backlog = math.max(0, state.backlog - (elapsed * limit.rps) / 1000),
+    at = math.max(state.at, now),
+  }
+end
+
+-- gcra.remaining
+function gcra.remaining(s, limit)
+  return math.floor(limit.burst - s.backlog)
+end
+
+-- gcra.waitMs
+function gcra.wait_ms(s, limit, need)
+  if s.backlog + need <= limit.burst then return 0 end
+  return duration_ms(s.backlog + need - limit.burst, limit.rps)
+end
+
+-- gcra.charge
+function gcra.charge(s, limit, cost)
+  return { backlog = s.backlog + cost, at = s.at }
+end
+
+-- leakyBucket: gcra plus the wait in the queue
+local leaky_bucket = setmetatable({}, { __index = gcra })
+
+-- leakyBucket.delayMs
+function leaky_bucket.delay_ms(s, limit)
+  -- s is the queue before this request joins it: it leaves once those ahead have
+  return duration_ms(s.backlog, limit.rps)
+end
+`;

@@ -1,0 +1,129 @@
+import { randomUUID } from 'node:crypto';
+import type { Redis } from 'ioredis';
+import { ALGORITHMS, type Algorithm, type Limit } from '../../lib/algorithms/algorithm.types.js';
+import { bucketKey } from '../../lib/keys/bucket-key.js';
+import { MemoryStore } from '../../lib/stores/memory.store.js';
+import type { RateLimitRequest, RateLimitStore } from '../../lib/stores/rate-limit-store.interface.js';
+import { RedisStore } from '../../lib/stores/redis/redis.store.js';
+import { CASE_EPOCH, CASES, limitOf, longestTtlMs } from '../cases/index.js';
+import { connectTestRedis } from '../redis/test-redis.js';
+
+/** A store whose clock the test sets (ms after `CASE_EPOCH`) before each step. */
+interface Clocked {
+  store: RateLimitStore;
+  setNow(at: number): void;
+}
+
+let redis: Redis;
+const prefix = `rl-test-${randomUUID()}:`;
+/** Every Redis key a table charged: its limit and when (test clock, ms) it was last written. */
+const written = new Map<string, { limit: Limit; at: number }>();
+
+beforeAll(async () => {
+  redis = await connectTestRedis();
+});
+afterAll(async () => {
+  await redis.quit();
+});
+
+function clocked(make: (clock: () => number) => RateLimitStore): () => Clocked {
+  return () => {
+    let now = CASE_EPOCH;
+    return { store: make(() => now), setNow: (at) => (now = CASE_EPOCH + at) };
+  };
+}
+
+const stores: Array<[string, () => Clocked]> = [
+  ['MemoryStore', clocked((clock) => new MemoryStore({ clock }))],
+  ['RedisStore (real Redis)', clocked((clock) => new RedisStore({ client: redis, clock }))],
+];
+
+const request = (name: string, limit: Limit, identity: string, cost = 1): RateLimitRequest => ({
+  key: bucketKey(prefix, name, limit.algorithm, identity),
+  policy: name,
+  limit,
+  cost,
+});
+
+describe.each(stores)('%s', (storeName, makeStore) => {
+  describe.each(CASES)('%s table', (_algorithm, cases) => {
+    it.each(cases)('$name', async ({ name, limit, steps }) => {
+      const { store, setNow } = makeStore();
+      const req = request('case', limit, `${storeName}:${name}`);
+      for (const [step, { at, cost = 1, expect: expected }] of steps.entries()) {
+        setNow(at);
+        const [decision] = await store.consume([{ ...req, cost }]);
+        expect({ step, ...decision }).toMatchObject({ step, ...expected });
+        if (decision.allowed && store instanceof RedisStore) written.set(req.key, { limit, at: CASE_EPOCH + at });
+      }
+    });
+  });
+
+  describe.each(ALGORITHMS.map((a) => [a]))('all-or-nothing with a tight %s per-key policy', (tightAlgorithm) => {
+    it.each(ALGORITHMS.map((a) => [a]))('leaves a loose %s per-IP policy uncharged when it refuses', async (looseAlgorithm) => {
+      const { store, setNow } = makeStore();
+      setNow(1_000);
+      const id = randomUUID();
+      const tight = request('tight', limitOf(tightAlgorithm, 1, 2), `api-key:${id}`);
+      const loose = request('loose', limitOf(looseAlgorithm, 100, 1000), `ip:${id}`);
+      const consume = async () => (await store.consume([tight, loose])).map((d) => [d.allowed, d.remaining]);
+      expect(await consume()).toEqual([[true, 1], [true, 999]]);
+      expect(await consume()).toEqual([[true, 0], [true, 998]]);
+      // refused by the tight policy: the loose one keeps its 998
+      expect(await consume()).toEqual([[false, 0], [true, 998]]);
+      expect(await consume()).toEqual([[false, 0], [true, 998]]);
+      expect((await store.peek([loose]))[0].remaining).toBe(998);
+      if (store instanceof RedisStore) {
+        for (const key of [tight.key, loose.key]) {
+          if (key.includes(':swl:')) expect(await redis.zcard(key)).toBe(2); // no entry for a refused request
+        }
+      }
+    });
+  });
+
+  it.each(ALGORITHMS.map((a) => [a]))('%s: peeks without charging and resets to full', async (algorithm) => {
+    const { store, setNow } = makeStore();
+    setNow(0);
+    const req = request('peek', limitOf(algorithm, 1, 3), randomUUID(), 2);
+    await store.consume([req]);
+    expect((await store.peek([req]))[0]).toMatchObject({ allowed: false, remaining: 1 });
+    expect((await store.peek([req]))[0].remaining).toBe(1);
+    await store.reset([req.key]);
+    expect((await store.peek([req]))[0]).toMatchObject({ allowed: true, remaining: 3 });
+  });
+});
+
+describe('RedisStore keys', () => {
+  it('every key a table wrote expires no later than the time from empty to full', async () => {
+    expect(written.size).toBeGreaterThan(CASES.length);
+    for (const [key, { limit, at }] of written) {
+      const lives = (await redis.pexpiretime(key)) - at;
+      expect({ key, lives: lives > 0 && lives <= longestTtlMs(limit) }).toEqual({ key, lives: true });
+    }
+  });
+
+  it.each<[Algorithm, number, number]>([
+    ['token_bucket', 1_500, 2_000], // 20 of 50 tokens back at 10/s
+    ['gcra', 1_500, 2_000],
+    ['leaky_bucket', 1_500, 2_000],
+    ['fixed_window', 0, 5_000], // until the 5 s window ends
+    ['sliding_window_log', 4_500, 5_000], // until the entries leave the window
+    ['sliding_window_counter', 5_000, 10_000], // until this window's count has slid out of the next
+  ])('%s: sets the TTL to the time until full, on the real clock', async (algorithm, least, most) => {
+    const store = new RedisStore({ client: redis });
+    const req = request('ttl', limitOf(algorithm, 10, 50), randomUUID(), 20);
+    await store.consume([req]);
+    const ttl = await redis.pttl(req.key);
+    expect(ttl).toBeGreaterThan(least);
+    expect(ttl).toBeLessThanOrEqual(most);
+  });
+
+  it('uses Redis TIME when no test clock is given, and reloads the script after SCRIPT FLUSH', async () => {
+    const store = new RedisStore({ client: redis });
+    const req = request('flush', limitOf('token_bucket', 1, 2), randomUUID());
+    expect((await store.consume([req]))[0]).toMatchObject({ allowed: true, remaining: 1 });
+    await redis.script('FLUSH');
+    expect((await store.consume([req]))[0]).toMatchObject({ allowed: true, remaining: 0 });
+    expect((await store.consume([req]))[0]).toMatchObject({ allowed: false, remaining: 0, retryAfter: 1 });
+  });
+});

@@ -1,0 +1,76 @@
+import { ALGORITHMS, type Limit } from '../../lib/algorithms/algorithm.types.js';
+import { decideAll, MODELS, ttlMs } from '../../lib/algorithms/decide.js';
+import { tokenBucket } from '../../lib/algorithms/token-bucket.js';
+import { toDecision } from '../../lib/stores/decision.js';
+import { CASE_EPOCH, CASES, limitOf, longestTtlMs } from '../cases/index.js';
+
+describe.each(CASES)('%s (pure, fixed instants)', (_algorithm, cases) => {
+  describe.each(cases)('$name', ({ limit, steps }) => {
+    it('decides every step as the table says', () => {
+      let state: unknown;
+      steps.forEach(({ at, cost = 1, expect: expected }, step) => {
+        const verdict = decideAll([{ state, limit, cost }], CASE_EPOCH + at, true);
+        if (verdict.allowed) state = verdict.next[0];
+        const decision = toDecision({ key: 'k', policy: 'p', limit, cost }, verdict.outcomes[0]);
+        expect({ step, ...decision }).toMatchObject({ step, ...expected });
+      });
+    });
+  });
+});
+
+describe.each(ALGORITHMS.map((algorithm) => [algorithm]))('%s (pure)', (algorithm) => {
+  const tight = limitOf(algorithm, 1, 2);
+  const loose = limitOf('token_bucket', 100, 100);
+
+  it('charges no policy when one refuses, and every policy when all admit', () => {
+    let states: unknown[] = [undefined, undefined];
+    const request = () => {
+      const verdict = decideAll([{ state: states[0], limit: tight, cost: 1 }, { state: states[1], limit: loose, cost: 1 }], CASE_EPOCH, true);
+      if (verdict.allowed) states = verdict.next;
+      return verdict.outcomes.map((o) => [o.allowed, o.remaining]);
+    };
+    expect(request()).toEqual([[true, 1], [true, 99]]);
+    expect(request()).toEqual([[true, 0], [true, 98]]);
+    expect(request()).toEqual([[false, 0], [true, 98]]);
+    expect(request()).toEqual([[false, 0], [true, 98]]);
+  });
+
+  it('only looks when not charging', () => {
+    const verdict = decideAll([{ state: undefined, limit: tight, cost: 2 }], CASE_EPOCH, false);
+    expect(verdict.outcomes[0]).toMatchObject({ allowed: true, remaining: 2 });
+    expect(decideAll([{ state: verdict.next[0], limit: tight, cost: 2 }], CASE_EPOCH, true).allowed).toBe(true);
+  });
+
+  it('keeps remaining within [0, burst] and its TTL within the time to full, whatever the clock does', () => {
+    const limit: Limit = limitOf(algorithm, 3, 4);
+    const model = MODELS[algorithm];
+    let state: unknown;
+    for (const at of [1_000, 900, 5_000, 4_000, 5_001, 0, 5_001, 5_002, 9_000, 2_000]) {
+      const verdict = decideAll([{ state, limit, cost: 1 }], CASE_EPOCH + at, true);
+      if (verdict.allowed) {
+        state = verdict.next[0];
+        const ttl = ttlMs(model, state, limit);
+        expect(ttl).toBeGreaterThanOrEqual(1);
+        expect(ttl).toBeLessThanOrEqual(longestTtlMs(limit));
+      }
+      expect(verdict.outcomes[0].remaining).toBeGreaterThanOrEqual(0);
+      expect(verdict.outcomes[0].remaining).toBeLessThanOrEqual(limit.burst);
+    }
+  });
+});
+
+describe('tokenBucket', () => {
+  it('never lets `at` move backwards', () => {
+    const limit = limitOf('token_bucket', 3, 4);
+    let state = tokenBucket.current(undefined, 1_000, limit);
+    for (const now of [900, 5_000, 4_000, 5_001, 0]) state = tokenBucket.current(state, now, limit);
+    expect(state.at).toBe(5_001);
+  });
+
+  it('lives until full again', () => {
+    const limit = limitOf('token_bucket', 10, 50);
+    expect(ttlMs(tokenBucket, { tokens: 0, at: 0 }, limit)).toBe(5_000);
+    expect(ttlMs(tokenBucket, { tokens: 49.5, at: 0 }, limit)).toBe(50);
+    expect(ttlMs(tokenBucket, { tokens: 50, at: 0 }, limit)).toBe(1);
+  });
+});
