@@ -21,9 +21,10 @@ const DECIMAL = /^\d{1,15}(\.\d{1,15})?$/;
 /**
  * Applies the route's policies to each HTTP request: works out the identity and cost of every
  * policy, asks the store for one all-or-nothing decision, sets the rate-limit headers through
- * the HTTP adapter (Express and Fastify alike), then lets the request through or throws
- * `RateLimitExceededException` (429). Registered globally by `RateLimitModule` unless
- * `guard: false`; then use it as `@UseGuards(RateLimitGuard)`.
+ * the HTTP adapter (Express and Fastify alike), then lets the request through (after its turn
+ * in the queue, for a `leaky_bucket`) or throws `RateLimitExceededException` (429).
+ * Registered globally by `RateLimitModule` unless `guard: false`; then use it as
+ * `@UseGuards(RateLimitGuard)`.
  *
  * Its steps are `protected` so an app can subclass it (e.g. to key by tenant) instead of forking.
  *
@@ -58,8 +59,13 @@ export class RateLimitGuard implements CanActivate {
     }
 
     this.setHeaders(response, policies, decisions);
+    if (this.options.mode === 'shadow') return true;
     const refused = refusing(decisions);
-    if (refused === undefined || this.options.mode === 'shadow') return true;
+    if (refused === undefined) {
+      // a leaky_bucket admits a request for its turn in the queue: wait until then
+      await this.limiter.wait(decisions);
+      return true;
+    }
     if (Number.isFinite(refused.retryAfter)) this.setHeader(response, 'Retry-After', String(refused.retryAfter));
     throw new RateLimitExceededException(refused, requests[decisions.indexOf(refused)].cost);
   }

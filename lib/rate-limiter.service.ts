@@ -9,6 +9,7 @@ import { MemoryStore } from './stores/memory.store.js';
 import { RateLimitStoreError } from './stores/rate-limit-store.error.js';
 import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from './stores/rate-limit-store.interface.js';
 import { DeadlineQueue } from './utils/deadline-queue.js';
+import { WakeQueue } from './utils/wake-queue.js';
 
 /**
  * The engine behind the guard, for code outside it: consume, peek and reset buckets by
@@ -26,6 +27,7 @@ import { DeadlineQueue } from './utils/deadline-queue.js';
 export class RateLimiterService implements OnApplicationShutdown {
   private readonly store: RateLimitStore;
   private readonly deadlines: DeadlineQueue;
+  private readonly sleepers = new WakeQueue();
   private readonly resolved = new WeakMap<RateLimitPolicy, ResolvedPolicy>();
   private local: MemoryStore | undefined;
 
@@ -52,6 +54,17 @@ export class RateLimiterService implements OnApplicationShutdown {
   }
 
   /**
+   * Waits out the longest `delay` of admitted decisions: a `leaky_bucket` request proceeds
+   * only when its turn in the queue comes. The guard does this itself; code that calls
+   * `consume` does it with this. One timer serves every waiting request.
+   */
+  async wait(decisions: readonly RateLimitDecision[]): Promise<void> {
+    let delay = 0;
+    for (const decision of decisions) if (decision.allowed) delay = Math.max(delay, decision.delay);
+    await this.sleepers.wait(delay * 1000);
+  }
+
+  /**
    * Decides store requests (built by the guard or by `consume`/`peek`) within the timeout.
    *
    * @throws RateLimitStoreError when the store fails or is too slow and failMode is not 'local'
@@ -71,6 +84,7 @@ export class RateLimiterService implements OnApplicationShutdown {
 
   async onApplicationShutdown(): Promise<void> {
     this.deadlines.close();
+    this.sleepers.close();
     await this.local?.close();
     const { store, client } = this.options.owned;
     await store?.close?.();

@@ -1,0 +1,78 @@
+import { randomUUID } from 'node:crypto';
+import { Controller, Get, Module } from '@nestjs/common';
+import type { Redis } from 'ioredis';
+import { MemoryStore, RateLimit, RateLimitModule, type RateLimitStore, RedisStore } from '../../lib/index.js';
+import { connectTestRedis } from '../redis/test-redis.js';
+import { ADAPTERS, read, startApp, type TestApp } from './app.js';
+
+/** When each admitted request reached the handler, `performance.now()`. */
+const served: number[] = [];
+
+@Controller('jobs')
+class JobsController {
+  @RateLimit({ algorithm: 'leaky_bucket', rps: 10, burst: 5, key: 'api-key' })
+  @Get()
+  submit() {
+    served.push(performance.now());
+    return { queued: true };
+  }
+}
+
+let redis: Redis;
+beforeAll(async () => {
+  redis = await connectTestRedis();
+});
+afterAll(async () => {
+  await redis.quit();
+});
+
+const prefix = `rl-e2e-leaky-${randomUUID()}:`;
+const stores: Array<[string, () => RateLimitStore]> = [
+  ['memory store', () => new MemoryStore()],
+  ['Redis store', () => new RedisStore({ client: redis })],
+];
+
+describe.each(ADAPTERS)('leaky_bucket on %s', (adapter) => {
+  describe.each(stores)('with the %s, on the real clock', (_storeName, makeStore) => {
+    let http: TestApp;
+    beforeAll(async () => {
+      @Module({ imports: [RateLimitModule.forRoot({ store: makeStore(), prefix })], controllers: [JobsController] })
+      class AppModule {}
+      http = await startApp(AppModule, adapter);
+    });
+    afterAll(() => http.close());
+
+    it('rps 10, burst 5, 12 requests at once: the accepted leave about 100 ms apart, the rest get 429 at once', async () => {
+      served.length = 0;
+      const apiKey = `key-${randomUUID()}`;
+      const sent = performance.now();
+      const responses = await Promise.all(
+        Array.from({ length: 12 }, () =>
+          http.get('/jobs', { 'x-api-key': apiKey }).then(async (response) => ({ ...(await read(response)), after: performance.now() - sent })),
+        ),
+      );
+
+      const accepted = responses.filter((r) => r.status === 200);
+      const refused = responses.filter((r) => r.status === 429);
+      expect(accepted.length + refused.length).toBe(12);
+      // the queue holds 5; one more fits for each 100 ms the 12 requests take to arrive
+      expect(accepted.length).toBeGreaterThanOrEqual(5);
+      expect(accepted.length).toBeLessThanOrEqual(6);
+
+      // leaving at exactly rps: consecutive handler runs ~100 ms apart (timer and scheduling noise allowed)
+      const gaps = served.slice(1).map((at, i) => at - served[i]);
+      for (const gap of gaps) {
+        expect(gap).toBeGreaterThan(70);
+        expect(gap).toBeLessThan(160);
+      }
+      // the wait is bounded by burst / rps = 500 ms
+      expect(served[served.length - 1] - served[0]).toBeLessThan(650);
+
+      // the refused ones are answered at once, long before the queue has drained
+      for (const response of refused) {
+        expect(response.after).toBeLessThan(served[1] - sent);
+        expect(response.headers['retry-after']).toBe('1');
+      }
+    });
+  });
+});
