@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { Controller, Get, Module } from '@nestjs/common';
 import type { Redis } from 'ioredis';
 import { MemoryStore, RateLimit, RateLimitModule, type RateLimitStore, RedisStore } from '../../lib/index.js';
+import { CASE_EPOCH } from '../cases/cases.js';
 import { connectTestRedis, ttlsUnder } from '../redis/test-redis.js';
 import { ADAPTERS, read, startApp, type TestApp } from './app.js';
 
@@ -23,6 +24,8 @@ afterAll(async () => {
 });
 
 const prefix = `rl-e2e-worked-${randomUUID()}:`;
+/** Keys written on the pinned clock, which Redis expires at that clock's time plus the TTL. */
+const pinnedPrefix = `rl-e2e-worked-pinned-${randomUUID()}:`;
 /** A clock the test moves; `undefined` means the store's real clock (Date.now, Redis TIME). */
 let pinned: number | undefined;
 const clock = () => pinned ?? Date.now();
@@ -38,7 +41,7 @@ describe.each(ADAPTERS)("the seeds' worked example on %s", (adapter) => {
   describe.each(stores)('with the %s', (storeName, makeStore) => {
     const apps: TestApp[] = [];
     const start = async (pin: boolean) => {
-      @Module({ imports: [RateLimitModule.forRoot({ store: makeStore(pin), prefix })], controllers: [OrdersController] })
+      @Module({ imports: [RateLimitModule.forRoot({ store: makeStore(pin), prefix: pin ? pinnedPrefix : prefix })], controllers: [OrdersController] })
       class AppModule {}
       const http = await startApp(AppModule, adapter);
       apps.push(http);
@@ -49,7 +52,7 @@ describe.each(ADAPTERS)("the seeds' worked example on %s", (adapter) => {
     it('rps 10, burst 50, clock pinned: of 60 requests at once exactly 50 pass; one second later exactly 10 more', async () => {
       const http = await start(true);
       const apiKey = `key-${randomUUID()}`;
-      pinned = 1_767_225_600_000;
+      pinned = CASE_EPOCH;
       const burst = await burstOf(http, apiKey, 60);
 
       const passed = burst.filter((r) => r.status === 200);
@@ -102,9 +105,17 @@ describe.each(ADAPTERS)("the seeds' worked example on %s", (adapter) => {
 });
 
 describe('Redis keys after the worked example', () => {
-  it('every key has a TTL no longer than the time to refill fully (5 s)', async () => {
+  it('every key expires no later than the time to refill fully (5 s)', async () => {
     const ttls = await ttlsUnder(redis, prefix);
     expect(ttls.size).toBeGreaterThan(0);
     for (const [key, ttl] of ttls) expect({ key, ttl: ttl > 0 && ttl <= 5_000 }).toEqual({ key, ttl: true });
+
+    const pinnedKeys = [...(await ttlsUnder(redis, pinnedPrefix)).keys()];
+    expect(pinnedKeys.length).toBeGreaterThan(0);
+    for (const key of pinnedKeys) {
+      // last written at the pinned clock's CASE_EPOCH + 1 s
+      const lives = (await redis.pexpiretime(key)) - (CASE_EPOCH + 1_000);
+      expect({ key, lives: lives > 0 && lives <= 5_000 }).toEqual({ key, lives: true });
+    }
   });
 });

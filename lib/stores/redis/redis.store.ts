@@ -12,7 +12,9 @@ export interface RedisStoreOptions {
   client: Redis | Cluster;
   /**
    * Tests only: a clock (integer ms) sent with every call instead of using Redis `TIME`.
-   * In production, leave it unset so every instance shares Redis's one clock.
+   * Keys still expire on Redis's own clock, at this clock's time plus their TTL, so a test
+   * clock must not lie in the past. In production, leave it unset so every instance shares
+   * Redis's one clock.
    */
   clock?: () => number;
 }
@@ -22,8 +24,8 @@ type DecideCommand = (numKeys: number, ...args: string[]) => Promise<number[]>;
 /**
  * Buckets in Redis, shared by every instance of the app: one atomic Lua script call per
  * request, covering all of its policies (EVALSHA through ioredis `defineCommand`, which
- * reloads the script after NOSCRIPT), with Redis `TIME` as the clock. Every key gets a TTL no
- * longer than the time its bucket takes to be full again.
+ * reloads the script after NOSCRIPT), with Redis `TIME` as the clock. Every key expires when its
+ * bucket is full again (or its window has passed), no later.
  *
  * @example new RedisStore({ client: new Redis(process.env.REDIS_URL) })
  */
