@@ -26,4 +26,15 @@ export class ApiController {
   report(@Headers('x-request-weight') weight?: string): { queued: true; weight: string | null } {
     return { queued: true, weight: weight ?? null };
   }
+
+  /**
+   * Exports run on a slow backend that handles 2 a second. A leaky bucket queues a burst instead
+   * of refusing it: up to 10 exports wait their turn (5 s at most) and reach the handler 2 a
+   * second; an 11th at once gets 429.
+   */
+  @Post('exports')
+  @RateLimit({ name: 'exports', algorithm: 'leaky_bucket', rps: 2, burst: 10 })
+  export(): { started: true } {
+    return { started: true };
+  }
 }

@@ -1,5 +1,6 @@
 import { Logger, Module } from '@nestjs/common';
 import { RateLimitModule, type RateLimitModuleOptions } from 'nestjs-ratelimit';
+import { AccountController } from './account.controller.js';
 import { ApiController } from './api.controller.js';
 import { CatalogController } from './catalog.controller.js';
 import { HealthController } from './health.controller.js';
@@ -27,6 +28,6 @@ export function rateLimitOptions(): RateLimitModuleOptions {
 
 @Module({
   imports: [RateLimitModule.forRootAsync({ useFactory: rateLimitOptions })],
-  controllers: [HealthController, CatalogController, ApiController],
+  controllers: [HealthController, CatalogController, ApiController, AccountController],
 })
 export class AppModule {}

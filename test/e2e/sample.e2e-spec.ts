@@ -181,4 +181,28 @@ describe.each(stores)('sample app, %s', (_name, redisUrl, storeType) => {
     expect(tooHeavyEver.headers.get('retry-after')).toBeNull();
     expect(tooHeavyEver.body).toMatchObject({ policy: 'reports', retryAfter: null });
   });
+
+  it('queues a burst of exports and lets them through 2 a second (leaky bucket)', async () => {
+    const headers = { 'x-api-key': apiKey('exports') };
+    const sent = performance.now();
+    const done = await Promise.all(
+      Array.from({ length: 3 }, () => call('/api/exports', { method: 'POST', headers }).then((reply) => ({ reply, after: performance.now() - sent }))),
+    );
+    expect(done.map(({ reply }) => reply.status)).toEqual([201, 201, 201]);
+    // the third leaves two places (2 x 500 ms) after the first; allow for a noisy machine
+    const after = done.map(({ after }) => after).sort((a, b) => a - b);
+    expect(after[2] - after[0]).toBeGreaterThan(800);
+    expect(after[2] - after[0]).toBeLessThan(1_500);
+  });
+
+  it('allows exactly 5 sign-in attempts per IP in 15 minutes (sliding window log)', async () => {
+    const attempts: Reply[] = [];
+    for (let i = 0; i < 6; i++) attempts.push(await call('/account/login', { method: 'POST' }));
+    expect(attempts.map((reply) => reply.status)).toEqual([200, 200, 200, 200, 200, 429]);
+    expect(attempts[5].body).toMatchObject({ policy: 'login' });
+    // the first attempt leaves the window 15 minutes after it was made
+    const retryAfter = Number(attempts[5].headers.get('retry-after'));
+    expect(retryAfter).toBeGreaterThan(14 * 60);
+    expect(retryAfter).toBeLessThanOrEqual(15 * 60);
+  });
 });
