@@ -45,6 +45,16 @@ export interface Outcome {
   delayMs: number;
 }
 
+/** What every algorithm's state has: the time it is as of. */
+export interface Held {
+  /**
+   * Integer ms: `now`, or a later time the state holds on to when the clock went back (it never
+   * moves backwards, so a clock going back adds no quota). Times the model reports, and the
+   * key's expiry, count from here.
+   */
+  at: number;
+}
+
 /**
  * An algorithm as a set of pure functions of its stored state. No I/O and no clock reads:
  * `now` is always a parameter (integer milliseconds). A store decides a request against
@@ -52,7 +62,7 @@ export interface Outcome {
  * nothing from any bucket. Each model is mirrored function for function by a Lua script in
  * `stores/redis/`, so the memory and Redis stores decide alike.
  */
-export interface AlgorithmModel<State> {
+export interface AlgorithmModel<State extends Held> {
   /** The state as of `now` (refilled or expired, clock-safe). `undefined` is a key never seen or expired. */
   current(state: State | undefined, now: number, limit: Limit): State;
   /** Whole tokens free in `state`, 0 to `burst`. */

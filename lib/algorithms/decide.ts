@@ -1,4 +1,4 @@
-import type { Algorithm, AlgorithmModel, Limit, Outcome } from './algorithm.types.js';
+import type { Algorithm, AlgorithmModel, Held, Limit, Outcome } from './algorithm.types.js';
 import { fixedWindow } from './fixed-window.js';
 import { gcra } from './gcra.js';
 import { leakyBucket } from './leaky-bucket.js';
@@ -17,19 +17,19 @@ export const MODELS: { readonly [A in Algorithm]: AlgorithmModel<any> } = {
 };
 
 /** The algorithm's model; policies are validated at start, so an unknown name is a bug. */
-export function modelOf(limit: Limit): AlgorithmModel<unknown> {
+export function modelOf(limit: Limit): AlgorithmModel<Held> {
   return MODELS[limit.algorithm];
 }
 
 /** One policy's part of a request: its stored state, its limit and the cost. */
-export interface Entry<State = unknown> {
+export interface Entry<State extends Held = Held> {
   state: State | undefined;
   limit: Limit;
   cost: number;
 }
 
 /** What a request does to every policy's state, and what each policy reports. */
-export interface Verdict<State = unknown> {
+export interface Verdict<State extends Held = Held> {
   /** True when every policy admits the request. */
   allowed: boolean;
   outcomes: Outcome[];
@@ -56,12 +56,12 @@ export function decideAll(entries: readonly Entry[], now: number, charge: boolea
 }
 
 /** Whether `cost` fits in `state` now; a cost above burst never does. */
-function admitted<S>(model: AlgorithmModel<S>, state: S, limit: Limit, cost: number): boolean {
+function admitted<S extends Held>(model: AlgorithmModel<S>, state: S, limit: Limit, cost: number): boolean {
   return cost <= limit.burst && model.waitMs(state, limit, cost) === 0;
 }
 
 /** The verdict `state` (charged or not) gives, every time derived from `waitMs`. */
-function report<S>(model: AlgorithmModel<S>, state: S, { limit, cost }: Entry, admits: boolean, delayMs: number): Outcome {
+function report<S extends Held>(model: AlgorithmModel<S>, state: S, { limit, cost }: Entry, admits: boolean, delayMs: number): Outcome {
   const remaining = model.remaining(state, limit);
   return {
     allowed: admits,
@@ -74,9 +74,11 @@ function report<S>(model: AlgorithmModel<S>, state: S, { limit, cost }: Entry, a
 }
 
 /**
- * How long a charged state must be stored, ms: until the bucket is full again, when it is the
- * same as an absent key. Never longer, so every key's TTL stays within the time to full.
+ * When a charged state can be dropped, ms on the clock: once the bucket is full again, when it is
+ * the same as an absent key, counted from the state's own time (later than `now` when the clock
+ * went back, so such a key does not expire early). Never later, so every key's TTL stays within
+ * the time from empty to full.
  */
-export function ttlMs<S>(model: AlgorithmModel<S>, state: S, limit: Limit): number {
-  return Math.max(1, model.waitMs(state, limit, limit.burst));
+export function expiresAt<S extends Held>(model: AlgorithmModel<S>, state: S, limit: Limit): number {
+  return state.at + Math.max(1, model.waitMs(state, limit, limit.burst));
 }

@@ -8,7 +8,7 @@ export interface FixedWindowState {
   /** Tokens taken in that window, 0 <= count <= burst. */
   count: number;
   /** The time the state is as of (not stored): `now`, or `start` if the clock went back before it. */
-  now: number;
+  at: number;
 }
 
 /**
@@ -25,7 +25,7 @@ export const fixedWindow: AlgorithmModel<FixedWindowState> = {
     const at = state === undefined ? now : Math.max(now, state.start);
     const start = Math.floor(at / w) * w;
     const count = state !== undefined && state.start === start ? state.count : 0;
-    return { start, count, now: at };
+    return { start, count, at };
   },
 
   remaining(state, { burst }) {
@@ -34,10 +34,10 @@ export const fixedWindow: AlgorithmModel<FixedWindowState> = {
 
   waitMs(state, { rps, burst }, need) {
     // A new window starts empty, and need <= burst, so the window's end always suffices.
-    return state.count + need <= burst ? 0 : state.start + windowMs(rps, burst) - state.now;
+    return state.count + need <= burst ? 0 : state.start + windowMs(rps, burst) - state.at;
   },
 
   charge(state, _limit, cost) {
-    return { start: state.start, count: state.count + cost, now: state.now };
+    return { start: state.start, count: state.count + cost, at: state.at };
   },
 };

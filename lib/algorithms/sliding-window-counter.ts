@@ -10,7 +10,7 @@ export interface SlidingWindowCounterState {
   /** Tokens taken in the current window. */
   count: number;
   /** The time the state is as of (not stored): `now`, or `start` if the clock went back before it. */
-  now: number;
+  at: number;
 }
 
 /**
@@ -19,7 +19,7 @@ export interface SlidingWindowCounterState {
  * the part of it still inside the sliding window, plus the current count.
  */
 function usedScaled(state: SlidingWindowCounterState, w: number): number {
-  return state.previous * (w - (state.now - state.start)) + state.count * w;
+  return state.previous * (w - (state.at - state.start)) + state.count * w;
 }
 
 /**
@@ -37,10 +37,10 @@ export const slidingWindowCounter: AlgorithmModel<SlidingWindowCounterState> = {
     // A clock that goes back into an earlier window stays in the stored one: no fresh quota.
     const at = state === undefined ? now : Math.max(now, state.start);
     const start = Math.floor(at / w) * w;
-    if (state === undefined) return { start, previous: 0, count: 0, now: at };
-    if (state.start === start) return { start, previous: state.previous, count: state.count, now: at };
-    if (state.start + w === start) return { start, previous: state.count, count: 0, now: at };
-    return { start, previous: 0, count: 0, now: at };
+    if (state === undefined) return { start, previous: 0, count: 0, at };
+    if (state.start === start) return { start, previous: state.previous, count: state.count, at };
+    if (state.start + w === start) return { start, previous: state.count, count: 0, at };
+    return { start, previous: 0, count: 0, at };
   },
 
   remaining(state, { rps, burst }) {
@@ -50,7 +50,7 @@ export const slidingWindowCounter: AlgorithmModel<SlidingWindowCounterState> = {
 
   waitMs(state, { rps, burst }, need) {
     const w = windowMs(rps, burst);
-    const elapsed = state.now - state.start;
+    const elapsed = state.at - state.start;
     if (usedScaled(state, w) + need * w <= burst * w) return 0;
     // It fits later in this window, once enough of the previous window's weight has slid out...
     if (state.count + need <= burst) return w - Math.floor(((burst - state.count - need) * w) / state.previous) - elapsed;
@@ -59,6 +59,6 @@ export const slidingWindowCounter: AlgorithmModel<SlidingWindowCounterState> = {
   },
 
   charge(state, _limit, cost) {
-    return { start: state.start, previous: state.previous, count: state.count + cost, now: state.now };
+    return { start: state.start, previous: state.previous, count: state.count + cost, at: state.at };
   },
 };

@@ -6,7 +6,7 @@ export interface SlidingWindowLogState {
   /** When each token was taken, ms, oldest first; at most `burst` entries. */
   times: readonly number[];
   /** The time the state is as of (not stored): `now`, or the newest entry if the clock went back before it. */
-  now: number;
+  at: number;
 }
 
 /** Entries a request of `cost` adds: one per token, a fractional cost rounded up. */
@@ -31,7 +31,7 @@ export const slidingWindowLog: AlgorithmModel<SlidingWindowLogState> = {
     const cutoff = at - windowMs(rps, burst);
     let expired = 0;
     while (expired < times.length && times[expired] <= cutoff) expired++;
-    return { times: expired === 0 ? times : times.slice(expired), now: at };
+    return { times: expired === 0 ? times : times.slice(expired), at };
   },
 
   remaining(state, { burst }) {
@@ -41,11 +41,11 @@ export const slidingWindowLog: AlgorithmModel<SlidingWindowLogState> = {
   waitMs(state, { rps, burst }, need) {
     // The request fits once the k oldest entries have left the window.
     const k = state.times.length + logEntries(need) - burst;
-    return k <= 0 ? 0 : state.times[k - 1] + windowMs(rps, burst) - state.now;
+    return k <= 0 ? 0 : state.times[k - 1] + windowMs(rps, burst) - state.at;
   },
 
   charge(state, _limit, cost) {
-    const added: number[] = new Array<number>(logEntries(cost)).fill(state.now);
-    return { times: state.times.concat(added), now: state.now };
+    const added: number[] = new Array<number>(logEntries(cost)).fill(state.at);
+    return { times: state.times.concat(added), at: state.at };
   },
 };

@@ -1,4 +1,5 @@
-import { decideAll, modelOf, ttlMs } from '../algorithms/decide.js';
+import { decideAll, expiresAt, modelOf } from '../algorithms/decide.js';
+import type { Held } from '../algorithms/algorithm.types.js';
 import { toDecision } from './decision.js';
 import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from './rate-limit-store.interface.js';
 
@@ -9,7 +10,7 @@ export interface MemoryStoreOptions {
 }
 
 interface Bucket {
-  state: unknown;
+  state: Held;
   /** When the state is the same as an absent key (full again), ms on `clock`. */
   expiresAt: number;
 }
@@ -71,15 +72,14 @@ export class MemoryStore implements RateLimitStore {
     if (verdict.allowed && charge) {
       requests.forEach((request, i) => {
         const state = verdict.next[i];
-        const expiresAt = now + ttlMs(modelOf(request.limit), state, request.limit);
-        this.buckets.set(request.key, { state, expiresAt });
+        this.buckets.set(request.key, { state, expiresAt: expiresAt(modelOf(request.limit), state, request.limit) });
       });
       this.sweepSome(now);
     }
     return verdict.outcomes.map((outcome, i) => toDecision(requests[i], outcome));
   }
 
-  private read(key: string, now: number): unknown {
+  private read(key: string, now: number): Held | undefined {
     const bucket = this.buckets.get(key);
     if (bucket === undefined) return undefined;
     if (bucket.expiresAt <= now) {

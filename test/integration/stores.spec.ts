@@ -18,7 +18,7 @@ interface Clocked {
 
 let redis: Redis;
 const prefix = `rl-test-${randomUUID()}:`;
-/** Every Redis key a test charged: its limit and when (test clock, ms) it was last written. */
+/** Every Redis key a test charged: its limit and the latest time (test clock, ms) it was charged. */
 const written = new Map<string, { limit: Limit; at: number }>();
 
 beforeAll(async () => {
@@ -35,7 +35,8 @@ function clocked(make: (clock: () => number) => RateLimitStore): () => Clocked {
     const consume = async (requests: RateLimitRequest[]) => {
       const decisions = await store.consume(requests);
       if (store instanceof RedisStore && decisions.every((d) => d.allowed)) {
-        for (const { key, limit } of requests) written.set(key, { limit, at: now });
+        // the latest time a key has seen: the models count its expiry from there, clock gone back or not
+        for (const { key, limit } of requests) written.set(key, { limit, at: Math.max(now, written.get(key)?.at ?? 0) });
       }
       return decisions;
     };

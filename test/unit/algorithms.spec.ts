@@ -1,5 +1,5 @@
-import { ALGORITHMS, type Limit } from '../../lib/algorithms/algorithm.types.js';
-import { decideAll, MODELS, ttlMs } from '../../lib/algorithms/decide.js';
+import { ALGORITHMS, type Held, type Limit } from '../../lib/algorithms/algorithm.types.js';
+import { decideAll, expiresAt, MODELS } from '../../lib/algorithms/decide.js';
 import { tokenBucket } from '../../lib/algorithms/token-bucket.js';
 import { toDecision } from '../../lib/stores/decision.js';
 import { CASE_EPOCH, CASES, limitOf, longestTtlMs } from '../cases/index.js';
@@ -7,7 +7,7 @@ import { CASE_EPOCH, CASES, limitOf, longestTtlMs } from '../cases/index.js';
 describe.each(CASES)('%s (pure, fixed instants)', (_algorithm, cases) => {
   describe.each(cases)('$name', ({ limit, steps }) => {
     it('decides every step as the table says', () => {
-      let state: unknown;
+      let state: Held | undefined;
       steps.forEach(({ at, cost = 1, expect: expected }, step) => {
         const verdict = decideAll([{ state, limit, cost }], CASE_EPOCH + at, true);
         if (verdict.allowed) state = verdict.next[0];
@@ -23,7 +23,7 @@ describe.each(ALGORITHMS.map((algorithm) => [algorithm]))('%s (pure)', (algorith
   const loose = limitOf('token_bucket', 100, 100);
 
   it('charges no policy when one refuses, and every policy when all admit', () => {
-    let states: unknown[] = [undefined, undefined];
+    let states: Array<Held | undefined> = [undefined, undefined];
     const request = () => {
       const verdict = decideAll([{ state: states[0], limit: tight, cost: 1 }, { state: states[1], limit: loose, cost: 1 }], CASE_EPOCH, true);
       if (verdict.allowed) states = verdict.next;
@@ -41,17 +41,20 @@ describe.each(ALGORITHMS.map((algorithm) => [algorithm]))('%s (pure)', (algorith
     expect(decideAll([{ state: verdict.next[0], limit: tight, cost: 2 }], CASE_EPOCH, true).allowed).toBe(true);
   });
 
-  it('keeps remaining within [0, burst] and its TTL within the time to full, whatever the clock does', () => {
+  it('keeps remaining within [0, burst] and the key within the time from empty to full, whatever the clock does', () => {
     const limit: Limit = limitOf(algorithm, 3, 4);
     const model = MODELS[algorithm];
-    let state: unknown;
+    let state: Held | undefined;
+    let latest = 0;
     for (const at of [1_000, 900, 5_000, 4_000, 5_001, 0, 5_001, 5_002, 9_000, 2_000]) {
       const verdict = decideAll([{ state, limit, cost: 1 }], CASE_EPOCH + at, true);
       if (verdict.allowed) {
         state = verdict.next[0];
-        const ttl = ttlMs(model, state, limit);
-        expect(ttl).toBeGreaterThanOrEqual(1);
-        expect(ttl).toBeLessThanOrEqual(longestTtlMs(limit));
+        latest = Math.max(latest, CASE_EPOCH + at);
+        // counted from the latest time the key has seen, which a clock gone back does not undo
+        const lives = expiresAt(model, state, limit) - latest;
+        expect(lives).toBeGreaterThanOrEqual(1);
+        expect(lives).toBeLessThanOrEqual(longestTtlMs(limit));
       }
       expect(verdict.outcomes[0].remaining).toBeGreaterThanOrEqual(0);
       expect(verdict.outcomes[0].remaining).toBeLessThanOrEqual(limit.burst);
@@ -69,8 +72,8 @@ describe('tokenBucket', () => {
 
   it('lives until full again', () => {
     const limit = limitOf('token_bucket', 10, 50);
-    expect(ttlMs(tokenBucket, { tokens: 0, at: 0 }, limit)).toBe(5_000);
-    expect(ttlMs(tokenBucket, { tokens: 49.5, at: 0 }, limit)).toBe(50);
-    expect(ttlMs(tokenBucket, { tokens: 50, at: 0 }, limit)).toBe(1);
+    expect(expiresAt(tokenBucket, { tokens: 0, at: 0 }, limit)).toBe(5_000);
+    expect(expiresAt(tokenBucket, { tokens: 49.5, at: 0 }, limit)).toBe(50);
+    expect(expiresAt(tokenBucket, { tokens: 50, at: 0 }, limit)).toBe(1);
   });
 });

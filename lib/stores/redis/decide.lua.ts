@@ -78,18 +78,18 @@ local function report(m, s, limit, cost, admits, delay_ms)
   return { admits and 1 or 0, remaining, retry_ms, m.wait_ms(s, limit, limit.burst), next_ms, delay_ms }
 end
 
--- algorithms/decide.ts ttlMs
-local function ttl_ms(m, s, limit)
-  return math.max(1, m.wait_ms(s, limit, limit.burst))
+-- algorithms/decide.ts expiresAt
+local function expires_at(m, s, limit)
+  return s.at + math.max(1, m.wait_ms(s, limit, limit.burst))
 end
 
--- stores a charged state; it expires (on the script's clock) when the bucket is full again
-local function save(m, key, s, limit, now)
+-- stores a charged state, to expire (on the script's clock) when the bucket is full again
+local function save(m, key, s, limit)
   if m.add then
     m.add(key, s)
-    redis.call('PEXPIREAT', key, string.format('%d', now + ttl_ms(m, s, limit)))
+    redis.call('PEXPIREAT', key, string.format('%d', expires_at(m, s, limit)))
   else
-    redis.call('SET', key, m.encode(s), 'PXAT', string.format('%d', now + ttl_ms(m, s, limit)))
+    redis.call('SET', key, m.encode(s), 'PXAT', string.format('%d', expires_at(m, s, limit)))
   end
 end
 
@@ -124,7 +124,7 @@ end
 if allowed and charge then
   for i = 1, n do
     states[i] = models[i].charge(states[i], limits[i], costs[i])
-    save(models[i], KEYS[i], states[i], limits[i], now)
+    save(models[i], KEYS[i], states[i], limits[i])
   end
 end
 

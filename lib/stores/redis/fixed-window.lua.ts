@@ -26,7 +26,7 @@ function fixed_window.current(state, now, limit)
   local start = math.floor(at / w) * w
   local count = 0
   if state ~= nil and state.start == start then count = state.count end
-  return { start = start, count = count, now = at }
+  return { start = start, count = count, at = at }
 end
 
 -- fixedWindow.remaining
@@ -38,11 +38,11 @@ end
 function fixed_window.wait_ms(s, limit, need)
   -- a new window starts empty, and need <= burst, so the window's end always suffices
   if s.count + need <= limit.burst then return 0 end
-  return s.start + window_ms(limit.rps, limit.burst) - s.now
+  return s.start + window_ms(limit.rps, limit.burst) - s.at
 end
 
 -- fixedWindow.charge
 function fixed_window.charge(s, limit, cost)
-  return { start = s.start, count = s.count + cost, now = s.now }
+  return { start = s.start, count = s.count + cost, at = s.at }
 end
 `;

@@ -20,7 +20,7 @@ end
 
 -- usedScaled
 local function used_scaled(s, w)
-  return s.previous * (w - (s.now - s.start)) + s.count * w
+  return s.previous * (w - (s.at - s.start)) + s.count * w
 end
 
 -- slidingWindowCounter.current
@@ -30,10 +30,10 @@ function sliding_window_counter.current(state, now, limit)
   local at = now
   if state ~= nil then at = math.max(now, state.start) end
   local start = math.floor(at / w) * w
-  if state == nil then return { start = start, previous = 0, count = 0, now = at } end
-  if state.start == start then return { start = start, previous = state.previous, count = state.count, now = at } end
-  if state.start + w == start then return { start = start, previous = state.count, count = 0, now = at } end
-  return { start = start, previous = 0, count = 0, now = at }
+  if state == nil then return { start = start, previous = 0, count = 0, at = at } end
+  if state.start == start then return { start = start, previous = state.previous, count = state.count, at = at } end
+  if state.start + w == start then return { start = start, previous = state.count, count = 0, at = at } end
+  return { start = start, previous = 0, count = 0, at = at }
 end
 
 -- slidingWindowCounter.remaining
@@ -46,7 +46,7 @@ end
 function sliding_window_counter.wait_ms(s, limit, need)
   local w = window_ms(limit.rps, limit.burst)
   local burst = limit.burst
-  local elapsed = s.now - s.start
+  local elapsed = s.at - s.start
   if used_scaled(s, w) + need * w <= burst * w then return 0 end
   -- it fits later in this window, once enough of the previous window's weight has slid out...
   if s.count + need <= burst then return w - math.floor(((burst - s.count - need) * w) / s.previous) - elapsed end
@@ -56,6 +56,6 @@ end
 
 -- slidingWindowCounter.charge
 function sliding_window_counter.charge(s, limit, cost)
-  return { start = s.start, previous = s.previous, count = s.count + cost, now = s.now }
+  return { start = s.start, previous = s.previous, count = s.count + cost, at = s.at }
 end
 `;

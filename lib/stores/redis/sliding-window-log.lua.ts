@@ -4,8 +4,9 @@
  *
  * Stored as a sorted set, one member per token, scored by the time it was taken (integer ms).
  * Members are `<time>:<n>`, n counting the entries at that time, so they stay unique. Where the
- * pure model holds the entries in `times`, the state here holds the key and their count, and
- * reads the set when it needs an entry.
+ * pure model holds the live entries in `times`, the state here holds the key, how many expired
+ * entries come first in the set and how many live ones follow, and reads the set when it needs
+ * an entry.
  */
 export const SLIDING_WINDOW_LOG_LUA = `
 local sliding_window_log = {}
@@ -21,9 +22,11 @@ function sliding_window_log.load(key, now, limit)
   -- a clock that goes back before the newest entry expires nothing and logs at that entry
   local at = now
   if newest then at = math.max(now, tonumber(newest)) end
-  local cutoff = at - window_ms(limit.rps, limit.burst)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', cutoff))
-  return { key = key, count = redis.call('ZCARD', key), now = at, added = 0 }
+  local cutoff = string.format('%d', at - window_ms(limit.rps, limit.burst))
+  -- expired entries are skipped here, and dropped only by add: a refused request (or a peek)
+  -- leaves the set as it was, as the pure model stores nothing for it
+  local expired = redis.call('ZCOUNT', key, '-inf', cutoff)
+  return { key = key, count = redis.call('ZCARD', key) - expired, expired = expired, cutoff = cutoff, at = at, added = 0 }
 end
 
 -- slidingWindowLog.remaining
@@ -36,18 +39,22 @@ function sliding_window_log.wait_ms(s, limit, need)
   -- the request fits once the k oldest entries have left the window
   local k = s.count + log_entries(need) - limit.burst
   if k <= 0 then return 0 end
-  local entry = redis.call('ZRANGE', s.key, k - 1, k - 1, 'WITHSCORES')
-  return tonumber(entry[2]) + window_ms(limit.rps, limit.burst) - s.now
+  local rank = s.expired + k - 1
+  local entry = redis.call('ZRANGE', s.key, rank, rank, 'WITHSCORES')
+  return tonumber(entry[2]) + window_ms(limit.rps, limit.burst) - s.at
 end
 
--- slidingWindowLog.charge (the entries are added by save)
+-- slidingWindowLog.charge (add writes the entries)
 function sliding_window_log.charge(s, limit, cost)
-  return { key = s.key, count = s.count + log_entries(cost), now = s.now, added = log_entries(cost) }
+  local n = log_entries(cost)
+  return { key = s.key, count = s.count + n, expired = s.expired, cutoff = s.cutoff, at = s.at, added = n }
 end
 
--- writes the entries charge took (the script then sets the key's expiry)
+-- drops the expired entries and writes those charge took (the script then sets the expiry)
 function sliding_window_log.add(key, s)
-  local at = string.format('%d', s.now)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', s.cutoff)
+  s.expired = 0
+  local at = string.format('%d', s.at)
   local n = redis.call('ZCOUNT', key, at, at)
   local args = {}
   for j = 1, s.added do
