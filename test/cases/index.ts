@@ -1,5 +1,10 @@
 import type { Algorithm } from '../../lib/algorithms/algorithm.types.js';
 import type { Case } from './cases.js';
+import { FIXED_WINDOW_CASES } from './fixed-window.cases.js';
+import { GCRA_CASES } from './gcra.cases.js';
+import { LEAKY_BUCKET_CASES } from './leaky-bucket.cases.js';
+import { SLIDING_WINDOW_COUNTER_CASES } from './sliding-window-counter.cases.js';
+import { SLIDING_WINDOW_LOG_CASES } from './sliding-window-log.cases.js';
 import { TOKEN_BUCKET_CASES } from './token-bucket.cases.js';
 
 export * from './cases.js';
@@ -11,4 +16,9 @@ export * from './cases.js';
  */
 export const CASES: ReadonlyArray<readonly [Algorithm, readonly Case[]]> = [
   ['token_bucket', TOKEN_BUCKET_CASES],
+  ['leaky_bucket', LEAKY_BUCKET_CASES],
+  ['fixed_window', FIXED_WINDOW_CASES],
+  ['sliding_window_log', SLIDING_WINDOW_LOG_CASES],
+  ['sliding_window_counter', SLIDING_WINDOW_COUNTER_CASES],
+  ['gcra', GCRA_CASES],
 ];

@@ -1,0 +1,134 @@
+import type { Limit } from '../../lib/algorithms/algorithm.types.js';
+import type { Case } from './cases.js';
+
+const fw = (rps: number, burst: number): Limit => ({ algorithm: 'fixed_window', rps, burst });
+
+/** 100000 tokens a day (a window of 86400 s). */
+const PER_DAY = 100_000 / 86_400;
+
+/**
+ * The fixed window at fixed instants (see `index.ts`). Windows are aligned to the clock, and
+ * `at: 0` starts one; a refused request waits until its window ends, and so does one more
+ * token (`resetAfter`) and a full window (`fullAfter`).
+ */
+export const FIXED_WINDOW_CASES: Case[] = [
+  {
+    name: 'a fresh window admits the limit and then refuses until it ends',
+    // 3 per 3 s window
+    limit: fw(1, 3),
+    steps: [
+      { at: 0, expect: { allowed: true, remaining: 2, retryAfter: 0, resetAfter: 3, fullAfter: 3, delay: 0 } },
+      { at: 1_000, expect: { allowed: true, remaining: 1, resetAfter: 2, fullAfter: 2 } },
+      { at: 2_000, expect: { allowed: true, remaining: 0, resetAfter: 1, fullAfter: 1 } },
+      { at: 2_000, expect: { allowed: false, remaining: 0, retryAfter: 1, resetAfter: 1, fullAfter: 1 } },
+      // 1 ms before the window ends
+      { at: 2_999, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
+      { at: 3_000, expect: { allowed: true, remaining: 2, resetAfter: 3, fullAfter: 3 } },
+    ],
+  },
+  {
+    name: 'windows are aligned to the clock, not to the first request',
+    // 10 per 10 s window
+    limit: fw(1, 10),
+    steps: [
+      // the window [0 s, 10 s) ends 2.5 s later
+      { at: 7_500, expect: { allowed: true, remaining: 9, resetAfter: 3, fullAfter: 3 } },
+      { at: 9_999, cost: 9, expect: { allowed: true, remaining: 0, resetAfter: 1, fullAfter: 1 } },
+      { at: 9_999, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
+      { at: 10_000, expect: { allowed: true, remaining: 9, resetAfter: 10, fullAfter: 10 } },
+      // 2.501 s left of [10 s, 20 s)
+      { at: 17_499, expect: { allowed: true, remaining: 8, resetAfter: 3 } },
+    ],
+  },
+  {
+    name: 'twice the limit passes across a window boundary',
+    // 10 per 5 s window
+    limit: fw(2, 10),
+    steps: [
+      { at: 4_999, cost: 10, expect: { allowed: true, remaining: 0, fullAfter: 1 } },
+      { at: 4_999, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
+      // 1 ms later a new window: 20 tokens within 2 ms
+      { at: 5_000, cost: 10, expect: { allowed: true, remaining: 0, fullAfter: 5 } },
+      // 4.999 s to the end of [5 s, 10 s)
+      { at: 5_001, expect: { allowed: false, remaining: 0, retryAfter: 5 } },
+    ],
+  },
+  {
+    name: 'a cost above what is left is refused and takes nothing',
+    limit: fw(1, 10),
+    steps: [
+      { at: 0, cost: 8, expect: { allowed: true, remaining: 2, fullAfter: 10 } },
+      { at: 1_000, cost: 3, expect: { allowed: false, remaining: 2, retryAfter: 9 } },
+      { at: 1_000, cost: 2, expect: { allowed: true, remaining: 0 } },
+      { at: 9_500, cost: 3, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
+      { at: 10_000, cost: 3, expect: { allowed: true, remaining: 7 } },
+    ],
+  },
+  {
+    name: 'a cost above the limit can never pass and takes nothing',
+    // 5 per 1 s window
+    limit: fw(5, 5),
+    steps: [
+      { at: 0, cost: 6, expect: { allowed: false, remaining: 5, retryAfter: Infinity, resetAfter: 0, fullAfter: 0 } },
+      { at: 0, cost: 5, expect: { allowed: true, remaining: 0, fullAfter: 1 } },
+      { at: 500, cost: 6, expect: { allowed: false, remaining: 0, retryAfter: Infinity, resetAfter: 1 } },
+    ],
+  },
+  {
+    name: 'a clock that goes back into an earlier window stays in the stored one',
+    // 2 per 2 s window
+    limit: fw(1, 2),
+    steps: [
+      { at: 10_000, cost: 2, expect: { allowed: true, remaining: 0, fullAfter: 2 } },
+      // held at the start of [10 s, 12 s): its end is 2 s away
+      { at: 9_000, expect: { allowed: false, remaining: 0, retryAfter: 2 } },
+      { at: 1_000, expect: { allowed: false, remaining: 0 } },
+      { at: 11_999, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
+      { at: 12_000, expect: { allowed: true, remaining: 1 } },
+      // back into [10 s, 12 s), which was full: counted in [12 s, 14 s) instead
+      { at: 11_000, expect: { allowed: true, remaining: 0 } },
+      { at: 12_500, expect: { allowed: false, remaining: 0, retryAfter: 2 } },
+      // [12 s, 14 s) holds 2 until it ends, whenever the clock was when they were taken
+      { at: 13_500, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
+    ],
+  },
+  {
+    name: 'fractional rps with fractional costs',
+    // 3 per 3 / 0.3 = 10 s window
+    limit: fw(0.3, 3),
+    steps: [
+      { at: 0, cost: 1.5, expect: { allowed: true, remaining: 1, resetAfter: 10, fullAfter: 10 } },
+      // 2.5 taken: half a token left, shown as 0
+      { at: 0, cost: 1, expect: { allowed: true, remaining: 0 } },
+      { at: 0, cost: 1, expect: { allowed: false, remaining: 0, retryAfter: 10 } },
+      { at: 0, cost: 0.5, expect: { allowed: true, remaining: 0 } },
+      { at: 9_000, cost: 0.5, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
+      { at: 10_000, cost: 0.5, expect: { allowed: true, remaining: 2 } },
+    ],
+  },
+  {
+    name: '100000 a day',
+    limit: fw(PER_DAY, 100_000),
+    steps: [
+      { at: 0, cost: 99_999, expect: { allowed: true, remaining: 1, resetAfter: 86_400, fullAfter: 86_400 } },
+      // noon
+      { at: 43_200_000, expect: { allowed: true, remaining: 0, resetAfter: 43_200, fullAfter: 43_200 } },
+      { at: 43_200_000, expect: { allowed: false, remaining: 0, retryAfter: 43_200 } },
+      { at: 86_399_999, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
+      // the next day
+      { at: 86_400_000, cost: 100_000, expect: { allowed: true, remaining: 0, fullAfter: 86_400 } },
+    ],
+  },
+  {
+    name: 'a very high rps: windows of 1 ms',
+    // 1000 / 1e6 s = 1 ms
+    limit: fw(1_000_000, 1_000),
+    steps: [
+      { at: 0, cost: 1_000, expect: { allowed: true, remaining: 0, resetAfter: 1, fullAfter: 1 } },
+      { at: 0, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
+      { at: 1, cost: 1_000, expect: { allowed: true, remaining: 0 } },
+      { at: 1, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
+      { at: 2, expect: { allowed: true, remaining: 999 } },
+    ],
+  },
+];

@@ -1,0 +1,151 @@
+import type { Limit } from '../../lib/algorithms/algorithm.types.js';
+import type { Case } from './cases.js';
+
+const swl = (rps: number, burst: number): Limit => ({ algorithm: 'sliding_window_log', rps, burst });
+
+/** 100000 tokens a day (a window of 86400 s). */
+const PER_DAY = 100_000 / 86_400;
+
+/**
+ * The sliding window log at fixed instants (see `index.ts`): one entry per token (a fractional
+ * cost rounded up), an entry of time e leaving the window at e + W. A request that needs k
+ * entries more than the limit allows waits until the k-th oldest leaves; one more token
+ * (`resetAfter`) waits for the oldest, a full window (`fullAfter`) for the newest.
+ */
+export const SLIDING_WINDOW_LOG_CASES: Case[] = [
+  {
+    name: 'a fresh log admits the limit and then refuses until the oldest entry leaves',
+    // 3 per 3 s window
+    limit: swl(1, 3),
+    steps: [
+      { at: 0, expect: { allowed: true, remaining: 2, retryAfter: 0, resetAfter: 3, fullAfter: 3, delay: 0 } },
+      // the oldest (0 s) leaves at 3 s, the newest (1 s) at 4 s
+      { at: 1_000, expect: { allowed: true, remaining: 1, resetAfter: 2, fullAfter: 3 } },
+      { at: 2_000, expect: { allowed: true, remaining: 0, resetAfter: 1, fullAfter: 3 } },
+      { at: 2_000, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
+      // the entry of 0 s leaves at exactly 3 s; the next to leave is 1 s's, at 4 s
+      { at: 3_000, expect: { allowed: true, remaining: 0, resetAfter: 1, fullAfter: 3 } },
+      { at: 3_999, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
+      { at: 4_000, expect: { allowed: true, remaining: 0 } },
+    ],
+  },
+  {
+    name: 'a refused request waits for the k-th oldest entry and adds none',
+    // 10 per 10 s window
+    limit: swl(1, 10),
+    steps: [
+      { at: 0, cost: 4, expect: { allowed: true, remaining: 6 } },
+      // 4 entries of 0 s leave at 10 s, 6 of 3 s at 13 s
+      { at: 3_000, cost: 6, expect: { allowed: true, remaining: 0, resetAfter: 7, fullAfter: 10 } },
+      { at: 5_000, expect: { allowed: false, remaining: 0, retryAfter: 5 } },
+      // the 5th oldest is of 3 s: it leaves at 13 s
+      { at: 5_000, cost: 5, expect: { allowed: false, remaining: 0, retryAfter: 8 } },
+      // the 4th oldest (0 s) leaves in 1 ms
+      { at: 9_999, cost: 4, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
+      // only the 4 entries of 0 s have left: none from the refusals at 5 s and 9.999 s
+      { at: 10_000, cost: 4, expect: { allowed: true, remaining: 0, resetAfter: 3, fullAfter: 10 } },
+      { at: 13_000, expect: { allowed: true, remaining: 5 } },
+    ],
+  },
+  {
+    name: 'a cost above what is left is refused and takes nothing',
+    limit: swl(1, 5),
+    steps: [
+      { at: 0, cost: 3, expect: { allowed: true, remaining: 2, resetAfter: 5, fullAfter: 5 } },
+      // one entry too many: the oldest (0 s) leaves at 5 s
+      { at: 1_000, cost: 3, expect: { allowed: false, remaining: 2, retryAfter: 4 } },
+      { at: 1_000, cost: 2, expect: { allowed: true, remaining: 0 } },
+      // the 3 entries of 0 s have left; the 2 of 1 s have not
+      { at: 5_000, cost: 3, expect: { allowed: true, remaining: 0 } },
+      { at: 5_000, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
+    ],
+  },
+  {
+    name: 'a cost above the limit can never pass and takes nothing',
+    // 5 per 1 s window
+    limit: swl(5, 5),
+    steps: [
+      { at: 0, cost: 6, expect: { allowed: false, remaining: 5, retryAfter: Infinity, resetAfter: 0, fullAfter: 0 } },
+      { at: 0, cost: 5, expect: { allowed: true, remaining: 0, fullAfter: 1 } },
+      { at: 999, cost: 6, expect: { allowed: false, remaining: 0, retryAfter: Infinity, resetAfter: 1 } },
+      { at: 1_000, cost: 5, expect: { allowed: true, remaining: 0 } },
+    ],
+  },
+  {
+    name: 'a clock that goes back before the newest entry logs at that entry',
+    limit: swl(1, 3),
+    steps: [
+      { at: 10_000, expect: { allowed: true, remaining: 2 } },
+      // logged at 10 s, not 5 s: it leaves at 13 s
+      { at: 5_000, expect: { allowed: true, remaining: 1, resetAfter: 3, fullAfter: 3 } },
+      // an entry of 5 s would have left by now
+      { at: 12_999, expect: { allowed: true, remaining: 0 } },
+      // held at 12.999 s: the oldest leaves in 1 ms
+      { at: 1_000, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
+      { at: 13_000, expect: { allowed: true, remaining: 1 } },
+    ],
+  },
+  {
+    name: 'a refused request leaves the log as it was, even for a clock that then goes back',
+    // 2 per 2 s window
+    limit: swl(1, 2),
+    steps: [
+      { at: 10_000, expect: { allowed: true, remaining: 1 } },
+      { at: 11_000, expect: { allowed: true, remaining: 0 } },
+      // the entry of 10 s has left; the one of 11 s leaves at 13 s
+      { at: 12_000, cost: 2, expect: { allowed: false, remaining: 1, retryAfter: 1 } },
+      // after the newest entry, so not held: both entries are within the window (9.5 s, 11.5 s]
+      { at: 11_500, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
+    ],
+  },
+  {
+    name: 'fractional rps with fractional costs: each takes a whole entry',
+    // 2 per 2 / 0.25 = 8 s window
+    limit: swl(0.25, 2),
+    steps: [
+      { at: 0, cost: 0.5, expect: { allowed: true, remaining: 1, resetAfter: 8, fullAfter: 8 } },
+      // two half tokens use the whole limit
+      { at: 0, cost: 0.5, expect: { allowed: true, remaining: 0 } },
+      { at: 4_000, cost: 0.5, expect: { allowed: false, remaining: 0, retryAfter: 4 } },
+      // 1.5 takes two entries
+      { at: 8_000, cost: 1.5, expect: { allowed: true, remaining: 0 } },
+      { at: 8_000, cost: 0.25, expect: { allowed: false, remaining: 0, retryAfter: 8 } },
+    ],
+  },
+  {
+    name: '100000 a day',
+    limit: swl(PER_DAY, 100_000),
+    steps: [
+      { at: 0, cost: 60_000, expect: { allowed: true, remaining: 40_000, resetAfter: 86_400, fullAfter: 86_400 } },
+      // noon: the entries of midnight leave in half a day, these a day from now
+      { at: 43_200_000, cost: 40_000, expect: { allowed: true, remaining: 0, resetAfter: 43_200, fullAfter: 86_400 } },
+      { at: 43_200_000, expect: { allowed: false, remaining: 0, retryAfter: 43_200 } },
+      // a day later, the 60000 of midnight have left, the 40000 of noon have not
+      { at: 86_400_000, cost: 60_000, expect: { allowed: true, remaining: 0, resetAfter: 43_200 } },
+      { at: 86_400_000, expect: { allowed: false, remaining: 0, retryAfter: 43_200 } },
+    ],
+  },
+  {
+    name: 'a very high rps: a window of 1 ms',
+    // 1000 / 1e6 s = 1 ms
+    limit: swl(1_000_000, 1_000),
+    steps: [
+      { at: 0, cost: 1_000, expect: { allowed: true, remaining: 0, resetAfter: 1, fullAfter: 1 } },
+      { at: 0, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
+      { at: 1, expect: { allowed: true, remaining: 999 } },
+      { at: 1, cost: 999, expect: { allowed: true, remaining: 0 } },
+      { at: 1, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
+    ],
+  },
+  {
+    name: 'no burst of twice the limit across a window boundary (unlike the fixed window)',
+    // 10 per 5 s window
+    limit: swl(2, 10),
+    steps: [
+      { at: 4_999, cost: 10, expect: { allowed: true, remaining: 0 } },
+      // where a fixed window would start afresh, the 10 entries of 4.999 s stay until 9.999 s
+      { at: 5_000, cost: 10, expect: { allowed: false, remaining: 0, retryAfter: 5 } },
+      { at: 9_999, cost: 10, expect: { allowed: true, remaining: 0 } },
+    ],
+  },
+];
