@@ -27,8 +27,11 @@ export const gcra: AlgorithmModel<GcraState> = {
     if (state === undefined) return { backlog: 0, at: now };
     // A clock that goes backwards drains nothing, and `at` never moves back.
     const elapsed = Math.max(0, now - state.at);
+    // Empty once the whole ms its key expires after have passed, even where elapsed * rps / 1000
+    // falls a rounding step short, so the state then is exactly an absent key's.
+    const drained = elapsed >= durationMs(state.backlog, rps);
     return {
-      backlog: Math.max(0, state.backlog - (elapsed * rps) / 1000),
+      backlog: drained ? 0 : Math.max(0, state.backlog - (elapsed * rps) / 1000),
       at: Math.max(state.at, now),
     };
   },
@@ -38,7 +41,9 @@ export const gcra: AlgorithmModel<GcraState> = {
   },
 
   waitMs(state, { rps, burst }, need) {
-    return state.backlog + need <= burst ? 0 : durationMs(state.backlog + need - burst, rps);
+    // Until the backlog has drained to what leaves room for `need` (for `burst`: to 0, exactly).
+    const room = burst - need;
+    return state.backlog <= room ? 0 : durationMs(state.backlog - room, rps);
   },
 
   charge(state, _limit, cost) {

@@ -14,12 +14,11 @@ export interface SlidingWindowCounterState {
 }
 
 /**
- * The tokens the counter estimates were taken in the last window, times the window (kept
- * scaled so whole-token counts stay whole numbers): the previous window's count weighted by
- * the part of it still inside the sliding window, plus the current count.
+ * The previous window's count weighted by the part of it still inside the sliding window, times
+ * the window (kept scaled so whole-token counts stay whole numbers).
  */
-function usedScaled(state: SlidingWindowCounterState, w: number): number {
-  return state.previous * (w - (state.at - state.start)) + state.count * w;
+function previousScaled(state: SlidingWindowCounterState, w: number): number {
+  return state.previous * (w - (state.at - state.start));
 }
 
 /**
@@ -45,16 +44,20 @@ export const slidingWindowCounter: AlgorithmModel<SlidingWindowCounterState> = {
 
   remaining(state, { rps, burst }) {
     const w = windowMs(rps, burst);
-    return Math.max(0, Math.floor((burst * w - usedScaled(state, w)) / w));
+    return Math.max(0, Math.floor(((burst - state.count) * w - previousScaled(state, w)) / w));
   },
 
   waitMs(state, { rps, burst }, need) {
     const w = windowMs(rps, burst);
     const elapsed = state.at - state.start;
-    if (usedScaled(state, w) + need * w <= burst * w) return 0;
-    // It fits later in this window, once enough of the previous window's weight has slid out...
-    if (state.count + need <= burst) return w - Math.floor(((burst - state.count - need) * w) / state.previous) - elapsed;
-    // ...or only in the next one, once enough of this window's count has.
+    // What this window's count leaves for the previous window's weight.
+    const room = burst - state.count - need;
+    if (room >= 0) {
+      if (previousScaled(state, w) <= room * w) return 0;
+      // It fits later in this window, once enough of the previous window's weight (> 0) has slid out...
+      return Math.max(1, w - Math.floor((room * w) / state.previous) - elapsed);
+    }
+    // ...or only in the next one, once enough of this window's count (> burst - need >= 0) has.
     return 2 * w - Math.floor(((burst - need) * w) / state.count) - elapsed;
   },
 

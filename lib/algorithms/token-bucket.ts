@@ -23,8 +23,11 @@ export const tokenBucket: AlgorithmModel<TokenBucketState> = {
     // A clock that goes backwards adds nothing, and `at` never moves back, so the time
     // between the earlier `at` and `now` cannot be counted twice when the clock returns.
     const elapsed = Math.max(0, now - state.at);
+    // Full once the whole ms its key expires after have passed, even where elapsed * rps / 1000
+    // falls a rounding step short, so the state then is exactly an absent key's.
+    const full = elapsed >= durationMs(burst - state.tokens, rps);
     return {
-      tokens: Math.min(burst, state.tokens + (elapsed * rps) / 1000),
+      tokens: full ? burst : Math.min(burst, state.tokens + (elapsed * rps) / 1000),
       at: Math.max(state.at, now),
     };
   },

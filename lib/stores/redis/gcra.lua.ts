@@ -24,10 +24,10 @@ function gcra.current(state, now, limit)
   if state == nil then return { backlog = 0, at = now } end
   -- a clock that goes backwards drains nothing, and at never moves back
   local elapsed = math.max(0, now - state.at)
-  return {
-    backlog = math.max(0, state.backlog - (elapsed * limit.rps) / 1000),
-    at = math.max(state.at, now),
-  }
+  -- empty once the whole ms its key expires after have passed, even a rounding step short
+  local backlog = math.max(0, state.backlog - (elapsed * limit.rps) / 1000)
+  if elapsed >= duration_ms(state.backlog, limit.rps) then backlog = 0 end
+  return { backlog = backlog, at = math.max(state.at, now) }
 end
 
 -- gcra.remaining
@@ -37,8 +37,10 @@ end
 
 -- gcra.waitMs
 function gcra.wait_ms(s, limit, need)
-  if s.backlog + need <= limit.burst then return 0 end
-  return duration_ms(s.backlog + need - limit.burst, limit.rps)
+  -- until the backlog has drained to what leaves room for need (for burst: to 0, exactly)
+  local room = limit.burst - need
+  if s.backlog <= room then return 0 end
+  return duration_ms(s.backlog - room, limit.rps)
 end
 
 -- gcra.charge

@@ -18,9 +18,9 @@ function sliding_window_counter.encode(s)
   return string.format('%d|%.17g|%.17g', s.start, s.previous, s.count)
 end
 
--- usedScaled
-local function used_scaled(s, w)
-  return s.previous * (w - (s.at - s.start)) + s.count * w
+-- previousScaled
+local function previous_scaled(s, w)
+  return s.previous * (w - (s.at - s.start))
 end
 
 -- slidingWindowCounter.current
@@ -39,19 +39,22 @@ end
 -- slidingWindowCounter.remaining
 function sliding_window_counter.remaining(s, limit)
   local w = window_ms(limit.rps, limit.burst)
-  return math.max(0, math.floor((limit.burst * w - used_scaled(s, w)) / w))
+  return math.max(0, math.floor(((limit.burst - s.count) * w - previous_scaled(s, w)) / w))
 end
 
 -- slidingWindowCounter.waitMs
 function sliding_window_counter.wait_ms(s, limit, need)
   local w = window_ms(limit.rps, limit.burst)
-  local burst = limit.burst
   local elapsed = s.at - s.start
-  if used_scaled(s, w) + need * w <= burst * w then return 0 end
-  -- it fits later in this window, once enough of the previous window's weight has slid out...
-  if s.count + need <= burst then return w - math.floor(((burst - s.count - need) * w) / s.previous) - elapsed end
-  -- ...or only in the next one, once enough of this window's count has
-  return 2 * w - math.floor(((burst - need) * w) / s.count) - elapsed
+  -- what this window's count leaves for the previous window's weight
+  local room = limit.burst - s.count - need
+  if room >= 0 then
+    if previous_scaled(s, w) <= room * w then return 0 end
+    -- it fits later in this window, once enough of the previous window's weight (> 0) has slid out...
+    return math.max(1, w - math.floor((room * w) / s.previous) - elapsed)
+  end
+  -- ...or only in the next one, once enough of this window's count (> burst - need >= 0) has
+  return 2 * w - math.floor(((limit.burst - need) * w) / s.count) - elapsed
 end
 
 -- slidingWindowCounter.charge

@@ -23,10 +23,10 @@ function token_bucket.current(state, now, limit)
   if state == nil then return { tokens = limit.burst, at = now } end
   -- a clock that goes backwards adds nothing, and at never moves back
   local elapsed = math.max(0, now - state.at)
-  return {
-    tokens = math.min(limit.burst, state.tokens + (elapsed * limit.rps) / 1000),
-    at = math.max(state.at, now),
-  }
+  -- full once the whole ms its key expires after have passed, even a rounding step short
+  local tokens = math.min(limit.burst, state.tokens + (elapsed * limit.rps) / 1000)
+  if elapsed >= duration_ms(limit.burst - state.tokens, limit.rps) then tokens = limit.burst end
+  return { tokens = tokens, at = math.max(state.at, now) }
 end
 
 -- tokenBucket.remaining
