@@ -1,0 +1,302 @@
+import { randomUUID } from 'node:crypto';
+import fc from 'fast-check';
+import type { Redis } from 'ioredis';
+import { ALGORITHMS, type Algorithm, type Held, type Outcome } from '../../lib/algorithms/algorithm.types.js';
+import { durationMs, windowMs } from '../../lib/algorithms/conversions.js';
+import { decideAll, expiresAt, modelOf } from '../../lib/algorithms/decide.js';
+import { bucketKey } from '../../lib/keys/bucket-key.js';
+import { toDecision } from '../../lib/stores/decision.js';
+import { MemoryStore } from '../../lib/stores/memory.store.js';
+import type { RateLimitDecision, RateLimitRequest } from '../../lib/stores/rate-limit-store.interface.js';
+import { RedisStore } from '../../lib/stores/redis/redis.store.js';
+import { CASE_EPOCH, limitOf } from '../cases/index.js';
+import { connectTestRedis } from '../redis/test-redis.js';
+
+/**
+ * Differential test: random policies and random traces of requests, each request decided by
+ * the pure model (`decideAll`, states kept in a map), by the memory store and by the Redis
+ * store; every policy's decision must be the same on all three. The tables of cases say what
+ * is right; this looks for what no table thought of (fractions, rounding, window edges, expiry).
+ *
+ * Runs per algorithm: 1,000, or `RATE_LIMIT_PROPERTY_RUNS`. A failure prints the shrunk run and
+ * its seed; `RATE_LIMIT_PROPERTY_SEED` replays that seed.
+ */
+
+/** A policy of a run: its name (part of its bucket keys) and its limit. */
+interface Policy {
+  name: string;
+  algorithm: Algorithm;
+  /** Tokens per second. */
+  rps: number;
+  burst: number;
+}
+
+/** One request of a trace. */
+interface Step {
+  /** Milliseconds after the previous request (the first: after `CASE_EPOCH`), never negative. */
+  dt: number;
+  identity: string;
+  /** Tokens, the same for each of the request's policies. */
+  cost: number;
+  /** Names of the policies the request is decided against, all-or-nothing. */
+  policies: string[];
+}
+
+interface Run {
+  policies: Policy[];
+  trace: Step[];
+}
+
+const RUNS = Number(process.env.RATE_LIMIT_PROPERTY_RUNS ?? 1_000);
+const SEED = process.env.RATE_LIMIT_PROPERTY_SEED === undefined ? undefined : Number(process.env.RATE_LIMIT_PROPERTY_SEED);
+
+const WINDOW_ALGORITHMS: ReadonlySet<Algorithm> = new Set(['fixed_window', 'sliding_window_log', 'sliding_window_counter']);
+const MIN_RPS = 0.001;
+const MAX_RPS = 1e6;
+/** A day and a bit: the longest window generated, ms. */
+const LONGEST_WINDOW_MS = 1.1 * 86_400_000;
+const LARGEST_BURST = 1_000_000;
+/** The log keeps one entry per token: bigger logs only make runs slower. */
+const LARGEST_LOG_BURST = 2_000;
+/** 'a' is the policy of the algorithm under test, in every request; 'b' and 'c' come and go. */
+const POLICY_NAMES = ['a', 'b', 'c'] as const;
+const IDENTITIES = ['user:1', 'user:2', 'user:3'] as const;
+
+/** The pure model with its states in a map by key, charged only when every policy admits. */
+class Model {
+  /** Each key's state, and when the memory store drops it (full again; only used to pick times). */
+  private readonly buckets = new Map<string, { state: Held; fullAt: number }>();
+
+  get keys(): string[] {
+    return [...this.buckets.keys()];
+  }
+
+  consume(requests: readonly RateLimitRequest[], now: number): RateLimitDecision[] {
+    const verdict = decideAll(this.entries(requests), now, true);
+    if (verdict.allowed) {
+      requests.forEach(({ key, limit }, i) => {
+        const state = verdict.next[i];
+        this.buckets.set(key, { state, fullAt: expiresAt(modelOf(limit), state, limit) });
+      });
+    }
+    return verdict.outcomes.map((outcome, i) => toDecision(requests[i], outcome));
+  }
+
+  peek(request: RateLimitRequest, now: number): Outcome {
+    return decideAll(this.entries([request]), now, false).outcomes[0];
+  }
+
+  fullAt(key: string): number | undefined {
+    return this.buckets.get(key)?.fullAt;
+  }
+
+  private entries(requests: readonly RateLimitRequest[]) {
+    return requests.map(({ key, limit, cost }) => ({ state: this.buckets.get(key)?.state, limit, cost }));
+  }
+}
+
+function requestsOf({ identity, cost, policies: names }: Step, policies: readonly Policy[], prefix: string): RateLimitRequest[] {
+  return names.map((name) => {
+    const { algorithm, rps, burst } = policies.find((p) => p.name === name)!;
+    return { key: bucketKey(prefix, name, algorithm, identity), policy: name, limit: limitOf(algorithm, rps, burst), cost };
+  });
+}
+
+/** A number in [0, 1] that shrinks to 0. */
+const unit = fc.integer({ min: 0, max: 1_000_000 }).map((n) => n / 1_000_000);
+
+/** The number at `u` in [0, 1] on a log scale from `lo` to `hi`. */
+function logScale(lo: number, hi: number, u: number): number {
+  return Math.min(hi, Math.max(lo, lo * (hi / lo) ** u));
+}
+
+/** Rates a policy may have: windows of at least 1 ms (shorter is refused at start) and at most a day and a bit. */
+function rpsRange(algorithm: Algorithm, burst: number): [number, number] {
+  if (!WINDOW_ALGORITHMS.has(algorithm)) return [MIN_RPS, MAX_RPS];
+  return [Math.max(MIN_RPS, (burst * 1000) / LONGEST_WINDOW_MS), Math.min(MAX_RPS, burst * 1000)];
+}
+
+/** Independent of the algorithm, so that one record maps to a valid policy of any algorithm. */
+const burstSeed = fc.record({ most: fc.constantFrom(10, 200, LARGEST_BURST), u: unit });
+const rpsSeed = fc.oneof(
+  // log-uniform over the allowed range
+  { weight: 1, arbitrary: unit.map((u) => ({ u })) },
+  // as people write it (and where whole milliseconds meet decimal tokens, so where rounding shows)
+  { weight: 2, arbitrary: fc.constantFrom(0.001, 0.1, 0.3, 0.5, 1, 2, 3, 5, 7, 10, 20, 100, 1000, 1e6).map((rps) => ({ rps })) },
+  // a `limit` per `window` policy: rps = limit / seconds
+  { weight: 1, arbitrary: fc.constantFrom(0.001, 0.01, 1, 10, 60, 3600, 86_400).map((seconds) => ({ seconds })) },
+);
+
+function limitArbitrary(algorithm: fc.Arbitrary<Algorithm>): fc.Arbitrary<Omit<Policy, 'name'>> {
+  return fc.record({ algorithm, burst: burstSeed, rps: rpsSeed }).map(({ algorithm, burst: b, rps: r }) => {
+    const most = Math.min(b.most, algorithm === 'sliding_window_log' ? LARGEST_LOG_BURST : LARGEST_BURST);
+    const burst = Math.round(logScale(1, most, b.u));
+    const [lo, hi] = rpsRange(algorithm, burst);
+    const rps = 'u' in r ? logScale(lo, hi, r.u) : 'rps' in r ? r.rps : burst / r.seconds;
+    return { algorithm, rps: Math.min(hi, Math.max(lo, rps)), burst };
+  });
+}
+
+/**
+ * Time only moves forward (every `dt` >= 0), from `CASE_EPOCH`. Redis expires a key at an
+ * absolute time on the script's clock (PXAT) and compares it with its own real clock, so a
+ * pinned clock must lie in the future (`CASE_EPOCH` does) or keys would vanish as they are
+ * written; Redis then keeps every key past its pinned-clock expiry, as the model's map does,
+ * while the memory store drops it. A state kept past its expiry is the same as an absent key
+ * only while time moves forward; backward clocks are covered by the tables of cases.
+ */
+const dtSeed = fc.oneof(
+  { weight: 3, arbitrary: fc.constant({ ms: 0 }) },
+  { weight: 2, arbitrary: fc.integer({ min: 1, max: 10 }).map((ms) => ({ ms })) },
+  // around the time one token, or the whole bucket or window, takes to come back
+  {
+    weight: 2,
+    arbitrary: fc.record({
+      policy: fc.nat(POLICY_NAMES.length - 1),
+      span: fc.constantFrom('token', 'full'),
+      times: fc.constantFrom(1, 0.5, 2),
+      offset: fc.integer({ min: -2, max: 2 }),
+    }),
+  },
+  // around a time the bucket itself names: full again (when the memory store drops it and
+  // must be the same as the model's state kept past it), one more token, this request admitted;
+  // on the dot more often than not, as the dot is where rounding shows
+  {
+    weight: 5,
+    arbitrary: fc.record({
+      policy: fc.nat(POLICY_NAMES.length - 1),
+      until: fc.constantFrom('full', 'full', 'next', 'retry'),
+      offset: fc.constantFrom(0, 0, -1, 1),
+    }),
+  },
+  { weight: 1, arbitrary: unit.map((u) => ({ ms: Math.round(logScale(1, 2 * 86_400_000, u)) })) },
+);
+
+const costSeed = fc.oneof(
+  { weight: 4, arbitrary: fc.integer({ min: 1, max: 3 }).map((cost) => ({ cost })) },
+  { weight: 3, arbitrary: fc.constantFrom(0.1, 0.2, 0.25, 0.3, 0.5, 0.7, 1.1, 1.5, 2.5).map((cost) => ({ cost })) },
+  { weight: 1, arbitrary: unit.map((u) => ({ cost: logScale(0.001, 5, u) })) },
+  // a share of a policy's burst: all of it, or more (never admitted)
+  {
+    weight: 2,
+    arbitrary: fc.record({ policy: fc.nat(POLICY_NAMES.length - 1), share: fc.constantFrom(1, 0.5, 0.9, 1, 1.5) }),
+  },
+);
+
+const stepSeed = fc.record({
+  dt: dtSeed,
+  identity: fc.constantFrom(...IDENTITIES),
+  cost: costSeed,
+  others: fc.subarray(POLICY_NAMES.slice(1)),
+  firstLast: fc.boolean(),
+});
+
+type StepSeed = typeof stepSeed extends fc.Arbitrary<infer T> ? T : never;
+
+/**
+ * Turns seeds into plain steps, so a counterexample reads as numbers. Times relative to a
+ * bucket's state come from the model, replayed as the trace is built.
+ */
+function traceOf(seeds: readonly StepSeed[], policies: readonly Policy[]): Step[] {
+  const model = new Model();
+  let now = CASE_EPOCH;
+  return seeds.map(({ dt, identity, cost, others, firstLast }) => {
+    const more = others.filter((name) => policies.some((p) => p.name === name));
+    const step: Step = {
+      dt: 0,
+      identity,
+      cost: 'cost' in cost ? cost.cost : policies[cost.policy % policies.length].burst * cost.share,
+      policies: firstLast ? [...more, POLICY_NAMES[0]] : [POLICY_NAMES[0], ...more],
+    };
+    const requests = requestsOf(step, policies, '');
+    if ('ms' in dt) {
+      step.dt = dt.ms;
+    } else if ('span' in dt) {
+      const { algorithm, rps, burst } = policies[dt.policy % policies.length];
+      const whole = WINDOW_ALGORITHMS.has(algorithm) ? windowMs(rps, burst) : durationMs(burst, rps);
+      step.dt = Math.max(0, Math.round((dt.span === 'token' ? durationMs(1, rps) : whole) * dt.times) + dt.offset);
+    } else {
+      const request = requests[dt.policy % requests.length];
+      const { nextMs, retryMs } = model.peek(request, now);
+      const until = dt.until === 'full' ? (model.fullAt(request.key) ?? now) - now : dt.until === 'next' ? nextMs : retryMs;
+      // A time the model cannot name (never: -1; or not a number) is no time to wait for.
+      step.dt = Number.isFinite(until) ? Math.max(0, until + dt.offset) : 0;
+    }
+    now += step.dt;
+    model.consume(requests, now);
+    return step;
+  });
+}
+
+/**
+ * A run whose every request is decided against a policy of `algorithm` ('a'), alone or with
+ * one or two more policies of any algorithms ('b', 'c'), first or last.
+ */
+function runArbitrary(algorithm: Algorithm): fc.Arbitrary<Run> {
+  return fc
+    .record({
+      first: limitArbitrary(fc.constant(algorithm)),
+      others: fc.array(limitArbitrary(fc.constantFrom(...ALGORITHMS)), { maxLength: POLICY_NAMES.length - 1 }),
+      steps: fc.array(stepSeed, { minLength: 1, maxLength: 30, size: 'medium' }),
+    })
+    .map(({ first, others, steps }) => {
+      const policies = [first, ...others].map((limit, i) => ({ name: POLICY_NAMES[i], ...limit }));
+      return { policies, trace: traceOf(steps, policies) };
+    });
+}
+
+let redis: Redis;
+/** Every run writes under a prefix of its own, and deletes its keys when done. */
+const prefix = `rl-diff-${randomUUID()}:`;
+let runs = 0;
+
+beforeAll(async () => {
+  redis = await connectTestRedis();
+});
+afterAll(async () => {
+  await redis.quit();
+});
+
+/**
+ * Whether two requests' decisions are the same in every field: the fast path, as `expect`
+ * (which says how they differ) would take a third of a run's time.
+ */
+function same(a: readonly RateLimitDecision[], b: readonly RateLimitDecision[]): boolean {
+  return a.length === b.length && a.every((decision, i) => {
+    const fields = Object.keys(decision) as Array<keyof RateLimitDecision>;
+    return fields.length === Object.keys(b[i]).length && fields.every((field) => Object.is(decision[field], b[i][field]));
+  });
+}
+
+/** Replays a run on the model and both stores; fails at the first request they decide differently. */
+async function replay({ policies, trace }: Run): Promise<void> {
+  const runPrefix = `${prefix}${runs++}:`;
+  let now = CASE_EPOCH;
+  const clock = () => now;
+  const model = new Model();
+  const memory = new MemoryStore({ clock });
+  const onRedis = new RedisStore({ client: redis, clock });
+  try {
+    for (const [index, step] of trace.entries()) {
+      now += step.dt;
+      const requests = requestsOf(step, policies, runPrefix);
+      const expected = model.consume(requests, now);
+      const decided = { step: index, memory: await memory.consume(requests), redis: await onRedis.consume(requests) };
+      if (!same(decided.memory, expected) || !same(decided.redis, expected)) {
+        expect(decided).toEqual({ step: index, memory: expected, redis: expected });
+      }
+    }
+  } finally {
+    if (model.keys.length > 0) await redis.del(...model.keys);
+  }
+}
+
+describe('the pure model, MemoryStore and RedisStore decide alike', () => {
+  it.each(ALGORITHMS.map((a) => [a]))(
+    'on random traces of requests that all include a %s policy',
+    async (algorithm) => {
+      await fc.assert(fc.asyncProperty(runArbitrary(algorithm), replay), { numRuns: RUNS, seed: SEED });
+    },
+    Math.max(30_000, RUNS * 30),
+  );
+});
