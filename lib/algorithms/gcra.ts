@@ -17,8 +17,9 @@ export interface GcraState {
 /**
  * GCRA (generic cell rate algorithm, virtual scheduling): each request of `cost` pushes the
  * theoretical arrival time `cost / rps` seconds further; a request passes when that time would
- * lie no more than `burst / rps` seconds ahead of now. It admits exactly what `token_bucket`
- * admits (tokens = burst - backlog) and never delays.
+ * lie no more than `burst / rps` seconds ahead of now. That is `token_bucket`'s rule with
+ * tokens = burst - backlog (only rounding at the millisecond a token comes due can tell the two
+ * apart), and like it, it never delays.
  *
  * Mirrored line for line by `stores/redis/gcra.lua.ts`: change both together.
  */

@@ -10,7 +10,7 @@ export type LeakyBucketState = GcraState;
  * request waits until the tokens queued ahead of it have left (`delayMs`, at most
  * `burst / rps` seconds); a request that does not fit in the queue of `burst` is refused at
  * once. Which requests fit is GCRA's test (GCRA is the leaky bucket used as a meter), so this
- * model is `gcra` plus the wait; its Lua mirror, `stores/redis/leaky-bucket.lua.ts`, likewise.
+ * model is `gcra` plus the wait, and so is its Lua mirror in `stores/redis/gcra.lua.ts`.
  */
 export const leakyBucket: AlgorithmModel<LeakyBucketState> = {
   ...gcra,
