@@ -1,4 +1,4 @@
-export type { Algorithm } from './algorithms/index.js';
+export { type Algorithm, ALGORITHMS } from './algorithms/index.js';
 export type { CostSource, KeySource, RateLimitPolicy } from './policy/index.js';
 export { RateLimit, SkipRateLimit } from './rate-limit.decorator.js';
 export { RateLimitExceededException } from './rate-limit.exception.js';

@@ -11,19 +11,10 @@
 import { createHash } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import { Redis } from 'ioredis';
-import { type Algorithm, MemoryStore, type RateLimitDecision, type RateLimitRequest, RedisStore } from 'nestjs-ratelimit';
+import { type Algorithm, ALGORITHMS, MemoryStore, type RateLimitDecision, type RateLimitRequest, RedisStore } from 'nestjs-ratelimit';
 import { ensureRedisServer, startRedisServer, stopRedisServer } from '../test/redis/redis-server.js';
 
 type Limit = RateLimitRequest['limit'];
-
-const ALGORITHMS: readonly Algorithm[] = [
-  'token_bucket',
-  'leaky_bucket',
-  'fixed_window',
-  'sliding_window_log',
-  'sliding_window_counter',
-  'gcra',
-];
 
 /** The table's policy: limit 100 per 10 s, which is rps 10, burst 100. */
 const LIMIT = 100;
