@@ -78,18 +78,18 @@ local function report(m, s, limit, cost, admits, delay_ms)
   return { admits and 1 or 0, remaining, retry_ms, m.wait_ms(s, limit, limit.burst), next_ms, delay_ms }
 end
 
--- algorithms/decide.ts expiresAt
-local function expires_at(m, s, limit)
-  return s.at + math.max(1, m.wait_ms(s, limit, limit.burst))
+-- algorithms/decide.ts expiresAt, from the waitMs(burst) the report has already worked out
+local function expires_at(s, reset_ms)
+  return string.format('%d', s.at + math.max(1, reset_ms))
 end
 
--- stores a charged state, to expire (on the script's clock) when the bucket is full again
-local function save(m, key, s, limit)
+-- stores a charged state, to expire (on the script's clock) when the bucket is full again; the
+-- log's entries are in the set already (add runs before the report reads them)
+local function save(m, key, s, reset_ms)
   if m.add then
-    m.add(key, s)
-    redis.call('PEXPIREAT', key, string.format('%d', expires_at(m, s, limit)))
+    redis.call('PEXPIREAT', key, expires_at(s, reset_ms))
   else
-    redis.call('SET', key, m.encode(s), 'PXAT', string.format('%d', expires_at(m, s, limit)))
+    redis.call('SET', key, m.encode(s), 'PXAT', expires_at(s, reset_ms))
   end
 end
 
@@ -121,16 +121,19 @@ for i = 1, n do
   if allowed and models[i].delay_ms then delays[i] = models[i].delay_ms(states[i], limits[i]) end
 end
 
-if allowed and charge then
+local charged = allowed and charge
+if charged then
   for i = 1, n do
     states[i] = models[i].charge(states[i], limits[i], costs[i])
-    save(models[i], KEYS[i], states[i], limits[i])
+    if models[i].add then models[i].add(KEYS[i], states[i]) end
   end
 end
 
 local reply = {}
 for i = 1, n do
   local out = report(models[i], states[i], limits[i], costs[i], admits[i], delays[i])
+  -- out[4], resetMs, is waitMs(burst): when the bucket is full again, so when the key can go
+  if charged then save(models[i], KEYS[i], states[i], out[4]) end
   for j = 1, ${REPLY_WIDTH} do reply[#reply + 1] = out[j] end
 end
 return reply
