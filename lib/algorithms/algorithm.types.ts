@@ -77,6 +77,13 @@ export interface AlgorithmModel<State extends Held> {
   /** The state after taking `cost`; only called when every policy admits the request. */
   charge(state: State, limit: Limit, cost: number): State;
   /**
+   * The state with what a charge of `cost` at `chargedAt` (the charged state's `at`) took given
+   * back, as far as it still counts: a Redis Cluster request whose policies live in several hash
+   * slots charges each slot, and gives back what the others took when one refuses. Never more
+   * than the charge took, never past a full bucket.
+   */
+  refund(state: State, limit: Limit, cost: number, chargedAt: number): State;
+  /**
    * Milliseconds an admitted request waits before it proceeds, from the state before the
    * charge. Only queues (`leaky_bucket`) have it; the others never delay.
    */

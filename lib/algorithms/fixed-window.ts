@@ -40,4 +40,11 @@ export const fixedWindow: AlgorithmModel<FixedWindowState> = {
   charge(state, _limit, cost) {
     return { start: state.start, count: state.count + cost, at: state.at };
   },
+
+  refund(state, { rps, burst }, cost, chargedAt) {
+    // A charge in a window that has ended no longer counts: nothing to give back.
+    const w = windowMs(rps, burst);
+    if (state.start !== Math.floor(chargedAt / w) * w) return state;
+    return { start: state.start, count: Math.max(0, state.count - cost), at: state.at };
+  },
 };

@@ -50,4 +50,8 @@ export const gcra: AlgorithmModel<GcraState> = {
   charge(state, _limit, cost) {
     return { backlog: state.backlog + cost, at: state.at };
   },
+
+  refund(state, _limit, cost) {
+    return { backlog: Math.max(0, state.backlog - cost), at: state.at };
+  },
 };

@@ -64,4 +64,13 @@ export const slidingWindowCounter: AlgorithmModel<SlidingWindowCounterState> = {
   charge(state, _limit, cost) {
     return { start: state.start, previous: state.previous, count: state.count + cost, at: state.at };
   },
+
+  refund(state, { rps, burst }, cost, chargedAt) {
+    // The charge counts in the window it was taken in, then in the next one as `previous`.
+    const w = windowMs(rps, burst);
+    const charged = Math.floor(chargedAt / w) * w;
+    if (state.start === charged) return { ...state, count: Math.max(0, state.count - cost) };
+    if (state.start === charged + w) return { ...state, previous: Math.max(0, state.previous - cost) };
+    return state;
+  },
 };

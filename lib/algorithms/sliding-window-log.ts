@@ -48,4 +48,15 @@ export const slidingWindowLog: AlgorithmModel<SlidingWindowLogState> = {
     const added: number[] = new Array<number>(logEntries(cost)).fill(state.at);
     return { times: state.times.concat(added), at: state.at };
   },
+
+  refund(state, _limit, cost, chargedAt) {
+    // Entries at the same ms are alike: drop that many of them (expired ones are gone already).
+    const times = [...state.times];
+    for (let n = logEntries(cost); n > 0; n--) {
+      const i = times.lastIndexOf(chargedAt);
+      if (i < 0) break;
+      times.splice(i, 1);
+    }
+    return { times, at: state.at };
+  },
 };

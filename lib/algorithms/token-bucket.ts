@@ -43,4 +43,8 @@ export const tokenBucket: AlgorithmModel<TokenBucketState> = {
   charge(state, _limit, cost) {
     return { tokens: state.tokens - cost, at: state.at };
   },
+
+  refund(state, { burst }, cost) {
+    return { tokens: Math.min(burst, state.tokens + cost), at: state.at };
+  },
 };

@@ -45,4 +45,12 @@ end
 function fixed_window.charge(s, limit, cost)
   return { start = s.start, count = s.count + cost, at = s.at }
 end
+
+-- fixedWindow.refund
+function fixed_window.refund(s, limit, cost, charged_at)
+  -- a charge in a window that has ended no longer counts: nothing to give back
+  local w = window_ms(limit.rps, limit.burst)
+  if s.start ~= math.floor(charged_at / w) * w then return s end
+  return { start = s.start, count = math.max(0, s.count - cost), at = s.at }
+end
 `;

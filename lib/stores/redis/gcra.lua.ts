@@ -48,6 +48,11 @@ function gcra.charge(s, limit, cost)
   return { backlog = s.backlog + cost, at = s.at }
 end
 
+-- gcra.refund
+function gcra.refund(s, limit, cost, charged_at)
+  return { backlog = math.max(0, s.backlog - cost), at = s.at }
+end
+
 -- leakyBucket: gcra plus the wait in the queue
 local leaky_bucket = setmetatable({}, { __index = gcra })
 

@@ -61,4 +61,18 @@ end
 function sliding_window_counter.charge(s, limit, cost)
   return { start = s.start, previous = s.previous, count = s.count + cost, at = s.at }
 end
+
+-- slidingWindowCounter.refund
+function sliding_window_counter.refund(s, limit, cost, charged_at)
+  -- the charge counts in the window it was taken in, then in the next one as previous
+  local w = window_ms(limit.rps, limit.burst)
+  local charged = math.floor(charged_at / w) * w
+  if s.start == charged then
+    return { start = s.start, previous = s.previous, count = math.max(0, s.count - cost), at = s.at }
+  end
+  if s.start == charged + w then
+    return { start = s.start, previous = math.max(0, s.previous - cost), count = s.count, at = s.at }
+  end
+  return s
+end
 `;

@@ -68,4 +68,24 @@ function sliding_window_log.add(key, s)
   end
   if #args > 0 then redis.call('ZADD', key, unpack(args)) end
 end
+
+-- slidingWindowLog.refund: drops the newest-numbered entries at charged_at, so those left stay
+-- numbered 1..n and add's next numbers stay unique (entries at one ms are otherwise alike)
+function sliding_window_log.refund(s, limit, cost, charged_at)
+  local at = string.format('%d', charged_at)
+  local members = redis.call('ZRANGEBYSCORE', s.key, at, at)
+  local numbers = {}
+  for j = 1, #members do numbers[j] = tonumber(string.match(members[j], ':(%d+)$')) end
+  table.sort(numbers)
+  local drop = {}
+  for j = #numbers, math.max(1, #numbers - log_entries(cost) + 1), -1 do
+    drop[#drop + 1] = at .. ':' .. numbers[j]
+    if #drop >= 1000 then
+      redis.call('ZREM', s.key, unpack(drop))
+      drop = {}
+    end
+  end
+  if #drop > 0 then redis.call('ZREM', s.key, unpack(drop)) end
+  return sliding_window_log.load(s.key, s.at, limit)
+end
 `;

@@ -44,4 +44,9 @@ end
 function token_bucket.charge(s, limit, cost)
   return { tokens = s.tokens - cost, at = s.at }
 end
+
+-- tokenBucket.refund
+function token_bucket.refund(s, limit, cost, charged_at)
+  return { tokens = math.min(limit.burst, s.tokens + cost), at = s.at }
+end
 `;
