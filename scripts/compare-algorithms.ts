@@ -240,7 +240,7 @@ interface RedisReplayer {
 
 function redisReplayer(redis: Redis, limit: Limit): RedisReplayer {
   const clock = { now: 0 };
-  const store = new RedisStore({ client: redis, clock: () => clock.now });
+  const store = new RedisStore({ client: redis, clock: () => clock.now, cacheRefusals: false });
   const consume = (client: number) => store.consume([{ key: keyOf(limit.algorithm, client), policy: 'compare', limit, cost: 1 }]);
   return { clock, consume };
 }

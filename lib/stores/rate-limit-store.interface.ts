@@ -49,10 +49,14 @@ export interface RateLimitRequest {
  * @example constructor(@Inject(RateLimitStore) private readonly store: RateLimitStore) {}
  */
 export interface RateLimitStore {
-  /** Decides and, when every policy admits the request, charges every bucket. */
-  consume(requests: readonly RateLimitRequest[]): Promise<RateLimitDecision[]>;
+  /**
+   * Decides and, when every policy admits the request, charges every bucket. `timeoutMs` is how
+   * long the caller waits for the answer (the module's `timeout`): a remote store should charge
+   * nothing for a call that only reaches its server after that.
+   */
+  consume(requests: readonly RateLimitRequest[], timeoutMs?: number): Promise<RateLimitDecision[]>;
   /** Decides without charging anything. */
-  peek(requests: readonly RateLimitRequest[]): Promise<RateLimitDecision[]>;
+  peek(requests: readonly RateLimitRequest[], timeoutMs?: number): Promise<RateLimitDecision[]>;
   /** Forgets the given buckets (they are full again). */
   reset(keys: readonly string[]): Promise<void>;
   /** Releases what the store itself opened. */

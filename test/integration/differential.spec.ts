@@ -275,7 +275,7 @@ async function replay({ policies, trace }: Run): Promise<void> {
   const clock = () => now;
   const model = new Model();
   const memory = new MemoryStore({ clock });
-  const onRedis = new RedisStore({ client: redis, clock });
+  const onRedis = new RedisStore({ client: redis, clock, cacheRefusals: false });
   try {
     for (const [index, step] of trace.entries()) {
       now += step.dt;

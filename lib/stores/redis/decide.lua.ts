@@ -4,32 +4,23 @@ import { SLIDING_WINDOW_COUNTER_LUA } from './sliding-window-counter.lua.js';
 import { SLIDING_WINDOW_LOG_LUA } from './sliding-window-log.lua.js';
 import { TOKEN_BUCKET_LUA } from './token-bucket.lua.js';
 
-/** Numbers the script returns per request: allowed, remaining, retryMs, resetMs, nextMs, delayMs. */
-export const REPLY_WIDTH = 6;
-/** Arguments the script takes per request after the two leading ones. */
-const ARGS_PER_REQUEST = 4;
+/**
+ * Numbers both scripts return per request: allowed, remaining, retryMs, resetMs, nextMs,
+ * delayMs, and the time the state is as of (the `at` a refund names). The reply ends with the
+ * script's clock, one more number.
+ */
+export const REPLY_WIDTH = 7;
+/** Arguments the decide script takes per request, after its three leading ones. */
+const DECIDE_ARGS = 4;
+/** Arguments the refund script takes per request, after its leading one. */
+const REFUND_ARGS = 5;
 
 /**
- * One request against all of its policies, of any algorithms, in one atomic call: `decideAll`
- * of `algorithms/decide.ts` in Lua. Pass 1 reads every bucket and asks whether it admits the
- * request; pass 2 charges and writes every bucket only when all of them do.
- *
- * KEYS[i]              bucket key of policy i
- * ARGV[1]              now, integer ms; '' to use Redis TIME (the only clock outside tests)
- * ARGV[2]              '1' to charge when every policy admits, '0' to only look (peek)
- * ARGV[3 + 4(i-1)]     algorithm of policy i ('token_bucket', 'fixed_window', ...)
- * ARGV[4 + 4(i-1)]     rps, tokens per second, as a decimal string (may be fractional)
- * ARGV[5 + 4(i-1)]     burst, tokens
- * ARGV[6 + 4(i-1)]     cost, tokens (may be fractional)
- *
- * Returns 6 integers per policy: allowed (0/1), remaining (tokens), retryMs (-1: never),
- * resetMs (until full), nextMs (until one more token), delayMs.
- *
- * A key expires (PXAT, on the script's clock) when its bucket is full again. Each algorithm is
- * a Lua table mirroring its pure model; string-valued ones have `decode`/`encode` for one
- * GET and one SET, the sorted-set log has its own `load` and `add`.
+ * What both scripts share: the algorithms (each a Lua table mirroring its pure model;
+ * string-valued ones have `decode`/`encode` for one GET and one SET, the sorted-set log has its
+ * own `load` and `add`), and reading, reporting and saving a bucket.
  */
-export const DECIDE_LUA = `
+const SHARED_LUA = `
 -- algorithms/conversions.ts durationMs
 local function duration_ms(tokens, rps)
   return math.ceil((tokens * 1000) / rps)
@@ -66,7 +57,7 @@ local function admitted(m, s, limit, cost)
   return cost <= limit.burst and m.wait_ms(s, limit, cost) == 0
 end
 
--- algorithms/decide.ts report
+-- algorithms/decide.ts report, plus the state's time (a refund needs to know when a charge was)
 local function report(m, s, limit, cost, admits, delay_ms)
   local remaining = m.remaining(s, limit)
   local retry_ms = 0
@@ -75,7 +66,7 @@ local function report(m, s, limit, cost, admits, delay_ms)
   end
   local next_ms = 0
   if remaining < limit.burst then next_ms = m.wait_ms(s, limit, remaining + 1) end
-  return { admits and 1 or 0, remaining, retry_ms, m.wait_ms(s, limit, limit.burst), next_ms, delay_ms }
+  return { admits and 1 or 0, remaining, retry_ms, m.wait_ms(s, limit, limit.burst), next_ms, delay_ms, s.at }
 end
 
 -- algorithms/decide.ts expiresAt, from the waitMs(burst) the report has already worked out
@@ -86,6 +77,11 @@ end
 -- stores a charged state, to expire (on the script's clock) when the bucket is full again; the
 -- log's entries are in the set already (add runs before the report reads them)
 local function save(m, key, s, reset_ms)
+  if reset_ms == 0 then
+    -- full: the same as an absent key (only a refund leaves a bucket full)
+    redis.call('DEL', key)
+    return
+  end
   if m.add then
     redis.call('PEXPIREAT', key, expires_at(s, reset_ms))
   else
@@ -93,23 +89,53 @@ local function save(m, key, s, reset_ms)
   end
 end
 
-local now
-if ARGV[1] ~= '' then
-  now = tonumber(ARGV[1])
-else
+-- ARGV[1]: now, integer ms, or '' for Redis TIME
+local function clock(given)
+  if given ~= '' then return tonumber(given) end
   local time = redis.call('TIME')
-  now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 end
+
+local function limit_at(base)
+  return { rps = tonumber(ARGV[base + 2]), burst = tonumber(ARGV[base + 3]) }
+end
+`;
+
+/**
+ * One request against all of its policies, of any algorithms, in one atomic call: `decideAll`
+ * of `algorithms/decide.ts` in Lua. Pass 1 reads every bucket and asks whether it admits the
+ * request; pass 2 charges and writes every bucket only when all of them do.
+ *
+ * KEYS[i]              bucket key of policy i
+ * ARGV[1]              now, integer ms; '' to use Redis TIME (the only clock outside tests)
+ * ARGV[2]              '1' to charge when every policy admits, '0' to only look (peek)
+ * ARGV[3]              deadline, integer ms on the script's clock: past it the call does nothing
+ *                      and returns an empty reply; '' for none
+ * ARGV[4 + 4(i-1)]     algorithm of policy i ('token_bucket', 'fixed_window', ...)
+ * ARGV[5 + 4(i-1)]     rps, tokens per second, as a decimal string (may be fractional)
+ * ARGV[6 + 4(i-1)]     burst, tokens
+ * ARGV[7 + 4(i-1)]     cost, tokens (may be fractional)
+ *
+ * Returns 7 integers per policy: allowed (0/1), remaining (tokens), retryMs (-1: never),
+ * resetMs (until full), nextMs (until one more token), delayMs, at (ms); then now (ms).
+ *
+ * A key expires (PXAT, on the script's clock) when its bucket is full again.
+ */
+export const DECIDE_LUA = `${SHARED_LUA}
+local now = clock(ARGV[1])
 local charge = ARGV[2] == '1'
+-- a call that runs after its caller stopped waiting (it sat in the socket of a frozen or busy
+-- Redis) decides and charges nothing: its request has had its failMode outcome already
+if ARGV[3] ~= '' and now > tonumber(ARGV[3]) then return {} end
 
 -- algorithms/decide.ts decideAll
 local n = #KEYS
 local models, limits, costs, states, admits, delays = {}, {}, {}, {}, {}, {}
 local allowed = true
 for i = 1, n do
-  local base = 2 + (i - 1) * ${ARGS_PER_REQUEST}
+  local base = 3 + (i - 1) * ${DECIDE_ARGS}
   models[i] = MODELS[ARGV[base + 1]]
-  limits[i] = { rps = tonumber(ARGV[base + 2]), burst = tonumber(ARGV[base + 3]) }
+  limits[i] = limit_at(base)
   costs[i] = tonumber(ARGV[base + 4])
   states[i] = load(models[i], KEYS[i], now, limits[i])
   admits[i] = admitted(models[i], states[i], limits[i], costs[i])
@@ -136,5 +162,37 @@ for i = 1, n do
   if charged then save(models[i], KEYS[i], states[i], out[4]) end
   for j = 1, ${REPLY_WIDTH} do reply[#reply + 1] = out[j] end
 end
+reply[#reply + 1] = now
+return reply
+`;
+
+/**
+ * Gives back what a decide call charged, when another hash slot of a Redis Cluster refused the
+ * same request: each algorithm's `refund` (`algorithms/*.ts`) in Lua, for every policy.
+ *
+ * KEYS[i]              bucket key of policy i
+ * ARGV[1]              now, integer ms; '' to use Redis TIME
+ * ARGV[2 + 5(i-1)]     algorithm of policy i
+ * ARGV[3 + 5(i-1)]     rps, tokens per second
+ * ARGV[4 + 5(i-1)]     burst, tokens
+ * ARGV[5 + 5(i-1)]     cost the charge took, tokens
+ * ARGV[6 + 5(i-1)]     at of the charged state (from the decide reply), integer ms
+ *
+ * Returns what decide returns, for the buckets as they are after the refund (allowed 1, no delay).
+ */
+export const REFUND_LUA = `${SHARED_LUA}
+local now = clock(ARGV[1])
+local reply = {}
+for i = 1, #KEYS do
+  local base = 1 + (i - 1) * ${REFUND_ARGS}
+  local m = MODELS[ARGV[base + 1]]
+  local limit = limit_at(base)
+  local cost = tonumber(ARGV[base + 4])
+  local s = m.refund(load(m, KEYS[i], now, limit), limit, cost, tonumber(ARGV[base + 5]))
+  local out = report(m, s, limit, cost, true, 0)
+  save(m, KEYS[i], s, out[4])
+  for j = 1, ${REPLY_WIDTH} do reply[#reply + 1] = out[j] end
+end
+reply[#reply + 1] = now
 return reply
 `;

@@ -1,15 +1,25 @@
 import type { Cluster, Redis } from 'ioredis';
+import type { Outcome } from '../../algorithms/algorithm.types.js';
 import { toDecision } from '../decision.js';
+import { RateLimitStoreError } from '../rate-limit-store.error.js';
 import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from '../rate-limit-store.interface.js';
-import { DECIDE_LUA, REPLY_WIDTH } from './decide.lua.js';
+import { DECIDE_LUA, REFUND_LUA, REPLY_WIDTH } from './decide.lua.js';
+import { HASH_SLOTS, hashSlot } from './hash-slot.js';
+import { RefusedCache } from './refused-cache.js';
 
-/** The name the script is defined under on the ioredis client. */
-const COMMAND = 'nestjsRateLimitDecide';
+/** The names the scripts are defined under on the ioredis client. */
+const DECIDE = 'nestjsRateLimitDecide';
+const REFUND = 'nestjsRateLimitRefund';
 
 /** Options of `RedisStore`. */
 export interface RedisStoreOptions {
-  /** An ioredis client. The store never closes it: whoever created it does. */
+  /** An ioredis client, `Redis` (single server or Sentinel) or `Cluster`. The store never closes it: whoever created it does. */
   client: Redis | Cluster;
+  /**
+   * Remember refusals, so a flood from a refused client is refused without a Redis call until
+   * Redis would admit it again (never longer). Default `true`.
+   */
+  cacheRefusals?: boolean;
   /**
    * Tests only: a clock (integer ms) sent with every call instead of using Redis `TIME`.
    * Keys still expire on Redis's own clock, at this clock's time plus their TTL, so a test
@@ -19,62 +29,208 @@ export interface RedisStoreOptions {
   clock?: () => number;
 }
 
-type DecideCommand = (numKeys: number, ...args: string[]) => Promise<number[]>;
+/** A call that runs this many timeouts after it was sent charges nothing. */
+const STALE_AFTER_TIMEOUTS = 2;
+
+type ScriptCommand = (numKeys: number, ...args: string[]) => Promise<number[]>;
+
+/** One script reply: an outcome and the state's time per request, and the script's clock. */
+interface Reply {
+  outcomes: Outcome[];
+  at: number[];
+  now: number;
+}
 
 /**
- * Buckets in Redis, shared by every instance of the app: one atomic Lua script call per
- * request, covering all of its policies (EVALSHA through ioredis `defineCommand`, which
- * reloads the script after NOSCRIPT), with Redis `TIME` as the clock. Every key expires when its
- * bucket is full again (or its window has passed), no later.
+ * Buckets in Redis, shared by every instance of the app, with Redis `TIME` as the clock and
+ * one atomic Lua script call per request covering all of its policies (EVALSHA through ioredis
+ * `defineCommand`, which reloads the script after NOSCRIPT). Every key expires when its bucket
+ * is full again (or its window has passed), no later.
+ *
+ * On a Redis Cluster, the buckets of one identity share a hash slot. A request whose policies
+ * key different identities spans slots: one call per slot runs in parallel, and when any slot
+ * refuses, what the others charged is given back, so a refused request leaves no charge.
+ *
+ * A call that Redis only runs after the caller stopped waiting (`timeoutMs`, e.g. queued in a
+ * frozen server) charges nothing.
  *
  * @example new RedisStore({ client: new Redis(process.env.REDIS_URL) })
+ * @example new RedisStore({ client: new Cluster([{ host: 'redis-1', port: 6379 }]) })
  */
 export class RedisStore implements RateLimitStore {
   readonly client: Redis | Cluster;
   private readonly clock?: () => number;
-  private readonly decide: DecideCommand;
+  private readonly decideScript: ScriptCommand;
+  private readonly refundScript: ScriptCommand;
+  private readonly cluster: boolean;
+  private readonly refused: RefusedCache | undefined;
+  /** Per hash slot, Redis's clock minus the local one, ms, from the last reply (NaN: none yet). */
+  private readonly offsets: Float64Array;
 
   constructor(options: RedisStoreOptions) {
     this.client = options.client;
     this.clock = options.clock;
-    if (typeof (this.client as unknown as Record<string, unknown>)[COMMAND] !== 'function') {
-      this.client.defineCommand(COMMAND, { lua: DECIDE_LUA });
-    }
-    const command = (this.client as unknown as Record<string, DecideCommand>)[COMMAND];
-    this.decide = command.bind(this.client);
+    this.cluster = (this.client as Cluster).isCluster === true;
+    this.refused = options.cacheRefusals === false ? undefined : new RefusedCache();
+    this.offsets = new Float64Array(this.cluster ? HASH_SLOTS : 1).fill(NaN);
+    this.decideScript = this.script(DECIDE, DECIDE_LUA);
+    this.refundScript = this.script(REFUND, REFUND_LUA);
   }
 
-  consume(requests: readonly RateLimitRequest[]): Promise<RateLimitDecision[]> {
-    return this.call(requests, true);
+  consume(requests: readonly RateLimitRequest[], timeoutMs?: number): Promise<RateLimitDecision[]> {
+    return this.call(requests, true, timeoutMs);
   }
 
-  peek(requests: readonly RateLimitRequest[]): Promise<RateLimitDecision[]> {
-    return this.call(requests, false);
+  peek(requests: readonly RateLimitRequest[], timeoutMs?: number): Promise<RateLimitDecision[]> {
+    return this.call(requests, false, timeoutMs);
   }
 
   async reset(keys: readonly string[]): Promise<void> {
-    if (keys.length > 0) await this.client.del(...keys);
+    this.refused?.forget(keys);
+    const groups = this.bySlot(keys);
+    await Promise.all([...groups.values()].map((group) => this.client.del(...group.map((i) => keys[i]))));
   }
 
-  private async call(requests: readonly RateLimitRequest[], charge: boolean): Promise<RateLimitDecision[]> {
+  async close(): Promise<void> {
+    this.refused?.clear();
+  }
+
+  private async call(requests: readonly RateLimitRequest[], charge: boolean, timeoutMs?: number): Promise<RateLimitDecision[]> {
+    if (requests.length === 0) return [];
+    const sentAt = this.localNow();
+    let outcomes = charge ? this.refused?.lookup(requests, sentAt) : undefined;
+    if (outcomes === undefined) {
+      const groups = this.bySlot(requests.map((request) => request.key));
+      outcomes =
+        groups.size === 1
+          ? (await this.decide(requests, charge, groups.keys().next().value as number, sentAt, timeoutMs)).outcomes
+          : await this.acrossSlots(requests, groups, charge, sentAt, timeoutMs);
+      if (charge) this.refused?.remember(requests, outcomes, sentAt);
+    }
+    return requests.map((request, i) => toDecision(request, (outcomes as Outcome[])[i]));
+  }
+
+  /**
+   * Decides a request whose policies live in several hash slots: one call per slot, in
+   * parallel. When a slot refuses (or fails), what the others charged is given back.
+   */
+  private async acrossSlots(
+    requests: readonly RateLimitRequest[],
+    groups: Map<number, number[]>,
+    charge: boolean,
+    sentAt: number,
+    timeoutMs?: number,
+  ): Promise<Outcome[]> {
+    const slots = [...groups];
+    const settled = await Promise.allSettled(
+      slots.map(([slot, group]) => this.decide(group.map((i) => requests[i]), charge, slot, sentAt, timeoutMs)),
+    );
+    const outcomes: Outcome[] = new Array(requests.length);
+    let allowed = true;
+    settled.forEach((result, k) => {
+      if (result.status === 'rejected') return void (allowed = false);
+      slots[k][1].forEach((i, j) => (outcomes[i] = result.value.outcomes[j]));
+      allowed &&= result.value.outcomes.every((outcome) => outcome.allowed);
+    });
+    if (charge && !allowed) {
+      await Promise.all(
+        settled.map(async (result, k) => {
+          if (result.status === 'rejected' || !result.value.outcomes.every((outcome) => outcome.allowed)) return;
+          const group = slots[k][1];
+          const refunded = await this.refund(group.map((i) => requests[i]), result.value.at);
+          group.forEach((i, j) => (outcomes[i] = refunded.outcomes[j]));
+        }),
+      );
+    }
+    const failed = settled.find((result) => result.status === 'rejected');
+    if (failed) throw failed.reason;
+    return outcomes;
+  }
+
+  /** One decide call for requests of one hash slot. */
+  private async decide(
+    requests: readonly RateLimitRequest[],
+    charge: boolean,
+    slot: number,
+    sentAt: number,
+    timeoutMs?: number,
+  ): Promise<Reply> {
     const args: string[] = [];
     for (const request of requests) args.push(request.key);
-    args.push(this.clock ? String(this.clock()) : '', charge ? '1' : '0');
-    for (const { limit, cost } of requests) {
-      args.push(limit.algorithm, String(limit.rps), String(limit.burst), String(cost));
+    args.push(this.clock ? String(this.clock()) : '', charge ? '1' : '0', this.deadline(slot, sentAt, timeoutMs));
+    for (const { limit, cost } of requests) args.push(limit.algorithm, String(limit.rps), String(limit.burst), String(cost));
+    const raw = await this.decideScript(requests.length, ...args);
+    if (raw.length === 0) {
+      throw new RateLimitStoreError(`Redis ran the call after its caller's ${timeoutMs} ms timeout; it was dropped`);
     }
-    const reply = await this.decide(requests.length, ...args);
-    return requests.map((request, i) => {
-      const at = i * REPLY_WIDTH;
-      return toDecision(request, {
-        allowed: reply[at] === 1,
-        remaining: reply[at + 1],
-        retryMs: reply[at + 2],
-        resetMs: reply[at + 3],
-        nextMs: reply[at + 4],
-        delayMs: reply[at + 5],
-      });
+    const reply = parse(raw, requests.length);
+    this.offsets[slot] = reply.now - this.localNow();
+    return reply;
+  }
+
+  /** Gives back what a decide call charged for requests of one hash slot (`at` from its reply). */
+  private async refund(requests: readonly RateLimitRequest[], at: readonly number[]): Promise<Reply> {
+    const args: string[] = [];
+    for (const request of requests) args.push(request.key);
+    args.push(this.clock ? String(this.clock()) : '');
+    requests.forEach(({ limit, cost }, i) => {
+      args.push(limit.algorithm, String(limit.rps), String(limit.burst), String(cost), String(at[i]));
     });
+    return parse(await this.refundScript(requests.length, ...args), requests.length);
+  }
+
+  /**
+   * The time on Redis's clock after which a call sent at `sentAt` is surely of no use: its
+   * caller stopped waiting `timeoutMs` after sending, and a busy event loop may notice that
+   * late, so the deadline is twice that. Redis's clock is estimated from the last reply's time
+   * when it arrived, which is behind Redis's own, so the deadline is never early. A call run
+   * between the two charges for a request that got its failMode outcome: fewer admissions, never
+   * more. '' before a reply, or with a test clock.
+   */
+  private deadline(slot: number, sentAt: number, timeoutMs: number | undefined): string {
+    const offset = this.offsets[slot];
+    if (timeoutMs === undefined || this.clock || Number.isNaN(offset)) return '';
+    return String(Math.ceil(sentAt + offset + STALE_AFTER_TIMEOUTS * timeoutMs));
+  }
+
+  /** Indexes of `keys` by hash slot (a single group on a single Redis). */
+  private bySlot(keys: readonly string[]): Map<number, number[]> {
+    const groups = new Map<number, number[]>();
+    keys.forEach((key, i) => {
+      const slot = this.cluster ? hashSlot(key) : 0;
+      const group = groups.get(slot);
+      if (group) group.push(i);
+      else groups.set(slot, [i]);
+    });
+    return groups;
+  }
+
+  private localNow(): number {
+    return this.clock ? this.clock() : performance.now();
+  }
+
+  private script(name: string, lua: string): ScriptCommand {
+    const client = this.client as unknown as Record<string, ScriptCommand>;
+    if (typeof client[name] !== 'function') this.client.defineCommand(name, { lua });
+    return client[name].bind(this.client);
   }
 }
 
+/** A script reply: `REPLY_WIDTH` numbers per request, then the script's clock. */
+function parse(raw: readonly number[], count: number): Reply {
+  const outcomes: Outcome[] = [];
+  const at: number[] = [];
+  for (let i = 0; i < count; i++) {
+    const base = i * REPLY_WIDTH;
+    outcomes.push({
+      allowed: raw[base] === 1,
+      remaining: raw[base + 1],
+      retryMs: raw[base + 2],
+      resetMs: raw[base + 3],
+      nextMs: raw[base + 4],
+      delayMs: raw[base + 5],
+    });
+    at.push(raw[base + 6]);
+  }
+  return { outcomes, at, now: raw[count * REPLY_WIDTH] };
+}
