@@ -1,5 +1,4 @@
 import { once } from 'node:events';
-import { Logger } from '@nestjs/common';
 import type { Cluster, Redis, RedisOptions } from 'ioredis';
 import type { KeySource, ResolvedPolicy } from './policy/policy.types.js';
 import { InvalidPolicyError, resolveKeySources, resolvePolicy } from './policy/resolve-policy.js';
@@ -27,6 +26,8 @@ export interface ResolvedOptions {
 
 /** How long start waits for a Redis client the module created to connect, ms. */
 const READY_WAIT_MS = 1_000;
+/** Longest wait between reconnection attempts of a client the module created, ms. */
+const RECONNECT_MAX_MS = 250;
 
 const HEADER_FAMILIES: readonly HeaderFamily[] = ['ietf', 'legacy', 'x-ratelimit'];
 const FAIL_MODES: readonly FailMode[] = ['open', 'closed', 'local'];
@@ -125,8 +126,10 @@ function isRedisClient(value: unknown): value is Redis | Cluster {
 
 /**
  * A client fit for a limiter: a request must never wait on Redis longer than the limiter's
- * timeout, so commands are not queued while disconnected (they fail at once and `failMode`
- * decides), each command has a timeout, and retries are bounded.
+ * timeout, and a command must never run late. So commands are not queued while disconnected
+ * (they fail at once and `failMode` decides), each has a timeout, none is retried or resent
+ * after a reconnect, reconnecting is tried every 250 ms at most, and a READONLY or LOADING reply
+ * (a primary turned replica, a server still loading) makes it reconnect.
  */
 async function createRedisClient(redis: string | RedisOptions, timeout: number): Promise<Redis> {
   if (typeof redis !== 'string' && (typeof redis !== 'object' || redis === null)) {
@@ -141,29 +144,16 @@ async function createRedisClient(redis: string | RedisOptions, timeout: number):
   const limiterDefaults: RedisOptions = {
     enableOfflineQueue: false,
     commandTimeout: timeout,
-    maxRetriesPerRequest: 1,
-    retryStrategy: (attempt) => Math.min(attempt * 100, 2000),
+    maxRetriesPerRequest: 0,
+    autoResendUnfulfilledCommands: false,
+    retryStrategy: (attempt) => Math.min(attempt * 50, RECONNECT_MAX_MS),
     reconnectOnError: (error) => /READONLY|LOADING/.test(error.message),
   };
   const client = typeof redis === 'string' ? new Client(redis, limiterDefaults) : new Client({ ...limiterDefaults, ...redis });
-  reportOutages(client);
+  // The limiter logs when its calls start and stop failing; ioredis would print every retry.
+  client.on('error', () => undefined);
   // Without an offline queue, requests before the first connection would all fall to failMode:
   // give it a moment at start. A Redis that is down does not stop the app from starting.
   await once(client, 'ready', { signal: AbortSignal.timeout(READY_WAIT_MS) }).catch(() => undefined);
   return client;
-}
-
-/** Logs the first error of each outage of a client the module created (ioredis would print every retry). */
-function reportOutages(client: Redis): void {
-  const logger = new Logger('RateLimitModule');
-  let down = false;
-  client.on('error', (error: Error) => {
-    if (down) return;
-    down = true;
-    logger.error(`Redis unavailable (${error.message}); failMode decides until it is back`);
-  });
-  client.on('ready', () => {
-    if (down) logger.log('Redis is back');
-    down = false;
-  });
 }

@@ -39,6 +39,12 @@ export function costExceedsBurst(policy: string, cost: number, burst: number): s
   return `Request cost ${cost} exceeds the capacity ${burst} of policy "${policy}": it can never be admitted.`;
 }
 
+/** Logged in shadow mode for each request enforcing would have refused. */
+export function shadowRefusal(policy: string, route: string, retryAfter: number): string {
+  const retry = Number.isFinite(retryAfter) ? `retry after ${retryAfter} s` : 'its cost exceeds the capacity';
+  return `Shadow mode: policy "${policy}" would refuse a request to ${route} (${retry})`;
+}
+
 /** The 503 message when the store fails and `failMode` is `'closed'`. */
 export const storeUnavailable = 'Rate limiter unavailable. Try again later.';
 
@@ -51,3 +57,14 @@ export function storeTimedOut(timeoutMs: number): string {
 export function storeFailed(cause: unknown): string {
   return `Rate limit store failed: ${cause instanceof Error ? cause.message : String(cause)}`;
 }
+
+/** A call not sent because the store failed repeatedly and is being probed. */
+export const circuitOpen = 'Rate limit store is failing: calls are stopped until a probe succeeds';
+
+/** Logged once when the circuit breaker opens. */
+export function storeFailing(cause: string, failMode: string): string {
+  return `${cause}. Stopping store calls; failMode '${failMode}' decides until a probe every 250 ms succeeds`;
+}
+
+/** Logged once when a probe succeeds. */
+export const storeBack = 'Rate limit store answers again: limiting with it';

@@ -1,4 +1,4 @@
-import { type CanActivate, type ExecutionContext, Inject, Injectable } from '@nestjs/common';
+import { type CanActivate, type ExecutionContext, Inject, Injectable, Logger } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import { rateLimitHeaders } from './headers/rate-limit-headers.js';
 import { bucketKey } from './keys/bucket-key.js';
@@ -6,6 +6,7 @@ import { headerValue, type KeyedRequest, resolveIdentity } from './keys/identity
 import type { CostSource } from './policy/policy.types.js';
 import { type RoutePolicy, RoutePolicies } from './policy/route-policies.js';
 import { RATE_LIMIT_OPTIONS } from './rate-limit.constants.js';
+import { shadowRefusal } from './rate-limit.errors.js';
 import { RateLimitExceededException, RateLimitUnavailableException } from './rate-limit.exception.js';
 import type { ResolvedOptions } from './rate-limit-options.js';
 import { RateLimiterService } from './rate-limiter.service.js';
@@ -33,6 +34,8 @@ const DECIMAL = /^\d{1,15}(\.\d{1,15})?$/;
  */
 @Injectable()
 export class RateLimitGuard implements CanActivate {
+  protected readonly logger = new Logger('RateLimitGuard');
+
   constructor(
     @Inject(RATE_LIMIT_OPTIONS) protected readonly options: ResolvedOptions,
     protected readonly routes: RoutePolicies,
@@ -59,8 +62,11 @@ export class RateLimitGuard implements CanActivate {
     }
 
     this.setHeaders(response, policies, decisions);
-    if (this.options.mode === 'shadow') return true;
     const refused = refusing(decisions);
+    if (this.options.mode === 'shadow') {
+      if (refused !== undefined) this.onShadowRefusal(refused, context);
+      return true;
+    }
     if (refused === undefined) {
       // a leaky_bucket admits a request for its turn in the queue: wait until then
       await this.limiter.wait(decisions);
@@ -122,6 +128,14 @@ export class RateLimitGuard implements CanActivate {
     for (const [name, value] of rateLimitHeaders(this.options.headers, described, Date.now())) {
       this.setHeader(response, name, value);
     }
+  }
+
+  /**
+   * In shadow mode, a request the policies refuse passes; this logs it (a warning naming the
+   * policy and the route), so what enforcing would block can be counted before switching.
+   */
+  protected onShadowRefusal(refused: RateLimitDecision, context: ExecutionContext): void {
+    this.logger.warn(shadowRefusal(refused.policy, `${context.getClass().name}.${context.getHandler().name}`, refused.retryAfter));
   }
 
   /** What a request gets when the store cannot decide: `failMode` 'open' lets it through. */

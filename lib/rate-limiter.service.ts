@@ -1,19 +1,24 @@
-import { Inject, Injectable, type OnApplicationShutdown } from '@nestjs/common';
+import { Inject, Injectable, Logger, type OnApplicationShutdown } from '@nestjs/common';
 import { bucketKey } from './keys/bucket-key.js';
 import type { RateLimitPolicy, ResolvedPolicy } from './policy/policy.types.js';
 import { resolvePolicy } from './policy/resolve-policy.js';
-import { storeFailed, storeTimedOut } from './rate-limit.errors.js';
+import { circuitOpen, storeBack, storeFailed, storeFailing, storeTimedOut } from './rate-limit.errors.js';
 import { RATE_LIMIT_OPTIONS } from './rate-limit.constants.js';
 import type { ResolvedOptions } from './rate-limit-options.js';
 import { MemoryStore } from './stores/memory.store.js';
 import { RateLimitStoreError } from './stores/rate-limit-store.error.js';
 import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from './stores/rate-limit-store.interface.js';
+import { CircuitBreaker } from './utils/circuit-breaker.js';
 import { DeadlineQueue } from './utils/deadline-queue.js';
 import { WakeQueue } from './utils/wake-queue.js';
 
 /**
  * The engine behind the guard, for code outside it: consume, peek and reset buckets by
  * identity, with the module's store, prefix, timeout and fail mode.
+ *
+ * Every store call is bounded by `timeout`. After 3 failures in a row a circuit breaker stops
+ * calling the store: decisions take the `failMode` outcome at once, and one call every 250 ms
+ * probes whether the store answers again.
  *
  * An identity is `<source>:<value>` as the guard builds it (`user:42`, `api-key:abc`,
  * `ip:1.2.3.4`), so code reaches the guard's bucket for the same policy name. On a store failure
@@ -23,12 +28,19 @@ import { WakeQueue } from './utils/wake-queue.js';
  * const [decision] = await limiter.consume(`user:${user.id}`, { name: 'login', limit: 5, window: '15m' });
  * if (!decision.allowed) throw new RateLimitExceededException(decision);
  */
+/** Store failures in a row after which calls stop going to the store. */
+const BREAKER_THRESHOLD = 3;
+/** How often a stopped store gets a probe call, ms: limiting is back within this after it answers. */
+const BREAKER_PROBE_MS = 250;
+
 @Injectable()
 export class RateLimiterService implements OnApplicationShutdown {
   private readonly store: RateLimitStore;
   private readonly deadlines: DeadlineQueue;
   private readonly sleepers = new WakeQueue();
   private readonly resolved = new WeakMap<RateLimitPolicy, ResolvedPolicy>();
+  private readonly breaker = new CircuitBreaker({ threshold: BREAKER_THRESHOLD, probeAfterMs: BREAKER_PROBE_MS });
+  private readonly logger = new Logger('RateLimitModule');
   private local: MemoryStore | undefined;
 
   constructor(@Inject(RATE_LIMIT_OPTIONS) private readonly options: ResolvedOptions) {
@@ -72,14 +84,18 @@ export class RateLimiterService implements OnApplicationShutdown {
   async decide(requests: readonly RateLimitRequest[], charge: boolean): Promise<RateLimitDecision[]> {
     // The memory store answers synchronously and cannot hang: no deadline to keep.
     if (this.store instanceof MemoryStore) return this.store.decide(requests, charge);
+    if (!this.breaker.allow()) return this.fallback(requests, charge, new RateLimitStoreError(circuitOpen));
+    const { timeout } = this.options;
+    let decisions: RateLimitDecision[];
     try {
-      return await this.bounded(charge ? this.store.consume(requests) : this.store.peek(requests));
+      decisions = await this.bounded(charge ? this.store.consume(requests, timeout) : this.store.peek(requests, timeout));
     } catch (error) {
       const failure = error instanceof RateLimitStoreError ? error : new RateLimitStoreError(storeFailed(error), { cause: error });
-      if (this.options.failMode !== 'local') throw failure;
-      this.local ??= new MemoryStore();
-      return this.local.decide(requests, charge);
+      if (this.breaker.failed()) this.logger.error(storeFailing(failure.message, this.options.failMode));
+      return this.fallback(requests, charge, failure);
     }
+    if (this.breaker.succeeded()) this.logger.log(storeBack);
+    return decisions;
   }
 
   async onApplicationShutdown(): Promise<void> {
@@ -89,6 +105,13 @@ export class RateLimiterService implements OnApplicationShutdown {
     const { store, client } = this.options.owned;
     await store?.close?.();
     if (client) await client.quit().catch(() => client.disconnect());
+  }
+
+  /** What `failMode` makes of a failed store call: the local limiter's decisions, or the error. */
+  private fallback(requests: readonly RateLimitRequest[], charge: boolean, failure: RateLimitStoreError): RateLimitDecision[] {
+    if (this.options.failMode !== 'local') throw failure;
+    this.local ??= new MemoryStore();
+    return this.local.decide(requests, charge);
   }
 
   private bounded<T>(promise: Promise<T>): Promise<T> {
