@@ -13,6 +13,11 @@ interface Refusal {
 
 /** Most refused keys remembered; the oldest go first. */
 const MAX_KEYS = 10_000;
+/**
+ * A wait rounds a fractional time up to whole ms (`ceil(43.000000001)` is 44), while the
+ * admission test compares the unrounded amounts: Redis may admit 1 ms before the reported wait.
+ */
+const ROUNDING_MS = 1;
 /** Longest a refusal is reused, ms, so the headers it answers with stay fresh. */
 const MAX_AGE_MS = 5_000;
 
@@ -21,7 +26,7 @@ const MAX_AGE_MS = 5_000;
  *
  * Sound because quota only comes back with time: when Redis says a request of `cost` fits in
  * `retryMs`, a request of the same cost on the same buckets cannot fit before then (what other
- * instances charge meanwhile only takes more). The wait counts from when the call was sent,
+ * instances charge meanwhile only takes more), less the 1 ms a wait's rounding up may add. The wait counts from when the call was sent,
  * which is no later than when Redis decided, so a refusal is never reused for longer than Redis
  * would refuse. Only a `reset` brings quota back early: the store forgets its own resets' keys;
  * another instance's reset is seen once the cached refusal has run out.
@@ -70,7 +75,7 @@ export class RefusedCache {
           requests.map(({ key, limit, cost }, j) => [key, { rps: limit.rps, burst: limit.burst, cost, outcome: outcomes[j] }]),
         ),
       };
-      const until = sentAt + (outcome.retryMs < 0 ? MAX_AGE_MS : Math.min(outcome.retryMs, MAX_AGE_MS));
+      const until = sentAt + (outcome.retryMs < 0 ? MAX_AGE_MS : Math.min(outcome.retryMs - ROUNDING_MS, MAX_AGE_MS));
       const key = requests[i].key;
       this.refusals.delete(key); // re-inserted last: the Map's order is the eviction order
       this.refusals.set(key, { ...refusal, until });

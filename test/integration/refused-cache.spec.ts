@@ -1,0 +1,93 @@
+import { randomUUID } from 'node:crypto';
+import { jest } from '@jest/globals';
+import fc from 'fast-check';
+import type { Redis } from 'ioredis';
+import { ALGORITHMS } from '../../lib/algorithms/algorithm.types.js';
+import { bucketKey } from '../../lib/keys/bucket-key.js';
+import type { RateLimitRequest } from '../../lib/stores/rate-limit-store.interface.js';
+import { RedisStore } from '../../lib/stores/redis/redis.store.js';
+import { RefusedCache } from '../../lib/stores/redis/refused-cache.js';
+import { CASE_EPOCH, limitOf } from '../cases/index.js';
+import { connectTestRedis } from '../redis/test-redis.js';
+
+const RUNS = Number(process.env.RATE_LIMIT_PROPERTY_RUNS ?? 300);
+const SEED = process.env.RATE_LIMIT_PROPERTY_SEED === undefined ? undefined : Number(process.env.RATE_LIMIT_PROPERTY_SEED);
+
+let redis: Redis;
+beforeAll(async () => {
+  redis = await connectTestRedis();
+});
+afterAll(async () => {
+  await redis.quit();
+});
+
+/** A policy of the trace: small bursts and slow rates, so that refusals are common. */
+const policy = fc.record({
+  algorithm: fc.constantFrom(...ALGORITHMS),
+  burst: fc.integer({ min: 1, max: 5 }),
+  rps: fc.constantFrom(0.5, 1, 2, 5, 20),
+});
+
+/** A request: which instance sends it, after how long, with which of the policies and cost. */
+const step = fc.record({
+  instance: fc.constantFrom(0, 0, 0, 1),
+  dt: fc.oneof(
+    { weight: 4, arbitrary: fc.constant(0) },
+    { weight: 3, arbitrary: fc.integer({ min: 1, max: 50 }) },
+    { weight: 1, arbitrary: fc.integer({ min: 100, max: 3_000 }) },
+  ),
+  identity: fc.constantFrom('a', 'b'),
+  policies: fc.constantFrom([0], [0], [0, 1], [1]),
+  cost: fc.constantFrom(1, 1, 2, 0.5),
+});
+
+describe('the refused-key cache of RedisStore (real Redis)', () => {
+  it('never refuses a request Redis would admit, while two instances with caches charge the same keys', async () => {
+    // counts the requests the cache answers
+    const lookup = RefusedCache.prototype.lookup;
+    let hits = 0;
+    const lookups = jest.spyOn(RefusedCache.prototype, 'lookup').mockImplementation(function (this: RefusedCache, ...args) {
+      const outcomes = lookup.apply(this, args);
+      if (outcomes !== undefined) hits++;
+      return outcomes;
+    });
+    let answered = 0;
+    let refused = 0;
+    await fc.assert(
+      fc.asyncProperty(fc.tuple(policy, policy), fc.array(step, { minLength: 10, maxLength: 40 }), async (limits, steps) => {
+        const prefix = `rl-cache-${randomUUID()}:`;
+        let now = CASE_EPOCH;
+        const clock = () => now;
+        // two app instances, each with its cache, and Redis's own answer without one
+        const instances = [new RedisStore({ client: redis, clock }), new RedisStore({ client: redis, clock })];
+        const truth = new RedisStore({ client: redis, clock, cacheRefusals: false });
+        for (const { instance, dt, identity, policies, cost } of steps) {
+          now += dt;
+          const requests: RateLimitRequest[] = policies.map((i) => {
+            const limit = limitOf(limits[i].algorithm, limits[i].rps, limits[i].burst);
+            return { key: bucketKey(prefix, `p${i}`, limit.algorithm, `${i}:${identity}`), policy: `p${i}`, limit, cost };
+          });
+          const wouldAdmit = (await truth.peek(requests)).every((d) => d.allowed);
+          const hitsBefore = hits;
+          const decisions = await instances[instance].consume(requests);
+          const fromCache = hits > hitsBefore;
+          expect({ wouldAdmit, allowed: decisions.every((d) => d.allowed) }).toEqual({ wouldAdmit, allowed: wouldAdmit });
+          if (fromCache) {
+            answered++;
+            // what the cache answers with: the refusing policy still needs time, never more than Redis says
+            const redisSays = await truth.peek(requests);
+            decisions.forEach((d, i) => {
+              if (!d.allowed) expect(d.retryAfter).toBeLessThanOrEqual(redisSays[i].retryAfter);
+            });
+          }
+          if (!wouldAdmit) refused++;
+        }
+      }),
+      { numRuns: RUNS, seed: SEED },
+    );
+    lookups.mockRestore();
+    console.log(`refused-key cache: ${refused} refusals in ${RUNS} traces, ${answered} answered from the cache, none wrongly`);
+    // the property is not vacuous: the cache did answer
+    expect(answered).toBeGreaterThan(RUNS / 2);
+  }, 30_000 + RUNS * 50);
+});
