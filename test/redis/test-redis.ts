@@ -1,4 +1,4 @@
-import { Redis } from 'ioredis';
+import { Cluster, Redis } from 'ioredis';
 
 /** The URL of the redis-server the global setup started. */
 export function testRedisUrl(): string {
@@ -24,4 +24,50 @@ export async function ttlsUnder(client: Redis, prefix: string): Promise<Map<stri
     for (const key of keys) ttls.set(key, await client.pttl(key));
   } while (cursor !== '0');
   return ttls;
+}
+
+/** The nodes of the Redis Cluster the global setup started (3 masters, no replicas). */
+export function testClusterNodes(): { host: string; port: number }[] {
+  const list = process.env.TEST_REDIS_CLUSTER;
+  if (!list) {
+    throw new Error('TEST_REDIS_CLUSTER is not set: run the tests with `npm test` (its global setup starts a Redis Cluster)');
+  }
+  return list.split(',').map((node) => {
+    const colon = node.lastIndexOf(':');
+    const port = Number(node.slice(colon + 1));
+    if (colon < 1 || !Number.isInteger(port)) throw new Error(`TEST_REDIS_CLUSTER: bad node "${node}" in "${list}"`);
+    return { host: node.slice(0, colon), port };
+  });
+}
+
+/**
+ * A client of the test cluster, ready (slots known, cluster_state ok) within 10 s; the caller quits
+ * it. Commands issued while it reconnects are queued, as usual.
+ */
+export async function connectTestCluster(): Promise<Cluster> {
+  const cluster = new Cluster(testClusterNodes(), {
+    lazyConnect: true,
+    slotsRefreshTimeout: 2_000,
+    redisOptions: { maxRetriesPerRequest: 1, connectTimeout: 2_000 },
+  });
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    await Promise.race([
+      cluster.connect(),
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error('the test Redis Cluster was not ready within 10 s')), 10_000);
+      }),
+    ]);
+  } catch (error) {
+    cluster.disconnect();
+    throw error;
+  } finally {
+    clearTimeout(timer);
+  }
+  return cluster;
+}
+
+/** Empties every master of the cluster. */
+export async function flushCluster(cluster: Cluster): Promise<void> {
+  await Promise.all(cluster.nodes('master').map((node) => node.flushall()));
 }
