@@ -1,12 +1,13 @@
 import { randomUUID } from 'node:crypto';
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import { ALGORITHMS, type Algorithm, type Limit } from '../../lib/algorithms/algorithm.types.js';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
 import { MemoryStore } from '../../lib/stores/memory.store.js';
 import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from '../../lib/stores/rate-limit-store.interface.js';
+import { hashSlot } from '../../lib/stores/redis/hash-slot.js';
 import { RedisStore } from '../../lib/stores/redis/redis.store.js';
 import { CASE_EPOCH, CASES, limitOf, longestTtlMs } from '../cases/index.js';
-import { connectTestRedis, ttlsUnder } from '../redis/test-redis.js';
+import { connectTestCluster, connectTestRedis, ttlsUnder } from '../redis/test-redis.js';
 
 /** A store whose clock the test sets (ms after `CASE_EPOCH`) before each step. */
 interface Clocked {
@@ -17,15 +18,16 @@ interface Clocked {
 }
 
 let redis: Redis;
+let cluster: Cluster;
 const prefix = `rl-test-${randomUUID()}:`;
 /** Every Redis key a test charged: its limit and the latest time (test clock, ms) it was charged. */
 const written = new Map<string, { limit: Limit; at: number }>();
 
 beforeAll(async () => {
-  redis = await connectTestRedis();
+  [redis, cluster] = await Promise.all([connectTestRedis(), connectTestCluster()]);
 });
 afterAll(async () => {
-  await redis.quit();
+  await Promise.all([redis.quit(), cluster.quit()]);
 });
 
 function clocked(make: (clock: () => number) => RateLimitStore): () => Clocked {
@@ -47,6 +49,9 @@ function clocked(make: (clock: () => number) => RateLimitStore): () => Clocked {
 const stores: Array<[string, () => Clocked]> = [
   ['MemoryStore', clocked((clock) => new MemoryStore({ clock }))],
   ['RedisStore (real Redis)', clocked((clock) => new RedisStore({ client: redis, clock, cacheRefusals: false }))],
+  // the tight and loose policies below key different identities, so on the Cluster they live in
+  // different hash slots: two script calls, and a refund when the tight one refuses
+  ['RedisStore (Redis Cluster)', clocked((clock) => new RedisStore({ client: cluster, clock, cacheRefusals: false }))],
 ];
 
 const request = (name: string, limit: Limit, identity: string, cost = 1): RateLimitRequest => ({
@@ -85,7 +90,7 @@ describe.each(stores)('%s', (storeName, makeStore) => {
       expect((await store.peek([loose]))[0].remaining).toBe(998);
       if (store instanceof RedisStore) {
         for (const key of [tight.key, loose.key]) {
-          if (key.includes(':swl:')) expect(await redis.zcard(key)).toBe(2); // no entry for a refused request
+          if (key.includes(':swl:')) expect(await store.client.zcard(key)).toBe(2); // no entry for a refused request
         }
       }
     });
@@ -104,14 +109,30 @@ describe.each(stores)('%s', (storeName, makeStore) => {
 });
 
 describe('RedisStore keys', () => {
-  it('every key the tests above left expires, no later than the time from empty to full', async () => {
-    const keys = [...(await ttlsUnder(redis, prefix)).keys()];
+  it.each([
+    ['Redis', () => [redis]],
+    ['Redis Cluster', () => cluster.nodes('master')],
+  ])('every key the tests above left on the %s expires, no later than the time from empty to full', async (_name, servers) => {
+    const keys: Array<[Redis, string]> = [];
+    for (const server of servers()) for (const key of (await ttlsUnder(server, prefix)).keys()) keys.push([server, key]);
     expect(keys.length).toBeGreaterThan(CASES.length);
-    for (const key of keys) {
-      // every key left is one a test charged (a refused or peeked request writes nothing)
+    for (const [server, key] of keys) {
+      // every key left is one a test charged (a refused or peeked request, or a refund to full, writes nothing)
       const { limit, at } = written.get(key)!;
-      const lives = (await redis.pexpiretime(key)) - at;
+      const lives = (await server.pexpiretime(key)) - at;
       expect({ key, lives: lives > 0 && lives <= longestTtlMs(limit) }).toEqual({ key, lives: true });
+    }
+  });
+
+  it('puts the buckets of one identity in one Cluster hash slot, and of two identities (here) in two', async () => {
+    const perKey = request('tight', limitOf('token_bucket', 1, 2), 'api-key:abc');
+    const sameIdentity = request('other', limitOf('gcra', 5, 5), 'api-key:abc');
+    const perIp = request('loose', limitOf('token_bucket', 1, 2), 'ip:1.2.3.4');
+    expect(hashSlot(perKey.key)).toBe(hashSlot(sameIdentity.key));
+    expect(hashSlot(perKey.key)).not.toBe(hashSlot(perIp.key));
+    // the same slots Redis works out, braces or not
+    for (const key of [perKey.key, perIp.key, 'plain-key', 'a{}b', '{}{x}', 'é{ü}', 'x{'.repeat(40)]) {
+      expect([key, hashSlot(key)]).toEqual([key, await cluster.cluster('KEYSLOT', key)]);
     }
   });
 
