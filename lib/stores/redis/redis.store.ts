@@ -64,6 +64,8 @@ export class RedisStore implements RateLimitStore {
   private readonly refundScript: ScriptCommand;
   private readonly cluster: boolean;
   private readonly refused: RefusedCache | undefined;
+  /** Calls in flight on contended keys (see `RefusedCache.contended`), by key. */
+  private readonly gates = new Map<string, Promise<void>>();
   /** Per hash slot, Redis's clock minus the local one, ms, from the last reply (NaN: none yet). */
   private readonly offsets: Float64Array;
 
@@ -97,17 +99,38 @@ export class RedisStore implements RateLimitStore {
 
   private async call(requests: readonly RateLimitRequest[], charge: boolean, timeoutMs?: number): Promise<RateLimitDecision[]> {
     if (requests.length === 0) return [];
-    const sentAt = this.localNow();
-    let outcomes = charge ? this.refused?.lookup(requests, sentAt) : undefined;
-    if (outcomes === undefined) {
+    const cache = charge ? this.refused : undefined;
+    let gate: { key: string; open: () => void } | undefined;
+    while (cache) {
+      const cached = cache.lookup(requests, this.localNow());
+      if (cached !== undefined) return requests.map((request, i) => toDecision(request, cached[i]));
+      // a key whose refusal just ran out: one call at a time, the others wait and look again
+      const key = cache.contended(requests, this.localNow());
+      if (key === undefined) break;
+      const busy = this.gates.get(key);
+      if (busy === undefined) {
+        let open!: () => void;
+        this.gates.set(key, new Promise<void>((resolve) => (open = resolve)));
+        gate = { key, open };
+        break;
+      }
+      await busy;
+    }
+    try {
+      const sentAt = this.localNow();
       const groups = this.bySlot(requests.map((request) => request.key));
-      outcomes =
+      const outcomes =
         groups.size === 1
           ? (await this.decide(requests, charge, groups.keys().next().value as number, sentAt, timeoutMs)).outcomes
           : await this.acrossSlots(requests, groups, charge, sentAt, timeoutMs);
-      if (charge) this.refused?.remember(requests, outcomes, sentAt);
+      cache?.remember(requests, outcomes, sentAt);
+      return requests.map((request, i) => toDecision(request, outcomes[i]));
+    } finally {
+      if (gate) {
+        this.gates.delete(gate.key);
+        gate.open();
+      }
     }
-    return requests.map((request, i) => toDecision(request, (outcomes as Outcome[])[i]));
   }
 
   /**

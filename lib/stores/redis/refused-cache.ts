@@ -18,6 +18,8 @@ const MAX_KEYS = 10_000;
  * admission test compares the unrounded amounts: Redis may admit 1 ms before the reported wait.
  */
 const ROUNDING_MS = 1;
+/** How long a refusal that ran out still marks its key as contended, ms. */
+const LINGER_MS = 1_000;
 /** Longest a refusal is reused, ms, so the headers it answers with stay fresh. */
 const MAX_AGE_MS = 5_000;
 
@@ -49,7 +51,7 @@ export class RefusedCache {
       const refusal = this.refusals.get(request.key);
       if (refusal === undefined) continue;
       if (now >= refusal.until) {
-        this.refusals.delete(request.key);
+        if (now >= refusal.until + LINGER_MS) this.refusals.delete(request.key);
         continue;
       }
       const outcomes = this.replay(refusal, requests, now - refusal.sentAt);
@@ -61,8 +63,11 @@ export class RefusedCache {
   /** Remembers each refusing policy of a request Redis refused, sent at local time `sentAt`. */
   remember(requests: readonly RateLimitRequest[], outcomes: readonly Outcome[], sentAt: number): void {
     if (outcomes.every((outcome) => outcome.allowed)) {
-      // charged: a refusal of these keys would now answer with a stale remaining
-      for (const { key } of requests) this.refusals.delete(key);
+      // charged: a refusal of these keys is over (and its remaining stale); it lingers as a mark
+      for (const { key } of requests) {
+        const refusal = this.refusals.get(key);
+        if (refusal !== undefined && refusal.until > sentAt) refusal.until = sentAt;
+      }
       return;
     }
     let refusal: Refusal | undefined;
@@ -81,6 +86,19 @@ export class RefusedCache {
       this.refusals.set(key, { ...refusal, until });
       if (this.refusals.size > MAX_KEYS) this.refusals.delete(this.refusals.keys().next().value as string);
     });
+  }
+
+  /**
+   * A key of `requests` whose refusal ran out less than a second ago, at local time `now`: a
+   * flood may still be on it, so its next Redis call is best made one at a time, each caller
+   * waiting for the call before it and looking here again (see `RedisStore`).
+   */
+  contended(requests: readonly RateLimitRequest[], now: number): string | undefined {
+    for (const { key } of requests) {
+      const refusal = this.refusals.get(key);
+      if (refusal !== undefined && now < refusal.until + LINGER_MS) return key;
+    }
+    return undefined;
   }
 
   /** Forgets refusals of these keys (their buckets were reset). */
@@ -106,9 +124,12 @@ export class RefusedCache {
   }
 }
 
-/** An outcome `elapsed` ms later, as far as time alone changes it (remaining as it was: a lower bound). */
+/**
+ * An outcome `elapsed` ms later, as far as time alone changes it: the wait less the time passed
+ * and the rounding, so never longer than Redis's own; remaining as it was.
+ */
 function aged(outcome: Outcome, elapsed: number): Outcome {
-  const retryMs = outcome.retryMs <= 0 ? outcome.retryMs : Math.max(0, outcome.retryMs - elapsed);
+  const retryMs = outcome.retryMs <= 0 ? outcome.retryMs : Math.max(0, outcome.retryMs - ROUNDING_MS - elapsed);
   return {
     allowed: outcome.allowed || retryMs === 0,
     remaining: outcome.remaining,

@@ -1,0 +1,77 @@
+import { randomUUID } from 'node:crypto';
+import { Controller, Get, Module } from '@nestjs/common';
+import { Redis } from 'ioredis';
+import { RateLimit, RateLimitModule } from '../../lib/index.js';
+import { type RedisServer, startRedisServer, stopRedisServer } from '../redis/redis-server.js';
+import { ADAPTERS, startApp, type TestApp } from './app.js';
+
+@Controller('flood')
+class FloodController {
+  @RateLimit({ rps: 2, burst: 5, key: 'api-key' })
+  @Get()
+  take() {
+    return { ok: true };
+  }
+}
+
+const FLOOD = 4_000;
+const IN_FLIGHT = 64;
+
+/** Script calls Redis has run (EVALSHA, and EVAL after a NOSCRIPT). */
+async function scriptCalls(client: Redis): Promise<number> {
+  const stats = await client.info('commandstats');
+  let calls = 0;
+  for (const match of stats.matchAll(/^cmdstat_(?:evalsha|eval):calls=(\d+)/gm)) calls += Number(match[1]);
+  return calls;
+}
+
+describe.each(ADAPTERS)('a flood from one refused key on %s, with its own redis-server', (adapter) => {
+  let server: RedisServer;
+  let client: Redis;
+  let http: TestApp;
+
+  beforeAll(async () => {
+    server = await startRedisServer();
+    client = new Redis(server.url);
+    @Module({ imports: [RateLimitModule.forRoot({ redis: client, prefix: `rl-flood-${randomUUID()}:` })], controllers: [FloodController] })
+    class AppModule {}
+    http = await startApp(AppModule, adapter);
+  });
+  afterAll(async () => {
+    await http?.close();
+    await client?.quit();
+    stopRedisServer(server.pid);
+  });
+
+  it('refuses it at under 0.01 Redis calls per refused request', async () => {
+    const apiKey = `flooder-${randomUUID()}`;
+    const before = await scriptCalls(client);
+    const started = performance.now();
+    const statuses = new Map<number, number>();
+    let sent = 0;
+    await Promise.all(
+      Array.from({ length: IN_FLIGHT }, async () => {
+        while (sent < FLOOD) {
+          sent++;
+          const response = await http.get('/flood', { 'x-api-key': apiKey });
+          await response.arrayBuffer();
+          statuses.set(response.status, (statuses.get(response.status) ?? 0) + 1);
+        }
+      }),
+    );
+    const seconds = (performance.now() - started) / 1000;
+    const calls = (await scriptCalls(client)) - before;
+    const admitted = statuses.get(200) ?? 0;
+    const refused = statuses.get(429) ?? 0;
+    const perRefused = calls / refused;
+    console.log(
+      `${adapter}: ${FLOOD} requests in ${seconds.toFixed(2)} s from one key (rps 2, burst 5): ${admitted} admitted, ` +
+        `${refused} refused, ${calls} Redis calls, ${perRefused.toFixed(4)} calls per refused request`,
+    );
+    expect(admitted + refused).toBe(FLOOD);
+    // the burst, and what came back at 2/s while the flood lasted (and a second of slack)
+    expect(admitted).toBeGreaterThanOrEqual(5);
+    expect(admitted).toBeLessThanOrEqual(5 + Math.ceil(seconds * 2) + 2);
+    expect(perRefused).toBeLessThan(0.01);
+  });
+});
