@@ -110,7 +110,7 @@ end
  * ARGV[1]              now, integer ms; '' to use Redis TIME (the only clock outside tests)
  * ARGV[2]              '1' to charge when every policy admits, '0' to only look (peek)
  * ARGV[3]              deadline, integer ms on the script's clock: past it the call does nothing
- *                      and returns an empty reply; '' for none
+ *                      and returns only now; '' for none
  * ARGV[4 + 4(i-1)]     algorithm of policy i ('token_bucket', 'fixed_window', ...)
  * ARGV[5 + 4(i-1)]     rps, tokens per second, as a decimal string (may be fractional)
  * ARGV[6 + 4(i-1)]     burst, tokens
@@ -126,7 +126,7 @@ local now = clock(ARGV[1])
 local charge = ARGV[2] == '1'
 -- a call that runs after its caller stopped waiting (it sat in the socket of a frozen or busy
 -- Redis) decides and charges nothing: its request has had its failMode outcome already
-if ARGV[3] ~= '' and now > tonumber(ARGV[3]) then return {} end
+if ARGV[3] ~= '' and now > tonumber(ARGV[3]) then return { now } end
 
 -- algorithms/decide.ts decideAll
 local n = #KEYS

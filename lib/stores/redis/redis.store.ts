@@ -66,7 +66,7 @@ export class RedisStore implements RateLimitStore {
   private readonly refused: RefusedCache | undefined;
   /** Calls in flight on contended keys (see `RefusedCache.contended`), by key. */
   private readonly gates = new Map<string, Promise<void>>();
-  /** Per hash slot, Redis's clock minus the local one, ms, from the last reply (NaN: none yet). */
+  /** Per hash slot, Redis's clock minus the local one, ms, at least, from the last reply (NaN: none yet). */
   private readonly offsets: Float64Array;
 
   constructor(options: RedisStoreOptions) {
@@ -182,13 +182,13 @@ export class RedisStore implements RateLimitStore {
     for (const request of requests) args.push(request.key);
     args.push(this.clock ? String(this.clock()) : '', charge ? '1' : '0', this.deadline(slot, sentAt, timeoutMs));
     for (const { limit, cost } of requests) args.push(limit.algorithm, String(limit.rps), String(limit.burst), String(cost));
-    const raw = await this.decideScript(requests.length, ...args);
-    if (raw.length === 0) {
-      throw new RateLimitStoreError(`Redis ran the call after its caller's ${timeoutMs} ms timeout; it was dropped`);
+    const raw = await this.run(this.decideScript, DECIDE_LUA, requests.length, args);
+    // Redis ran the script after sending it, so this is at least Redis's clock minus ours
+    this.offsets[slot] = raw[raw.length - 1] - sentAt;
+    if (raw.length === 1) {
+      throw new RateLimitStoreError(`Redis ran the call more than ${STALE_AFTER_TIMEOUTS} x ${timeoutMs} ms after it was sent; it was dropped`);
     }
-    const reply = parse(raw, requests.length);
-    this.offsets[slot] = reply.now - this.localNow();
-    return reply;
+    return parse(raw, requests.length);
   }
 
   /** Gives back what a decide call charged for requests of one hash slot (`at` from its reply). */
@@ -199,16 +199,16 @@ export class RedisStore implements RateLimitStore {
     requests.forEach(({ limit, cost }, i) => {
       args.push(limit.algorithm, String(limit.rps), String(limit.burst), String(cost), String(at[i]));
     });
-    return parse(await this.refundScript(requests.length, ...args), requests.length);
+    return parse(await this.run(this.refundScript, REFUND_LUA, requests.length, args), requests.length);
   }
 
   /**
    * The time on Redis's clock after which a call sent at `sentAt` is surely of no use: its
    * caller stopped waiting `timeoutMs` after sending, and a busy event loop may notice that
-   * late, so the deadline is twice that. Redis's clock is estimated from the last reply's time
-   * when it arrived, which is behind Redis's own, so the deadline is never early. A call run
-   * between the two charges for a request that got its failMode outcome: fewer admissions, never
-   * more. '' before a reply, or with a test clock.
+   * late, so the deadline is twice that. Redis's clock is estimated from the last reply: its time
+   * against when that call was sent, which is never behind Redis's own, so the deadline is never
+   * early, however late a reply is read. A call run between the two charges for a request that
+   * got its failMode outcome: fewer admissions, never more. '' before a reply, or with a test clock.
    */
   private deadline(slot: number, sentAt: number, timeoutMs: number | undefined): string {
     const offset = this.offsets[slot];
@@ -230,6 +230,20 @@ export class RedisStore implements RateLimitStore {
 
   private localNow(): number {
     return this.clock ? this.clock() : performance.now();
+  }
+
+  /**
+   * Runs a script by its SHA. ioredis sends it whole after a NOSCRIPT reply, but only once per
+   * connection until the next flush: calls that got NOSCRIPT together with a `SCRIPT FLUSH` between
+   * them would fail, so those are sent whole here.
+   */
+  private async run(command: ScriptCommand, lua: string, numKeys: number, args: string[]): Promise<number[]> {
+    try {
+      return await command(numKeys, ...args);
+    } catch (error) {
+      if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT')) throw error;
+      return (await this.client.eval(lua, numKeys, ...args)) as number[];
+    }
   }
 
   private script(name: string, lua: string): ScriptCommand {
