@@ -129,7 +129,8 @@ function isRedisClient(value: unknown): value is Redis | Cluster {
  * timeout, and a command must never run late. So commands are not queued while disconnected
  * (they fail at once and `failMode` decides), each has a timeout, none is retried or resent
  * after a reconnect, reconnecting is tried every 250 ms at most, and a READONLY or LOADING reply
- * (a primary turned replica, a server still loading) makes it reconnect.
+ * (a primary turned replica, a server still loading) makes it reconnect. Through Sentinel it
+ * follows a failover when the sentinels announce it.
  */
 async function createRedisClient(redis: string | RedisOptions, timeout: number): Promise<Redis> {
   if (typeof redis !== 'string' && (typeof redis !== 'object' || redis === null)) {
@@ -148,6 +149,8 @@ async function createRedisClient(redis: string | RedisOptions, timeout: number):
     autoResendUnfulfilledCommands: false,
     retryStrategy: (attempt) => Math.min(attempt * 50, RECONNECT_MAX_MS),
     reconnectOnError: (error) => /READONLY|LOADING/.test(error.message),
+    // with `sentinels`: follow a failover as the sentinels announce it, not once the old primary answers READONLY
+    failoverDetector: true,
   };
   const client = typeof redis === 'string' ? new Client(redis, limiterDefaults) : new Client({ ...limiterDefaults, ...redis });
   // The limiter logs when its calls start and stop failing; ioredis would print every retry.

@@ -1,0 +1,74 @@
+import { randomUUID } from 'node:crypto';
+import { Controller, Get, Module } from '@nestjs/common';
+import { RateLimit, RateLimitModule } from '../../lib/index.js';
+import { bucketKey } from '../../lib/keys/bucket-key.js';
+import { redisCommand, type RedisSentinelGroup, startRedisSentinel, stopRedisGroup, waitUntil } from '../redis/redis-server.js';
+import { read, startApp, type TestApp } from './app.js';
+
+@Controller('quota')
+class QuotaController {
+  @RateLimit({ algorithm: 'fixed_window', limit: 5, window: '1h', key: 'api-key' })
+  @Get()
+  take() {
+    return { ok: true };
+  }
+}
+
+describe('through Sentinel (a primary, a replica, 3 sentinels), with the client the module creates', () => {
+  let group: RedisSentinelGroup;
+  let http: TestApp;
+
+  beforeAll(async () => {
+    // failing over by hand: a long down-after keeps a loaded machine from failing over by itself
+    group = await startRedisSentinel({ downAfterMs: 5_000 });
+    @Module({
+      imports: [
+        RateLimitModule.forRoot({ redis: { sentinels: group.sentinels, name: group.name }, failMode: 'closed', prefix: 'rl-sentinel:' }),
+      ],
+      controllers: [QuotaController],
+    })
+    class AppModule {}
+    http = await startApp(AppModule, 'express');
+  }, 30_000);
+  afterAll(async () => {
+    await http?.close();
+    if (group) await stopRedisGroup(group);
+  });
+
+  const bucketOf = (apiKey: string) => bucketKey('rl-sentinel:', 'QuotaController.take', 'fixed_window', `api-key:${apiKey}`);
+
+  /** Statuses of `n` requests one after another with this API key. */
+  async function take(apiKey: string, n: number): Promise<number[]> {
+    const statuses: number[] = [];
+    for (let i = 0; i < n; i++) statuses.push((await read(await http.get('/quota', { 'x-api-key': apiKey }))).status);
+    return statuses;
+  }
+
+  it('limits exactly on the primary, and again on the new primary after a failover', async () => {
+    expect(await take(`before-${randomUUID()}`, 7)).toEqual([200, 200, 200, 200, 200, 429, 429]);
+
+    const started = Date.now();
+    expect(await redisCommand(group.sentinels[0].port, ['SENTINEL', 'FAILOVER', group.name])).toBe('OK');
+    // requests meanwhile get 503 (failMode closed) or a decision; wait for decisions on the new primary
+    const outcomes = new Map<number, number>();
+    // once the old primary is a replica, a write can only land on the new one (the old answers READONLY)
+    await waitUntil('the old primary to be a replica', 15_000, async () => {
+      const role = ((await redisCommand(group.primary.port, ['ROLE'])) as unknown[])[0];
+      return role === 'slave' ? '' : `the old primary is a ${role}`;
+    });
+    await waitUntil('limiting on the new primary', 15_000, async () => {
+      const probe = `probe-${randomUUID()}`;
+      const [status] = await take(probe, 1);
+      outcomes.set(status, (outcomes.get(status) ?? 0) + 1);
+      const charged = await redisCommand(group.replica.port, ['GET', bucketOf(probe)]);
+      return status === 200 && charged !== null ? '' : `status ${status}, the new primary has ${String(charged)}`;
+    });
+    console.log(`Sentinel failover: limiting on the new primary ${Date.now() - started} ms after SENTINEL FAILOVER; statuses meanwhile ${JSON.stringify([...outcomes])}`);
+    expect([...outcomes.keys()].every((status) => status === 200 || status === 503)).toBe(true);
+
+    const apiKey = `after-${randomUUID()}`;
+    expect(await take(apiKey, 7)).toEqual([200, 200, 200, 200, 200, 429, 429]);
+    // decided on the new primary: the bucket is there, holding the 5
+    expect(String(await redisCommand(group.replica.port, ['GET', bucketOf(apiKey)]))).toMatch(/\|5$/);
+  }, 40_000);
+});
