@@ -1,0 +1,161 @@
+/**
+ * A real NestJS app (on Fastify, the cheaper adapter per request: the spec sends 48,000 requests
+ * on a 2-core machine) for `processes.e2e-spec.ts`, run as its own Node process, several
+ * at once against one Redis or one Redis Cluster. The spec compiles this file and `lib/` to
+ * plain ESM in a temporary directory and starts it with `node`.
+ *
+ * Configuration, from the environment:
+ * - `REDIS_URL` (`redis://127.0.0.1:port`) or `REDIS_CLUSTER` (`127.0.0.1:p1,127.0.0.1:p2,...`);
+ *   with a cluster, the app creates the ioredis `Cluster` itself, passes it as `redis`, and so
+ *   closes it itself on shutdown.
+ * - `RATE_LIMIT_PREFIX`: the key prefix (one per test run).
+ *
+ * Routes: `GET /limited/<algorithm>`, one per algorithm, each `limit: 100` per `'1h'` keyed by
+ * the `x-api-key` header, so nothing refills during a trial; policy name `limited-<algorithm>`.
+ * A module-wide loose policy `per-ip` (sliding log, 1,000,000 a day, keyed by IP) applies to
+ * every request too: its key lies in another hash slot than the API key's, and its sorted set
+ * counts every request that was charged.
+ *
+ * `failMode: 'closed'`: a store error (CROSSSLOT, NOSCRIPT, ...) answers 503, never passes,
+ * and this app writes its cause to stderr (`store error: ...`), where the spec looks for it.
+ *
+ * Prints one JSON line `{"port":<n>}` on stdout once it listens (on 127.0.0.1, a free port);
+ * exits 0 after SIGTERM once the app and its client are closed.
+ */
+import 'reflect-metadata';
+import { type ArgumentsHost, Catch, Controller, Get, HttpException, Module } from '@nestjs/common';
+import { BaseExceptionFilter, NestFactory } from '@nestjs/core';
+import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
+import { Cluster } from 'ioredis';
+import { RateLimit, RateLimitModule } from '../../../lib/index.js';
+
+const LIMIT = { limit: 100, window: '1h', key: 'api-key' } as const;
+
+@Controller('limited')
+class LimitedController {
+  @RateLimit({ name: 'limited-token_bucket', algorithm: 'token_bucket', ...LIMIT })
+  @Get('token_bucket')
+  tokenBucket() {
+    return { ok: true };
+  }
+
+  @RateLimit({ name: 'limited-leaky_bucket', algorithm: 'leaky_bucket', ...LIMIT })
+  @Get('leaky_bucket')
+  leakyBucket() {
+    return { ok: true };
+  }
+
+  @RateLimit({ name: 'limited-fixed_window', algorithm: 'fixed_window', ...LIMIT })
+  @Get('fixed_window')
+  fixedWindow() {
+    return { ok: true };
+  }
+
+  @RateLimit({ name: 'limited-sliding_window_log', algorithm: 'sliding_window_log', ...LIMIT })
+  @Get('sliding_window_log')
+  slidingWindowLog() {
+    return { ok: true };
+  }
+
+  @RateLimit({ name: 'limited-sliding_window_counter', algorithm: 'sliding_window_counter', ...LIMIT })
+  @Get('sliding_window_counter')
+  slidingWindowCounter() {
+    return { ok: true };
+  }
+
+  @RateLimit({ name: 'limited-gcra', algorithm: 'gcra', ...LIMIT })
+  @Get('gcra')
+  gcra() {
+    return { ok: true };
+  }
+}
+
+/** Writes the cause chain of every 5xx to stderr (a 503 body does not say why), then answers as Nest does. */
+@Catch()
+class ReportServerErrors extends BaseExceptionFilter {
+  override catch(exception: unknown, host: ArgumentsHost): void {
+    const status = exception instanceof HttpException ? exception.getStatus() : 500;
+    if (status >= 500) process.stderr.write(`store error: ${causes(exception)}\n`);
+    super.catch(exception, host);
+  }
+}
+
+function causes(error: unknown): string {
+  const messages: string[] = [];
+  for (let e: unknown = error; e !== undefined && messages.length < 5; e = (e as { cause?: unknown }).cause) {
+    messages.push(e instanceof Error ? `${e.name}: ${e.message}` : String(e));
+    if (!(e instanceof Error)) break;
+  }
+  return messages.join(' <- ');
+}
+
+async function main(): Promise<void> {
+  const url = process.env.REDIS_URL;
+  const clusterNodes = process.env.REDIS_CLUSTER;
+  const prefix = process.env.RATE_LIMIT_PREFIX;
+  if (!prefix || (!url) === (!clusterNodes)) {
+    throw new Error('set RATE_LIMIT_PREFIX and exactly one of REDIS_URL, REDIS_CLUSTER');
+  }
+
+  let cluster: Cluster | undefined;
+  if (clusterNodes) {
+    cluster = new Cluster(
+      clusterNodes.split(',').map((node) => {
+        const [host, port] = node.split(':');
+        return { host, port: Number(port) };
+      }),
+    );
+    cluster.on('error', (error: Error) => process.stderr.write(`cluster client error: ${error.message}\n`));
+    await new Promise<void>((resolve, reject) => {
+      cluster!.once('ready', resolve);
+      cluster!.once('end', () => reject(new Error('cluster client ended before it was ready')));
+    });
+  }
+
+  @Module({
+    imports: [
+      RateLimitModule.forRoot({
+        redis: cluster ?? url,
+        prefix,
+        failMode: 'closed',
+        // Exactness is under test, not latency: a noisy 2-core machine with 400 requests in
+        // flight must not turn a slow answer into a 503.
+        timeout: 10_000,
+        policies: [{ name: 'per-ip', algorithm: 'sliding_window_log', limit: 1_000_000, window: '1d', key: 'ip' }],
+      }),
+    ],
+    controllers: [LimitedController],
+  })
+  class AppModule {}
+
+  // keep-alive longer than any gap between the spec's trials: it never finds its socket closed
+  const adapter = new FastifyAdapter({ keepAliveTimeout: 120_000 });
+  const app = await NestFactory.create<NestFastifyApplication>(AppModule, adapter, { logger: ['error', 'warn'] });
+  app.useGlobalFilters(new ReportServerErrors(app.getHttpAdapter()));
+  await app.listen(0, '127.0.0.1');
+  const server = app.getHttpServer();
+  const address = server.address();
+  if (address === null || typeof address === 'string') throw new Error(`unexpected server address ${String(address)}`);
+  process.stdout.write(`${JSON.stringify({ port: address.port })}\n`);
+
+  let closing = false;
+  const shutdown = async (): Promise<void> => {
+    if (closing) return;
+    closing = true;
+    // connections of requests still waiting their turn in a leaky bucket would hold close()
+    server.closeAllConnections();
+    await app.close();
+    if (cluster) await cluster.quit().catch(() => cluster!.disconnect());
+    process.exit(0);
+  };
+  process.once('SIGTERM', () => void shutdown());
+  process.once('SIGINT', () => void shutdown());
+  // the spec's process went away without stopping this one: do not outlive it
+  process.stdin.once('end', () => void shutdown());
+  process.stdin.resume();
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(`limited-app failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+  process.exit(1);
+});
