@@ -104,7 +104,12 @@ export class RateLimiterService implements OnApplicationShutdown {
     await this.local?.close();
     const { store, client } = this.options.owned;
     await store?.close?.();
-    if (client) await client.quit().catch(() => client.disconnect());
+    if (client) {
+      await client.quit().catch(() => undefined);
+      // QUIT closes the command connection only: through Sentinel, disconnect() also closes the
+      // connections to the sentinels that watch for a failover
+      client.disconnect();
+    }
   }
 
   /** What `failMode` makes of a failed store call: the local limiter's decisions, or the error. */
