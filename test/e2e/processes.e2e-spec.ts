@@ -25,18 +25,10 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { Cluster, type Redis } from 'ioredis';
 import ts from 'typescript';
-import type { Algorithm } from '../../lib/index.js';
+import { type Algorithm, ALGORITHMS } from '../../lib/index.js';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
 import { connectTestCluster, connectTestRedis, testClusterNodes, testRedisUrl } from '../redis/test-redis.js';
 
-const ALGORITHMS: readonly Algorithm[] = [
-  'token_bucket',
-  'leaky_bucket',
-  'fixed_window',
-  'sliding_window_log',
-  'sliding_window_counter',
-  'gcra',
-];
 const PROCESSES = 2;
 const PER_PROCESS = 200;
 const TOTAL = PROCESSES * PER_PROCESS;
