@@ -62,8 +62,8 @@ export function storeFailed(cause: unknown): string {
 export const circuitOpen = 'Rate limit store is failing: calls are stopped until a probe succeeds';
 
 /** Logged once when the circuit breaker opens. */
-export function storeFailing(cause: string, failMode: string): string {
-  return `${cause}. Stopping store calls; failMode '${failMode}' decides until a probe every 250 ms succeeds`;
+export function storeFailing(cause: string, failMode: string, probeMs: number): string {
+  return `${cause}. Stopping store calls; failMode '${failMode}' decides until a probe every ${probeMs} ms succeeds`;
 }
 
 /** Logged once when a probe succeeds. */

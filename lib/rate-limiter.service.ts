@@ -12,6 +12,11 @@ import { CircuitBreaker } from './utils/circuit-breaker.js';
 import { DeadlineQueue } from './utils/deadline-queue.js';
 import { WakeQueue } from './utils/wake-queue.js';
 
+/** Store failures in a row after which calls stop going to the store. */
+const BREAKER_THRESHOLD = 3;
+/** How often a stopped store gets a probe call, ms: limiting is back within this after it answers. */
+const BREAKER_PROBE_MS = 250;
+
 /**
  * The engine behind the guard, for code outside it: consume, peek and reset buckets by
  * identity, with the module's store, prefix, timeout and fail mode.
@@ -28,11 +33,6 @@ import { WakeQueue } from './utils/wake-queue.js';
  * const [decision] = await limiter.consume(`user:${user.id}`, { name: 'login', limit: 5, window: '15m' });
  * if (!decision.allowed) throw new RateLimitExceededException(decision);
  */
-/** Store failures in a row after which calls stop going to the store. */
-const BREAKER_THRESHOLD = 3;
-/** How often a stopped store gets a probe call, ms: limiting is back within this after it answers. */
-const BREAKER_PROBE_MS = 250;
-
 @Injectable()
 export class RateLimiterService implements OnApplicationShutdown {
   private readonly store: RateLimitStore;
@@ -91,7 +91,7 @@ export class RateLimiterService implements OnApplicationShutdown {
       decisions = await this.bounded(charge ? this.store.consume(requests, timeout) : this.store.peek(requests, timeout));
     } catch (error) {
       const failure = error instanceof RateLimitStoreError ? error : new RateLimitStoreError(storeFailed(error), { cause: error });
-      if (this.breaker.failed()) this.logger.error(storeFailing(failure.message, this.options.failMode));
+      if (this.breaker.failed()) this.logger.error(storeFailing(failure.message, this.options.failMode, BREAKER_PROBE_MS));
       return this.fallback(requests, charge, failure);
     }
     if (this.breaker.succeeded()) this.logger.log(storeBack);
