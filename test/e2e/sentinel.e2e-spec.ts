@@ -51,17 +51,17 @@ describe('through Sentinel (a primary, a replica, 3 sentinels), with the client 
     expect(await redisCommand(group.sentinels[0].port, ['SENTINEL', 'FAILOVER', group.name])).toBe('OK');
     // requests meanwhile get 503 (failMode closed) or a decision; wait for decisions on the new primary
     const outcomes = new Map<number, number>();
-    // once the old primary is a replica, a write can only land on the new one (the old answers READONLY)
-    await waitUntil('the old primary to be a replica', 15_000, async () => {
-      const role = ((await redisCommand(group.primary.port, ['ROLE'])) as unknown[])[0];
-      return role === 'slave' ? '' : `the old primary is a ${role}`;
-    });
+    // a bucket on the new primary and not on the old one (until Sentinel demotes it, the old one
+    // replicates from nobody) was written to the new primary
     await waitUntil('limiting on the new primary', 15_000, async () => {
       const probe = `probe-${randomUUID()}`;
       const [status] = await take(probe, 1);
       outcomes.set(status, (outcomes.get(status) ?? 0) + 1);
-      const charged = await redisCommand(group.replica.port, ['GET', bucketOf(probe)]);
-      return status === 200 && charged !== null ? '' : `status ${status}, the new primary has ${String(charged)}`;
+      const role = (port: number) => redisCommand(port, ['ROLE']).then((reply) => (reply as unknown[])[0]);
+      const holds = async (port: number) => (await redisCommand(port, ['GET', bucketOf(probe)])) !== null;
+      const onNew = (await role(group.replica.port)) === 'master' && (await holds(group.replica.port));
+      const onOld = (await role(group.primary.port)) === 'master' && (await holds(group.primary.port));
+      return status === 200 && onNew && !onOld ? '' : `status ${status}, on the new primary ${onNew}, on the old ${onOld}`;
     });
     console.log(`Sentinel failover: limiting on the new primary ${Date.now() - started} ms after SENTINEL FAILOVER; statuses meanwhile ${JSON.stringify([...outcomes])}`);
     expect([...outcomes.keys()].every((status) => status === 200 || status === 503)).toBe(true);
