@@ -118,10 +118,11 @@ export class RedisStore implements RateLimitStore {
     }
     try {
       const sentAt = this.localNow();
-      const groups = this.bySlot(requests.map((request) => request.key));
+      // a single Redis (or Sentinel) takes every key in one call: no slots to work out
+      const groups = this.cluster ? this.bySlot(requests.map((request) => request.key)) : undefined;
       const outcomes =
-        groups.size === 1
-          ? (await this.decide(requests, charge, groups.keys().next().value as number, sentAt, timeoutMs)).outcomes
+        groups === undefined || groups.size === 1
+          ? (await this.decide(requests, charge, groups?.keys().next().value ?? 0, sentAt, timeoutMs)).outcomes
           : await this.acrossSlots(requests, groups, charge, sentAt, timeoutMs);
       cache?.remember(requests, outcomes, sentAt);
       return requests.map((request, i) => toDecision(request, outcomes[i]));

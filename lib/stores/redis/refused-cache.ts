@@ -40,11 +40,6 @@ const MAX_AGE_MS = 5_000;
 export class RefusedCache {
   private readonly refusals = new Map<string, Refusal>();
 
-  /** Number of refused keys remembered. */
-  get size(): number {
-    return this.refusals.size;
-  }
-
   /** The outcomes for `requests` at local time `now` when Redis would certainly refuse them, else `undefined`. */
   lookup(requests: readonly RateLimitRequest[], now: number): Outcome[] | undefined {
     for (const request of requests) {

@@ -27,48 +27,20 @@ import { type ArgumentsHost, Catch, Controller, Get, HttpException, Module } fro
 import { BaseExceptionFilter, NestFactory } from '@nestjs/core';
 import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
 import { Cluster } from 'ioredis';
-import { RateLimit, RateLimitModule } from '../../../lib/index.js';
+import { ALGORITHMS, RateLimit, RateLimitModule } from '../../../lib/index.js';
 
-const LIMIT = { limit: 100, window: '1h', key: 'api-key' } as const;
-
-@Controller('limited')
-class LimitedController {
-  @RateLimit({ name: 'limited-token_bucket', algorithm: 'token_bucket', ...LIMIT })
-  @Get('token_bucket')
-  tokenBucket() {
-    return { ok: true };
+/** One controller per algorithm: `GET /limited/<algorithm>`, policy `limited-<algorithm>`. */
+const LIMITED_CONTROLLERS = ALGORITHMS.map((algorithm) => {
+  @Controller(`limited/${algorithm}`)
+  class LimitedController {
+    @RateLimit({ name: `limited-${algorithm}`, algorithm, limit: 100, window: '1h', key: 'api-key' })
+    @Get()
+    take() {
+      return { ok: true };
+    }
   }
-
-  @RateLimit({ name: 'limited-leaky_bucket', algorithm: 'leaky_bucket', ...LIMIT })
-  @Get('leaky_bucket')
-  leakyBucket() {
-    return { ok: true };
-  }
-
-  @RateLimit({ name: 'limited-fixed_window', algorithm: 'fixed_window', ...LIMIT })
-  @Get('fixed_window')
-  fixedWindow() {
-    return { ok: true };
-  }
-
-  @RateLimit({ name: 'limited-sliding_window_log', algorithm: 'sliding_window_log', ...LIMIT })
-  @Get('sliding_window_log')
-  slidingWindowLog() {
-    return { ok: true };
-  }
-
-  @RateLimit({ name: 'limited-sliding_window_counter', algorithm: 'sliding_window_counter', ...LIMIT })
-  @Get('sliding_window_counter')
-  slidingWindowCounter() {
-    return { ok: true };
-  }
-
-  @RateLimit({ name: 'limited-gcra', algorithm: 'gcra', ...LIMIT })
-  @Get('gcra')
-  gcra() {
-    return { ok: true };
-  }
-}
+  return LimitedController;
+});
 
 /** Writes the cause chain of every 5xx to stderr (a 503 body does not say why), then answers as Nest does. */
 @Catch()
@@ -124,7 +96,7 @@ async function main(): Promise<void> {
         policies: [{ name: 'per-ip', algorithm: 'sliding_window_log', limit: 1_000_000, window: '1d', key: 'ip' }],
       }),
     ],
-    controllers: [LimitedController],
+    controllers: LIMITED_CONTROLLERS,
   })
   class AppModule {}
 
