@@ -29,6 +29,11 @@ export interface RateLimitModuleOptions {
   key?: KeySource | KeySource[];
   /** Header that carries the API key. Default `'x-api-key'`. */
   apiKeyHeader?: string;
+  /**
+   * IPv6 clients are keyed by this many leading bits of their address, 32 to 64: one subscriber
+   * usually holds a whole /64, often a /56 or /48. Default `64`.
+   */
+  ipv6Subnet?: number;
   /** Header families to send, or `false`. Default `['ietf', 'x-ratelimit']`. */
   headers?: HeaderFamily[] | false;
   /** On store failure or timeout. Default `'open'`. */

@@ -2,6 +2,7 @@ import { once } from 'node:events';
 import type { Cluster, Redis, RedisOptions } from 'ioredis';
 import type { KeySource, ResolvedPolicy } from './policy/policy.types.js';
 import { InvalidPolicyError, resolveKeySources, resolvePolicy } from './policy/resolve-policy.js';
+import { DEFAULT_IPV6_SUBNET } from './keys/ip.js';
 import { invalidOption } from './rate-limit.errors.js';
 import type { FailMode, HeaderFamily, RateLimitModuleOptions } from './rate-limit-options.interface.js';
 import { MemoryStore } from './stores/memory.store.js';
@@ -15,6 +16,7 @@ export interface ResolvedOptions {
   policies: readonly ResolvedPolicy[];
   key: readonly KeySource[];
   apiKeyHeader: string;
+  ipv6Subnet: number;
   headers: readonly HeaderFamily[];
   failMode: FailMode;
   timeout: number;
@@ -45,6 +47,7 @@ export async function resolveOptions(options: RateLimitModuleOptions = {}): Prom
     prefix = 'rl:',
     key = ['user', 'api-key', 'ip'],
     apiKeyHeader = 'x-api-key',
+    ipv6Subnet = DEFAULT_IPV6_SUBNET,
     headers = ['ietf', 'x-ratelimit'],
     failMode = 'open',
     timeout = 100,
@@ -56,6 +59,9 @@ export async function resolveOptions(options: RateLimitModuleOptions = {}): Prom
   if (typeof prefix !== 'string' || /[{}]/.test(prefix)) fail('prefix', prefix, 'must be a string without braces');
   if (typeof apiKeyHeader !== 'string' || !/^[!#$%&'*+.^_`|~0-9a-z-]+$/i.test(apiKeyHeader)) {
     fail('apiKeyHeader', apiKeyHeader, 'must be a header name');
+  }
+  if (!Number.isInteger(ipv6Subnet) || ipv6Subnet < 32 || ipv6Subnet > 64) {
+    fail('ipv6Subnet', ipv6Subnet, 'must be a whole number of bits from 32 to 64');
   }
   if (headers !== false && (!Array.isArray(headers) || !headers.every((h) => HEADER_FAMILIES.includes(h)))) {
     fail('headers', headers, `must be false or a list of 'ietf', 'legacy', 'x-ratelimit'`);
@@ -87,6 +93,7 @@ export async function resolveOptions(options: RateLimitModuleOptions = {}): Prom
     policies: resolvedPolicies,
     key: resolveKeySources(key, (expected) => fail('key', key, expected)),
     apiKeyHeader: apiKeyHeader.toLowerCase(),
+    ipv6Subnet,
     headers: headers === false ? [] : headers,
     failMode,
     timeout,

@@ -29,6 +29,17 @@ export function invalidOption(option: string, value: unknown, expected: string):
   return `Invalid RateLimitModule option "${option}": ${expected}, got ${show(value)}`;
 }
 
+/** Logged once when `X-Forwarded-For` arrives and `req.ip` is still the connection's address. */
+export function forwardedForIgnored(address: string): string {
+  return (
+    `A request carried X-Forwarded-For, but req.ip is the connection's own address (${address}): ` +
+    `the app does not trust the proxy that sent it, so 'ip' keys are the proxy's address and every client ` +
+    `behind it shares one bucket. Behind a proxy, trust it (Express: app.set('trust proxy', <hops or addresses>); ` +
+    `Fastify: new FastifyAdapter({ trustProxy: <hops or addresses> })). Without one, clients can send the ` +
+    `header themselves and it is rightly ignored. (Logged once.)`
+  );
+}
+
 /** The 429 message. */
 export function limitExceeded(policy: string, retryAfter: number): string {
   return `Rate limit exceeded for policy "${policy}". Try again in ${retryAfter} second${retryAfter === 1 ? '' : 's'}.`;

@@ -6,7 +6,7 @@ import { headerValue, type KeyedRequest, resolveIdentity } from './keys/identity
 import type { CostSource } from './policy/policy.types.js';
 import { type RoutePolicy, RoutePolicies } from './policy/route-policies.js';
 import { RATE_LIMIT_OPTIONS } from './rate-limit.constants.js';
-import { shadowRefusal } from './rate-limit.errors.js';
+import { forwardedForIgnored, shadowRefusal } from './rate-limit.errors.js';
 import { RateLimitExceededException, RateLimitUnavailableException } from './rate-limit.exception.js';
 import type { ResolvedOptions } from './rate-limit-options.js';
 import { RateLimiterService } from './rate-limiter.service.js';
@@ -14,7 +14,12 @@ import { RateLimitStoreError } from './stores/rate-limit-store.error.js';
 import type { RateLimitDecision, RateLimitRequest } from './stores/rate-limit-store.interface.js';
 
 /** The request as the guard reads it: Express and Fastify requests both fit. */
-type GuardedRequest = KeyedRequest & { query?: Record<string, unknown> };
+type GuardedRequest = KeyedRequest & {
+  query?: Record<string, unknown>;
+  /** Express's connection, and Fastify's Node request that holds it. */
+  socket?: { remoteAddress?: string };
+  raw?: { socket?: { remoteAddress?: string } };
+};
 
 /** A decimal number, as a cost header or query parameter must be written. */
 const DECIMAL = /^\d{1,15}(\.\d{1,15})?$/;
@@ -35,6 +40,7 @@ const DECIMAL = /^\d{1,15}(\.\d{1,15})?$/;
 @Injectable()
 export class RateLimitGuard implements CanActivate {
   protected readonly logger = new Logger('RateLimitGuard');
+  private forwardedForChecked = false;
 
   constructor(
     @Inject(RATE_LIMIT_OPTIONS) protected readonly options: ResolvedOptions,
@@ -97,7 +103,21 @@ export class RateLimitGuard implements CanActivate {
 
   /** The identity a policy limits this request as (see `KeySource`). */
   protected resolveIdentity(policy: RoutePolicy, request: GuardedRequest, context: ExecutionContext): string {
-    return resolveIdentity(policy.keys, request, context, this.options.apiKeyHeader);
+    const identity = resolveIdentity(policy.keys, request, context, this.options);
+    if (!this.forwardedForChecked && identity.startsWith('ip:')) this.checkForwardedFor(request);
+    return identity;
+  }
+
+  /**
+   * Warns once when a request carries `X-Forwarded-For` but the framework did not use it for
+   * `req.ip`: behind a proxy the app has not been told to trust, every client would share the
+   * proxy's bucket. The module itself never reads the header (a client can write anything in it).
+   */
+  private checkForwardedFor(request: GuardedRequest): void {
+    if (request.headers['x-forwarded-for'] === undefined) return;
+    this.forwardedForChecked = true;
+    const address = (request.socket ?? request.raw?.socket)?.remoteAddress;
+    if (address !== undefined && request.ip === address) this.logger.warn(forwardedForIgnored(address));
   }
 
   /**

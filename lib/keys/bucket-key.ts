@@ -16,28 +16,34 @@ const ALGORITHM_TAGS: Record<Algorithm, string> = {
 
 /**
  * The store key of one policy's bucket for one identity:
- * `<prefix><policy name>:<algorithm tag>:{<digest>}`. The identity (`ip:1.2.3.4`, `user:42`, ...) is hashed
- * (SHA-256, 128 bits, base64url), so the key is short whatever a client sends, and its
- * characters cannot reach the separators or the `{...}` Redis Cluster hash tag, which keeps
- * all the buckets of one identity in one hash slot.
+ * `<prefix><policy name>:<algorithm tag>:{<digest>}`. The identity (`ip:1.2.3.4`, `user:42`, ...) is hashed,
+ * so the key is short whatever a client sends, and its characters cannot reach the separators or
+ * the `{...}` Redis Cluster hash tag, which keeps all the buckets of one identity in one hash slot.
  *
- * @example bucketKey('rl:', 'per-user', 'token_bucket', 'user:42')  // 'rl:per-user:tb:{oJnNPGsiuzytMOJPatwtPi}'
+ * The key is built as one flat string: a memory store keeps it as its map key, and a string
+ * concatenated piece by piece would keep every piece (about 300 bytes more per bucket).
+ *
+ * @example bucketKey('rl:', 'per-user', 'token_bucket', 'user:42')  // 'rl:per-user:tb:{6j_UO-HlfWLhY9rh}'
  */
 export function bucketKey(prefix: string, policyName: string, algorithm: Algorithm, identity: string): string {
-  return `${prefix}${policyName}:${ALGORITHM_TAGS[algorithm]}:{${digest(identity)}}`;
+  return [prefix, policyName, ':', ALGORITHM_TAGS[algorithm], ':{', digest(identity), '}'].join('');
 }
+
+/** Bytes of SHA-256 kept: 96 bits, 16 base64url characters. */
+const DIGEST_BYTES = 12;
 
 let lastIdentity: string | undefined;
 let lastDigest = '';
 
 /**
- * 22 base64url characters of SHA-256: 128 bits, ample against collisions and forgery.
+ * 16 base64url characters of SHA-256 (96 bits): no client can find an identity that lands on
+ * another's key, and a chance collision stays below 10^-11 even among 10^9 keys.
  * A request's policies usually share one identity, so the last digest is kept: the guard
  * hashes once per request, not once per policy.
  */
 export function digest(identity: string): string {
   if (identity !== lastIdentity) {
-    lastDigest = createHash('sha256').update(identity).digest('base64url').slice(0, 22);
+    lastDigest = createHash('sha256').update(identity).digest().toString('base64url', 0, DIGEST_BYTES);
     lastIdentity = identity;
   }
   return lastDigest;

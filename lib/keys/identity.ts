@@ -9,11 +9,20 @@ export interface KeyedRequest {
   user?: { id?: unknown; sub?: unknown } | null;
 }
 
+/** The module options the key sources depend on. */
+export interface KeyOptions {
+  /** Header of the `'api-key'` source, lower case. */
+  apiKeyHeader: string;
+  /** IPv6 prefix length clients are grouped by. */
+  ipv6Subnet: number;
+}
+
 /**
  * The identity a request is limited as: the first source of `sources` that yields, as
  * `<source>:<value>` (`user:42`, `api-key:abc`, `ip:1.2.3.4`, `header:x-tenant:acme`,
- * `custom:...` for a function). When none yields, the IP. A request with no usable IP is
- * `ip:unknown`: one bucket for all such requests, never a bucket per garbage value.
+ * `custom:...` for a function). When none yields, the IP. A request with no usable IP (a Unix
+ * socket, a test harness) is `ip:unknown`: a kind of its own that no address can take, one
+ * bucket for all such requests, never a bucket per garbage value.
  *
  * `RateLimiterService` takes the same strings, so code can reach a guard's bucket by name.
  */
@@ -21,20 +30,24 @@ export function resolveIdentity(
   sources: readonly KeySource[],
   request: KeyedRequest,
   context: ExecutionContext,
-  apiKeyHeader: string,
+  options: KeyOptions,
 ): string {
   for (const source of sources) {
-    const identity = fromSource(source, request, context, apiKeyHeader);
+    const identity = fromSource(source, request, context, options);
     if (identity !== undefined) return identity;
   }
-  return `ip:${normalizeIp(request.ip) ?? 'unknown'}`;
+  return ipIdentity(request, options);
+}
+
+function ipIdentity(request: KeyedRequest, { ipv6Subnet }: KeyOptions): string {
+  return `ip:${normalizeIp(request.ip, ipv6Subnet) ?? 'unknown'}`;
 }
 
 function fromSource(
   source: KeySource,
   request: KeyedRequest,
   context: ExecutionContext,
-  apiKeyHeader: string,
+  options: KeyOptions,
 ): string | undefined {
   if (typeof source === 'function') {
     const value = source(context);
@@ -42,14 +55,14 @@ function fromSource(
   }
   switch (source) {
     case 'ip':
-      return `ip:${normalizeIp(request.ip) ?? 'unknown'}`;
+      return ipIdentity(request, options);
     case 'user': {
       const user = request.user;
       const id = user?.id ?? user?.sub;
       return id === undefined || id === null || id === '' ? undefined : `user:${String(id)}`;
     }
     case 'api-key': {
-      const value = headerValue(request, apiKeyHeader);
+      const value = headerValue(request, options.apiKeyHeader);
       return value === undefined ? undefined : `api-key:${value}`;
     }
     default: {

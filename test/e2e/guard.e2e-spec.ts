@@ -223,7 +223,7 @@ describe.each(ADAPTERS)('RateLimitGuard on %s', (adapter) => {
     const keys = [...(await ttlsUnder(redis, prefix)).keys()];
     expect(keys).toHaveLength(1);
     expect(keys[0].length).toBeLessThan(100);
-    expect(keys[0]).toMatch(new RegExp(`^${prefix}WidgetsController\\.list:tb:\\{[A-Za-z0-9_-]{22}\\}$`));
+    expect(keys[0]).toMatch(new RegExp(`^${prefix}WidgetsController\\.list:tb:\\{[A-Za-z0-9_-]{16}\\}$`));
   });
 
   it("keeps the headers when the app's own exception filter renders the 429", async () => {

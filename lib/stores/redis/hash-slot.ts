@@ -17,7 +17,7 @@ const CRC16_TABLE = (() => {
  * and the next `}`, when that is not empty) or else of the whole key, modulo 16384. Bucket keys
  * end in `{<digest of the identity>}`, so every bucket of one identity shares a slot.
  *
- * @example hashSlot('rl:per-user:tb:{oJnNPGsiuzytMOJPatwtPi}') === hashSlot('{oJnNPGsiuzytMOJPatwtPi}')
+ * @example hashSlot('rl:per-user:tb:{6j_UO-HlfWLhY9rh}') === hashSlot('{6j_UO-HlfWLhY9rh}')
  */
 export function hashSlot(key: string): number {
   const bytes = Buffer.from(key);
