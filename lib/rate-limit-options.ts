@@ -5,7 +5,7 @@ import { InvalidPolicyError, resolveKeySources, resolvePolicy } from './policy/r
 import { DEFAULT_IPV6_SUBNET } from './keys/ip.js';
 import { invalidOption } from './rate-limit.errors.js';
 import type { FailMode, HeaderFamily, RateLimitModuleOptions } from './rate-limit-options.interface.js';
-import { MemoryStore } from './stores/memory.store.js';
+import { MemoryStore } from './stores/memory/memory.store.js';
 import type { RateLimitStore } from './stores/rate-limit-store.interface.js';
 import { RedisStore } from './stores/redis/redis.store.js';
 

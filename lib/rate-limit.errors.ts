@@ -29,6 +29,11 @@ export function invalidOption(option: string, value: unknown, expected: string):
   return `Invalid RateLimitModule option "${option}": ${expected}, got ${show(value)}`;
 }
 
+/** A store constructor's option that does not hold. */
+export function invalidStoreOption(store: string, option: string, value: unknown, expected: string): string {
+  return `Invalid ${store} option "${option}": ${expected}, got ${show(value)}`;
+}
+
 /** Logged once when `X-Forwarded-For` arrives and `req.ip` is still the connection's address. */
 export function forwardedForIgnored(address: string): string {
   return (

@@ -5,7 +5,7 @@ import { resolvePolicy } from './policy/resolve-policy.js';
 import { circuitOpen, storeBack, storeFailed, storeFailing, storeTimedOut } from './rate-limit.errors.js';
 import { RATE_LIMIT_OPTIONS } from './rate-limit.constants.js';
 import type { ResolvedOptions } from './rate-limit-options.js';
-import { MemoryStore } from './stores/memory.store.js';
+import { MemoryStore } from './stores/memory/memory.store.js';
 import { RateLimitStoreError } from './stores/rate-limit-store.error.js';
 import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from './stores/rate-limit-store.interface.js';
 import { CircuitBreaker } from './utils/circuit-breaker.js';

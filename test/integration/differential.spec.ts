@@ -6,7 +6,7 @@ import { durationMs, windowMs } from '../../lib/algorithms/conversions.js';
 import { decideAll, expiresAt, modelOf } from '../../lib/algorithms/decide.js';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
 import { toDecision } from '../../lib/stores/decision.js';
-import { MemoryStore } from '../../lib/stores/memory.store.js';
+import { MemoryStore } from '../../lib/stores/memory/memory.store.js';
 import type { RateLimitDecision, RateLimitRequest } from '../../lib/stores/rate-limit-store.interface.js';
 import { RedisStore } from '../../lib/stores/redis/redis.store.js';
 import { CASE_EPOCH, limitOf } from '../cases/index.js';

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Cluster, Redis } from 'ioredis';
 import { ALGORITHMS, type Algorithm, type Limit } from '../../lib/algorithms/algorithm.types.js';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
-import { MemoryStore } from '../../lib/stores/memory.store.js';
+import { MemoryStore } from '../../lib/stores/memory/memory.store.js';
 import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from '../../lib/stores/rate-limit-store.interface.js';
 import { hashSlot } from '../../lib/stores/redis/hash-slot.js';
 import { RedisStore } from '../../lib/stores/redis/redis.store.js';

@@ -1,0 +1,218 @@
+import { decideAll, expiresAt, modelOf } from '../../algorithms/decide.js';
+import type { Held } from '../../algorithms/algorithm.types.js';
+import { invalidStoreOption } from '../../rate-limit.errors.js';
+import { toDecision } from '../decision.js';
+import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from '../rate-limit-store.interface.js';
+import { kthSmallest } from './kth-smallest.js';
+import { PACKED_STATES, PACKED_WIDTH } from './packed-state.js';
+
+/** Options of `MemoryStore`. */
+export interface MemoryStoreOptions {
+  /** The clock, integer milliseconds. Default `Date.now`; tests pin it. */
+  clock?: () => number;
+  /**
+   * Most buckets held at once. When a new one would pass it, the store frees 1 % of it: every
+   * expired (full again) bucket first, then the buckets closest to full. Default `100_000`
+   * (about 15 MB of heap; a sliding window log's bucket also holds up to `burst` timestamps).
+   */
+  maxKeys?: number;
+}
+
+/** Doubles per bucket: when it expires, then its packed state. */
+const ROW = 1 + PACKED_WIDTH;
+/** Buckets freed at once when the store is full, as a share of `maxKeys`. */
+const EVICT_SHARE = 0.01;
+/** How often expired buckets are swept while the store holds any, ms. */
+const SWEEP_INTERVAL_MS = 1_000;
+/** Buckets looked at per sweep, so that one sweep of a large store stays short (about 1 ms). */
+const SWEEP_PER_TICK = 50_000;
+const DEFAULT_MAX_KEYS = 100_000;
+
+/**
+ * Buckets in this process's memory: exact for one process, no I/O, the default store.
+ * Runs the same pure algorithm functions the Redis scripts mirror.
+ *
+ * Memory is bounded: at most `maxKeys` buckets, each a map entry and a row of a `Float64Array`
+ * (about 140 bytes with its key). Eviction never drops a bucket that still limits its client
+ * while an expired one is left, and then drops those that will be full soonest. An entry is
+ * dropped when read after it expired, and one `unref()`'d timer, running only while the store
+ * holds buckets and cleared by `close()`, sweeps expired ones of clients never seen again.
+ *
+ * @example RateLimitModule.forRoot({ store: new MemoryStore({ maxKeys: 1_000_000 }) })
+ */
+export class MemoryStore implements RateLimitStore {
+  private readonly clock: () => number;
+  private readonly maxKeys: number;
+  /** Key to row number. */
+  private readonly slots = new Map<string, number>();
+  /** Row number to key, `undefined` for a free row: sweeps scan rows, never the map. */
+  private readonly keys: (string | undefined)[] = [];
+  /** Row `i` is `rows[i * ROW ...]`: expiry time, then the state. Grows by doubling up to `maxKeys` rows. */
+  private rows = new Float64Array(0);
+  /** What a row cannot hold (a sliding window log's timestamps), by row number. */
+  private readonly extras = new Map<number, unknown>();
+  private readonly freeSlots: number[] = [];
+  /** Rows ever used: row numbers below it are live or free. */
+  private usedSlots = 0;
+  /** Where the next sweep starts. */
+  private sweepFrom = 0;
+  private sweepTimer: NodeJS.Timeout | undefined;
+
+  constructor(options: MemoryStoreOptions = {}) {
+    const { clock = Date.now, maxKeys = DEFAULT_MAX_KEYS } = options;
+    if (typeof clock !== 'function') throw new Error(invalidStoreOption('MemoryStore', 'clock', clock, 'must be a function returning ms'));
+    if (!Number.isSafeInteger(maxKeys) || maxKeys < 1) {
+      throw new Error(invalidStoreOption('MemoryStore', 'maxKeys', maxKeys, 'must be a whole number >= 1'));
+    }
+    this.clock = clock;
+    this.maxKeys = maxKeys;
+  }
+
+  /** Number of buckets held (expired ones not yet swept included). */
+  get size(): number {
+    return this.slots.size;
+  }
+
+  consume(requests: readonly RateLimitRequest[]): Promise<RateLimitDecision[]> {
+    return Promise.resolve(this.decide(requests, true));
+  }
+
+  peek(requests: readonly RateLimitRequest[]): Promise<RateLimitDecision[]> {
+    return Promise.resolve(this.decide(requests, false));
+  }
+
+  reset(keys: readonly string[]): Promise<void> {
+    for (const key of keys) this.remove(key);
+    return Promise.resolve();
+  }
+
+  /** Drops every bucket and stops the sweep timer. */
+  close(): Promise<void> {
+    clearTimeout(this.sweepTimer);
+    this.sweepTimer = undefined;
+    this.slots.clear();
+    this.keys.length = 0;
+    this.extras.clear();
+    this.freeSlots.length = 0;
+    this.usedSlots = 0;
+    this.sweepFrom = 0;
+    this.rows = new Float64Array(0);
+    return Promise.resolve();
+  }
+
+  /** Decides synchronously; `consume` and `peek` wrap it in a promise. */
+  decide(requests: readonly RateLimitRequest[], charge: boolean): RateLimitDecision[] {
+    const now = this.clock();
+    const entries = requests.map((request) => ({
+      state: this.read(request, now),
+      limit: request.limit,
+      cost: request.cost,
+    }));
+    const verdict = decideAll(entries, now, charge);
+    if (verdict.allowed && charge) this.write(requests, verdict.next, now);
+    return verdict.outcomes.map((outcome, i) => toDecision(requests[i], outcome));
+  }
+
+  private read({ key, limit }: RateLimitRequest, now: number): Held | undefined {
+    const slot = this.slots.get(key);
+    if (slot === undefined) return undefined;
+    if (this.rows[slot * ROW] <= now) {
+      this.free(slot);
+      return undefined;
+    }
+    return PACKED_STATES[limit.algorithm].read(this.rows, slot * ROW + 1, this.extras.get(slot));
+  }
+
+  private write(requests: readonly RateLimitRequest[], states: readonly Held[], now: number): void {
+    const added = requests.filter((request) => !this.slots.has(request.key)).length;
+    if (this.slots.size + added > this.maxKeys) this.makeRoom(added, requests, now);
+    requests.forEach(({ key, limit }, i) => {
+      const slot = this.slots.get(key) ?? this.allocate(key);
+      this.rows[slot * ROW] = expiresAt(modelOf(limit), states[i], limit);
+      const extra = PACKED_STATES[limit.algorithm].write(states[i], this.rows, slot * ROW + 1);
+      if (extra !== undefined) this.extras.set(slot, extra);
+    });
+    if (this.sweepTimer === undefined) this.scheduleSweep();
+  }
+
+  private allocate(key: string): number {
+    let slot = this.freeSlots.pop();
+    if (slot === undefined) {
+      slot = this.usedSlots++;
+      if (slot * ROW >= this.rows.length) {
+        const grown = new Float64Array(Math.min(Math.max(1024, this.usedSlots * 2), this.maxKeys) * ROW);
+        grown.set(this.rows);
+        this.rows = grown;
+      }
+    }
+    this.slots.set(key, slot);
+    this.keys[slot] = key;
+    return slot;
+  }
+
+  private remove(key: string): void {
+    const slot = this.slots.get(key);
+    if (slot !== undefined) this.free(slot);
+  }
+
+  private free(slot: number): void {
+    this.slots.delete(this.keys[slot]!);
+    this.keys[slot] = undefined;
+    this.extras.delete(slot);
+    this.freeSlots.push(slot);
+  }
+
+  /**
+   * Frees room for `added` new buckets, and 1 % of `maxKeys` at least so that the next inserts
+   * find room without another pass: every expired bucket first, and only when they are not
+   * enough, the live buckets that will be full again soonest (the ones whose clients lose least).
+   * The request's own buckets stay.
+   */
+  private makeRoom(added: number, requests: readonly RateLimitRequest[], now: number): void {
+    const kept = requests.map((request) => this.slots.get(request.key));
+    const evictable = (slot: number) => this.keys[slot] !== undefined && !kept.includes(slot);
+    const goal = Math.min(this.maxKeys, Math.max(added, Math.ceil(this.maxKeys * EVICT_SHARE)));
+    for (let slot = 0; slot < this.usedSlots; slot++) {
+      if (this.rows[slot * ROW] <= now && evictable(slot)) this.free(slot);
+    }
+    let excess = this.slots.size + goal - this.maxKeys;
+    if (excess <= 0) return;
+
+    const expiries = new Float64Array(this.slots.size);
+    let count = 0;
+    for (let slot = 0; slot < this.usedSlots; slot++) if (evictable(slot)) expiries[count++] = this.rows[slot * ROW];
+    excess = Math.min(excess, count);
+    if (excess === 0) return;
+    const candidates = expiries.subarray(0, count);
+    const threshold = kthSmallest(candidates, excess - 1);
+    // the ones expiring before the threshold all go, and as many at it as make up the number
+    let atThreshold = excess;
+    for (let i = 0; i < excess; i++) if (candidates[i] < threshold) atThreshold--;
+    for (let slot = 0; slot < this.usedSlots; slot++) {
+      const expiry = this.rows[slot * ROW];
+      if (expiry > threshold || !evictable(slot)) continue;
+      if (expiry === threshold) {
+        if (atThreshold === 0) continue;
+        atThreshold--;
+      }
+      this.free(slot);
+    }
+  }
+
+  private scheduleSweep(): void {
+    this.sweepTimer = setTimeout(() => this.sweepSome(), SWEEP_INTERVAL_MS);
+    this.sweepTimer.unref();
+  }
+
+  /** Drops the expired buckets among the next `SWEEP_PER_TICK` rows of a round-robin pass. */
+  private sweepSome(): void {
+    this.sweepTimer = undefined;
+    const now = this.clock();
+    const end = Math.min(this.usedSlots, this.sweepFrom + SWEEP_PER_TICK);
+    for (let slot = this.sweepFrom; slot < end; slot++) {
+      if (this.keys[slot] !== undefined && this.rows[slot * ROW] <= now) this.free(slot);
+    }
+    this.sweepFrom = end < this.usedSlots ? end : 0;
+    if (this.slots.size > 0) this.scheduleSweep();
+  }
+}

@@ -1,0 +1,75 @@
+import type { Algorithm, Held } from '../../algorithms/algorithm.types.js';
+import type { FixedWindowState } from '../../algorithms/fixed-window.js';
+import type { GcraState } from '../../algorithms/gcra.js';
+import type { SlidingWindowCounterState } from '../../algorithms/sliding-window-counter.js';
+import type { SlidingWindowLogState } from '../../algorithms/sliding-window-log.js';
+import type { TokenBucketState } from '../../algorithms/token-bucket.js';
+
+/** Numbers a packed state takes at most: a sliding window counter's four. */
+export const PACKED_WIDTH = 4;
+
+/**
+ * How one algorithm's state is kept in a row of `PACKED_WIDTH` doubles of a `Float64Array`:
+ * 32 bytes, where the same state as an object costs about 100 (an object and a heap number per
+ * field). A sliding window log's timestamps do not fit in a row: they stay an array, `extra`.
+ */
+interface PackedState<State extends Held> {
+  write(state: State, row: Float64Array, offset: number): unknown;
+  read(row: Float64Array, offset: number, extra: unknown): State;
+}
+
+const tokenBucket: PackedState<TokenBucketState> = {
+  write(state, row, o) {
+    row[o] = state.tokens;
+    row[o + 1] = state.at;
+  },
+  read: (row, o) => ({ tokens: row[o], at: row[o + 1] }),
+};
+
+const gcra: PackedState<GcraState> = {
+  write(state, row, o) {
+    row[o] = state.backlog;
+    row[o + 1] = state.at;
+  },
+  read: (row, o) => ({ backlog: row[o], at: row[o + 1] }),
+};
+
+const fixedWindow: PackedState<FixedWindowState> = {
+  write(state, row, o) {
+    row[o] = state.start;
+    row[o + 1] = state.count;
+    row[o + 2] = state.at;
+  },
+  read: (row, o) => ({ start: row[o], count: row[o + 1], at: row[o + 2] }),
+};
+
+const slidingWindowCounter: PackedState<SlidingWindowCounterState> = {
+  write(state, row, o) {
+    row[o] = state.start;
+    row[o + 1] = state.previous;
+    row[o + 2] = state.count;
+    row[o + 3] = state.at;
+  },
+  read: (row, o) => ({ start: row[o], previous: row[o + 1], count: row[o + 2], at: row[o + 3] }),
+};
+
+const slidingWindowLog: PackedState<SlidingWindowLogState> = {
+  write(state, row, o) {
+    row[o] = state.at;
+    return state.times;
+  },
+  read: (row, o, times) => ({ times: times as readonly number[], at: row[o] }),
+};
+
+/**
+ * Each algorithm's packing. `write` returns what does not fit in the row (`undefined` for all
+ * but the log), and `read` gets it back.
+ */
+export const PACKED_STATES: { readonly [A in Algorithm]: PackedState<any> } = {
+  token_bucket: tokenBucket,
+  leaky_bucket: gcra,
+  fixed_window: fixedWindow,
+  sliding_window_log: slidingWindowLog,
+  sliding_window_counter: slidingWindowCounter,
+  gcra,
+};

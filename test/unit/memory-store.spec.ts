@@ -1,0 +1,175 @@
+import { jest } from '@jest/globals';
+import fc from 'fast-check';
+import type { Limit } from '../../lib/algorithms/algorithm.types.js';
+import { kthSmallest } from '../../lib/stores/memory/kth-smallest.js';
+import { MemoryStore } from '../../lib/stores/memory/memory.store.js';
+
+/** Refills one token per 1,000 s: a charged bucket stays limited for the whole test. */
+const SLOW: Limit = { algorithm: 'token_bucket', rps: 0.001, burst: 2 };
+/** Full again 1 s after a charge. */
+const FAST: Limit = { algorithm: 'token_bucket', rps: 1, burst: 1 };
+
+describe('MemoryStore bound (clock pinned)', () => {
+  let now: number;
+  const clock = () => now;
+  beforeEach(() => (now = 1_000_000));
+
+  const take = (store: MemoryStore, key: string, limit = SLOW, cost = 1) =>
+    store.decide([{ key, policy: 'p', limit, cost }], true)[0];
+  const remaining = (store: MemoryStore, key: string, limit = SLOW) =>
+    store.decide([{ key, policy: 'p', limit, cost: 1 }], false)[0].remaining;
+
+  it('holds at most maxKeys buckets, freeing 1 % of them when full', () => {
+    const store = new MemoryStore({ clock, maxKeys: 1_000 });
+    let largest = 0;
+    for (let i = 0; i < 5_000; i++) {
+      take(store, `k${i}`);
+      largest = Math.max(largest, store.size);
+    }
+    expect(largest).toBe(1_000);
+    // each time it was full, 10 went for the one new key: the size runs 991..1000
+    expect(store.size).toBeGreaterThan(990);
+  });
+
+  it('frees every expired bucket before any bucket that still limits its client', () => {
+    const store = new MemoryStore({ clock, maxKeys: 100 });
+    for (let i = 0; i < 50; i++) take(store, `fast${i}`, FAST);
+    for (let i = 0; i < 50; i++) take(store, `slow${i}`, SLOW, 2);
+    now += 2_000; // the fast ones are full again, the slow ones still empty
+    take(store, 'new');
+    expect(store.size).toBe(51);
+    for (let i = 0; i < 50; i++) expect(remaining(store, `slow${i}`)).toBe(0);
+  });
+
+  it('with nothing expired, drops the buckets that will be full soonest', () => {
+    const store = new MemoryStore({ clock, maxKeys: 1_000 });
+    for (let i = 0; i < 1_000; i++) {
+      take(store, `k${i}`);
+      now += 1; // k0 refills first, k999 last
+    }
+    take(store, 'new');
+    expect(store.size).toBe(991);
+    for (let i = 0; i < 10; i++) expect(remaining(store, `k${i}`)).toBe(2); // dropped: fresh
+    for (let i = 10; i < 1_000; i++) expect(remaining(store, `k${i}`)).toBe(1);
+  });
+
+  it('never drops a bucket of the request it makes room for', () => {
+    const store = new MemoryStore({ clock, maxKeys: 2 });
+    take(store, 'a'); // full soonest
+    now += 1;
+    take(store, 'b');
+    now += 1;
+    const both = store.decide(
+      [
+        { key: 'a', policy: 'p', limit: SLOW, cost: 1 },
+        { key: 'c', policy: 'q', limit: SLOW, cost: 1 },
+      ],
+      true,
+    );
+    expect(both.map((d) => d.allowed)).toEqual([true, true]);
+    expect(store.size).toBe(2);
+    expect(remaining(store, 'a')).toBe(0);
+    expect(remaining(store, 'b')).toBe(2); // b went instead
+  });
+
+  it('drops a bucket when it is read after expiring, and reuses its row', () => {
+    const store = new MemoryStore({ clock });
+    take(store, 'a', FAST);
+    now += 999;
+    expect(remaining(store, 'a', FAST)).toBe(0);
+    now += 1;
+    expect(remaining(store, 'a', FAST)).toBe(1);
+    expect(store.size).toBe(0);
+    take(store, 'b', { algorithm: 'sliding_window_log', rps: 1, burst: 3 });
+    expect(remaining(store, 'b', { algorithm: 'sliding_window_log', rps: 1, burst: 3 })).toBe(2);
+  });
+
+  it('under any mix of keys, costs and time, never holds more than maxKeys', () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 50 }),
+        fc.array(fc.tuple(fc.integer({ min: 0, max: 200 }), fc.integer({ min: 1, max: 2 }), fc.integer({ min: 0, max: 3_000 }))),
+        (maxKeys, steps) => {
+          const store = new MemoryStore({ clock, maxKeys });
+          for (const [key, cost, wait] of steps) {
+            now += wait;
+            take(store, `k${key}`, key % 2 === 0 ? FAST : SLOW, Math.min(cost, key % 2 === 0 ? 1 : 2));
+            if (store.size > maxKeys) return false;
+          }
+          return true;
+        },
+      ),
+    );
+  });
+});
+
+describe('MemoryStore sweep timer (fake timers)', () => {
+  let now: number;
+  beforeEach(() => {
+    now = 1_000_000;
+    jest.useFakeTimers();
+  });
+  afterEach(() => jest.useRealTimers());
+
+  it('runs one timer while it holds buckets, drops expired ones with it, and stops when empty', async () => {
+    const store = new MemoryStore({ clock: () => now });
+    expect(jest.getTimerCount()).toBe(0);
+    for (let i = 0; i < 100; i++) await store.consume([{ key: `k${i}`, policy: 'p', limit: FAST, cost: 1 }]);
+    expect(jest.getTimerCount()).toBe(1);
+    jest.advanceTimersByTime(1_000);
+    expect(store.size).toBe(100); // the pinned clock has not moved: nothing expired
+    expect(jest.getTimerCount()).toBe(1);
+    now += 1_000;
+    jest.advanceTimersByTime(1_000);
+    expect(store.size).toBe(0);
+    expect(jest.getTimerCount()).toBe(0);
+  });
+
+  it('clears its timer on close', async () => {
+    const store = new MemoryStore({ clock: () => now });
+    await store.consume([{ key: 'k', policy: 'p', limit: SLOW, cost: 1 }]);
+    expect(jest.getTimerCount()).toBe(1);
+    await store.close();
+    expect(jest.getTimerCount()).toBe(0);
+    expect(store.size).toBe(0);
+  });
+});
+
+describe('MemoryStore sweep timer (real timers)', () => {
+  it('does not keep the process alive: its timer is unref()d', async () => {
+    const timeouts = () => process.getActiveResourcesInfo().filter((type) => type === 'Timeout').length;
+    const before = timeouts();
+    const store = new MemoryStore();
+    try {
+      await store.consume([{ key: 'k', policy: 'p', limit: SLOW, cost: 1 }]);
+      expect(timeouts()).toBe(before);
+    } finally {
+      await store.close();
+    }
+  });
+});
+
+describe('MemoryStore options', () => {
+  it.each([
+    [{ maxKeys: 0 }, 'Invalid MemoryStore option "maxKeys": must be a whole number >= 1, got 0'],
+    [{ maxKeys: 1.5 }, 'Invalid MemoryStore option "maxKeys": must be a whole number >= 1, got 1.5'],
+    [{ maxKeys: '10' }, 'Invalid MemoryStore option "maxKeys": must be a whole number >= 1, got "10"'],
+    [{ clock: 5 }, 'Invalid MemoryStore option "clock": must be a function returning ms, got 5'],
+  ])('%p: %s', (options, message) => {
+    expect(() => new MemoryStore(options as never)).toThrow(message);
+  });
+});
+
+describe('kthSmallest', () => {
+  it('finds the k-th smallest of any numbers and puts the k + 1 smallest first', () => {
+    fc.assert(
+      fc.property(fc.array(fc.integer({ min: -5, max: 5 }), { minLength: 1 }), fc.nat(), (numbers, seed) => {
+        const k = seed % numbers.length;
+        const values = Float64Array.from(numbers);
+        const sorted = [...numbers].sort((a, b) => a - b);
+        expect(kthSmallest(values, k)).toBe(sorted[k]);
+        expect([...values.subarray(0, k + 1)].sort((a, b) => a - b)).toEqual(sorted.slice(0, k + 1));
+      }),
+    );
+  });
+});
