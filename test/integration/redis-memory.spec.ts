@@ -1,0 +1,70 @@
+import { Redis } from 'ioredis';
+import { ALGORITHMS, type Algorithm } from '../../lib/algorithms/algorithm.types.js';
+import { bucketKey } from '../../lib/keys/bucket-key.js';
+import { RedisStore } from '../../lib/stores/redis/redis.store.js';
+import { type RedisServer, startRedisServer, stopRedisServer } from '../redis/redis-server.js';
+
+const KEYS = 100_000;
+const BATCH = 1_000;
+/** A bucket that refills in 1,000 s: no key expires while it is measured. */
+const LIMIT = { rps: 0.01, burst: 10 };
+
+/**
+ * Redis memory per bucket, for each algorithm: 100,000 clients make one request each through
+ * `RedisStore`, on a server of the test's own (another suite's keys would count), and
+ * `used_memory` from `INFO memory` is read before and after. Printed and written in the README.
+ */
+describe('Redis memory per bucket', () => {
+  let server: RedisServer;
+  let client: Redis;
+  beforeAll(async () => {
+    server = await startRedisServer(['--save', '', '--appendonly', 'no']);
+    client = new Redis({ port: server.port, lazyConnect: true });
+    await client.connect();
+  });
+  afterAll(async () => {
+    await client.quit();
+    stopRedisServer(server.pid);
+  });
+
+  const usedMemory = async () => Number(/^used_memory:(\d+)/m.exec(await client.info('memory'))![1]);
+
+  async function bytesPerKey(algorithm: Algorithm): Promise<{ perKey: number; key: string; value: string }> {
+    await client.flushall();
+    const store = new RedisStore({ client, cacheRefusals: false });
+    const limit = { algorithm, ...LIMIT };
+    const before = await usedMemory();
+    let admitted = 0;
+    for (let i = 0; i < KEYS; i += BATCH) {
+      const calls = [];
+      for (let j = i; j < i + BATCH; j++) {
+        const key = bucketKey('rl:', 'default', algorithm, `ip:10.${j >> 16}.${(j >> 8) & 255}.${j & 255}`);
+        calls.push(store.consume([{ key, policy: 'default', limit, cost: 1 }], 10_000));
+      }
+      for (const [decision] of await Promise.all(calls)) if (decision.allowed) admitted++;
+    }
+    const perKey = ((await usedMemory()) - before) / KEYS;
+    expect(admitted).toBe(KEYS);
+
+    const keyspace = /^db0:keys=(\d+),expires=(\d+)/m.exec(await client.info('keyspace'))!;
+    expect(Number(keyspace[1])).toBe(KEYS);
+    expect(Number(keyspace[2])).toBe(KEYS); // every key has a TTL
+    const key = (await client.randomkey())!;
+    const type = await client.type(key);
+    const value = type === 'string' ? (await client.get(key))! : `${type} of ${await client.zcard(key)}`;
+    return { perKey, key, value };
+  }
+
+  it(`costs the same order of bytes for every algorithm, measured over ${KEYS.toLocaleString('en')} keys`, async () => {
+    const lines: string[] = [];
+    const figures = new Map<Algorithm, number>();
+    for (const algorithm of ALGORITHMS) {
+      const { perKey, key, value } = await bytesPerKey(algorithm);
+      figures.set(algorithm, perKey);
+      lines.push(`${algorithm.padEnd(23)} ${perKey.toFixed(1).padStart(6)} B/key   key ${key.length} B, value ${JSON.stringify(value)}`);
+    }
+    console.log(`Redis used_memory per bucket after one request each (target <= 120 B for token_bucket):\n${lines.join('\n')}`);
+    // a regression guard, not the target: a key and its TTL entry cost 85 B before any key or value bytes (see README)
+    for (const perKey of figures.values()) expect(perKey).toBeLessThan(260);
+  }, 120_000);
+});
