@@ -1,4 +1,6 @@
-import type { INestApplication, Type } from '@nestjs/common';
+import { createServer } from 'node:http';
+import type { INestApplication, NestApplicationOptions, Type } from '@nestjs/common';
+import { ExpressAdapter } from '@nestjs/platform-express';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { Test } from '@nestjs/testing';
 
@@ -14,13 +16,24 @@ export interface TestApp {
   close(): Promise<void>;
 }
 
+/** Server settings a suite may change; unset, each is the framework's default. */
+export interface StartOptions {
+  /** Largest request head (request line and headers) the server accepts, in bytes; Node's default is 16 KiB. */
+  maxHeaderSize?: number;
+  /**
+   * Address (or CIDR) of a proxy whose `X-Forwarded-For` the framework trusts for `req.ip` (Express
+   * `trust proxy`, Fastify `trustProxy`). Not a hop count: Fastify 5.12 ignores those (trusts no one).
+   */
+  trustProxy?: string;
+}
+
 /** Builds `module` on the named adapter and listens on a free loopback port. */
-export async function startApp(module: Type, adapter: AdapterName): Promise<TestApp> {
+export async function startApp(module: Type, adapter: AdapterName, options: StartOptions = {}): Promise<TestApp> {
   const moduleRef = await Test.createTestingModule({ imports: [module] }).compile();
   const app =
     adapter === 'fastify'
-      ? moduleRef.createNestApplication(new FastifyAdapter(), { logger: false })
-      : moduleRef.createNestApplication({ logger: false });
+      ? moduleRef.createNestApplication(fastifyAdapter(options), { logger: false })
+      : moduleRef.createNestApplication(expressAdapter(options), { logger: false });
   await app.listen(0, '127.0.0.1');
   const url = (await app.getUrl()).replace('[::1]', '127.0.0.1');
   return {
@@ -29,6 +42,33 @@ export async function startApp(module: Type, adapter: AdapterName): Promise<Test
     get: (path, headers = {}) => fetch(`${url}${path}`, { headers }),
     close: () => app.close(),
   };
+}
+
+function fastifyAdapter({ maxHeaderSize, trustProxy }: StartOptions): FastifyAdapter {
+  if (maxHeaderSize === undefined && trustProxy === undefined) return new FastifyAdapter();
+  return new FastifyAdapter({ trustProxy, http: maxHeaderSize === undefined ? undefined : { maxHeaderSize } });
+}
+
+function expressAdapter({ maxHeaderSize, trustProxy }: StartOptions): ExpressAdapter {
+  const adapter = maxHeaderSize === undefined ? new ExpressAdapter() : new LargeHeaderExpressAdapter(maxHeaderSize);
+  if (trustProxy !== undefined) adapter.set('trust proxy', trustProxy);
+  return adapter;
+}
+
+/** Express on a Node server made with `maxHeaderSize`, which `ExpressAdapter` does not pass on. */
+class LargeHeaderExpressAdapter extends ExpressAdapter {
+  constructor(private readonly maxHeaderSize: number) {
+    super();
+  }
+
+  /**
+   * Swaps in a server of its own for the one the base method made. The base method's `httpsOptions`
+   * and `forceCloseConnections` would miss the swap; `startApp` sets neither.
+   */
+  override initHttpServer(options: NestApplicationOptions): void {
+    super.initHttpServer(options);
+    this.setHttpServer(createServer({ maxHeaderSize: this.maxHeaderSize }, this.getInstance()));
+  }
 }
 
 /** Whole body and the headers that matter, for assertions. */
