@@ -1,9 +1,16 @@
 import { once } from 'node:events';
 import type { Cluster, Redis, RedisOptions } from 'ioredis';
 import type { KeySource, ResolvedPolicy } from './policy/policy.types.js';
-import { InvalidPolicyError, resolveKeySources, resolvePolicy } from './policy/resolve-policy.js';
+import {
+  HEADER_NAME_CHARS,
+  InvalidPolicyError,
+  isHeaderName,
+  MAX_NAME_LENGTH,
+  resolveKeySources,
+  resolvePolicy,
+} from './policy/resolve-policy.js';
 import { DEFAULT_IPV6_SUBNET } from './keys/ip.js';
-import { invalidOption } from './rate-limit.errors.js';
+import { invalidOption, invalidOptions, invalidOptionsObject } from './rate-limit.errors.js';
 import type { FailMode, HeaderFamily, RateLimitModuleOptions } from './rate-limit-options.interface.js';
 import { MemoryStore } from './stores/memory/memory.store.js';
 import type { RateLimitStore } from './stores/rate-limit-store.interface.js';
@@ -33,16 +40,33 @@ const RECONNECT_MAX_MS = 250;
 
 const HEADER_FAMILIES: readonly HeaderFamily[] = ['ietf', 'legacy', 'x-ratelimit'];
 const FAIL_MODES: readonly FailMode[] = ['open', 'closed', 'local'];
+/** Every option there is: any other key is a typo, refused rather than ignored. */
+const OPTIONS = new Set<string>([
+  'store', 'redis', 'prefix', 'policies', 'key', 'apiKeyHeader', 'ipv6Subnet', 'headers', 'failMode', 'timeout', 'mode', 'guard',
+]);
+/** Longest `prefix`, characters: it is in every bucket key, as the policy name is (see `MAX_NAME_LENGTH`). */
+const MAX_PREFIX_LENGTH = MAX_NAME_LENGTH;
+/** Longest `timeout`, ms: the longest a Node timer can wait (2^31 - 1); a longer one fires at once. */
+const MAX_TIMEOUT_MS = 2_147_483_647;
 
 /**
  * Validates the module's options, fills in defaults and creates the store.
  *
  * @throws Error naming the option (or the policy and field) that does not hold
  */
-export async function resolveOptions(options: RateLimitModuleOptions = {}): Promise<ResolvedOptions> {
+export async function resolveOptions(options: RateLimitModuleOptions | undefined): Promise<ResolvedOptions> {
+  // forRoot() gives {}; undefined comes from a forRootAsync factory that returns nothing
+  if (typeof options !== 'object' || options === null || Array.isArray(options)) {
+    throw new Error(invalidOptionsObject(options));
+  }
   const fail = (option: string, value: unknown, expected: string): never => {
     throw new Error(invalidOption(option, value, expected));
   };
+  for (const option of Object.keys(options)) {
+    if (!OPTIONS.has(option)) {
+      fail(option, (options as Record<string, unknown>)[option], `is not an option (the options are ${[...OPTIONS].join(', ')})`);
+    }
+  }
   const {
     prefix = 'rl:',
     key = ['user', 'api-key', 'ip'],
@@ -56,9 +80,11 @@ export async function resolveOptions(options: RateLimitModuleOptions = {}): Prom
     policies = [],
   } = options;
 
-  if (typeof prefix !== 'string' || /[{}]/.test(prefix)) fail('prefix', prefix, 'must be a string without braces');
-  if (typeof apiKeyHeader !== 'string' || !/^[!#$%&'*+.^_`|~0-9a-z-]+$/i.test(apiKeyHeader)) {
-    fail('apiKeyHeader', apiKeyHeader, 'must be a header name');
+  if (typeof prefix !== 'string' || /[{}]/.test(prefix) || prefix.length > MAX_PREFIX_LENGTH) {
+    fail('prefix', prefix, `must be a string of at most ${MAX_PREFIX_LENGTH} characters, without braces`);
+  }
+  if (!isHeaderName(apiKeyHeader)) {
+    fail('apiKeyHeader', apiKeyHeader, `must be an HTTP header name such as 'x-api-key': ${HEADER_NAME_CHARS}`);
   }
   if (!Number.isInteger(ipv6Subnet) || ipv6Subnet < 32 || ipv6Subnet > 64) {
     fail('ipv6Subnet', ipv6Subnet, 'must be a whole number of bits from 32 to 64');
@@ -67,34 +93,47 @@ export async function resolveOptions(options: RateLimitModuleOptions = {}): Prom
     fail('headers', headers, `must be false or a list of 'ietf', 'legacy', 'x-ratelimit'`);
   }
   if (!FAIL_MODES.includes(failMode)) fail('failMode', failMode, `must be 'open', 'closed' or 'local'`);
-  if (typeof timeout !== 'number' || !Number.isFinite(timeout) || timeout <= 0) {
-    fail('timeout', timeout, 'must be a positive number of milliseconds');
+  if (typeof timeout !== 'number' || !(timeout > 0 && timeout <= MAX_TIMEOUT_MS)) {
+    fail('timeout', timeout, `must be a positive number of milliseconds, at most ${MAX_TIMEOUT_MS} (the longest a timer can wait)`);
   }
   if (mode !== 'enforce' && mode !== 'shadow') fail('mode', mode, `must be 'enforce' or 'shadow'`);
   if (typeof guard !== 'boolean') fail('guard', guard, 'must be true or false');
   if (!Array.isArray(policies)) fail('policies', policies, 'must be a list of policies');
   if (options.store !== undefined && options.redis !== undefined) {
-    fail('redis', '(given)', 'cannot be combined with "store"; give one');
+    throw new Error(invalidOptions('"store" and "redis" are both given; give one ("redis" is a shortcut that makes a RedisStore)'));
+  }
+  const { store: given, redis } = options;
+  if (given !== undefined && !isStore(given)) fail('store', given, 'must implement RateLimitStore (consume, peek, reset)');
+  if (typeof redis === 'string' && !(/^rediss?:\/\//i.test(redis) && URL.canParse(redis))) {
+    // a URL may carry a password: the message shows it without
+    fail('redis', redis.replace(/\/\/[^/@]*@/, '//***@'), `must be a redis:// or rediss:// URL such as 'redis://localhost:6379'`);
+  }
+  if (redis !== undefined && typeof redis !== 'string' && !isRedisClient(redis) && !isPlainObject(redis)) {
+    fail('redis', redis, 'must be an ioredis client, a redis:// URL or ioredis options');
   }
 
   const resolvedPolicies = policies.map((policy, i) => resolvePolicy(policy, `RateLimitModule policies[${i}]`, 'default'));
-  const names = new Set<string>();
-  for (const policy of resolvedPolicies) {
-    if (names.has(policy.name)) {
-      throw new InvalidPolicyError(invalidOption('policies', policy.name, 'must have distinct names; name each policy'));
+  const first = new Map<string, number>();
+  resolvedPolicies.forEach(({ name }, i) => {
+    if (first.has(name)) {
+      throw new InvalidPolicyError(
+        invalidOptions(`policies[${first.get(name)}] and policies[${i}] are both named "${name}"; give each policy its own "name"`),
+      );
     }
-    names.add(policy.name);
-  }
+    first.set(name, i);
+  });
+  const keys = resolveKeySources(key, fail);
 
   const { store, owned } = await createStore(options, timeout);
   return {
     store,
     prefix,
     policies: resolvedPolicies,
-    key: resolveKeySources(key, (expected) => fail('key', key, expected)),
+    key: keys,
     apiKeyHeader: apiKeyHeader.toLowerCase(),
     ipv6Subnet,
-    headers: headers === false ? [] : headers,
+    // a family listed twice is sent once
+    headers: headers === false ? [] : [...new Set(headers)],
     failMode,
     timeout,
     mode,
@@ -107,13 +146,7 @@ async function createStore(
   options: RateLimitModuleOptions,
   timeout: number,
 ): Promise<{ store: RateLimitStore; owned: ResolvedOptions['owned'] }> {
-  if (options.store !== undefined) {
-    const { store } = options;
-    if (typeof store?.consume !== 'function' || typeof store.peek !== 'function' || typeof store.reset !== 'function') {
-      throw new Error(invalidOption('store', store, 'must implement RateLimitStore (consume, peek, reset)'));
-    }
-    return { store, owned: {} };
-  }
+  if (options.store !== undefined) return { store: options.store, owned: {} };
   if (options.redis === undefined) {
     const store = new MemoryStore();
     return { store, owned: { store } };
@@ -127,8 +160,20 @@ async function createStore(
   return { store, owned: { store, client } };
 }
 
+function isStore(value: unknown): value is RateLimitStore {
+  const store = value as RateLimitStore | null;
+  return typeof store?.consume === 'function' && typeof store.peek === 'function' && typeof store.reset === 'function';
+}
+
 function isRedisClient(value: unknown): value is Redis | Cluster {
   return typeof value === 'object' && value !== null && typeof (value as Redis).defineCommand === 'function';
+}
+
+/** An object literal, as ioredis options are (not a client of another library, not a list). */
+function isPlainObject(value: unknown): value is Record<string, unknown> {
+  if (typeof value !== 'object' || value === null) return false;
+  const prototype = Object.getPrototypeOf(value);
+  return prototype === Object.prototype || prototype === null;
 }
 
 /**
@@ -140,9 +185,6 @@ function isRedisClient(value: unknown): value is Redis | Cluster {
  * follows a failover when the sentinels announce it.
  */
 async function createRedisClient(redis: string | RedisOptions, timeout: number): Promise<Redis> {
-  if (typeof redis !== 'string' && (typeof redis !== 'object' || redis === null)) {
-    throw new Error(invalidOption('redis', redis, 'must be an ioredis client, a redis:// URL or ioredis options'));
-  }
   let Client: typeof Redis;
   try {
     ({ Redis: Client } = await import('ioredis'));

@@ -20,7 +20,8 @@ function defineOn(key: string, value: (previous: any) => unknown): ClassDecorato
  * @example @RateLimit([{ name: 'per-user', rps: 5, burst: 10, key: 'user' }, { name: 'per-ip', limit: 1000, window: '1h', key: 'ip' }])
  */
 export function RateLimit(policy: RateLimitPolicy | RateLimitPolicy[]): ClassDecorator & MethodDecorator {
-  const added = Array.isArray(policy) ? policy : [policy];
+  // An empty list stays in as one entry, so that start can refuse it naming the route.
+  const added = Array.isArray(policy) && policy.length > 0 ? policy : [policy];
   return defineOn(RATE_LIMIT_POLICIES, (previous: RateLimitPolicy[] = []) => [...added, ...previous]);
 }
 

@@ -3,12 +3,26 @@
  * place and tests can assert it.
  */
 
+/** Longest part of a bad value a message quotes, in characters. */
+const SHOWN = 64;
+
+const clip = (text: string): string => (text.length > SHOWN ? `${text.slice(0, SHOWN)}…` : text);
+
+/**
+ * A bad value as a message shows it: strings quoted, long ones cut (a message must not carry a
+ * whole config), and an instance of a class by its class name (JSON of a client object would be
+ * huge, or circular).
+ */
 function show(value: unknown): string {
   if (typeof value === 'function') return `a function`;
-  if (typeof value === 'string') return JSON.stringify(value.length > 64 ? `${value.slice(0, 64)}…` : value);
-  if (typeof value === 'number' || typeof value === 'boolean' || value == null) return String(value);
+  if (typeof value === 'string') return JSON.stringify(clip(value));
+  if (typeof value !== 'object' || value === null) return String(value);
+  const prototype = Object.getPrototypeOf(value);
+  if (prototype !== Object.prototype && prototype !== null && !Array.isArray(value)) {
+    return `an instance of ${value.constructor?.name || 'a class'}`;
+  }
   try {
-    return JSON.stringify(value);
+    return clip(JSON.stringify(value, (_key, inner) => (typeof inner === 'function' ? '(a function)' : inner)));
   } catch {
     return String(value);
   }
@@ -32,6 +46,39 @@ export function invalidOption(option: string, value: unknown, expected: string):
 /** A store constructor's option that does not hold. */
 export function invalidStoreOption(store: string, option: string, value: unknown, expected: string): string {
   return `Invalid ${store} option "${option}": ${expected}, got ${show(value)}`;
+}
+
+/** The module's options as a whole, or two of them together, that do not hold. */
+export function invalidOptions(problem: string): string {
+  return `Invalid RateLimitModule options: ${problem}`;
+}
+
+/** Options (or what a `forRootAsync` factory returned) that are not an object at all. */
+export function invalidOptionsObject(value: unknown): string {
+  return invalidOptions(
+    `they must be an object such as { policies: [{ rps: 10, burst: 20 }] } (does the forRootAsync factory return them?), got ${show(value)}`,
+  );
+}
+
+/** `RateLimitModule.forRootAsync()` without a usable way to make the options. */
+export function invalidAsyncOptions(problem: string, options: unknown): string {
+  return `Invalid RateLimitModule.forRootAsync options: ${problem}, got ${show(options)}`;
+}
+
+/** A `@RateLimit` argument, or an entry of the module's `policies`, that is not a policy object. */
+export function invalidPolicyValue(where: string, value: unknown): string {
+  return invalidPolicy(where, `a policy must be an object such as { rps: 10, burst: 20 }, got ${show(value)}`);
+}
+
+/** A `@SkipRateLimit` argument that cannot be a policy name. */
+export function invalidSkip(where: string, name: unknown): string {
+  return `Invalid @SkipRateLimit on ${where}: policy names must be non-empty strings, got ${show(name)}`;
+}
+
+/** Logged at start for a `@SkipRateLimit` name that matches none of the policies where it stands. */
+export function unknownSkip(where: string, name: string, names: readonly string[]): string {
+  const known = names.length === 0 ? 'none' : names.map((n) => JSON.stringify(n)).join(', ');
+  return `@SkipRateLimit(${show(name)}) on ${where} names no policy that applies there (policies: ${known}), so it skips nothing; check the name`;
 }
 
 /** Logged once when `X-Forwarded-For` arrives and `req.ip` is still the connection's address. */

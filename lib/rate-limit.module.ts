@@ -2,6 +2,7 @@ import { type CanActivate, type DynamicModule, Module } from '@nestjs/common';
 import { APP_GUARD, DiscoveryModule } from '@nestjs/core';
 import { RoutePolicies } from './policy/route-policies.js';
 import { RATE_LIMIT_OPTIONS } from './rate-limit.constants.js';
+import { invalidAsyncOptions } from './rate-limit.errors.js';
 import { RateLimitGuard } from './rate-limit.guard.js';
 import {
   RATE_LIMIT_MODULE_OPTIONS,
@@ -61,6 +62,30 @@ export class RateLimitModule extends RateLimitConfigurableModule {
 
   /** Options from a factory, a class or an existing provider (`createRateLimitOptions()`). */
   static override forRootAsync(options: RateLimitModuleAsyncOptions): DynamicModule {
+    checkAsyncOptions(options);
     return super.forRootAsync(options);
   }
+}
+
+/**
+ * Checks how `forRootAsync` is to make the options, when the module is declared: without it, a
+ * missing or mistyped factory surfaces at start as a dependency Nest cannot resolve, naming none
+ * of these. What the factory returns is checked at start like `forRoot`'s options.
+ */
+function checkAsyncOptions(options: RateLimitModuleAsyncOptions): void {
+  const fail = (problem: string): never => {
+    throw new Error(invalidAsyncOptions(problem, options));
+  };
+  if (typeof options !== 'object' || options === null) fail('they must be an object such as { useFactory: () => ({}) }');
+  const ways = (['useFactory', 'useClass', 'useExisting'] as const).filter((way) => options[way] !== undefined);
+  if (ways.length !== 1) {
+    fail('give one of "useFactory" (a function returning the options), "useClass" or "useExisting" (a provider with createRateLimitOptions())');
+  }
+  if (options.useFactory !== undefined && typeof options.useFactory !== 'function') {
+    fail('"useFactory" must be a function returning the options');
+  }
+  if (options.useClass !== undefined && typeof options.useClass !== 'function') {
+    fail('"useClass" must be a class with createRateLimitOptions()');
+  }
+  if (options.inject !== undefined && !Array.isArray(options.inject)) fail('"inject" must be a list of what useFactory takes');
 }

@@ -1,5 +1,5 @@
 import { ALGORITHMS, type Algorithm } from '../algorithms/algorithm.types.js';
-import { invalidPolicy, invalidPolicyField } from '../rate-limit.errors.js';
+import { invalidPolicy, invalidPolicyField, invalidPolicyValue } from '../rate-limit.errors.js';
 import type { KeySource, RateLimitPolicy, ResolvedPolicy } from './policy.types.js';
 
 const FIELDS = new Set<string>([
@@ -8,6 +8,33 @@ const FIELDS = new Set<string>([
 const WINDOW_ALGORITHMS = new Set<Algorithm>(['fixed_window', 'sliding_window_log', 'sliding_window_counter']);
 const WINDOW_UNITS: Record<string, number> = { ms: 0.001, s: 1, m: 60, h: 3600, d: 86_400 };
 const WINDOW_PATTERN = /^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?$/;
+/** An RFC 9110 token: what an HTTP header name may be. */
+const TOKEN = /^[!#$%&'*+.^_`|~0-9a-z-]+$/i;
+/** Visible ASCII without braces: fit for a header value and the bucket key (braces would make a Cluster hash tag). */
+const NAME = /^[\x21-\x7a|~]+$/;
+
+/**
+ * Highest rate, tokens per second. The algorithms keep full precision up to it next to a
+ * 13-digit millisecond clock (see `gcra.ts`); no per-client limit needs more.
+ */
+export const MAX_RPS = 1_000_000;
+/**
+ * Longest a bucket may take to refill (a window to last), days. Every key lives at most this
+ * long, and a limit slower than one token a year is a typo (a rate in the wrong unit). With
+ * `MAX_RPS`, it keeps `burst` and `limit` below 2^53, where every token still counts.
+ */
+export const MAX_REFILL_DAYS = 365;
+/**
+ * Longest explicit policy name, characters. The name is in every bucket key, next to the prefix
+ * and 24 characters of tag and digest, and twice in the RateLimit headers of every response:
+ * 64 is room for any descriptive name, and anything longer is a value pasted by mistake.
+ * Default names (`Controller.handler`) are never refused, however long.
+ */
+export const MAX_NAME_LENGTH = 64;
+/** What an HTTP header name may hold, for messages. */
+export const HEADER_NAME_CHARS = "letters, digits and !#$%&'*+-.^_`|~ only";
+
+type Fail = (field: string, value: unknown, expected: string) => never;
 
 /** The reason a policy is refused at start. */
 export class InvalidPolicyError extends Error {
@@ -32,6 +59,11 @@ export function parseWindow(window: number | string): number | undefined {
   return isPositive(seconds) ? seconds : undefined;
 }
 
+/** Whether `name` is an HTTP header name (an RFC 9110 token). */
+export function isHeaderName(name: unknown): name is string {
+  return typeof name === 'string' && TOKEN.test(name);
+}
+
 /** Whether `source` is a key source the module understands. */
 export function isKeySource(source: unknown): source is KeySource {
   return (
@@ -39,17 +71,33 @@ export function isKeySource(source: unknown): source is KeySource {
     source === 'ip' ||
     source === 'user' ||
     source === 'api-key' ||
-    (typeof source === 'string' && /^header:[!#$%&'*+.^_`|~0-9a-z-]+$/i.test(source))
+    (typeof source === 'string' && source.startsWith('header:') && isHeaderName(source.slice('header:'.length)))
   );
 }
 
-/** Validates a key option (`key` of a policy or of the module) and returns it as a list. */
-export function resolveKeySources(key: unknown, fail: (expected: string) => never): readonly KeySource[] {
-  const list = Array.isArray(key) ? key : [key];
-  if (list.length === 0 || !list.every(isKeySource)) {
-    fail(`must be 'ip', 'user', 'api-key', 'header:<name>', a function, or a non-empty list of those`);
+/**
+ * Validates a key option (`key` of a policy or of the module) and returns it as a list. A bad
+ * entry of a list is named by its index (`key[1]`).
+ */
+export function resolveKeySources(key: unknown, fail: Fail): readonly KeySource[] {
+  const list: unknown[] = Array.isArray(key) ? key : [key];
+  const bad = list.findIndex((source) => !isKeySource(source));
+  if (list.length > 0 && bad === -1) return list as KeySource[];
+  const [field, value] = bad === -1 ? ['key', key] : [Array.isArray(key) ? `key[${bad}]` : 'key', list[bad]];
+  if (typeof value === 'string' && value.startsWith('header:')) {
+    fail(field, value, `must be 'header:<name>' with an HTTP header name such as 'header:x-tenant-id': ${HEADER_NAME_CHARS}`);
   }
-  return list as KeySource[];
+  return fail(field, value, `must be 'ip', 'user', 'api-key', 'header:<name>', a function, or a non-empty list of those`);
+}
+
+/**
+ * A default name (`Controller.handler`, `Controller`) made fit for keys and headers, so that no
+ * identifier can make start fail: what is not visible ASCII (a non-ASCII letter, a space or a
+ * brace in a computed method name) is percent-encoded as UTF-8.
+ */
+function defaultPolicyName(name: string): string {
+  const encoded = name.replace(/[^\x21-\x7a|~]/gu, (char) => Buffer.from(char).toString('hex').toUpperCase().replace(/../g, '%$&'));
+  return encoded === '' ? 'anonymous' : encoded;
 }
 
 /**
@@ -60,7 +108,7 @@ export function resolveKeySources(key: unknown, fail: (expected: string) => neve
  * @throws InvalidPolicyError naming `where` and the field
  */
 export function resolvePolicy(policy: RateLimitPolicy, where: string, defaultName: string): ResolvedPolicy {
-  const fail = (field: string, value: unknown, expected: string): never => {
+  const fail: Fail = (field, value, expected) => {
     throw new InvalidPolicyError(invalidPolicyField(where, field, value, expected));
   };
   const conflict = (problem: string): never => {
@@ -68,54 +116,66 @@ export function resolvePolicy(policy: RateLimitPolicy, where: string, defaultNam
   };
 
   if (typeof policy !== 'object' || policy === null || Array.isArray(policy)) {
-    return conflict(`a policy must be an object such as { rps: 10, burst: 20 }, got ${String(policy)}`);
+    throw new InvalidPolicyError(invalidPolicyValue(where, policy));
   }
   for (const field of Object.keys(policy)) {
-    if (!FIELDS.has(field)) fail(field, (policy as Record<string, unknown>)[field], `is not a policy field`);
+    if (!FIELDS.has(field)) {
+      fail(field, (policy as Record<string, unknown>)[field], `is not a policy field (the fields are ${[...FIELDS].join(', ')})`);
+    }
   }
 
-  const algorithm: Algorithm = policy.algorithm ?? 'token_bucket';
+  // A field set to null is a value, and refused as one: only a field left out takes its default.
+  const algorithm: Algorithm = policy.algorithm === undefined ? 'token_bucket' : policy.algorithm;
   if (!ALGORITHMS.includes(algorithm)) {
     fail('algorithm', algorithm, `must be one of ${ALGORITHMS.map((a) => `'${a}'`).join(', ')}`);
   }
 
-  const { rps, burst, windowSeconds } = resolveRate(policy, fail, conflict);
+  const { rps, burst, windowSeconds, capacity } = resolveRate(policy, fail, conflict);
   if (WINDOW_ALGORITHMS.has(algorithm) && (burst * 1000) / rps < 1) {
     conflict(`"${algorithm}" counts in windows of whole milliseconds, and burst / rps = ${burst} / ${rps} s is under 1 ms; lower "rps" or raise "burst"`);
   }
 
-  const cost = policy.cost ?? 1;
-  if (
-    !(isPositive(cost) ||
-      typeof cost === 'function' ||
-      (typeof cost === 'string' && /^(header|query):.+$/.test(cost)))
-  ) {
+  const cost = policy.cost === undefined ? 1 : policy.cost;
+  if (typeof cost === 'string' && cost.startsWith('header:') && !isHeaderName(cost.slice('header:'.length))) {
+    fail('cost', cost, `must be 'header:<name>' with an HTTP header name such as 'header:x-request-weight': ${HEADER_NAME_CHARS}`);
+  }
+  if (cost === 'query:') fail('cost', cost, `must be 'query:<name>' with a parameter name such as 'query:weight'`);
+  if (!(isPositive(cost) || typeof cost === 'function' || (typeof cost === 'string' && /^(header|query):/.test(cost)))) {
     fail('cost', cost, `must be a positive number, 'header:<name>', 'query:<name>' or a function`);
   }
-  const defaultCost = policy.defaultCost ?? 1;
-  if (!isPositive(defaultCost)) fail('defaultCost', defaultCost, 'must be a positive number');
-
-  const key =
-    policy.key === undefined ? undefined : resolveKeySources(policy.key, (expected) => fail('key', policy.key, expected));
-
-  const name = policy.name ?? defaultName;
-  if (typeof name !== 'string' || !/^[\x21-\x7a|~]+$/.test(name)) {
-    fail('name', name, 'must be a non-empty string of visible ASCII characters, without braces');
+  // A cost above the capacity is refused on every request, forever: surely not what was meant.
+  if (typeof cost === 'number' && cost > burst) {
+    conflict(`"cost" ${cost} is more than "${capacity}" ${burst}, so no request could ever pass; lower "cost" or raise "${capacity}"`);
   }
+  const defaultCost = policy.defaultCost === undefined ? 1 : policy.defaultCost;
+  if (!isPositive(defaultCost)) fail('defaultCost', defaultCost, 'must be a positive number');
+  if (typeof cost !== 'number' && defaultCost > burst) {
+    conflict(`"defaultCost" ${defaultCost} is more than "${capacity}" ${burst}, so every request without a usable cost would be refused; lower "defaultCost" or raise "${capacity}"`);
+  }
+
+  const key = policy.key === undefined ? undefined : resolveKeySources(policy.key, fail);
+
+  if (
+    policy.name !== undefined &&
+    (typeof policy.name !== 'string' || !NAME.test(policy.name) || policy.name.length > MAX_NAME_LENGTH)
+  ) {
+    fail('name', policy.name, `must be a string of 1 to ${MAX_NAME_LENGTH} visible ASCII characters, without spaces or braces`);
+  }
+  const name = policy.name === undefined ? defaultPolicyName(defaultName) : policy.name;
 
   return { name, limit: { algorithm, rps, burst }, windowSeconds, cost, defaultCost, key };
 }
 
 function resolveRate(
   policy: RateLimitPolicy,
-  fail: (field: string, value: unknown, expected: string) => never,
+  fail: Fail,
   conflict: (problem: string) => never,
-): { rps: number; burst: number; windowSeconds: number } {
+): { rps: number; burst: number; windowSeconds: number; capacity: 'burst' | 'limit' } {
   if (policy.rps !== undefined && policy.tokensPerSecond !== undefined && policy.rps !== policy.tokensPerSecond) {
     conflict(`"rps" and "tokensPerSecond" are the same setting; give one`);
   }
-  const rate = policy.rps ?? policy.tokensPerSecond;
   const rateField = policy.rps !== undefined ? 'rps' : 'tokensPerSecond';
+  const rate = policy[rateField];
 
   if (rate !== undefined && (policy.limit !== undefined || policy.window !== undefined)) {
     conflict(`both "${rateField}" and "${policy.limit !== undefined ? 'limit' : 'window'}" given; say it as rps + burst or as limit + window`);
@@ -123,21 +183,30 @@ function resolveRate(
 
   if (rate !== undefined) {
     if (!isPositive(rate)) fail(rateField, rate, 'must be a positive number (tokens per second)');
-    const burst = policy.burst ?? Math.max(1, Math.ceil(rate));
+    if (rate > MAX_RPS) fail(rateField, rate, `must be at most ${MAX_RPS} (tokens per second)`);
+    const burst = policy.burst === undefined ? Math.max(1, Math.ceil(rate)) : policy.burst;
     if (!isWholeAtLeastOne(burst)) fail('burst', policy.burst, 'must be a whole number >= 1');
-    return { rps: rate, burst, windowSeconds: Math.max(1, Math.ceil(burst / rate)) };
+    if (burst / rate > MAX_REFILL_DAYS * 86_400) {
+      conflict(`burst / rps = ${burst} / ${rate} s is more than ${MAX_REFILL_DAYS} days, the longest a bucket may take to refill; raise "${rateField}" or lower "burst"`);
+    }
+    return { rps: rate, burst, windowSeconds: Math.max(1, Math.ceil(burst / rate)), capacity: 'burst' };
   }
 
   if (policy.limit === undefined && policy.window === undefined) {
     conflict('give "rps" (and "burst") or "limit" and "window"');
   }
   if (policy.burst !== undefined) conflict(`"burst" goes with "rps"; with "limit" and "window" the burst is the limit`);
+  if (policy.limit === undefined) conflict(`"window" needs a "limit", the requests allowed per window`);
   if (!isWholeAtLeastOne(policy.limit)) fail('limit', policy.limit, 'must be a whole number >= 1');
   if (policy.window === undefined) conflict(`"limit" needs a "window" such as '1m'`);
-  const seconds = parseWindow(policy.window!);
+  const seconds = parseWindow(policy.window);
   if (seconds === undefined) {
     fail('window', policy.window, `must be a positive number of seconds or a duration such as '10s', '1m', '1h', '1d'`);
   }
-  const limit = policy.limit!;
-  return { rps: limit / seconds!, burst: limit, windowSeconds: Math.max(1, Math.ceil(seconds!)) };
+  if (seconds > MAX_REFILL_DAYS * 86_400) fail('window', policy.window, `must be at most ${MAX_REFILL_DAYS} days`);
+  const limit = policy.limit;
+  if (limit / seconds > MAX_RPS) {
+    conflict(`limit / window = ${limit} / ${seconds} s is more than ${MAX_RPS} tokens per second; lower "limit" or lengthen "window"`);
+  }
+  return { rps: limit / seconds, burst: limit, windowSeconds: Math.max(1, Math.ceil(seconds)), capacity: 'limit' };
 }

@@ -1,6 +1,6 @@
-import { Inject, Injectable, type OnModuleInit, type Type } from '@nestjs/common';
+import { Inject, Injectable, Logger, type OnModuleInit, type Type } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
-import { invalidPolicy } from '../rate-limit.errors.js';
+import { invalidPolicy, invalidSkip, unknownSkip } from '../rate-limit.errors.js';
 import { RATE_LIMIT_OPTIONS, RATE_LIMIT_POLICIES, RATE_LIMIT_SKIP } from '../rate-limit.constants.js';
 import type { ResolvedOptions } from '../rate-limit-options.js';
 import type { KeySource, RateLimitPolicy, ResolvedPolicy } from './policy.types.js';
@@ -18,10 +18,15 @@ type Handler = (...args: unknown[]) => unknown;
  * handler policy replaces a class or module policy of the same name), less the skipped ones.
  * Worked out once per route and cached; at start every controller is read, so a bad policy
  * fails `app.init()` with a message naming the controller and the handler.
+ *
+ * A `@SkipRateLimit` name that is not a string fails start too. One that names no policy there
+ * only logs a warning: module policies may differ between environments (none in a test module),
+ * and skipping a policy that is not there is harmless.
  */
 @Injectable()
 export class RoutePolicies implements OnModuleInit {
   private readonly routes = new Map<Type, Map<Handler, readonly RoutePolicy[]>>();
+  private readonly logger = new Logger('RateLimitModule');
 
   constructor(
     @Inject(RATE_LIMIT_OPTIONS) private readonly options: ResolvedOptions,
@@ -33,22 +38,30 @@ export class RoutePolicies implements OnModuleInit {
     for (const wrapper of this.discovery.getControllers()) {
       const controller = wrapper.metatype as Type | undefined;
       if (!controller?.prototype) continue;
+      // a name skipped on the class is looked for among the policies of all its routes
+      const named = new Set<string>();
       for (const method of this.scanner.getAllMethodNames(controller.prototype)) {
-        this.forRoute(controller, controller.prototype[method]);
+        const handler = controller.prototype[method];
+        this.remember(controller, handler, this.compile(controller, handler, named));
       }
+      this.checkSkipped(`${controller.name} (class)`, Reflect.getMetadata(RATE_LIMIT_SKIP, controller), named);
     }
   }
 
   /** The policies of a route, in order: module, class, handler. */
   forRoute(controller: Type, handler: Handler): readonly RoutePolicy[] {
+    return this.routes.get(controller)?.get(handler) ?? this.remember(controller, handler, this.compile(controller, handler));
+  }
+
+  private remember(controller: Type, handler: Handler, policies: readonly RoutePolicy[]): readonly RoutePolicy[] {
     let handlers = this.routes.get(controller);
     if (!handlers) this.routes.set(controller, (handlers = new Map()));
-    let policies = handlers.get(handler);
-    if (!policies) handlers.set(handler, (policies = this.compile(controller, handler)));
+    handlers.set(handler, policies);
     return policies;
   }
 
-  private compile(controller: Type, handler: Handler): readonly RoutePolicy[] {
+  /** Resolves a route's policies; the names of all that apply before skipping go into `named`. */
+  private compile(controller: Type, handler: Handler, named = new Set<string>()): readonly RoutePolicy[] {
     const route = `${controller.name}.${handler.name}`;
     const byName = new Map<string, ResolvedPolicy>();
     for (const policy of this.options.policies) byName.set(policy.name, policy);
@@ -57,10 +70,17 @@ export class RoutePolicies implements OnModuleInit {
       [handler, route, route],
     ];
     for (const [target, where, defaultName] of levels) {
-      const declared: RateLimitPolicy[] = Reflect.getMetadata(RATE_LIMIT_POLICIES, target) ?? [];
+      const declared: Array<RateLimitPolicy | RateLimitPolicy[]> = Reflect.getMetadata(RATE_LIMIT_POLICIES, target) ?? [];
       const seen = new Set<string>();
       declared.forEach((policy, i) => {
-        const resolved = resolvePolicy(policy, declared.length > 1 ? `${where} [${i}]` : where, defaultName);
+        const at = declared.length > 1 ? `${where} [${i}]` : where;
+        // @RateLimit keeps an empty list as one entry (see rate-limit.decorator.ts)
+        if (Array.isArray(policy) && policy.length === 0) {
+          throw new InvalidPolicyError(
+            invalidPolicy(at, '@RateLimit([]) lists no policy; give at least one (@SkipRateLimit() exempts a route)'),
+          );
+        }
+        const resolved = resolvePolicy(policy as RateLimitPolicy, at, defaultName);
         if (seen.has(resolved.name)) {
           throw new InvalidPolicyError(
             invalidPolicy(where, `two policies are named "${resolved.name}"; give each policy its own "name"`),
@@ -71,17 +91,29 @@ export class RoutePolicies implements OnModuleInit {
       });
     }
 
-    const skip = this.skipped(controller, handler);
+    for (const name of byName.keys()) named.add(name);
+
+    const skip = this.skipped(controller, handler, route, new Set(byName.keys()));
     if (skip === true) return [];
     return [...byName.values()]
       .filter((policy) => !skip.has(policy.name))
       .map((policy) => ({ ...policy, keys: policy.key ?? this.options.key }));
   }
 
-  private skipped(controller: Type, handler: Handler): true | Set<string> {
+  private skipped(controller: Type, handler: Handler, route: string, names: ReadonlySet<string>): true | Set<string> {
     const onClass: true | string[] | undefined = Reflect.getMetadata(RATE_LIMIT_SKIP, controller);
     const onHandler: true | string[] | undefined = Reflect.getMetadata(RATE_LIMIT_SKIP, handler);
+    this.checkSkipped(route, onHandler, names);
     if (onClass === true || onHandler === true) return true;
     return new Set([...(onClass ?? []), ...(onHandler ?? [])]);
+  }
+
+  /** Refuses a skipped name that is not a string; warns of one that no policy in `names` has. */
+  private checkSkipped(where: string, skipped: true | unknown[] | undefined, names: ReadonlySet<string>): void {
+    if (skipped === undefined || skipped === true) return;
+    for (const name of skipped) {
+      if (typeof name !== 'string' || name === '') throw new InvalidPolicyError(invalidSkip(where, name));
+      if (!names.has(name)) this.logger.warn(unknownSkip(where, name, [...names]));
+    }
   }
 }

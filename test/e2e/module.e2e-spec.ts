@@ -53,7 +53,7 @@ describe.each(ADAPTERS)('RateLimitModule on %s', (adapter) => {
       ['unknown algorithm', { algorithm: 'magic' as never, rps: 1 }, 'handler', `Invalid @RateLimit policy on BadController.find: "algorithm" must be one of 'token_bucket', 'leaky_bucket', 'fixed_window', 'sliding_window_log', 'sliding_window_counter', 'gcra', got "magic"`],
       ['unparsable window', { limit: 10, window: '5 fortnights' }, 'handler', `Invalid @RateLimit policy on BadController.find: "window" must be a positive number of seconds or a duration such as '10s', '1m', '1h', '1d', got "5 fortnights"`],
       ['rps and limit both', { rps: 1, limit: 10, window: '1m' }, 'handler', 'Invalid @RateLimit policy on BadController.find: both "rps" and "limit" given; say it as rps + burst or as limit + window'],
-      ['a misspelt field', { rps: 1, brust: 5 } as RateLimitPolicy, 'handler', 'Invalid @RateLimit policy on BadController.find: "brust" is not a policy field, got 5'],
+      ['a misspelt field', { rps: 1, brust: 5 } as RateLimitPolicy, 'handler', 'Invalid @RateLimit policy on BadController.find: "brust" is not a policy field (the fields are algorithm, rps, tokensPerSecond, burst, limit, window, cost, defaultCost, key, name), got 5'],
       ['on the class', { rps: 1, burst: 0.5 }, 'class', 'Invalid @RateLimit policy on BadController (class): "burst" must be a whole number >= 1, got 0.5'],
       ['in a list', [{ rps: 1 }, { limit: 0, window: 60 }], 'handler', 'Invalid @RateLimit policy on BadController.find [1]: "limit" must be a whole number >= 1, got 0'],
       ['two unnamed in a list', [{ rps: 1 }, { limit: 5, window: 60 }], 'handler', 'Invalid @RateLimit policy on BadController.find: two policies are named "BadController.find"; give each policy its own "name"'],

@@ -1,5 +1,6 @@
 import type { Cluster, Redis } from 'ioredis';
 import type { Outcome } from '../../algorithms/algorithm.types.js';
+import { invalidStoreOption } from '../../rate-limit.errors.js';
 import { toDecision } from '../decision.js';
 import { RateLimitStoreError } from '../rate-limit-store.error.js';
 import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from '../rate-limit-store.interface.js';
@@ -28,6 +29,9 @@ export interface RedisStoreOptions {
    */
   clock?: () => number;
 }
+
+/** Every option there is: any other key is a typo, refused rather than ignored. */
+const OPTIONS = new Set<string>(['client', 'cacheRefusals', 'clock']);
 
 /** A call that runs this many timeouts after it was sent charges nothing. */
 const STALE_AFTER_TIMEOUTS = 2;
@@ -70,6 +74,22 @@ export class RedisStore implements RateLimitStore {
   private readonly offsets: Float64Array;
 
   constructor(options: RedisStoreOptions) {
+    const fail = (option: string, value: unknown, expected: string): never => {
+      throw new Error(invalidStoreOption('RedisStore', option, value, expected));
+    };
+    // an ioredis client given as the options themselves has no `client`: the same message says how
+    if (typeof (options?.client as Redis | undefined)?.defineCommand !== 'function') {
+      fail('client', options?.client, 'must be an ioredis Redis or Cluster client, as in new RedisStore({ client: redis })');
+    }
+    for (const option of Object.keys(options)) {
+      if (!OPTIONS.has(option)) {
+        fail(option, (options as unknown as Record<string, unknown>)[option], `is not an option (the options are ${[...OPTIONS].join(', ')})`);
+      }
+    }
+    if (options.cacheRefusals !== undefined && typeof options.cacheRefusals !== 'boolean') {
+      fail('cacheRefusals', options.cacheRefusals, 'must be true or false');
+    }
+    if (options.clock !== undefined && typeof options.clock !== 'function') fail('clock', options.clock, 'must be a function returning ms');
     this.client = options.client;
     this.clock = options.clock;
     this.cluster = (this.client as Cluster).isCluster === true;

@@ -1,0 +1,425 @@
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { jest } from '@jest/globals';
+import { Controller, Get, Injectable, Logger, type ModuleMetadata, type Type } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import {
+  MemoryStore,
+  RateLimit,
+  RateLimitModule,
+  type RateLimitModuleOptions,
+  type RateLimitPolicy,
+  RedisStore,
+  SkipRateLimit,
+} from '../../lib/index.js';
+import { RoutePolicies } from '../../lib/policy/route-policies.js';
+import { resolveOptions } from '../../lib/rate-limit-options.js';
+
+/**
+ * Every validation message, exactly: one row per bad input, with the whole message it must
+ * produce. Policies go through the real decorators and module start, so the controller and
+ * handler in the message are the ones Nest reports. The last test reads the sources and checks
+ * that every message text there has a row here.
+ */
+
+const LIB = fileURLToPath(new URL('../../lib/', import.meta.url));
+
+/** What an HTTP header name may hold, as the messages say it. */
+const TOKEN_CHARS = "letters, digits and !#$%&'*+-.^_`|~ only";
+const KEY_SOURCES = `must be 'ip', 'user', 'api-key', 'header:<name>', a function, or a non-empty list of those`;
+const WINDOW = `must be a positive number of seconds or a duration such as '10s', '1m', '1h', '1d'`;
+const COST = `must be a positive number, 'header:<name>', 'query:<name>' or a function`;
+const NAME = 'must be a string of 1 to 64 visible ASCII characters, without spaces or braces';
+const TIMEOUT = 'must be a positive number of milliseconds, at most 2147483647 (the longest a timer can wait)';
+const OPTIONS_OBJECT =
+  'Invalid RateLimitModule options: they must be an object such as { policies: [{ rps: 10, burst: 20 }] } (does the forRootAsync factory return them?), got';
+
+/** Message prefixes: where the failure is. */
+const ON_HANDLER = 'Invalid @RateLimit policy on BadController.find:';
+const ON_CLASS = 'Invalid @RateLimit policy on BadController (class):';
+const ON_MODULE = 'Invalid @RateLimit policy on RateLimitModule policies[0]:';
+const OPTION = 'Invalid RateLimitModule option';
+const ASYNC = 'Invalid RateLimitModule.forRootAsync options:';
+
+/** The message `act` throws or rejects with; the row fails when it does neither. */
+async function thrown(act: () => unknown): Promise<string> {
+  try {
+    await act();
+  } catch (error) {
+    return (error as Error).message;
+  }
+  throw new Error('nothing was thrown');
+}
+
+/** What is logged as a warning while `act` runs. */
+async function warned(act: () => Promise<unknown>): Promise<string> {
+  const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+  try {
+    await act();
+    return warn.mock.calls.map(([message]) => String(message)).join('\n');
+  } finally {
+    warn.mockRestore();
+  }
+}
+
+/** Starts an app context (every route's policies are read in `init()`), and closes it. */
+async function start(imports: ModuleMetadata['imports'], controllers: Type[] = []): Promise<void> {
+  const moduleRef = await Test.createTestingModule({ imports, controllers }).compile();
+  await moduleRef.init();
+  await moduleRef.close();
+}
+
+/** A controller whose one handler carries `policy`, or whose class does. */
+function controllerWith(policy: unknown, on: 'handler' | 'class' = 'handler'): Type {
+  if (on === 'class') {
+    @RateLimit(policy as RateLimitPolicy)
+    @Controller('bad')
+    class BadController {
+      @Get()
+      find() {
+        return [];
+      }
+    }
+    return BadController;
+  }
+  @Controller('bad')
+  class BadController {
+    @RateLimit(policy as RateLimitPolicy)
+    @Get()
+    find() {
+      return [];
+    }
+  }
+  return BadController;
+}
+
+/** A controller with a handler policy named 'per-ip' that skips `names`, on the handler or the class. */
+function skipping(names: unknown[], on: 'handler' | 'class'): Type {
+  const skip = SkipRateLimit(...(names as string[]));
+  if (on === 'class') {
+    @skip
+    @Controller('skip')
+    class SkipController {
+      @RateLimit({ name: 'per-ip', rps: 1 })
+      @Get()
+      find() {
+        return [];
+      }
+    }
+    return SkipController;
+  }
+  @Controller('skip')
+  class SkipController {
+    @skip
+    @RateLimit({ name: 'per-ip', rps: 1 })
+    @Get()
+    find() {
+      return [];
+    }
+  }
+  return SkipController;
+}
+
+/** The message a policy makes at start, on a handler (or on the class). */
+const policy = (p: unknown, on: 'handler' | 'class' = 'handler') => () =>
+  thrown(() => start([RateLimitModule.forRoot()], [controllerWith(p, on)]));
+/** The message a module option (or set of options) makes. */
+const options = (o: unknown) => () => thrown(() => resolveOptions(o as RateLimitModuleOptions));
+/** The message a store's options make. */
+const store = (make: () => unknown) => () => thrown(make);
+
+/** Just enough of an ioredis client to pass for one. */
+const fakeClient = { defineCommand: () => undefined };
+
+@Injectable()
+class RateLimitConfig {
+  createRateLimitOptions(): RateLimitModuleOptions {
+    return {};
+  }
+}
+
+type Row = [what: string, produce: () => Promise<string>, message: string];
+
+const ROWS: Row[] = [
+  // policies, through @RateLimit and module start
+  ['a number for a policy', policy(5), `${ON_HANDLER} a policy must be an object such as { rps: 10, burst: 20 }, got 5`],
+  ['@RateLimit([])', policy([]), `${ON_HANDLER} @RateLimit([]) lists no policy; give at least one (@SkipRateLimit() exempts a route)`],
+  ['a misspelt field', policy({ rps: 1, brust: 5 }), `${ON_HANDLER} "brust" is not a policy field (the fields are algorithm, rps, tokensPerSecond, burst, limit, window, cost, defaultCost, key, name), got 5`],
+  ['algorithm in the wrong case', policy({ algorithm: 'Token_Bucket', rps: 1 }), `${ON_HANDLER} "algorithm" must be one of 'token_bucket', 'leaky_bucket', 'fixed_window', 'sliding_window_log', 'sliding_window_counter', 'gcra', got "Token_Bucket"`],
+  ['algorithm null', policy({ algorithm: null, rps: 1 }), `${ON_HANDLER} "algorithm" must be one of 'token_bucket', 'leaky_bucket', 'fixed_window', 'sliding_window_log', 'sliding_window_counter', 'gcra', got null`],
+  ['algorithm a number', policy({ algorithm: 1, rps: 1 }), `${ON_HANDLER} "algorithm" must be one of 'token_bucket', 'leaky_bucket', 'fixed_window', 'sliding_window_log', 'sliding_window_counter', 'gcra', got 1`],
+  ['rps 0', policy({ rps: 0, burst: 5 }), `${ON_HANDLER} "rps" must be a positive number (tokens per second), got 0`],
+  ['rps a string', policy({ rps: '10' }), `${ON_HANDLER} "rps" must be a positive number (tokens per second), got "10"`],
+  ['rps NaN', policy({ rps: NaN }), `${ON_HANDLER} "rps" must be a positive number (tokens per second), got NaN`],
+  ['rps Infinity', policy({ rps: Infinity }), `${ON_HANDLER} "rps" must be a positive number (tokens per second), got Infinity`],
+  ['rps null', policy({ rps: null }), `${ON_HANDLER} "rps" must be a positive number (tokens per second), got null`],
+  ['tokensPerSecond negative', policy({ tokensPerSecond: -1 }), `${ON_HANDLER} "tokensPerSecond" must be a positive number (tokens per second), got -1`],
+  ['rps 1e308', policy({ rps: 1e308 }), `${ON_HANDLER} "rps" must be at most 1000000 (tokens per second), got 1e+308`],
+  ['tokensPerSecond 2e6', policy({ tokensPerSecond: 2e6 }), `${ON_HANDLER} "tokensPerSecond" must be at most 1000000 (tokens per second), got 2000000`],
+  ['burst 0', policy({ rps: 5, burst: 0 }), `${ON_HANDLER} "burst" must be a whole number >= 1, got 0`],
+  ['burst a fraction, on the class', policy({ rps: 1, burst: 0.5 }, 'class'), `${ON_CLASS} "burst" must be a whole number >= 1, got 0.5`],
+  ['burst a string', policy({ rps: 1, burst: '5' }), `${ON_HANDLER} "burst" must be a whole number >= 1, got "5"`],
+  ['burst past 2^53 - 1', policy({ rps: 1, burst: 2 ** 53 }), `${ON_HANDLER} burst / rps = 9007199254740992 / 1 s is more than 365 days, the longest a bucket may take to refill; raise "rps" or lower "burst"`],
+  ['a refill longer than a year', policy({ rps: 1e-8 }), `${ON_HANDLER} burst / rps = 1 / 1e-8 s is more than 365 days, the longest a bucket may take to refill; raise "rps" or lower "burst"`],
+  ['no rate at all', policy({}), `${ON_HANDLER} give "rps" (and "burst") or "limit" and "window"`],
+  ['burst with limit', policy({ limit: 5, window: '1m', burst: 5 }), `${ON_HANDLER} "burst" goes with "rps"; with "limit" and "window" the burst is the limit`],
+  ['window without limit', policy({ window: '1m' }), `${ON_HANDLER} "window" needs a "limit", the requests allowed per window`],
+  ['limit a fraction', policy({ limit: 1.5, window: 60 }), `${ON_HANDLER} "limit" must be a whole number >= 1, got 1.5`],
+  ['limit past 2^53 - 1', policy({ limit: 2 ** 53, window: 60 }), `${ON_HANDLER} limit / window = 9007199254740992 / 60 s is more than 1000000 tokens per second; lower "limit" or lengthen "window"`],
+  ['limit without window', policy({ limit: 5 }), `${ON_HANDLER} "limit" needs a "window" such as '1m'`],
+  ["window '0s'", policy({ limit: 5, window: '0s' }), `${ON_HANDLER} "window" ${WINDOW}, got "0s"`],
+  ["window '-1m'", policy({ limit: 5, window: '-1m' }), `${ON_HANDLER} "window" ${WINDOW}, got "-1m"`],
+  ["window '1.5.5s'", policy({ limit: 5, window: '1.5.5s' }), `${ON_HANDLER} "window" ${WINDOW}, got "1.5.5s"`],
+  ["window '1M'", policy({ limit: 5, window: '1M' }), `${ON_HANDLER} "window" ${WINDOW}, got "1M"`],
+  ['window 0', policy({ limit: 5, window: 0 }), `${ON_HANDLER} "window" ${WINDOW}, got 0`],
+  ['window longer than a year', policy({ limit: 5, window: '366d' }), `${ON_HANDLER} "window" must be at most 365 days, got "366d"`],
+  ['limit per window past 1e6 rps', policy({ limit: 2_000_000, window: 1 }), `${ON_HANDLER} limit / window = 2000000 / 1 s is more than 1000000 tokens per second; lower "limit" or lengthen "window"`],
+  ['rps and tokensPerSecond', policy({ rps: 1, tokensPerSecond: 2 }), `${ON_HANDLER} "rps" and "tokensPerSecond" are the same setting; give one`],
+  ['rps and limit', policy({ rps: 1, limit: 10, window: '1m' }), `${ON_HANDLER} both "rps" and "limit" given; say it as rps + burst or as limit + window`],
+  ['a window under 1 ms', policy({ algorithm: 'fixed_window', rps: 1e6, burst: 1 }), `${ON_HANDLER} "fixed_window" counts in windows of whole milliseconds, and burst / rps = 1 / 1000000 s is under 1 ms; lower "rps" or raise "burst"`],
+  ['cost header with a space', policy({ rps: 1, cost: 'header:x weight' }), `${ON_HANDLER} "cost" must be 'header:<name>' with an HTTP header name such as 'header:x-request-weight': ${TOKEN_CHARS}, got "header:x weight"`],
+  ['cost header without a name', policy({ rps: 1, cost: 'header:' }), `${ON_HANDLER} "cost" must be 'header:<name>' with an HTTP header name such as 'header:x-request-weight': ${TOKEN_CHARS}, got "header:"`],
+  ['cost query without a name', policy({ rps: 1, cost: 'query:' }), `${ON_HANDLER} "cost" must be 'query:<name>' with a parameter name such as 'query:weight', got "query:"`],
+  ['cost from the body', policy({ rps: 1, cost: 'body:weight' }), `${ON_HANDLER} "cost" ${COST}, got "body:weight"`],
+  ['cost 0', policy({ rps: 1, cost: 0 }), `${ON_HANDLER} "cost" ${COST}, got 0`],
+  ['cost null', policy({ rps: 1, cost: null }), `${ON_HANDLER} "cost" ${COST}, got null`],
+  ['cost above burst', policy({ rps: 1, burst: 5, cost: 10 }), `${ON_HANDLER} "cost" 10 is more than "burst" 5, so no request could ever pass; lower "cost" or raise "burst"`],
+  ['cost above limit', policy({ limit: 5, window: '1m', cost: 6 }), `${ON_HANDLER} "cost" 6 is more than "limit" 5, so no request could ever pass; lower "cost" or raise "limit"`],
+  ['defaultCost negative', policy({ rps: 1, defaultCost: -2 }), `${ON_HANDLER} "defaultCost" must be a positive number, got -2`],
+  ['defaultCost above burst', policy({ rps: 1, burst: 10, cost: 'header:x-weight', defaultCost: 20 }), `${ON_HANDLER} "defaultCost" 20 is more than "burst" 10, so every request without a usable cost would be refused; lower "defaultCost" or raise "burst"`],
+  ['key unknown', policy({ rps: 1, key: 'cookie' }), `${ON_HANDLER} "key" ${KEY_SOURCES}, got "cookie"`],
+  ['key an empty list', policy({ rps: 1, key: [] }), `${ON_HANDLER} "key" ${KEY_SOURCES}, got []`],
+  ['key a number in a list', policy({ rps: 1, key: ['user', 5] }), `${ON_HANDLER} "key[1]" ${KEY_SOURCES}, got 5`],
+  ['key header with a space', policy({ rps: 1, key: ['ip', 'header:x tenant'] }), `${ON_HANDLER} "key[1]" must be 'header:<name>' with an HTTP header name such as 'header:x-tenant-id': ${TOKEN_CHARS}, got "header:x tenant"`],
+  ['key header without a name', policy({ rps: 1, key: 'header:' }), `${ON_HANDLER} "key" must be 'header:<name>' with an HTTP header name such as 'header:x-tenant-id': ${TOKEN_CHARS}, got "header:"`],
+  ['name with braces', policy({ rps: 1, name: 'a{b}' }), `${ON_HANDLER} "name" ${NAME}, got "a{b}"`],
+  ['name with a space', policy({ rps: 1, name: 'per ip' }), `${ON_HANDLER} "name" ${NAME}, got "per ip"`],
+  ['name empty', policy({ rps: 1, name: '' }), `${ON_HANDLER} "name" ${NAME}, got ""`],
+  ['name of 65 characters', policy({ rps: 1, name: 'n'.repeat(65) }), `${ON_HANDLER} "name" ${NAME}, got "${'n'.repeat(64)}…"`],
+  ['name a number', policy({ rps: 1, name: 5 }), `${ON_HANDLER} "name" ${NAME}, got 5`],
+  ['a bad policy in a list', policy([{ rps: 1 }, { limit: 0, window: 60 }]), 'Invalid @RateLimit policy on BadController.find [1]: "limit" must be a whole number >= 1, got 0'],
+  ['two unnamed policies in a list', policy([{ rps: 1 }, { limit: 5, window: 60 }]), `${ON_HANDLER} two policies are named "BadController.find"; give each policy its own "name"`],
+
+  // @SkipRateLimit
+  ['a number skipped', () => thrown(() => start([RateLimitModule.forRoot()], [skipping([5], 'handler')])), 'Invalid @SkipRateLimit on SkipController.find: policy names must be non-empty strings, got 5'],
+  ['an empty name skipped on the class', () => thrown(() => start([RateLimitModule.forRoot()], [skipping([''], 'class')])), 'Invalid @SkipRateLimit on SkipController (class): policy names must be non-empty strings, got ""'],
+  ['an unknown name skipped (a warning)', () => warned(() => start([RateLimitModule.forRoot()], [skipping(['per_ip'], 'handler')])), '@SkipRateLimit("per_ip") on SkipController.find names no policy that applies there (policies: "per-ip"), so it skips nothing; check the name'],
+  ['an unknown name skipped on the class (a warning)', () => warned(() => start([RateLimitModule.forRoot()], [skipping(['per_ip'], 'class')])), '@SkipRateLimit("per_ip") on SkipController (class) names no policy that applies there (policies: "per-ip"), so it skips nothing; check the name'],
+
+  // module options, through resolveOptions
+  ['options null', options(null), `${OPTIONS_OBJECT} null`],
+  ['options a list', options([]), `${OPTIONS_OBJECT} []`],
+  ['options a URL', options('redis://localhost:6379'), `${OPTIONS_OBJECT} "redis://localhost:6379"`],
+  ['a misspelt option', options({ polices: [] }), `${OPTION} "polices": is not an option (the options are store, redis, prefix, policies, key, apiKeyHeader, ipv6Subnet, headers, failMode, timeout, mode, guard), got []`],
+  ['prefix with braces', options({ prefix: '{rl}:' }), `${OPTION} "prefix": must be a string of at most 64 characters, without braces, got "{rl}:"`],
+  ['prefix a number', options({ prefix: 5 }), `${OPTION} "prefix": must be a string of at most 64 characters, without braces, got 5`],
+  ['prefix of 65 characters', options({ prefix: 'p'.repeat(65) }), `${OPTION} "prefix": must be a string of at most 64 characters, without braces, got "${'p'.repeat(64)}…"`],
+  ['apiKeyHeader with spaces', options({ apiKeyHeader: 'x api key' }), `${OPTION} "apiKeyHeader": must be an HTTP header name such as 'x-api-key': ${TOKEN_CHARS}, got "x api key"`],
+  ['apiKeyHeader with a colon', options({ apiKeyHeader: 'x-api-key:' }), `${OPTION} "apiKeyHeader": must be an HTTP header name such as 'x-api-key': ${TOKEN_CHARS}, got "x-api-key:"`],
+  ['apiKeyHeader empty', options({ apiKeyHeader: '' }), `${OPTION} "apiKeyHeader": must be an HTTP header name such as 'x-api-key': ${TOKEN_CHARS}, got ""`],
+  ['ipv6Subnet 65', options({ ipv6Subnet: 65 }), `${OPTION} "ipv6Subnet": must be a whole number of bits from 32 to 64, got 65`],
+  ['ipv6Subnet 31', options({ ipv6Subnet: 31 }), `${OPTION} "ipv6Subnet": must be a whole number of bits from 32 to 64, got 31`],
+  ['ipv6Subnet a fraction', options({ ipv6Subnet: 48.5 }), `${OPTION} "ipv6Subnet": must be a whole number of bits from 32 to 64, got 48.5`],
+  ['ipv6Subnet a string', options({ ipv6Subnet: '48' }), `${OPTION} "ipv6Subnet": must be a whole number of bits from 32 to 64, got "48"`],
+  ['headers a string', options({ headers: 'ietf' }), `${OPTION} "headers": must be false or a list of 'ietf', 'legacy', 'x-ratelimit', got "ietf"`],
+  ['headers an unknown family', options({ headers: ['ietf', 'draft'] }), `${OPTION} "headers": must be false or a list of 'ietf', 'legacy', 'x-ratelimit', got ["ietf","draft"]`],
+  ['headers true', options({ headers: true }), `${OPTION} "headers": must be false or a list of 'ietf', 'legacy', 'x-ratelimit', got true`],
+  ['failMode in the wrong case', options({ failMode: 'Open' }), `${OPTION} "failMode": must be 'open', 'closed' or 'local', got "Open"`],
+  ['timeout 0', options({ timeout: 0 }), `${OPTION} "timeout": ${TIMEOUT}, got 0`],
+  ['timeout Infinity', options({ timeout: Infinity }), `${OPTION} "timeout": ${TIMEOUT}, got Infinity`],
+  ['timeout past a timer', options({ timeout: 2 ** 31 }), `${OPTION} "timeout": ${TIMEOUT}, got 2147483648`],
+  ['timeout a string', options({ timeout: '100' }), `${OPTION} "timeout": ${TIMEOUT}, got "100"`],
+  ['mode in the wrong case', options({ mode: 'Shadow' }), `${OPTION} "mode": must be 'enforce' or 'shadow', got "Shadow"`],
+  ['guard a string', options({ guard: 'false' }), `${OPTION} "guard": must be true or false, got "false"`],
+  ['policies not a list', options({ policies: { rps: 1 } }), `${OPTION} "policies": must be a list of policies, got {"rps":1}`],
+  ['store and redis', options({ store: new MemoryStore(), redis: 'redis://localhost:6379' }), 'Invalid RateLimitModule options: "store" and "redis" are both given; give one ("redis" is a shortcut that makes a RedisStore)'],
+  ['store an empty object', options({ store: {} }), `${OPTION} "store": must implement RateLimitStore (consume, peek, reset), got {}`],
+  ['store of another kind', options({ store: new Map() }), `${OPTION} "store": must implement RateLimitStore (consume, peek, reset), got an instance of Map`],
+  ['redis an empty URL', options({ redis: '' }), `${OPTION} "redis": must be a redis:// or rediss:// URL such as 'redis://localhost:6379', got ""`],
+  ['redis host:port', options({ redis: 'localhost:6379' }), `${OPTION} "redis": must be a redis:// or rediss:// URL such as 'redis://localhost:6379', got "localhost:6379"`],
+  ['redis a bad URL with a password', options({ redis: 'redis://:secret@bad host:6379' }), `${OPTION} "redis": must be a redis:// or rediss:// URL such as 'redis://localhost:6379', got "redis://***@bad host:6379"`],
+  ['redis a port number', options({ redis: 6379 }), `${OPTION} "redis": must be an ioredis client, a redis:// URL or ioredis options, got 6379`],
+  ['redis a list', options({ redis: [] }), `${OPTION} "redis": must be an ioredis client, a redis:// URL or ioredis options, got []`],
+  ['redis a client of another library', options({ redis: new Map() }), `${OPTION} "redis": must be an ioredis client, a redis:// URL or ioredis options, got an instance of Map`],
+  ['two unnamed module policies', options({ policies: [{ rps: 1 }, { limit: 5, window: 60 }] }), 'Invalid RateLimitModule options: policies[0] and policies[1] are both named "default"; give each policy its own "name"'],
+  ['a module policy not an object', options({ policies: ['x'] }), `${ON_MODULE} a policy must be an object such as { rps: 10, burst: 20 }, got "x"`],
+  ['a module policy with a bad field', options({ policies: [{ rps: 1, window: '1m' }] }), `${ON_MODULE} both "rps" and "window" given; say it as rps + burst or as limit + window`],
+  ['module key unknown', options({ key: 'cookie' }), `${OPTION} "key": ${KEY_SOURCES}, got "cookie"`],
+  ['module key header without a name', options({ key: ['user', 'header:'] }), `${OPTION} "key[1]": must be 'header:<name>' with an HTTP header name such as 'header:x-tenant-id': ${TOKEN_CHARS}, got "header:"`],
+
+  // forRootAsync: its own options when declared, and what the factory returns at start
+  ['forRootAsync(null)', () => thrown(() => RateLimitModule.forRootAsync(null as never)), `${ASYNC} they must be an object such as { useFactory: () => ({}) }, got null`],
+  ['forRootAsync without a factory', () => thrown(() => RateLimitModule.forRootAsync({})), `${ASYNC} give one of "useFactory" (a function returning the options), "useClass" or "useExisting" (a provider with createRateLimitOptions()), got {}`],
+  ['forRootAsync with two ways', () => thrown(() => RateLimitModule.forRootAsync({ useFactory: () => ({}), useClass: RateLimitConfig })), `${ASYNC} give one of "useFactory" (a function returning the options), "useClass" or "useExisting" (a provider with createRateLimitOptions()), got {"useFactory":"(a function)","useClass":"(a function)"}`],
+  ['forRootAsync useFactory an object', () => thrown(() => RateLimitModule.forRootAsync({ useFactory: { failMode: 'closed' } as never })), `${ASYNC} "useFactory" must be a function returning the options, got {"useFactory":{"failMode":"closed"}}`],
+  ['forRootAsync useClass a string', () => thrown(() => RateLimitModule.forRootAsync({ useClass: 'RateLimitConfig' as never })), `${ASYNC} "useClass" must be a class with createRateLimitOptions(), got {"useClass":"RateLimitConfig"}`],
+  ['forRootAsync inject not a list', () => thrown(() => RateLimitModule.forRootAsync({ useFactory: () => ({}), inject: RateLimitConfig as never })), `${ASYNC} "inject" must be a list of what useFactory takes, got {"useFactory":"(a function)","inject":"(a function)"}`],
+  ['a forRootAsync factory returning a bad option', () => thrown(() => start([RateLimitModule.forRootAsync({ useFactory: async () => ({ failMode: 'Closed' as never }) })])), `${OPTION} "failMode": must be 'open', 'closed' or 'local', got "Closed"`],
+  ['a forRootAsync factory returning nothing', () => thrown(() => start([RateLimitModule.forRootAsync({ useFactory: () => undefined as never })])), `${OPTIONS_OBJECT} undefined`],
+  ['a forRootAsync factory returning a bad policy', () => thrown(() => start([RateLimitModule.forRootAsync({ useFactory: () => ({ policies: [{ rps: 0 }] }) })])), `${ON_MODULE} "rps" must be a positive number (tokens per second), got 0`],
+
+  // the stores' own options
+  ['RedisStore without options', store(() => new RedisStore(undefined as never)), 'Invalid RedisStore option "client": must be an ioredis Redis or Cluster client, as in new RedisStore({ client: redis }), got undefined'],
+  ['RedisStore given the client itself', store(() => new RedisStore(fakeClient as never)), 'Invalid RedisStore option "client": must be an ioredis Redis or Cluster client, as in new RedisStore({ client: redis }), got undefined'],
+  ['RedisStore client not a client', store(() => new RedisStore({ client: {} as never })), 'Invalid RedisStore option "client": must be an ioredis Redis or Cluster client, as in new RedisStore({ client: redis }), got {}'],
+  ['RedisStore with a prefix', store(() => new RedisStore({ client: fakeClient, prefix: 'rl:' } as never)), 'Invalid RedisStore option "prefix": is not an option (the options are client, cacheRefusals, clock), got "rl:"'],
+  ['RedisStore cacheRefusals a string', store(() => new RedisStore({ client: fakeClient, cacheRefusals: 'no' } as never)), 'Invalid RedisStore option "cacheRefusals": must be true or false, got "no"'],
+  ['RedisStore clock a number', store(() => new RedisStore({ client: fakeClient, clock: 5 } as never)), 'Invalid RedisStore option "clock": must be a function returning ms, got 5'],
+  ['MemoryStore clock a number', store(() => new MemoryStore({ clock: 5 as never })), 'Invalid MemoryStore option "clock": must be a function returning ms, got 5'],
+  ['MemoryStore maxKeys 0', store(() => new MemoryStore({ maxKeys: 0 })), 'Invalid MemoryStore option "maxKeys": must be a whole number >= 1, got 0'],
+
+  // last: from here on, ioredis cannot be imported
+  [
+    'redis without the ioredis package',
+    async () => {
+      jest.unstable_mockModule('ioredis', () => {
+        throw new Error("Cannot find package 'ioredis'");
+      });
+      return thrown(() => resolveOptions({ redis: 'redis://localhost:6379' }));
+    },
+    `${OPTION} "redis": needs the "ioredis" package: npm install ioredis, got "redis://localhost:6379"`,
+  ],
+];
+
+describe('validation messages', () => {
+  it.each(ROWS)('%s', async (_what, produce, message) => {
+    expect(await produce()).toBe(message);
+  });
+});
+
+describe('what validation lets through', () => {
+  it('makes a default name fit for keys and headers instead of refusing it', async () => {
+    @Controller('cats')
+    class KätzchenController {
+      @RateLimit({ rps: 1 })
+      @Get()
+      'find all'() {
+        return [];
+      }
+    }
+    const moduleRef = await Test.createTestingModule({
+      imports: [RateLimitModule.forRoot()],
+      controllers: [KätzchenController],
+    }).compile();
+    await moduleRef.init();
+    const [route] = moduleRef.get(RoutePolicies).forRoute(KätzchenController, KätzchenController.prototype['find all']);
+    expect(route.name).toBe('K%C3%A4tzchenController.find%20all');
+    await moduleRef.close();
+  });
+
+  it('takes every limit at its bounds', async () => {
+    const moduleRef = await Test.createTestingModule({
+      imports: [
+        RateLimitModule.forRoot({
+          prefix: 'p'.repeat(64),
+          timeout: 2 ** 31 - 1,
+          headers: [],
+          policies: [
+            { name: 'n'.repeat(64), rps: 1e6, burst: 1e6, cost: 1e6 },
+            { name: 'yearly', limit: 1e6 * 365 * 86_400, window: '365d', cost: 'header:x-weight', defaultCost: 5 },
+            { name: 'slow', rps: 1 / (364 * 86_400), key: ['header:x-tenant', 'ip'] },
+          ],
+        }),
+      ],
+    }).compile();
+    await moduleRef.init();
+    await moduleRef.close();
+  });
+});
+
+/**
+ * Index just past the string literal or template that opens at `i` (expressions in a template,
+ * with their own literals, skipped).
+ */
+function skipLiteral(text: string, i: number): number {
+  const quote = text[i];
+  for (let j = i + 1; j < text.length; j++) {
+    if (text[j] === '\\') j++;
+    else if (text[j] === quote) return j + 1;
+    else if (quote === '`' && text.startsWith('${', j)) j = skipCode(text, j + 2) - 1;
+  }
+  throw new Error(`unterminated literal at ${i}`);
+}
+
+/** Index just past the `}` that closes code opening at `i`. */
+function skipCode(text: string, i: number): number {
+  let depth = 0;
+  for (let j = i; j < text.length; j++) {
+    const c = text[j];
+    if (c === "'" || c === '"' || c === '`') j = skipLiteral(text, j) - 1;
+    else if ('([{'.includes(c)) depth++;
+    else if (c === '}' && depth === 0) return j + 1;
+    else if (')]}'.includes(c)) depth--;
+  }
+  throw new Error(`unclosed code at ${i}`);
+}
+
+/** The last non-empty argument of the call whose arguments open at `i`. */
+function lastArgument(text: string, i: number): string {
+  const args: string[] = [];
+  let from = i;
+  let depth = 0;
+  for (let j = i; j < text.length; j++) {
+    const c = text[j];
+    if (c === "'" || c === '"' || c === '`') j = skipLiteral(text, j) - 1;
+    else if ('([{'.includes(c)) depth++;
+    else if (depth === 0 && (c === ',' || c === ')')) {
+      args.push(text.slice(from, j).trim());
+      from = j + 1;
+      if (c === ')') return args.filter(Boolean).at(-1) ?? '';
+    } else if (')]}'.includes(c)) depth--;
+  }
+  throw new Error(`unclosed call at ${i}`);
+}
+
+/** A literal as a pattern: its text, any `${...}` standing for anything. */
+function toPattern(literal: string): RegExp {
+  const parts: string[] = [];
+  let text = '';
+  for (let j = 1; j < literal.length - 1; j++) {
+    if (literal[j] === '\\') text += literal[++j];
+    else if (literal[0] === '`' && literal.startsWith('${', j)) {
+      parts.push(text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'), '[\\s\\S]*?');
+      text = '';
+      j = skipCode(literal, j + 2) - 1;
+    } else text += literal[j];
+  }
+  parts.push(text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'));
+  return new RegExp(parts.join(''));
+}
+
+/** Every literal passed last to a validation call: `fail(...)`, `conflict(...)`, `invalid*(...)`. */
+function passedLiterals(source: string): string[] {
+  const literals: string[] = [];
+  for (const call of source.matchAll(/\b(?:fail|conflict|invalid\w*)\(/g)) {
+    const last = lastArgument(source, call.index + call[0].length);
+    if (/^['"`]/.test(last) && skipLiteral(last, 0) === last.length) literals.push(last);
+  }
+  return literals;
+}
+
+describe('the table above', () => {
+  const messages = ROWS.map(([, , message]) => message);
+  const uncovered = (literals: string[]) => literals.filter((literal) => !messages.some((m) => toPattern(literal).test(m)));
+
+  it('has a row for every message text passed to a validation call in lib/', () => {
+    const files = readdirSync(LIB, { recursive: true, encoding: 'utf8' }).filter((file) => file.endsWith('.ts'));
+    const literals = files.flatMap((file) => passedLiterals(readFileSync(join(LIB, file), 'utf8')));
+    // a scanner that stopped finding calls would pass everything
+    expect(literals.length).toBeGreaterThan(50);
+    expect(uncovered(literals)).toEqual([]);
+  });
+
+  it('has a row for every validation message factory (invalid*, unknown*) in rate-limit.errors.ts', () => {
+    const source = readFileSync(join(LIB, 'rate-limit.errors.ts'), 'utf8');
+    const factories = [...source.matchAll(/^export function ((?:invalid|unknown)\w*)\([\s\S]*?\n\}/gm)];
+    expect(factories.length).toBeGreaterThanOrEqual(9);
+    for (const [body, name] of factories) {
+      const returned = /return (`)/.exec(body);
+      const literals = [...passedLiterals(body), ...(returned ? [body.slice(returned.index + 7, skipLiteral(body, returned.index + 7))] : [])];
+      expect({ name, found: literals.length > 0 }).toEqual({ name, found: true });
+      expect({ name, uncovered: uncovered(literals) }).toEqual({ name, uncovered: [] });
+    }
+  });
+});
