@@ -34,7 +34,19 @@ export class RoutePolicies implements OnModuleInit {
     private readonly scanner: MetadataScanner,
   ) {}
 
-  onModuleInit(): void {
+  async onModuleInit(): Promise<void> {
+    try {
+      this.compileAll();
+    } catch (error) {
+      // start fails: what the module opened (a Redis client) must not keep the process alive
+      const { store, client } = this.options.owned;
+      await store?.close?.();
+      client?.disconnect();
+      throw error;
+    }
+  }
+
+  private compileAll(): void {
     for (const wrapper of this.discovery.getControllers()) {
       const controller = wrapper.metatype as Type | undefined;
       if (!controller?.prototype) continue;

@@ -1,3 +1,6 @@
+/** Longest delay a Node timer takes (2^31 - 1 ms, about 24.8 days); a longer one fires after 1 ms. */
+const MAX_TIMER_MS = 2_147_483_647;
+
 interface Sleeper {
   /** `performance.now()` at which to wake. */
   at: number;
@@ -37,7 +40,8 @@ export class WakeQueue {
     if (next === undefined || next.at >= this.armedFor) return;
     clearTimeout(this.timer);
     this.armedFor = next.at;
-    this.timer = setTimeout(this.fire, Math.max(0, Math.ceil(next.at - performance.now())));
+    // a longer wait is armed in steps: the timer fires early, wakes no one and arms again
+    this.timer = setTimeout(this.fire, Math.min(MAX_TIMER_MS, Math.max(0, Math.ceil(next.at - performance.now()))));
     this.timer.unref();
   }
 

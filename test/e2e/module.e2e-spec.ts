@@ -7,6 +7,8 @@ import {
   type RateLimitModuleOptions,
   type RateLimitPolicy,
 } from '../../lib/index.js';
+import { waitUntil } from '../redis/redis-server.js';
+import { connectTestRedis, testRedisUrl } from '../redis/test-redis.js';
 import { ADAPTERS, read, startApp, type TestApp } from './app.js';
 
 const T0 = 1_767_225_600_000;
@@ -76,6 +78,24 @@ describe.each(ADAPTERS)('RateLimitModule on %s', (adapter) => {
       await expect(startApp(OptionModule, adapter)).rejects.toThrow(
         `Invalid RateLimitModule option "failMode": must be 'open', 'closed' or 'local', got "maybe"`,
       );
+    });
+
+    it('a bad policy closes the Redis client the module made, so nothing is left open', async () => {
+      const connectionName = `rl-start-fails-${randomUUID().slice(0, 8)}`;
+      const { port } = new URL(testRedisUrl());
+      @Module({
+        imports: [RateLimitModule.forRoot({ redis: { port: Number(port), connectionName } })],
+        controllers: [controllerWith({ rps: 0 }, 'handler')],
+      })
+      class AppModule {}
+      await expect(startApp(AppModule, adapter)).rejects.toThrow('"rps" must be a positive number');
+      const redis = await connectTestRedis();
+      try {
+        const named = async () => ((await redis.client('LIST')) as string).split('\n').filter((line) => line.includes(connectionName));
+        await waitUntil('the client to close', 2_000, async () => ((await named()).length > 0 ? 'still connected' : ''));
+      } finally {
+        await redis.quit();
+      }
     });
   });
 

@@ -50,4 +50,13 @@ describe('WakeQueue', () => {
     expect(woke).toHaveBeenCalledTimes(2);
     expect(jest.getTimerCount()).toBe(0);
   });
+
+  it('waits longer than one Node timer can (2^31 - 1 ms) without waking early', async () => {
+    let woke = false;
+    void queue.wait(30 * 86_400_000).then(() => (woke = true)); // a leaky_bucket queue may be 30 days long
+    await jest.advanceTimersByTimeAsync(2 ** 31);
+    expect(woke).toBe(false);
+    await jest.advanceTimersByTimeAsync(30 * 86_400_000 - 2 ** 31);
+    expect(woke).toBe(true);
+  });
 });
