@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { Controller, Get, Injectable, Module, type Type } from '@nestjs/common';
+import { Controller, Get, Injectable, Module } from '@nestjs/common';
 import {
   MemoryStore,
   RateLimit,
@@ -7,6 +7,7 @@ import {
   type RateLimitModuleOptions,
   type RateLimitPolicy,
 } from '../../lib/index.js';
+import { controllerWith } from '../bad-controller.js';
 import { waitUntil } from '../redis/redis-server.js';
 import { connectTestRedis, testRedisUrl } from '../redis/test-redis.js';
 import { ADAPTERS, read, startApp, type TestApp } from './app.js';
@@ -20,30 +21,6 @@ class ItemsController {
   list() {
     return [];
   }
-}
-
-/** A controller whose one handler carries `policy`, or whose class does. */
-function controllerWith(policy: RateLimitPolicy | RateLimitPolicy[], on: 'handler' | 'class'): Type {
-  if (on === 'class') {
-    @RateLimit(policy)
-    @Controller('bad')
-    class BadController {
-      @Get()
-      find() {
-        return [];
-      }
-    }
-    return BadController;
-  }
-  @Controller('bad')
-  class BadController {
-    @RateLimit(policy)
-    @Get()
-    find() {
-      return [];
-    }
-  }
-  return BadController;
 }
 
 describe.each(ADAPTERS)('RateLimitModule on %s', (adapter) => {

@@ -13,6 +13,7 @@ import {
   RedisStore,
   SkipRateLimit,
 } from '../../lib/index.js';
+import { controllerWith } from '../bad-controller.js';
 import { RoutePolicies } from '../../lib/policy/route-policies.js';
 import { resolveOptions } from '../../lib/rate-limit-options.js';
 
@@ -68,30 +69,6 @@ async function start(imports: ModuleMetadata['imports'], controllers: Type[] = [
   const moduleRef = await Test.createTestingModule({ imports, controllers }).compile();
   await moduleRef.init();
   await moduleRef.close();
-}
-
-/** A controller whose one handler carries `policy`, or whose class does. */
-function controllerWith(policy: unknown, on: 'handler' | 'class' = 'handler'): Type {
-  if (on === 'class') {
-    @RateLimit(policy as RateLimitPolicy)
-    @Controller('bad')
-    class BadController {
-      @Get()
-      find() {
-        return [];
-      }
-    }
-    return BadController;
-  }
-  @Controller('bad')
-  class BadController {
-    @RateLimit(policy as RateLimitPolicy)
-    @Get()
-    find() {
-      return [];
-    }
-  }
-  return BadController;
 }
 
 /** A controller with a handler policy named 'per-ip' that skips `names`, on the handler or the class. */
