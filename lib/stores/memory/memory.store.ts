@@ -45,15 +45,13 @@ export class MemoryStore implements RateLimitStore {
   private readonly maxKeys: number;
   /** Key to row number. */
   private readonly slots = new Map<string, number>();
-  /** Row number to key, `undefined` for a free row: sweeps scan rows, never the map. */
+  /** Row number to key, `undefined` for a free row: sweeps scan rows, never the map. Its length is the rows ever used. */
   private readonly keys: (string | undefined)[] = [];
   /** Row `i` is `rows[i * ROW ...]`: expiry time, then the state. Grows by doubling up to `maxKeys` rows. */
   private rows = new Float64Array(0);
   /** What a row cannot hold (a sliding window log's timestamps), by row number. */
   private readonly extras = new Map<number, unknown>();
   private readonly freeSlots: number[] = [];
-  /** Rows ever used: row numbers below it are live or free. */
-  private usedSlots = 0;
   /** Where the next sweep starts. */
   private sweepFrom = 0;
   private sweepTimer: NodeJS.Timeout | undefined;
@@ -94,7 +92,6 @@ export class MemoryStore implements RateLimitStore {
     this.keys.length = 0;
     this.extras.clear();
     this.freeSlots.length = 0;
-    this.usedSlots = 0;
     this.sweepFrom = 0;
     this.rows = new Float64Array(0);
     return Promise.resolve();
@@ -124,10 +121,12 @@ export class MemoryStore implements RateLimitStore {
   }
 
   private write(requests: readonly RateLimitRequest[], states: readonly Held[], now: number): void {
-    const added = requests.filter((request) => !this.slots.has(request.key)).length;
-    if (this.slots.size + added > this.maxKeys) this.makeRoom(added, requests, now);
+    const slots = requests.map((request) => this.slots.get(request.key));
+    const added = slots.filter((slot) => slot === undefined).length;
+    // room is made around the request's own rows, so `slots` stays right
+    if (added > 0 && this.slots.size + added > this.maxKeys) this.makeRoom(added, slots, now);
     requests.forEach(({ key, limit }, i) => {
-      const slot = this.slots.get(key) ?? this.allocate(key);
+      const slot = slots[i] ?? this.allocate(key);
       this.rows[slot * ROW] = expiresAt(modelOf(limit), states[i], limit);
       const extra = PACKED_STATES[limit.algorithm].write(states[i], this.rows, slot * ROW + 1);
       if (extra !== undefined) this.extras.set(slot, extra);
@@ -138,9 +137,9 @@ export class MemoryStore implements RateLimitStore {
   private allocate(key: string): number {
     let slot = this.freeSlots.pop();
     if (slot === undefined) {
-      slot = this.usedSlots++;
+      slot = this.keys.length;
       if (slot * ROW >= this.rows.length) {
-        const grown = new Float64Array(Math.min(Math.max(1024, this.usedSlots * 2), this.maxKeys) * ROW);
+        const grown = new Float64Array(Math.min(Math.max(1024, (slot + 1) * 2), this.maxKeys) * ROW);
         grown.set(this.rows);
         this.rows = grown;
       }
@@ -168,11 +167,10 @@ export class MemoryStore implements RateLimitStore {
    * enough, the live buckets that will be full again soonest (the ones whose clients lose least).
    * The request's own buckets stay.
    */
-  private makeRoom(added: number, requests: readonly RateLimitRequest[], now: number): void {
-    const kept = requests.map((request) => this.slots.get(request.key));
+  private makeRoom(added: number, kept: readonly (number | undefined)[], now: number): void {
     const evictable = (slot: number) => this.keys[slot] !== undefined && !kept.includes(slot);
     const goal = Math.min(this.maxKeys, Math.max(added, Math.ceil(this.maxKeys * EVICT_SHARE)));
-    for (let slot = 0; slot < this.usedSlots; slot++) {
+    for (let slot = 0; slot < this.keys.length; slot++) {
       if (this.rows[slot * ROW] <= now && evictable(slot)) this.free(slot);
     }
     let excess = this.slots.size + goal - this.maxKeys;
@@ -180,7 +178,7 @@ export class MemoryStore implements RateLimitStore {
 
     const expiries = new Float64Array(this.slots.size);
     let count = 0;
-    for (let slot = 0; slot < this.usedSlots; slot++) if (evictable(slot)) expiries[count++] = this.rows[slot * ROW];
+    for (let slot = 0; slot < this.keys.length; slot++) if (evictable(slot)) expiries[count++] = this.rows[slot * ROW];
     excess = Math.min(excess, count);
     if (excess === 0) return;
     const candidates = expiries.subarray(0, count);
@@ -188,7 +186,7 @@ export class MemoryStore implements RateLimitStore {
     // the ones expiring before the threshold all go, and as many at it as make up the number
     let atThreshold = excess;
     for (let i = 0; i < excess; i++) if (candidates[i] < threshold) atThreshold--;
-    for (let slot = 0; slot < this.usedSlots; slot++) {
+    for (let slot = 0; slot < this.keys.length; slot++) {
       const expiry = this.rows[slot * ROW];
       if (expiry > threshold || !evictable(slot)) continue;
       if (expiry === threshold) {
@@ -208,11 +206,11 @@ export class MemoryStore implements RateLimitStore {
   private sweepSome(): void {
     this.sweepTimer = undefined;
     const now = this.clock();
-    const end = Math.min(this.usedSlots, this.sweepFrom + SWEEP_PER_TICK);
+    const end = Math.min(this.keys.length, this.sweepFrom + SWEEP_PER_TICK);
     for (let slot = this.sweepFrom; slot < end; slot++) {
       if (this.keys[slot] !== undefined && this.rows[slot * ROW] <= now) this.free(slot);
     }
-    this.sweepFrom = end < this.usedSlots ? end : 0;
+    this.sweepFrom = end < this.keys.length ? end : 0;
     if (this.slots.size > 0) this.scheduleSweep();
   }
 }
