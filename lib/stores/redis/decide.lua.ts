@@ -10,7 +10,7 @@ import { TOKEN_BUCKET_LUA } from './token-bucket.lua.js';
  * script's clock, one more number.
  */
 export const REPLY_WIDTH = 7;
-/** Arguments the decide script takes per request, after its three leading ones. */
+/** Arguments the decide script takes per policy, after its request's three. */
 const DECIDE_ARGS = 4;
 /** Arguments the refund script takes per request, after its leading one. */
 const REFUND_ARGS = 5;
@@ -57,16 +57,28 @@ local function admitted(m, s, limit, cost)
   return cost <= limit.burst and m.wait_ms(s, limit, cost) == 0
 end
 
--- algorithms/decide.ts report, plus the state's time (a refund needs to know when a charge was)
-local function report(m, s, limit, cost, admits, delay_ms)
+-- algorithms/decide.ts report, plus the state's time (a refund needs to know when a charge was),
+-- appended to the reply; returns resetMs, waitMs(burst): when the bucket is full again
+local function report(m, s, limit, cost, admits, delay_ms, reply)
   local remaining = m.remaining(s, limit)
   local retry_ms = 0
   if not admits then
     if cost > limit.burst then retry_ms = -1 else retry_ms = m.wait_ms(s, limit, cost) end
   end
+  local reset_ms = m.wait_ms(s, limit, limit.burst)
   local next_ms = 0
   if remaining < limit.burst then next_ms = m.wait_ms(s, limit, remaining + 1) end
-  return { admits and 1 or 0, remaining, retry_ms, m.wait_ms(s, limit, limit.burst), next_ms, delay_ms, s.at }
+  local k = reply.n
+  reply[k + 1], reply[k + 2], reply[k + 3], reply[k + 4] = admits and 1 or 0, remaining, retry_ms, reset_ms
+  reply[k + 5], reply[k + 6], reply[k + 7] = next_ms, delay_ms, s.at
+  reply.n = k + ${REPLY_WIDTH}
+  return reset_ms
+end
+
+-- appends a number to the reply
+local function append(reply, value)
+  reply.n = reply.n + 1
+  reply[reply.n] = value
 end
 
 -- algorithms/decide.ts expiresAt, from the waitMs(burst) the report has already worked out
@@ -102,67 +114,80 @@ end
 `;
 
 /**
- * One request against all of its policies, of any algorithms, in one atomic call: `decideAll`
- * of `algorithms/decide.ts` in Lua. Pass 1 reads every bucket and asks whether it admits the
- * request; pass 2 charges and writes every bucket only when all of them do.
+ * Requests against all of their policies, of any algorithms, one after another in one atomic
+ * call: `decideAll` of `algorithms/decide.ts` in Lua for each request. Pass 1 reads every bucket
+ * of the request and asks whether it admits it; pass 2 charges and writes every bucket only when
+ * all of them do. A later request of the call sees what an earlier one charged, exactly as if
+ * each had a call of its own; batching them saves Redis the cost of a script call per request.
  *
- * KEYS[i]              bucket key of policy i
- * ARGV[1]              now, integer ms; '' to use Redis TIME (the only clock outside tests)
- * ARGV[2]              '1' to charge when every policy admits, '0' to only look (peek)
- * ARGV[3]              deadline, integer ms on the script's clock: past it the call does nothing
- *                      and returns only now; '' for none
- * ARGV[4 + 4(i-1)]     algorithm of policy i ('token_bucket', 'fixed_window', ...)
- * ARGV[5 + 4(i-1)]     rps, tokens per second, as a decimal string (may be fractional)
- * ARGV[6 + 4(i-1)]     burst, tokens
- * ARGV[7 + 4(i-1)]     cost, tokens (may be fractional)
+ * KEYS                 bucket keys of every request's policies, request after request
+ * ARGV[1]              now, integer ms, or '' to use Redis TIME (the only clock outside tests)
+ * then per request, from b = 1 (then b moves past the request's arguments):
+ * ARGV[b + 1]          n, its number of policies (its keys are the next n of KEYS)
+ * ARGV[b + 2]          '1' to charge when every policy admits, '0' to only look (peek)
+ * ARGV[b + 3]          deadline, integer ms on the script's clock: past it the request is not
+ *                      decided and charges nothing; '' for none
+ * ARGV[b + 4 + 4(i-1)] algorithm of policy i ('token_bucket', 'fixed_window', ...)
+ * ARGV[b + 5 + 4(i-1)] rps, tokens per second, as a decimal string (may be fractional)
+ * ARGV[b + 6 + 4(i-1)] burst, tokens
+ * ARGV[b + 7 + 4(i-1)] cost, tokens (may be fractional)
  *
- * Returns 7 integers per policy: allowed (0/1), remaining (tokens), retryMs (-1: never),
- * resetMs (until full), nextMs (until one more token), delayMs, at (ms); then now (ms).
+ * Returns per request 0 when it was past its deadline, else 1 and then 7 integers per policy:
+ * allowed (0/1), remaining (tokens), retryMs (-1: never), resetMs (until full), nextMs (until
+ * one more token), delayMs, at (ms). Then now (ms).
  *
  * A key expires (PXAT, on the script's clock) when its bucket is full again.
  */
 export const DECIDE_LUA = `${SHARED_LUA}
-local now = clock(ARGV[1])
-local charge = ARGV[2] == '1'
--- a call that runs after its caller stopped waiting (it sat in the socket of a frozen or busy
--- Redis) decides and charges nothing: its request has had its failMode outcome already
-if ARGV[3] ~= '' and now > tonumber(ARGV[3]) then return { now } end
+-- every request's policies, one request at a time (each fills the first n of each)
+local models, limits, costs, states, admits = {}, {}, {}, {}, {}
 
--- algorithms/decide.ts decideAll
-local n = #KEYS
-local models, limits, costs, states, admits, delays = {}, {}, {}, {}, {}, {}
-local allowed = true
-for i = 1, n do
-  local base = 3 + (i - 1) * ${DECIDE_ARGS}
-  models[i] = MODELS[ARGV[base + 1]]
-  limits[i] = limit_at(base)
-  costs[i] = tonumber(ARGV[base + 4])
-  states[i] = load(models[i], KEYS[i], now, limits[i])
-  admits[i] = admitted(models[i], states[i], limits[i], costs[i])
-  allowed = allowed and admits[i]
-end
-
-for i = 1, n do
-  delays[i] = 0
-  if allowed and models[i].delay_ms then delays[i] = models[i].delay_ms(states[i], limits[i]) end
-end
-
-local charged = allowed and charge
-if charged then
+-- algorithms/decide.ts decideAll, for the n policies whose keys follow KEYS[first] and whose
+-- arguments follow ARGV[base]
+local function decide(first, base, n, charge, now, reply)
+  local allowed = true
   for i = 1, n do
-    states[i] = models[i].charge(states[i], limits[i], costs[i])
-    if models[i].add then models[i].add(KEYS[i], states[i]) end
+    local at = base + (i - 1) * ${DECIDE_ARGS}
+    models[i] = MODELS[ARGV[at + 1]]
+    limits[i] = limit_at(at)
+    costs[i] = tonumber(ARGV[at + 4])
+    states[i] = load(models[i], KEYS[first + i], now, limits[i])
+    admits[i] = admitted(models[i], states[i], limits[i], costs[i])
+    allowed = allowed and admits[i]
+  end
+
+  local charged = allowed and charge
+  for i = 1, n do
+    local delay_ms = 0
+    if allowed and models[i].delay_ms then delay_ms = models[i].delay_ms(states[i], limits[i]) end
+    if charged then
+      states[i] = models[i].charge(states[i], limits[i], costs[i])
+      if models[i].add then models[i].add(KEYS[first + i], states[i]) end
+    end
+    local reset_ms = report(models[i], states[i], limits[i], costs[i], admits[i], delay_ms, reply)
+    if charged then save(models[i], KEYS[first + i], states[i], reset_ms) end
   end
 end
 
-local reply = {}
-for i = 1, n do
-  local out = report(models[i], states[i], limits[i], costs[i], admits[i], delays[i])
-  -- out[4], resetMs, is waitMs(burst): when the bucket is full again, so when the key can go
-  if charged then save(models[i], KEYS[i], states[i], out[4]) end
-  for j = 1, ${REPLY_WIDTH} do reply[#reply + 1] = out[j] end
+local now = clock(ARGV[1])
+local reply = { n = 0 }
+local first, base = 0, 1
+while base < #ARGV do
+  local n = tonumber(ARGV[base + 1])
+  local deadline = ARGV[base + 3]
+  -- a request that runs after its caller stopped waiting (it sat in the socket of a frozen or
+  -- busy Redis) is not decided and charges nothing: it has had its failMode outcome already
+  if deadline ~= '' and now > tonumber(deadline) then
+    append(reply, 0)
+  else
+    append(reply, 1)
+    decide(first, base + 3, n, ARGV[base + 2] == '1', now, reply)
+  end
+  first = first + n
+  base = base + 3 + n * ${DECIDE_ARGS}
 end
-reply[#reply + 1] = now
+append(reply, now)
+reply.n = nil
 return reply
 `;
 
@@ -182,17 +207,16 @@ return reply
  */
 export const REFUND_LUA = `${SHARED_LUA}
 local now = clock(ARGV[1])
-local reply = {}
+local reply = { n = 0 }
 for i = 1, #KEYS do
   local base = 1 + (i - 1) * ${REFUND_ARGS}
   local m = MODELS[ARGV[base + 1]]
   local limit = limit_at(base)
   local cost = tonumber(ARGV[base + 4])
   local s = m.refund(load(m, KEYS[i], now, limit), limit, cost, tonumber(ARGV[base + 5]))
-  local out = report(m, s, limit, cost, true, 0)
-  save(m, KEYS[i], s, out[4])
-  for j = 1, ${REPLY_WIDTH} do reply[#reply + 1] = out[j] end
+  save(m, KEYS[i], s, report(m, s, limit, cost, true, 0, reply))
 end
-reply[#reply + 1] = now
+append(reply, now)
+reply.n = nil
 return reply
 `;

@@ -35,14 +35,29 @@ const OPTIONS = new Set<string>(['client', 'cacheRefusals', 'clock']);
 
 /** A call that runs this many timeouts after it was sent charges nothing. */
 const STALE_AFTER_TIMEOUTS = 2;
+/**
+ * Most bucket keys one decide call carries; a batch that reaches it is sent at once. Bounds how
+ * long one call holds Redis (a few µs per key) and how big its reply is.
+ */
+const MAX_BATCH_KEYS = 64;
 
 type ScriptCommand = (numKeys: number, ...args: string[]) => Promise<number[]>;
 
-/** One script reply: an outcome and the state's time per request, and the script's clock. */
+/**
+ * Requests of one hash slot waiting to go to Redis in one decide call: their keys, and the
+ * script's arguments after its clock.
+ */
+interface Batch {
+  keys: string[];
+  args: string[];
+  /** Per request: its number of policies, and its caller (`undefined`: Redis ran it too late). */
+  waiting: { count: number; resolve: (reply: Reply | undefined) => void; reject: (error: unknown) => void }[];
+}
+
+/** A script's answer for one request: per policy, an outcome and the time its state is as of. */
 interface Reply {
   outcomes: Outcome[];
   at: number[];
-  now: number;
 }
 
 /**
@@ -72,6 +87,8 @@ export class RedisStore implements RateLimitStore {
   private readonly gates = new Map<string, Promise<void>>();
   /** Per hash slot, Redis's clock minus the local one, ms, at least, from the last reply (NaN: none yet). */
   private readonly offsets: Float64Array;
+  /** Requests not yet sent, by hash slot (0 on a single Redis). */
+  private readonly batches = new Map<number, Batch>();
 
   constructor(options: RedisStoreOptions) {
     const fail = (option: string, value: unknown, expected: string): never => {
@@ -191,7 +208,12 @@ export class RedisStore implements RateLimitStore {
     return outcomes;
   }
 
-  /** One decide call for requests of one hash slot. */
+  /**
+   * Decides requests of one hash slot. They join the slot's batch: every request that arrives
+   * before the event loop's next check phase (or until the batch is full) goes in the same
+   * decide call, so a busy instance makes one Redis call for many requests and an idle one
+   * sends each at once. Each request stays atomic and exact: the script decides them in turn.
+   */
   private async decide(
     requests: readonly RateLimitRequest[],
     charge: boolean,
@@ -199,28 +221,60 @@ export class RedisStore implements RateLimitStore {
     sentAt: number,
     timeoutMs?: number,
   ): Promise<Reply> {
-    const args: string[] = [];
-    for (const request of requests) args.push(request.key);
-    args.push(this.clock ? String(this.clock()) : '', charge ? '1' : '0', this.deadline(slot, sentAt, timeoutMs));
-    for (const { limit, cost } of requests) args.push(limit.algorithm, String(limit.rps), String(limit.burst), String(cost));
-    const raw = await this.run(this.decideScript, DECIDE_LUA, requests.length, args);
-    // Redis ran the script after sending it, so this is at least Redis's clock minus ours
-    this.offsets[slot] = raw[raw.length - 1] - sentAt;
-    if (raw.length === 1) {
+    let batch = this.batches.get(slot);
+    if (batch === undefined) {
+      const opened: Batch = (batch = { keys: [], args: [], waiting: [] });
+      this.batches.set(slot, opened);
+      setImmediate(() => this.send(slot, opened));
+    }
+    batch.args.push(String(requests.length), charge ? '1' : '0', this.deadline(slot, sentAt, timeoutMs));
+    for (const { key, limit, cost } of requests) {
+      batch.keys.push(key);
+      batch.args.push(limit.algorithm, String(limit.rps), String(limit.burst), String(cost));
+    }
+    const reply = new Promise<Reply | undefined>((resolve, reject) => batch.waiting.push({ count: requests.length, resolve, reject }));
+    if (batch.keys.length >= MAX_BATCH_KEYS) this.send(slot, batch);
+    const decided = await reply;
+    if (decided === undefined) {
       throw new RateLimitStoreError(`Redis ran the call more than ${STALE_AFTER_TIMEOUTS} x ${timeoutMs} ms after it was sent; it was dropped`);
     }
-    return parse(raw, requests.length);
+    return decided;
+  }
+
+  /** Sends a slot's batch in one decide call (unless it went already) and answers each request. */
+  private async send(slot: number, batch: Batch): Promise<void> {
+    if (this.batches.get(slot) !== batch) return;
+    this.batches.delete(slot);
+    const sentAt = this.localNow();
+    let raw: number[];
+    try {
+      raw = await this.run(this.decideScript, DECIDE_LUA, batch.keys, [this.clock ? String(this.clock()) : '', ...batch.args]);
+    } catch (error) {
+      for (const { reject } of batch.waiting) reject(error);
+      return;
+    }
+    // Redis ran the script after sending it, so this is at least Redis's clock minus ours
+    this.offsets[slot] = raw[raw.length - 1] - sentAt;
+    let at = 0;
+    for (const { count, resolve } of batch.waiting) {
+      if (raw[at] === 0) {
+        resolve(undefined);
+        at += 1;
+      } else {
+        resolve(parse(raw, at + 1, count));
+        at += 1 + count * REPLY_WIDTH;
+      }
+    }
   }
 
   /** Gives back what a decide call charged for requests of one hash slot (`at` from its reply). */
   private async refund(requests: readonly RateLimitRequest[], at: readonly number[]): Promise<Reply> {
-    const args: string[] = [];
-    for (const request of requests) args.push(request.key);
-    args.push(this.clock ? String(this.clock()) : '');
+    const args: string[] = [this.clock ? String(this.clock()) : ''];
     requests.forEach(({ limit, cost }, i) => {
       args.push(limit.algorithm, String(limit.rps), String(limit.burst), String(cost), String(at[i]));
     });
-    return parse(await this.run(this.refundScript, REFUND_LUA, requests.length, args), requests.length);
+    const keys = requests.map((request) => request.key);
+    return parse(await this.run(this.refundScript, REFUND_LUA, keys, args), 0, requests.length);
   }
 
   /**
@@ -258,12 +312,12 @@ export class RedisStore implements RateLimitStore {
    * connection until the next flush: calls that got NOSCRIPT together with a `SCRIPT FLUSH` between
    * them would fail, so those are sent whole here.
    */
-  private async run(command: ScriptCommand, lua: string, numKeys: number, args: string[]): Promise<number[]> {
+  private async run(command: ScriptCommand, lua: string, keys: string[], args: string[]): Promise<number[]> {
     try {
-      return await command(numKeys, ...args);
+      return await command(keys.length, ...keys, ...args);
     } catch (error) {
       if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT')) throw error;
-      return (await this.client.eval(lua, numKeys, ...args)) as number[];
+      return (await this.client.eval(lua, keys.length, ...keys, ...args)) as number[];
     }
   }
 
@@ -274,12 +328,12 @@ export class RedisStore implements RateLimitStore {
   }
 }
 
-/** A script reply: `REPLY_WIDTH` numbers per request, then the script's clock. */
-function parse(raw: readonly number[], count: number): Reply {
+/** `count` policies' outcomes from a script reply, `REPLY_WIDTH` numbers each from `start`. */
+function parse(raw: readonly number[], start: number, count: number): Reply {
   const outcomes: Outcome[] = [];
   const at: number[] = [];
   for (let i = 0; i < count; i++) {
-    const base = i * REPLY_WIDTH;
+    const base = start + i * REPLY_WIDTH;
     outcomes.push({
       allowed: raw[base] === 1,
       remaining: raw[base + 1],
@@ -290,5 +344,5 @@ function parse(raw: readonly number[], count: number): Reply {
     });
     at.push(raw[base + 6]);
   }
-  return { outcomes, at, now: raw[count * REPLY_WIDTH] };
+  return { outcomes, at };
 }
