@@ -44,14 +44,27 @@ export interface Verdict<State extends Held = Held> {
  * same two passes in one atomic call.
  */
 export function decideAll(entries: readonly Entry[], now: number, charge: boolean): Verdict {
-  const models = entries.map((entry) => modelOf(entry.limit));
-  const current = entries.map((entry, i) => models[i].current(entry.state, now, entry.limit));
-  const admits = entries.map((entry, i) => admitted(models[i], current[i], entry.limit, entry.cost));
-  const allowed = admits.every(Boolean);
-  const delays = entries.map((entry, i) => (allowed ? (models[i].delayMs?.(current[i], entry.limit) ?? 0) : 0));
-  const next =
-    allowed && charge ? entries.map((entry, i) => models[i].charge(current[i], entry.limit, entry.cost)) : current;
-  const outcomes = entries.map((entry, i) => report(models[i], next[i], entry, admits[i], delays[i]));
+  const n = entries.length;
+  const current: Held[] = new Array(n);
+  const admits: boolean[] = new Array(n);
+  let allowed = true;
+  for (let i = 0; i < n; i++) {
+    const { state, limit, cost } = entries[i];
+    const model = modelOf(limit);
+    current[i] = model.current(state, now, limit);
+    admits[i] = admitted(model, current[i], limit, cost);
+    allowed &&= admits[i];
+  }
+  const charged = allowed && charge;
+  const next: Held[] = charged ? new Array(n) : current;
+  const outcomes: Outcome[] = new Array(n);
+  for (let i = 0; i < n; i++) {
+    const entry = entries[i];
+    const model = modelOf(entry.limit);
+    const delayMs = allowed ? (model.delayMs?.(current[i], entry.limit) ?? 0) : 0;
+    if (charged) next[i] = model.charge(current[i], entry.limit, entry.cost);
+    outcomes[i] = report(model, next[i], entry, admits[i], delayMs);
+  }
   return { allowed, outcomes, next };
 }
 

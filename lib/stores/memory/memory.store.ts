@@ -1,5 +1,5 @@
-import { decideAll, expiresAt, modelOf } from '../../algorithms/decide.js';
-import type { Held } from '../../algorithms/algorithm.types.js';
+import { decideAll, type Entry, type Verdict } from '../../algorithms/decide.js';
+import type { Held, Limit } from '../../algorithms/algorithm.types.js';
 import { invalidStoreOption } from '../../rate-limit.errors.js';
 import { toDecision } from '../decision.js';
 import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from '../rate-limit-store.interface.js';
@@ -100,37 +100,43 @@ export class MemoryStore implements RateLimitStore {
   /** Decides synchronously; `consume` and `peek` wrap it in a promise. */
   decide(requests: readonly RateLimitRequest[], charge: boolean): RateLimitDecision[] {
     const now = this.clock();
-    const entries = requests.map((request) => ({
-      state: this.read(request, now),
-      limit: request.limit,
-      cost: request.cost,
-    }));
+    const n = requests.length;
+    // each bucket's row (undefined: none), looked up once for the read and the write
+    const slots: (number | undefined)[] = new Array(n);
+    const entries: Entry[] = new Array(n);
+    for (let i = 0; i < n; i++) {
+      const request = requests[i];
+      slots[i] = this.slots.get(request.key);
+      entries[i] = { state: this.read(slots[i], request.limit, now), limit: request.limit, cost: request.cost };
+    }
     const verdict = decideAll(entries, now, charge);
-    if (verdict.allowed && charge) this.write(requests, verdict.next, now);
-    return verdict.outcomes.map((outcome, i) => toDecision(requests[i], outcome));
+    if (verdict.allowed && charge) this.write(requests, slots, verdict, now);
+    else for (let i = 0; i < n; i++) if (slots[i] !== undefined && entries[i].state === undefined) this.free(slots[i]!);
+    const decisions: RateLimitDecision[] = new Array(n);
+    for (let i = 0; i < n; i++) decisions[i] = toDecision(requests[i], verdict.outcomes[i]);
+    return decisions;
   }
 
-  private read({ key, limit }: RateLimitRequest, now: number): Held | undefined {
-    const slot = this.slots.get(key);
-    if (slot === undefined) return undefined;
-    if (this.rows[slot * ROW] <= now) {
-      this.free(slot);
-      return undefined;
-    }
+  /** The state in a row, `undefined` when there is none or it expired (the row is rewritten or freed after the decision). */
+  private read(slot: number | undefined, limit: Limit, now: number): Held | undefined {
+    if (slot === undefined || this.rows[slot * ROW] <= now) return undefined;
     return PACKED_STATES[limit.algorithm].read(this.rows, slot * ROW + 1, this.extras.get(slot));
   }
 
-  private write(requests: readonly RateLimitRequest[], states: readonly Held[], now: number): void {
-    const slots = requests.map((request) => this.slots.get(request.key));
-    const added = slots.filter((slot) => slot === undefined).length;
+  private write(requests: readonly RateLimitRequest[], slots: (number | undefined)[], verdict: Verdict, now: number): void {
+    let added = 0;
+    for (const slot of slots) if (slot === undefined) added++;
     // room is made around the request's own rows, so `slots` stays right
     if (added > 0 && this.slots.size + added > this.maxKeys) this.makeRoom(added, slots, now);
-    requests.forEach(({ key, limit }, i) => {
+    for (let i = 0; i < requests.length; i++) {
+      const { key, limit } = requests[i];
       const slot = slots[i] ?? this.allocate(key);
-      this.rows[slot * ROW] = expiresAt(modelOf(limit), states[i], limit);
-      const extra = PACKED_STATES[limit.algorithm].write(states[i], this.rows, slot * ROW + 1);
+      const state = verdict.next[i];
+      // resetMs is waitMs(burst) of the charged state: expiresAt without working it out again
+      this.rows[slot * ROW] = state.at + Math.max(1, verdict.outcomes[i].resetMs);
+      const extra = PACKED_STATES[limit.algorithm].write(state, this.rows, slot * ROW + 1);
       if (extra !== undefined) this.extras.set(slot, extra);
-    });
+    }
     if (this.sweepTimer === undefined) this.scheduleSweep();
   }
 
