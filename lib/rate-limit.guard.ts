@@ -1,7 +1,7 @@
 import { type CanActivate, type ExecutionContext, Inject, Injectable, Logger } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
-import { rateLimitHeaders } from './headers/rate-limit-headers.js';
-import { bucketKey } from './keys/bucket-key.js';
+import { type HeaderPlan, headerPlan, rateLimitHeaders } from './headers/rate-limit-headers.js';
+import { keyOf } from './keys/bucket-key.js';
 import { headerValue, type KeyedRequest, resolveIdentity } from './keys/identity.js';
 import type { CostSource } from './policy/policy.types.js';
 import { type RoutePolicy, RoutePolicies } from './policy/route-policies.js';
@@ -41,6 +41,8 @@ const DECIMAL = /^\d{1,15}(\.\d{1,15})?$/;
 export class RateLimitGuard implements CanActivate {
   protected readonly logger = new Logger('RateLimitGuard');
   private forwardedForChecked = false;
+  /** Each route's header plan, by its (cached) list of policies; `null`: no headers. */
+  private readonly plans = new WeakMap<readonly RoutePolicy[], HeaderPlan | null>();
 
   constructor(
     @Inject(RATE_LIMIT_OPTIONS) protected readonly options: ResolvedOptions,
@@ -75,11 +77,11 @@ export class RateLimitGuard implements CanActivate {
     }
     if (refused === undefined) {
       // a leaky_bucket admits a request for its turn in the queue: wait until then
-      await this.limiter.wait(decisions);
+      if (decisions.some((decision) => decision.delay > 0)) await this.limiter.wait(decisions);
       return true;
     }
     if (Number.isFinite(refused.retryAfter)) this.setHeader(response, 'Retry-After', String(refused.retryAfter));
-    throw new RateLimitExceededException(refused, requests[decisions.indexOf(refused)].cost);
+    throw refusal(refused, requests[decisions.indexOf(refused)].cost);
   }
 
   /** One store request per policy: its bucket key for this client and its cost. */
@@ -91,11 +93,12 @@ export class RateLimitGuard implements CanActivate {
     const requests: RateLimitRequest[] = [];
     for (const policy of policies) {
       const identity = this.resolveIdentity(policy, request, context);
+      const cost = this.resolveCost(policy.cost, policy.defaultCost, request, context);
       requests.push({
-        key: bucketKey(this.options.prefix, policy.name, policy.limit.algorithm, identity),
+        key: keyOf(policy.keyPrefix, identity),
         policy: policy.name,
         limit: policy.limit,
-        cost: await this.resolveCost(policy.cost, policy.defaultCost, request, context),
+        cost: typeof cost === 'number' ? cost : await cost,
       });
     }
     return requests;
@@ -124,30 +127,33 @@ export class RateLimitGuard implements CanActivate {
    * Tokens this request takes. A header or query value must be a positive decimal number;
    * anything else (absent, `abc`, `-1`, `1e400`, `0`) is `defaultCost`, never an error.
    */
-  protected async resolveCost(
+  protected resolveCost(
     cost: CostSource,
     defaultCost: number,
     request: GuardedRequest,
     context: ExecutionContext,
-  ): Promise<number> {
+  ): number | Promise<number> {
     if (typeof cost === 'number') return cost;
+    if (typeof cost === 'function') {
+      const raw = cost(context);
+      const pending = typeof (raw as PromiseLike<unknown> | undefined)?.then === 'function';
+      return pending ? Promise.resolve(raw).then((value) => validCost(value, defaultCost)) : validCost(raw, defaultCost);
+    }
     let raw: unknown;
-    if (typeof cost === 'function') raw = await cost(context);
-    else if (cost.startsWith('header:')) raw = headerValue(request, cost.slice('header:'.length).toLowerCase());
+    if (cost.startsWith('header:')) raw = headerValue(request, cost.slice('header:'.length).toLowerCase());
     else {
       const value = request.query?.[cost.slice('query:'.length)];
       raw = Array.isArray(value) ? value[0] : value;
     }
-    const parsed = typeof raw === 'string' ? (DECIMAL.test(raw) ? Number(raw) : NaN) : raw;
-    return typeof parsed === 'number' && Number.isFinite(parsed) && parsed > 0 ? parsed : defaultCost;
+    return validCost(raw, defaultCost);
   }
 
   /** Sets the configured header families for the decisions. */
   protected setHeaders(response: unknown, policies: readonly RoutePolicy[], decisions: readonly RateLimitDecision[]): void {
-    const described = decisions.map((decision, i) => ({ decision, windowSeconds: policies[i].windowSeconds }));
-    for (const [name, value] of rateLimitHeaders(this.options.headers, described, Date.now())) {
-      this.setHeader(response, name, value);
-    }
+    let plan = this.plans.get(policies);
+    if (plan === undefined) this.plans.set(policies, (plan = headerPlan(this.options.headers, policies) ?? null));
+    if (plan === null) return;
+    for (const [name, value] of rateLimitHeaders(plan, decisions, Date.now())) this.setHeader(response, name, value);
   }
 
   /**
@@ -169,6 +175,27 @@ export class RateLimitGuard implements CanActivate {
 
   protected setHeader(response: unknown, name: string, value: string): void {
     this.adapterHost.httpAdapter.setHeader(response, name, value);
+  }
+}
+
+/** A cost as read from the request or a function: a positive finite number, else `defaultCost`. */
+function validCost(raw: unknown, defaultCost: number): number {
+  const parsed = typeof raw === 'string' ? (DECIMAL.test(raw) ? Number(raw) : NaN) : raw;
+  return typeof parsed === 'number' && Number.isFinite(parsed) && parsed > 0 ? parsed : defaultCost;
+}
+
+/**
+ * The 429 for a refused request, built without a stack trace: a refusal is an answer, not a
+ * fault, nobody reads its stack, and capturing one through Nest's async call chain costs more
+ * than the rest of the refusal (a flood of refused requests is exactly when it must be cheap).
+ */
+function refusal(refused: RateLimitDecision, cost: number): RateLimitExceededException {
+  const depth = Error.stackTraceLimit;
+  Error.stackTraceLimit = 0;
+  try {
+    return new RateLimitExceededException(refused, cost);
+  } finally {
+    Error.stackTraceLimit = depth;
   }
 }
 

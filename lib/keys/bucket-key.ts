@@ -26,7 +26,20 @@ const ALGORITHM_TAGS: Record<Algorithm, string> = {
  * @example bucketKey('rl:', 'per-user', 'token_bucket', 'user:42')  // 'rl:per-user:tb:{6j_UO-HlfWLhY9rh}'
  */
 export function bucketKey(prefix: string, policyName: string, algorithm: Algorithm, identity: string): string {
-  return [prefix, policyName, ':', ALGORITHM_TAGS[algorithm], ':{', digest(identity), '}'].join('');
+  return keyOf(keyPrefix(prefix, policyName, algorithm), identity);
+}
+
+/**
+ * What every bucket key of one policy starts with, `<prefix><policy name>:<algorithm tag>:{`:
+ * worked out once per policy, so a request only adds its digest.
+ */
+export function keyPrefix(prefix: string, policyName: string, algorithm: Algorithm): string {
+  return `${prefix}${policyName}:${ALGORITHM_TAGS[algorithm]}:{`;
+}
+
+/** The bucket key of `identity` under a policy's `keyPrefix`. */
+export function keyOf(keyPrefix: string, identity: string): string {
+  return [keyPrefix, digest(identity), '}'].join('');
 }
 
 /** Bytes of SHA-256 kept: 96 bits, 16 base64url characters. */

@@ -1,5 +1,6 @@
 import { Inject, Injectable, Logger, type OnModuleInit, type Type } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
+import { keyPrefix } from '../keys/bucket-key.js';
 import { invalidPolicy, invalidSkip, unknownSkip } from '../rate-limit.errors.js';
 import { RATE_LIMIT_OPTIONS, RATE_LIMIT_POLICIES, RATE_LIMIT_SKIP } from '../rate-limit.constants.js';
 import type { ResolvedOptions } from '../rate-limit-options.js';
@@ -9,6 +10,8 @@ import { InvalidPolicyError, resolvePolicy } from './resolve-policy.js';
 /** A policy as it applies to a route, its key sources settled. */
 export interface RoutePolicy extends ResolvedPolicy {
   keys: readonly KeySource[];
+  /** What its bucket keys start with (see `keyPrefix`). */
+  keyPrefix: string;
 }
 
 type Handler = (...args: unknown[]) => unknown;
@@ -109,7 +112,11 @@ export class RoutePolicies implements OnModuleInit {
     if (skip === true) return [];
     return [...byName.values()]
       .filter((policy) => !skip.has(policy.name))
-      .map((policy) => ({ ...policy, keys: policy.key ?? this.options.key }));
+      .map((policy) => ({
+        ...policy,
+        keys: policy.key ?? this.options.key,
+        keyPrefix: keyPrefix(this.options.prefix, policy.name, policy.limit.algorithm),
+      }));
   }
 
   private skipped(controller: Type, handler: Handler, route: string, names: ReadonlySet<string>): true | Set<string> {
