@@ -1,0 +1,82 @@
+import { randomUUID } from 'node:crypto';
+import type { Redis } from 'ioredis';
+import type { Limit } from '../../lib/algorithms/algorithm.types.js';
+import type { RateLimitRequest } from '../../lib/stores/rate-limit-store.interface.js';
+import { RedisStore } from '../../lib/stores/redis/redis.store.js';
+import { connectTestRedis } from '../redis/test-redis.js';
+
+/**
+ * `RedisStore` sends the requests that arrive in one event-loop turn in one decide call (at most
+ * 64 keys each). These check that a batch saves calls and changes no decision: each request is
+ * still decided alone, in turn, all-or-nothing.
+ */
+let redis: Redis;
+/** Script calls the store sent (EVALSHA, or EVAL after NOSCRIPT). */
+let scriptCalls = 0;
+
+beforeAll(async () => {
+  redis = await connectTestRedis();
+  const send = redis.sendCommand.bind(redis);
+  redis.sendCommand = ((command: { name: string }, ...rest: unknown[]) => {
+    if (/^eval(sha)?$/i.test(command.name)) scriptCalls++;
+    return (send as (...args: unknown[]) => unknown)(command, ...rest);
+  }) as typeof redis.sendCommand;
+});
+afterAll(async () => {
+  await redis.quit();
+});
+beforeEach(() => {
+  scriptCalls = 0;
+});
+
+const TIGHT: Limit = { algorithm: 'token_bucket', rps: 0.001, burst: 1 };
+const LOOSE: Limit = { algorithm: 'token_bucket', rps: 0.001, burst: 1_000 };
+
+function request(key: string, limit: Limit, cost = 1): RateLimitRequest {
+  return { key, policy: key, limit, cost };
+}
+
+describe('RedisStore batching', () => {
+  it('decides 1,000 requests made at once on one bucket in at most 16 calls, admitting exactly its burst', async () => {
+    const store = new RedisStore({ client: redis, cacheRefusals: false });
+    const key = `rl:batch:${randomUUID()}`;
+    const limit: Limit = { algorithm: 'fixed_window', rps: 0.01, burst: 100 };
+    const decisions = await Promise.all(Array.from({ length: 1_000 }, () => store.consume([request(key, limit)])));
+    expect(decisions.filter(([decision]) => decision.allowed)).toHaveLength(100);
+    // one call per 64 keys at most, and never one per request
+    expect(scriptCalls).toBeGreaterThanOrEqual(Math.ceil(1_000 / 64));
+    expect(scriptCalls).toBeLessThanOrEqual(16);
+    // the admitted ones are the first 100 sent, each seeing what the ones before it took
+    expect(decisions.slice(0, 100).map(([decision]) => decision.remaining)).toEqual(Array.from({ length: 100 }, (_, i) => 99 - i));
+  });
+
+  it('keeps each request of a batch all-or-nothing: a refused one charges none of its buckets', async () => {
+    const store = new RedisStore({ client: redis, cacheRefusals: false });
+    const [tight, loose] = [`rl:batch:${randomUUID()}`, `rl:batch:${randomUUID()}`];
+    const both = [request(tight, TIGHT), request(loose, LOOSE)];
+    const decisions = await Promise.all([store.consume(both), store.consume(both), store.consume(both), store.consume([request(loose, LOOSE)])]);
+    expect(scriptCalls).toBe(1);
+    expect(decisions.map((pair) => pair.every((decision) => decision.allowed))).toEqual([true, false, false, true]);
+    // the loose bucket lost 1 to the first request and 1 to the last: nothing to the two refused
+    expect(decisions[3][0].remaining).toBe(998);
+    expect(decisions[1][1].remaining).toBe(999);
+  });
+
+  it('answers peeks and consumes of one batch each as if alone', async () => {
+    const store = new RedisStore({ client: redis });
+    const key = `rl:batch:${randomUUID()}`;
+    const one = [request(key, { algorithm: 'gcra', rps: 0.001, burst: 2 })];
+    const [before, taken, after, refused] = await Promise.all([store.peek(one), store.consume(one), store.peek(one), store.consume(one, 100)]);
+    expect(scriptCalls).toBe(1);
+    expect([before[0].remaining, taken[0].remaining, after[0].remaining, refused[0].remaining]).toEqual([2, 1, 1, 0]);
+    expect(refused[0].allowed).toBe(true);
+    expect((await store.consume(one))[0].allowed).toBe(false);
+  });
+
+  it('sends a request alone when nothing else is waiting', async () => {
+    const store = new RedisStore({ client: redis });
+    const key = `rl:batch:${randomUUID()}`;
+    for (let i = 0; i < 3; i++) await store.consume([request(key, LOOSE)]);
+    expect(scriptCalls).toBe(3);
+  });
+});
