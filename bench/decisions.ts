@@ -1,0 +1,251 @@
+/**
+ * Store decisions per second, without HTTP: how many rate-limit decisions one Node process gets
+ * from a store when 256 calls are always in flight (when one settles the next starts), each on a
+ * random key of a million, under a limit every call fits in (so each decision writes its bucket).
+ *
+ * - redis-decisions: our `RedisStore` against rate-limiter-flexible's `RateLimiterRedis`, each on
+ *   its own ioredis client of the same Redis, and against the ceiling: redis-benchmark sending
+ *   the very EVALSHA our store sends for one decision (50 connections, 16 pipelined, no Node at
+ *   all), which is what this Redis allows for our decide script on this machine at one decision
+ *   per call; and the same for calls of 64 decisions, as the store batches them under load.
+ * - memory-decisions: our `MemoryStore` against rate-limiter-flexible's `RateLimiterMemory`.
+ *   Both decide in the calling process, so in-flight calls matter little; the driver is the same
+ *   so the two figures compare with Redis's.
+ *
+ * Our policy is a token bucket of 1000 tokens refilled at 1000/s; rate-limiter-flexible's is
+ * 1000 points per 1 s window: the same 1000 a second per key, and no key nears it.
+ */
+import { spawn } from 'node:child_process';
+import { performance } from 'node:perf_hooks';
+import { setImmediate as nextTurn } from 'node:timers/promises';
+import { Redis } from 'ioredis';
+import { MemoryStore, type RateLimitRequest, type RateLimitStore, RedisStore } from 'nestjs-ratelimit';
+import { type RateLimiterAbstract, RateLimiterMemory, RateLimiterRedis, RateLimiterRes, type RateLimiterStoreAbstract } from 'rate-limiter-flexible';
+import type { BenchContext, ComparisonReport } from './main.js';
+import { contenderTable, formatRate, type RatioRow, ratioOfMedians, type Sample, totalCounts } from './stats.js';
+
+/** Calls in flight at once. */
+const IN_FLIGHT = 256;
+/** Keys are `rl:bench:<1..KEY_SPACE>`, drawn uniformly. */
+const KEY_SPACE = 1_000_000;
+/** Our policy: 1000 tokens per second, bucket of 1000. */
+const LIMIT: RateLimitRequest['limit'] = { algorithm: 'token_bucket', rps: 1000, burst: 1000 };
+/** rate-limiter-flexible's: 1000 points per 1-second window. */
+const RLF_LIMIT = { points: 1000, duration: 1 };
+/**
+ * Each in-flight chain lets the event loop turn once every this many decisions, as a server's
+ * I/O would: otherwise a store that answers in a microtask would starve its own timers (our
+ * sweep, rate-limiter-flexible's per-key expiry) for the whole run.
+ */
+const YIELD_EVERY = 256;
+
+/** redis-benchmark's part of the ceiling: connections and commands pipelined on each. */
+const CEILING = { connections: 50, pipeline: 16 };
+/** Decisions per script call in the batched ceiling: the most `RedisStore` puts in one call. */
+const BATCH = 64;
+
+/** One decision on `key`: true when admitted. Rejects only when the store cannot decide. */
+type Decide = (key: string) => Promise<boolean>;
+
+function randomKey(): string {
+  return `rl:bench:${1 + Math.floor(Math.random() * KEY_SPACE)}`;
+}
+
+/**
+ * Decides for `seconds` with `IN_FLIGHT` calls outstanding, and reports decisions per second
+ * (admitted or refused; a call that fails is counted apart, as an error).
+ */
+async function drive(decide: Decide, seconds: number): Promise<Sample> {
+  let decisions = 0;
+  let refused = 0;
+  let errors = 0;
+  // the chains yield to the event loop, so a timer can end the run: no clock read per decision
+  let running = true;
+  const timer = setTimeout(() => (running = false), seconds * 1000);
+  const started = performance.now();
+  const chain = async () => {
+    for (let i = 1; running; i++) {
+      try {
+        if (!(await decide(randomKey()))) refused++;
+        decisions++;
+      } catch {
+        errors++;
+      }
+      if (i % YIELD_EVERY === 0) await nextTurn();
+    }
+  };
+  await Promise.all(Array.from({ length: IN_FLIGHT }, chain));
+  clearTimeout(timer);
+  return { perSecond: decisions / ((performance.now() - started) / 1000), counts: { refused, errors } };
+}
+
+/** Each Decide adds one promise to the store's own call, the same for every contender. */
+function ours(store: RateLimitStore): Decide {
+  return (key) => store.consume([{ key, policy: 'bench', limit: LIMIT, cost: 1 }]).then((decisions) => decisions[0].allowed);
+}
+
+/** rate-limiter-flexible rejects with a `RateLimiterRes` when limited and with an `Error` when it cannot decide. */
+function rateLimiterFlexible(limiter: RateLimiterAbstract | RateLimiterStoreAbstract): Decide {
+  return (key) =>
+    limiter.consume(key).then(
+      () => true,
+      (reason: unknown) => {
+        if (reason instanceof RateLimiterRes) return false;
+        throw reason;
+      },
+    );
+}
+
+/** Notes on what should not happen here: every call fits its limit and no store fails. */
+function anomalies(samples: ReadonlyMap<string, readonly Sample[]>): string[] {
+  return [...samples].flatMap(([name, runs]) => {
+    const { refused = 0, errors = 0 } = totalCounts(runs);
+    return refused + errors > 0 ? [`${name}: ${formatRate(refused)} refused and ${formatRate(errors)} failed calls, where all should pass`] : [];
+  });
+}
+
+export async function redisDecisions(context: BenchContext): Promise<ComparisonReport> {
+  const ourClient = new Redis(context.redis.url);
+  const theirClient = new Redis(context.redis.url);
+  const store = new RedisStore({ client: ourClient });
+  const decideOurs = ours(store);
+  const decideTheirs = rateLimiterFlexible(new RateLimiterRedis({ storeClient: theirClient, ...RLF_LIMIT }));
+  const fresh = async (decide: Decide, seconds: number) => {
+    await context.admin.flushall();
+    return drive(decide, seconds);
+  };
+  try {
+    const command = await storeCommand(context, decideOurs);
+    context.log(`ceiling: redis-benchmark ${command.map((arg) => (arg === '' ? "''" : arg)).join(' ')}`);
+    context.log(`warming up ${context.warmupSeconds} s each, and sizing redis-benchmark's run`);
+    await fresh(decideOurs, context.warmupSeconds);
+    await fresh(decideTheirs, context.warmupSeconds);
+    const probe = await ceiling(context, command, 100_000);
+    const requests = Math.ceil(probe.perSecond * context.seconds);
+    const batched = batchOf(command, BATCH);
+    const batchedProbe = await ceiling(context, batched, 5_000, BATCH);
+    const batchedRequests = Math.ceil((batchedProbe.perSecond / BATCH) * context.seconds);
+
+    const samples = await context.alternate([
+      { name: 'ours (RedisStore)', run: () => fresh(decideOurs, context.seconds) },
+      { name: 'rate-limiter-flexible (RateLimiterRedis)', run: () => fresh(decideTheirs, context.seconds) },
+      {
+        name: 'ceiling (redis-benchmark, our script)',
+        run: async () => {
+          await context.admin.flushall();
+          return ceiling(context, command, requests);
+        },
+      },
+      {
+        name: `ceiling (redis-benchmark, our script, ${BATCH} per call)`,
+        run: async () => {
+          await context.admin.flushall();
+          return ceiling(context, batched, batchedRequests, BATCH);
+        },
+      },
+    ]);
+    const [oursSamples, theirSamples, ceilingSamples, batchedSamples] = [...samples.values()];
+    const ratios: RatioRow[] = [
+      { comparison: 'redis-decisions', label: 'ours / rate-limiter-flexible', value: ratioOfMedians(oursSamples, theirSamples), target: { op: '>=', value: 1.5 } },
+      { comparison: 'redis-decisions', label: 'ours / ceiling, one decision per call', value: ratioOfMedians(oursSamples, ceilingSamples) },
+      { comparison: 'redis-decisions', label: `ours / ceiling, ${BATCH} decisions per call`, value: ratioOfMedians(oursSamples, batchedSamples) },
+    ];
+    return { table: contenderTable(samples, 'decisions/s', ['refused', 'errors']), ratios, notes: anomalies(samples) };
+  } finally {
+    await store.close();
+    ourClient.disconnect();
+    theirClient.disconnect();
+  }
+}
+
+/**
+ * The script call our store sends Redis for one decision, seen with MONITOR, with its key made
+ * `rl:bench:__rand_int__` (redis-benchmark draws a random one per call). Seeing it rather than
+ * rebuilding it from DECIDE_LUA's doc comment keeps the ceiling on exactly the script and the
+ * arguments the store uses, whatever their layout becomes. A call sent whole (EVAL) is turned into
+ * the EVALSHA of its script: the store's steady state.
+ */
+async function storeCommand(context: BenchContext, decide: Decide): Promise<string[]> {
+  const key = 'rl:bench:monitored';
+  await decide(key); // the first call may load the script
+  const monitor = await context.admin.monitor();
+  try {
+    const seen = new Promise<string[]>((resolve) => {
+      monitor.on('monitor', (_time: string, args: string[]) => {
+        if (/^eval(sha)?$/i.test(args[0]) && args.includes(key)) resolve(args);
+      });
+    });
+    await decide(key);
+    const [name, script, ...rest] = await seen;
+    const sha = name.toLowerCase() === 'eval' ? String(await context.admin.script('LOAD', script)) : script;
+    return ['EVALSHA', sha, ...rest.map((arg) => (arg === key ? 'rl:bench:__rand_int__' : arg))];
+  } finally {
+    monitor.disconnect();
+  }
+}
+
+/**
+ * The store's one-decision call made a call of `count` decisions on as many random keys, as the
+ * store sends when requests arrive together: EVALSHA sha numkeys keys... clock, then the
+ * decision's arguments once per key.
+ */
+function batchOf(command: readonly string[], count: number): string[] {
+  const [evalsha, sha, , key, clock, ...decision] = command;
+  return [evalsha, sha, String(count), ...Array<string>(count).fill(key), clock, ...Array.from({ length: count }, () => decision).flat()];
+}
+
+/**
+ * redis-benchmark sending `command` (a script call of our store, `perCall` decisions) `requests`
+ * times on random keys of `KEY_SPACE`. Decisions per second are its calls per second times `perCall`.
+ */
+async function ceiling(context: BenchContext, command: readonly string[], requests: number, perCall = 1): Promise<Sample> {
+  const args = [
+    '-h', '127.0.0.1', '-p', String(context.redis.port),
+    '-c', String(CEILING.connections), '-P', String(CEILING.pipeline),
+    '-r', String(KEY_SPACE), '-n', String(requests), '--csv',
+    ...command,
+  ];
+  const child = spawn('redis-benchmark', args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  context.children.add(child);
+  let output = '';
+  child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  const code = await new Promise<number | null>((resolve, reject) => {
+    child.once('error', reject);
+    child.once('exit', resolve);
+  }).finally(() => context.children.delete(child));
+  // --csv prints a header line, then "<command>","<requests per second>",<latencies>...
+  const line = output.split('\n').find((row) => row.startsWith('"EVALSHA'));
+  const perSecond = Number(line?.split('","')[1]);
+  if (code !== 0 || !Number.isFinite(perSecond) || perSecond <= 0 || /error/i.test(output)) {
+    throw new Error(`redis-benchmark ${args.join(' ')} failed (exit ${code}): ${output.trim()}`);
+  }
+  return { perSecond: perSecond * perCall };
+}
+
+export async function memoryDecisions(context: BenchContext): Promise<ComparisonReport> {
+  /** A fresh store for each run, closed after it: no run inherits another's buckets. */
+  const runOurs = async (seconds: number) => {
+    const store = new MemoryStore();
+    try {
+      return await drive(ours(store), seconds);
+    } finally {
+      await store.close();
+    }
+  };
+  const runTheirs = (seconds: number) => drive(rateLimiterFlexible(new RateLimiterMemory(RLF_LIMIT)), seconds);
+
+  context.log(`warming up ${context.warmupSeconds} s each`);
+  await runOurs(context.warmupSeconds);
+  await runTheirs(context.warmupSeconds);
+  const samples = await context.alternate([
+    { name: 'ours (MemoryStore)', run: () => runOurs(context.seconds) },
+    { name: 'rate-limiter-flexible (RateLimiterMemory)', run: () => runTheirs(context.seconds) },
+  ]);
+  const [oursSamples, theirSamples] = [...samples.values()];
+  return {
+    table: contenderTable(samples, 'decisions/s', ['refused', 'errors']),
+    ratios: [{ comparison: 'memory-decisions', label: 'ours / rate-limiter-flexible', value: ratioOfMedians(oursSamples, theirSamples), target: { op: '>=', value: 3 } }],
+    notes: anomalies(samples),
+  };
+}

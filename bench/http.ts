@@ -1,0 +1,253 @@
+/**
+ * Requests per second of a NestJS app (bench/server.ts) under autocannon: 64 connections, one
+ * request at a time on each, `GET /`, on Express and on Fastify.
+ *
+ * - http-<adapter>: no guard, against ours and @nestjs/throttler, each on memory and on Redis,
+ *   with a limit nobody reaches. Each guarded variant runs in two key modes: `hot` (every
+ *   request has the same x-api-key) and `spread` (a random one of 10,000 per request). The
+ *   question is what the guard costs an app.
+ * - refused-flood-<adapter>: ours with a policy that refuses nearly everything, flooded on one
+ *   key (`hot`) or a random one of 100 (`spread`), against no guard. A refusal should cost less
+ *   than serving the route, and a refused client should not reach Redis on every request:
+ *   Redis calls per 429 are counted from `INFO commandstats`.
+ *
+ * Each run forks a fresh server, so no run inherits another's buckets, caches or heap; FLUSHALLs
+ * the bench Redis; warms up for `warmupSeconds` (not counted); then measures for `seconds`.
+ * The load generator runs in the bench process, the app in its child: on a 2-core machine they
+ * (and Redis) share the cores, as the absolute numbers will show; the ratios compare contenders
+ * that shared them alike.
+ */
+import { type ChildProcess, fork } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import autocannon from 'autocannon';
+import type { BenchContext, ComparisonReport } from './main.js';
+import type { Adapter, Variant } from './server.js';
+import { type Contender, contenderTable, formatRate, type RatioRow, ratioOfMedians, type Sample, type Target, totalCounts } from './stats.js';
+
+const CONNECTIONS = 64;
+/** Distinct x-api-key values of the `spread` mode of http-<adapter>. */
+const SPREAD_KEYS = 10_000;
+/** Distinct x-api-key values of the `spread` mode of refused-flood-<adapter>. */
+const FLOOD_SPREAD_KEYS = 100;
+const SERVER = fileURLToPath(new URL('./server.js', import.meta.url));
+/** How long a server may take to start listening. */
+const START_TIMEOUT_MS = 30_000;
+
+/** ours-X-mode / none must reach these, per adapter. */
+const TARGETS: Record<Adapter, { memory: Target; redis: Target }> = {
+  express: { memory: { op: '>=', value: 0.95 }, redis: { op: '>=', value: 0.9 } },
+  fastify: { memory: { op: '>=', value: 0.9 }, redis: { op: '>=', value: 0.7 } },
+};
+const FASTER: Target = { op: '>', value: 1 };
+const NOT_SLOWER: Target = { op: '>=', value: 1 };
+/** Redis calls per refused request, at most. */
+const CALLS_PER_REFUSAL: Target = { op: '<', value: 0.01 };
+
+/** One contender of an HTTP comparison: a server variant and the keys its clients send. */
+interface Load {
+  name: string;
+  variant: Variant;
+  /** Distinct x-api-key values, drawn at random per request; 1 is the `hot` mode. */
+  keys: number;
+}
+
+/** The counts every HTTP run reports (see `measure`). */
+const COUNTS = ['2xx', '429', '5xx', 'other status', 'errors', 'unlimited'];
+/** And what the refused flood also reports. */
+const REDIS_COUNTS = ['script calls', 'commands'];
+
+export async function httpThroughput(context: BenchContext, adapter: Adapter): Promise<ComparisonReport> {
+  const loads: Load[] = [{ name: 'none', variant: 'none', keys: 1 }];
+  for (const guard of ['ours', 'throttler'] as const) {
+    for (const store of ['memory', 'redis'] as const) {
+      loads.push({ name: `${guard}-${store}-hot`, variant: `${guard}-${store}`, keys: 1 });
+      loads.push({ name: `${guard}-${store}-spread`, variant: `${guard}-${store}`, keys: SPREAD_KEYS });
+    }
+  }
+  const samples = await context.alternate(loads.map((load) => contender(context, adapter, load)));
+
+  const comparison = `http-${adapter}`;
+  const of = (name: string) => samples.get(name)!;
+  const ratios: RatioRow[] = [];
+  for (const store of ['memory', 'redis'] as const) {
+    for (const mode of ['hot', 'spread']) {
+      const ours = `ours-${store}-${mode}`;
+      ratios.push({ comparison, label: `${ours} / none`, value: ratioOfMedians(of(ours), of('none')), target: TARGETS[adapter][store] });
+    }
+  }
+  for (const store of ['memory', 'redis'] as const) {
+    for (const mode of ['hot', 'spread']) {
+      const [ours, theirs] = [`ours-${store}-${mode}`, `throttler-${store}-${mode}`];
+      ratios.push({ comparison, label: `${ours} / ${theirs}`, value: ratioOfMedians(of(ours), of(theirs)), target: FASTER });
+    }
+  }
+  const notes = [...samples].flatMap(([name, runs]) => {
+    const counts = totalCounts(runs);
+    const wrong = ['429', '5xx', 'other status', 'errors', 'unlimited'].filter((count) => counts[count] > 0);
+    return wrong.length > 0 ? [`${name}: ${wrong.map((count) => `${formatRate(counts[count])} ${count}`).join(', ')} (all should be 2xx with RateLimit headers)`] : [];
+  });
+  return { table: contenderTable(samples, 'requests/s', COUNTS), ratios, notes };
+}
+
+export async function refusedFlood(context: BenchContext, adapter: Adapter): Promise<ComparisonReport> {
+  const loads: Load[] = [
+    { name: 'none', variant: 'none', keys: 1 },
+    { name: 'ours-memory-hot', variant: 'ours-memory-refuse', keys: 1 },
+    { name: 'ours-memory-spread', variant: 'ours-memory-refuse', keys: FLOOD_SPREAD_KEYS },
+    { name: 'ours-redis-hot', variant: 'ours-redis-refuse', keys: 1 },
+    { name: 'ours-redis-spread', variant: 'ours-redis-refuse', keys: FLOOD_SPREAD_KEYS },
+  ];
+  const samples = await context.alternate(loads.map((load) => contender(context, adapter, load)));
+
+  const comparison = `refused-flood-${adapter}`;
+  const ratios: RatioRow[] = [];
+  const notes: string[] = [];
+  for (const { name, variant } of loads.slice(1)) {
+    const runs = samples.get(name)!;
+    ratios.push({ comparison, label: `${name} / none`, value: ratioOfMedians(runs, samples.get('none')!), target: NOT_SLOWER });
+    if (variant === 'ours-redis-refuse') {
+      // every call the run caused, warm-up included, over every 429 it got: the worst round
+      const callsPerRefusal = Math.max(...runs.map(({ counts = {} }) => counts['script calls'] / Math.max(1, counts['429'] + counts['warm-up 429'])));
+      ratios.push({ comparison, label: `${name}: Redis calls per 429 (worst round)`, value: callsPerRefusal, target: CALLS_PER_REFUSAL });
+    }
+    const counts = totalCounts(runs);
+    const responses = counts['2xx'] + counts['429'] + counts['5xx'] + counts['other status'];
+    const refusedShare = counts['429'] / Math.max(1, responses);
+    if (refusedShare < 0.99) notes.push(`${name}: only ${(refusedShare * 100).toFixed(2)} % of responses were 429`);
+    const wrong = ['5xx', 'other status', 'errors', 'unlimited'].filter((count) => counts[count] > 0);
+    if (wrong.length > 0) notes.push(`${name}: ${wrong.map((count) => `${formatRate(counts[count])} ${count}`).join(', ')}`);
+  }
+  return { table: contenderTable(samples, 'requests/s', [...COUNTS, ...REDIS_COUNTS]), ratios, notes };
+}
+
+/** One run of a load: a fresh server, a flushed Redis, a warm-up, the timed run, the server stopped. */
+function contender(context: BenchContext, adapter: Adapter, load: Load): Contender {
+  return {
+    name: load.name,
+    run: async () => {
+      const server = await startServer(context, adapter, load.variant);
+      try {
+        await context.admin.flushall();
+        const before = await commandStats(context);
+        const warmUp = await measure(server.url, context.warmupSeconds, load);
+        const sample = await measure(server.url, context.seconds, load);
+        const after = await commandStats(context);
+        sample.counts!['warm-up 429'] = warmUp.counts!['429'];
+        sample.counts!['script calls'] = after.scripts - before.scripts;
+        sample.counts!['commands'] = after.commands - before.commands;
+        return sample;
+      } finally {
+        await stopServer(context, server.child);
+      }
+    },
+  };
+}
+
+/**
+ * autocannon against `url` for `seconds`: responses per second (whatever their status) and
+ * counts of 2xx, 429, 5xx, other statuses, socket errors and timeouts, and `unlimited`: responses
+ * of a guarded variant without a `RateLimit` header, i.e. let through without a decision (our
+ * guard's failMode 'open' when the store fails or is slower than the module's `timeout`).
+ */
+async function measure(url: string, seconds: number, load: Load): Promise<Sample> {
+  const guarded = load.variant.startsWith('ours-');
+  let unlimited = 0;
+  // every variant gets the same client-side work; only ours is expected to send the header
+  const onResponse = (_status: number, _body: string, _context: object, headers: Record<string, unknown>) => {
+    if (guarded && headers.RateLimit === undefined && headers.ratelimit === undefined) unlimited++;
+  };
+  const keys = load.keys;
+  const result = await autocannon({
+    url,
+    connections: CONNECTIONS,
+    pipelining: 1,
+    duration: seconds,
+    headers: { 'x-api-key': 'bench-hot' },
+    requests: [
+      keys === 1
+        ? { onResponse }
+        : {
+            onResponse,
+            setupRequest: (request) => {
+              request.headers['x-api-key'] = `bench-${Math.floor(Math.random() * keys)}`;
+              return request;
+            },
+          },
+    ],
+  });
+  const byStatus = (match: (status: number) => boolean) =>
+    Object.entries(result.statusCodeStats).reduce((sum, [status, { count }]) => sum + (match(Number(status)) ? count : 0), 0);
+  const counts = {
+    '2xx': byStatus((status) => status >= 200 && status < 300),
+    '429': byStatus((status) => status === 429),
+    '5xx': byStatus((status) => status >= 500),
+    'other status': byStatus((status) => status < 200 || (status >= 300 && status < 500 && status !== 429)),
+    errors: result.errors + result.timeouts,
+    unlimited,
+  };
+  return { perSecond: result.requests.total / result.duration, counts };
+}
+
+/**
+ * Calls the store sent (EVALSHA and EVAL: RedisStore sends nothing else while deciding), and
+ * every command Redis ran but the bench's own (INFO, FLUSHALL) and connection set-up (INFO,
+ * CLIENT), those inside scripts included.
+ */
+async function commandStats(context: BenchContext): Promise<{ scripts: number; commands: number }> {
+  const info = await context.admin.info('commandstats');
+  let scripts = 0;
+  let commands = 0;
+  for (const [, command, calls] of info.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) {
+    if (command === 'info' || command === 'flushall' || command.startsWith('client|')) continue;
+    commands += Number(calls);
+    if (/^eval(sha)?(_ro)?$/.test(command)) scripts += Number(calls);
+  }
+  return { scripts, commands };
+}
+
+interface Server {
+  child: ChildProcess;
+  url: string;
+}
+
+/** Forks bench/server.js for the variant and waits for its `ready <port>`. */
+async function startServer(context: BenchContext, adapter: Adapter, variant: Variant): Promise<Server> {
+  const child = fork(SERVER, [adapter, variant], {
+    env: { ...process.env, BENCH_REDIS_URL: context.redis.url },
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  context.children.add(child);
+  try {
+    const port = await new Promise<number>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`${adapter} ${variant} server: not ready after ${START_TIMEOUT_MS} ms`)), START_TIMEOUT_MS);
+      child.on('message', (message) => {
+        const ready = /^ready (\d+)$/.exec(String(message));
+        if (ready) {
+          clearTimeout(timer);
+          resolve(Number(ready[1]));
+        }
+      });
+      child.once('exit', (code, signal) => {
+        clearTimeout(timer);
+        reject(new Error(`${adapter} ${variant} server exited (${signal ?? code}) before it was ready`));
+      });
+    });
+    return { child, url: `http://127.0.0.1:${port}/` };
+  } catch (error) {
+    await stopServer(context, child);
+    throw error;
+  }
+}
+
+/** Asks the server to close, and kills it if it has not exited within 5 s. */
+async function stopServer(context: BenchContext, child: ChildProcess): Promise<void> {
+  if (child.exitCode === null && child.signalCode === null) {
+    const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+    if (child.connected) child.send('stop');
+    else child.kill('SIGTERM');
+    const timer = setTimeout(() => child.kill('SIGKILL'), 5_000);
+    await exited;
+    clearTimeout(timer);
+  }
+  context.children.delete(child);
+}

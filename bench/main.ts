@@ -1,0 +1,242 @@
+/**
+ * `npm run bench`: every comparison of nestjs-ratelimit with the alternatives, in one run.
+ *
+ * - redis-decisions, memory-decisions (bench/decisions.ts): store decisions per second, against
+ *   rate-limiter-flexible and, on Redis, against what redis-benchmark gets from our own script.
+ * - http-express, http-fastify, refused-flood-express, refused-flood-fastify (bench/http.ts):
+ *   requests per second of a NestJS app without a guard, with ours and with @nestjs/throttler,
+ *   and a flood of refused requests.
+ *
+ * It starts its own redis-server on a free loopback port (never 6379) and stops it at the end,
+ * also on an error or Ctrl-C. It prints each comparison's table as it ends, then a summary of
+ * every ratio against its target, and (when every comparison ran) writes all of it with the
+ * machine's description to bench/last-run.md, from which BENCHMARKS.md is made.
+ *
+ * Environment:
+ * - BENCH_ROUNDS: rounds per comparison, each running every contender once (default 5);
+ * - BENCH_SECONDS: timed seconds of each run (default 5), after a warm-up that is not counted;
+ * - BENCH_ONLY: comma-separated comparison names to run, or their prefixes (`http`, `refused-flood`).
+ */
+import type { ChildProcess } from 'node:child_process';
+import { writeFile } from 'node:fs/promises';
+import { cpus, loadavg } from 'node:os';
+import { performance } from 'node:perf_hooks';
+import { Redis } from 'ioredis';
+import { ensureRedisServer, startRedisServer, stopRedisProcesses, stopRedisServer } from '../test/redis/redis-server.js';
+import { memoryDecisions, redisDecisions } from './decisions.js';
+import { httpThroughput, refusedFlood } from './http.js';
+import { alternate, type Contender, formatRate, type RatioRow, ratioTable, type Sample, verdict } from './stats.js';
+
+/** What every comparison gets from the orchestration. */
+export interface BenchContext {
+  /** Rounds of the comparison (each runs every contender once). */
+  rounds: number;
+  /** Timed seconds of each run. */
+  seconds: number;
+  /** Seconds of warm-up before each timed run, not counted. */
+  warmupSeconds: number;
+  /** The bench's own redis-server. */
+  redis: { port: number; url: string };
+  /** A client of that server for the bench's own commands (FLUSHALL, INFO). */
+  admin: Redis;
+  /** Child processes alive now (app servers, redis-benchmark): killed should the bench stop early. */
+  children: Set<ChildProcess>;
+  /** Runs the contenders in alternating rounds (see `alternate`), printing a line per run. */
+  alternate(contenders: readonly Contender[]): Promise<Map<string, Sample[]>>;
+  log(line: string): void;
+}
+
+/** What a comparison reports: its table of contenders, its ratios, and anything odd it saw. */
+export interface ComparisonReport {
+  table: string;
+  ratios: RatioRow[];
+  /** Warnings: errors, 5xx, fail-open answers, refused requests where all should pass... */
+  notes: string[];
+}
+
+interface Comparison {
+  name: string;
+  /** Timed runs it makes per round, for the time estimate. */
+  runsPerRound: number;
+  run(context: BenchContext): Promise<ComparisonReport>;
+}
+
+const COMPARISONS: readonly Comparison[] = [
+  { name: 'redis-decisions', runsPerRound: 4, run: (context) => redisDecisions(context) },
+  { name: 'memory-decisions', runsPerRound: 2, run: (context) => memoryDecisions(context) },
+  { name: 'http-express', runsPerRound: 9, run: (context) => httpThroughput(context, 'express') },
+  { name: 'http-fastify', runsPerRound: 9, run: (context) => httpThroughput(context, 'fastify') },
+  { name: 'refused-flood-express', runsPerRound: 5, run: (context) => refusedFlood(context, 'express') },
+  { name: 'refused-flood-fastify', runsPerRound: 5, run: (context) => refusedFlood(context, 'fastify') },
+];
+
+const WARMUP_SECONDS = 1;
+/** About what an HTTP run spends starting its app server, for the time estimate. */
+const START_SECONDS = 1;
+const REPORT_PATH = new URL('../../bench/last-run.md', import.meta.url);
+
+function positiveInteger(name: string, fallback: number): number {
+  const raw = process.env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < 1) throw new Error(`${name} must be a whole number >= 1, got ${JSON.stringify(raw)}`);
+  return value;
+}
+
+/** The comparisons BENCH_ONLY names (a name or the start of names, e.g. `http`), all by default. */
+function selectComparisons(): Comparison[] {
+  const only = (process.env.BENCH_ONLY ?? '').split(',').map((name) => name.trim()).filter(Boolean);
+  if (only.length === 0) return [...COMPARISONS];
+  const unknown = only.filter((name) => !COMPARISONS.some((c) => c.name === name || c.name.startsWith(`${name}-`)));
+  if (unknown.length > 0) {
+    throw new Error(`BENCH_ONLY names no comparison: ${unknown.join(', ')} (they are ${COMPARISONS.map((c) => c.name).join(', ')})`);
+  }
+  return COMPARISONS.filter((c) => only.some((name) => c.name === name || c.name.startsWith(`${name}-`)));
+}
+
+/** Everything started that must not outlive the bench. */
+const running: { redisPid?: number; children: Set<ChildProcess> } = { children: new Set() };
+
+/** Kills what the bench started: its app servers, redis-benchmark, its redis-server. */
+function killEverything(): void {
+  for (const child of running.children) child.kill('SIGKILL');
+  if (running.redisPid !== undefined) stopRedisServer(running.redisPid);
+}
+
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(signal, () => {
+    console.error(`\n${signal}: stopping the app servers and redis-server`);
+    killEverything();
+    process.exit(130);
+  });
+}
+
+async function main(): Promise<void> {
+  const rounds = positiveInteger('BENCH_ROUNDS', 5);
+  const seconds = positiveInteger('BENCH_SECONDS', 5);
+  const comparisons = selectComparisons();
+  const runs = comparisons.reduce((sum, c) => sum + c.runsPerRound * rounds, 0);
+  const started = performance.now();
+  let done = 0;
+  const log = (line: string) => console.log(line);
+
+  ensureRedisServer();
+  const server = await startRedisServer();
+  running.redisPid = server.pid;
+  const admin = new Redis(server.url);
+  try {
+    const machine = await describeMachine(admin, rounds, seconds);
+    log(machine.join('\n'));
+    const estimate = Math.ceil((runs * (seconds + WARMUP_SECONDS + START_SECONDS)) / 60);
+    log(`\n${comparisons.length} comparisons, ${runs} timed runs of ${seconds} s (+ ${WARMUP_SECONDS} s warm-up each): about ${estimate} min\n`);
+
+    const sections: string[] = [];
+    const ratios: RatioRow[] = [];
+    for (const comparison of comparisons) {
+      const context: BenchContext = {
+        rounds,
+        seconds,
+        warmupSeconds: WARMUP_SECONDS,
+        redis: { port: server.port, url: server.url },
+        admin,
+        children: running.children,
+        log,
+        alternate: (contenders) =>
+          alternate(contenders.map(collectingGarbageFirst), rounds, (contender, round, sample) => {
+            done++;
+            const elapsed = (performance.now() - started) / 1000;
+            const counts = Object.entries(sample.counts ?? {})
+              .filter(([, count]) => count > 0)
+              .map(([name, count]) => `${name} ${formatRate(count)}`)
+              .join(', ');
+            log(
+              `[${done}/${runs} ${formatDuration(elapsed)}] ${comparison.name} round ${round + 1}/${rounds} ` +
+                `${contender}: ${formatRate(sample.perSecond)}/s${counts ? ` (${counts})` : ''}`,
+            );
+          }),
+      };
+      log(`== ${comparison.name}`);
+      const report = await comparison.run(context);
+      const section = [`## ${comparison.name}`, '', report.table, ...report.notes.map((note) => `\n> ${note}`)].join('\n');
+      log(`\n${section}\n`);
+      sections.push(section);
+      ratios.push(...report.ratios);
+    }
+
+    const summary = ratioTable(ratios);
+    const misses = ratios.filter((row) => verdict(row) === 'MISS').length;
+    const wall = formatDuration((performance.now() - started) / 1000);
+    log(`## Summary\n\n${summary}\n\n${misses} of ${ratios.filter((row) => row.target).length} targets missed; wall time ${wall}`);
+    const document = [
+      '# nestjs-ratelimit: last `npm run bench`',
+      '',
+      ...machine.map((line) => `- ${line}`),
+      '',
+      'Each figure is the median (min–max) of the rounds, which alternate the contenders; a ratio is a ratio of medians.',
+      '',
+      ...sections.flatMap((section) => [section, '']),
+      '## Summary',
+      '',
+      summary,
+      '',
+      `Wall time ${wall}.`,
+      '',
+    ].join('\n');
+    if (comparisons.length === COMPARISONS.length) {
+      await writeFile(REPORT_PATH, document);
+      log('\nwritten to bench/last-run.md');
+    } else {
+      log('\nBENCH_ONLY ran a subset: bench/last-run.md is left as it was');
+    }
+  } finally {
+    admin.disconnect();
+    // waits until it is gone, so that this process reaps it rather than leave a zombie behind
+    await stopRedisProcesses([server.pid]);
+    running.redisPid = undefined;
+  }
+}
+
+/**
+ * The contender, run after a full garbage collection (npm run bench passes --expose-gc): what
+ * the previous run left on the heap is not collected during this one.
+ */
+function collectingGarbageFirst(contender: Contender): Contender {
+  return {
+    name: contender.name,
+    run: () => {
+      globalThis.gc?.();
+      return contender.run();
+    },
+  };
+}
+
+/** `key: value` lines: CPU, cores, Node, Redis, date, load, settings. */
+async function describeMachine(admin: Redis, rounds: number, seconds: number): Promise<string[]> {
+  const info = await admin.info('server');
+  const redisVersion = /redis_version:(\S+)/.exec(info)?.[1] ?? 'unknown';
+  return [
+    `CPU: ${cpus()[0]?.model ?? 'unknown'}`,
+    `cores: ${cpus().length}`,
+    `Node: ${process.version}`,
+    `Redis: ${redisVersion}`,
+    `date: ${new Date().toISOString()}`,
+    `load average at start: ${loadavg().map((load) => load.toFixed(2)).join(' ')}`,
+    `settings: BENCH_ROUNDS=${rounds} BENCH_SECONDS=${seconds}${process.env.BENCH_ONLY ? ` BENCH_ONLY=${process.env.BENCH_ONLY}` : ''}`,
+  ];
+}
+
+function formatDuration(seconds: number): string {
+  const minutes = Math.floor(seconds / 60);
+  return `${minutes}m${String(Math.floor(seconds % 60)).padStart(2, '0')}s`;
+}
+
+main().then(
+  // Exit rather than wait for the event loop to drain: a timer or socket a library leaves
+  // behind must not keep a finished benchmark alive.
+  () => process.exit(0),
+  (error: unknown) => {
+    console.error(error);
+    killEverything();
+    process.exit(1);
+  },
+);

@@ -1,0 +1,125 @@
+/**
+ * The app the HTTP benchmarks load: one `GET /` route returning a small JSON object, on Express
+ * or Fastify, logger off, guarded by one of the variants below. bench/http.ts forks it once per
+ * timed run, so the app never shares a CPU queue, a heap or a garbage collector with the load
+ * generator, and every run starts from a fresh process.
+ *
+ *   node server.js <express|fastify> <variant>      (BENCH_REDIS_URL: the bench's Redis)
+ *
+ * Variants:
+ * - none: no guard at all;
+ * - ours-memory, ours-redis: `RateLimitModule` with one module policy that admits everything
+ *   (rps and burst 1e6, keyed by the x-api-key header), on the memory store or on Redis;
+ * - throttler-memory, throttler-redis: `@nestjs/throttler` with a limit nobody reaches, keyed by
+ *   the x-api-key header, on its memory storage or on @nest-lab/throttler-storage-redis;
+ * - ours-memory-refuse, ours-redis-refuse: ours with a policy that refuses nearly everything
+ *   (1 token, refilled every 1000 s).
+ *
+ * It tells its parent `ready <port>` over IPC once it listens on a free loopback port, and exits
+ * when asked (`stop`), on SIGTERM, or when its parent goes away.
+ */
+import 'reflect-metadata';
+import { Controller, type DynamicModule, Get, Injectable, Module } from '@nestjs/common';
+import { APP_GUARD, NestFactory } from '@nestjs/core';
+import { ExpressAdapter } from '@nestjs/platform-express';
+import { FastifyAdapter } from '@nestjs/platform-fastify';
+import { ThrottlerStorageRedisService } from '@nest-lab/throttler-storage-redis';
+import { ThrottlerGuard, ThrottlerModule } from '@nestjs/throttler';
+import { Redis } from 'ioredis';
+import { RateLimitModule, type RateLimitPolicy } from 'nestjs-ratelimit';
+
+export const ADAPTERS = ['express', 'fastify'] as const;
+export type Adapter = (typeof ADAPTERS)[number];
+
+export const VARIANTS = [
+  'none',
+  'ours-memory',
+  'ours-redis',
+  'throttler-memory',
+  'throttler-redis',
+  'ours-memory-refuse',
+  'ours-redis-refuse',
+] as const;
+export type Variant = (typeof VARIANTS)[number];
+
+/** Admits everything: no client of the bench comes near a million requests a second. */
+const ADMIT: RateLimitPolicy = { name: 'bench', rps: 1e6, burst: 1e6, key: 'api-key' };
+/** Refuses all but the first request of each key for 1000 s. */
+const REFUSE: RateLimitPolicy = { name: 'flood', rps: 0.001, burst: 1, key: 'api-key' };
+/** @nestjs/throttler's equivalent of ADMIT: a billion requests a minute. */
+const THROTTLE = { ttl: 60_000, limit: 1e9 };
+
+@Controller()
+class BenchController {
+  @Get()
+  hello() {
+    return { hello: 'world' };
+  }
+}
+
+/** `ThrottlerGuard` keyed by the x-api-key header, as ours is; the IP when there is none. */
+@Injectable()
+class ApiKeyThrottlerGuard extends ThrottlerGuard {
+  protected override async getTracker(request: Record<string, any>): Promise<string> {
+    const apiKey: unknown = request.headers['x-api-key'];
+    return typeof apiKey === 'string' && apiKey !== '' ? apiKey : request.ip;
+  }
+}
+
+/** The modules and providers a variant adds to the app. */
+function guardOf(variant: Variant, redisUrl: string): Pick<DynamicModule, 'imports' | 'providers'> {
+  switch (variant) {
+    case 'none':
+      return {};
+    case 'ours-memory':
+      return { imports: [RateLimitModule.forRoot({ policies: [ADMIT] })] };
+    case 'ours-redis':
+      return { imports: [RateLimitModule.forRoot({ redis: redisUrl, policies: [ADMIT] })] };
+    case 'ours-memory-refuse':
+      return { imports: [RateLimitModule.forRoot({ policies: [REFUSE] })] };
+    case 'ours-redis-refuse':
+      return { imports: [RateLimitModule.forRoot({ redis: redisUrl, policies: [REFUSE] })] };
+    case 'throttler-memory':
+      return {
+        imports: [ThrottlerModule.forRoot([THROTTLE])],
+        providers: [{ provide: APP_GUARD, useClass: ApiKeyThrottlerGuard }],
+      };
+    case 'throttler-redis':
+      return {
+        imports: [ThrottlerModule.forRoot({ throttlers: [THROTTLE], storage: new ThrottlerStorageRedisService(new Redis(redisUrl)) })],
+        providers: [{ provide: APP_GUARD, useClass: ApiKeyThrottlerGuard }],
+      };
+  }
+}
+
+async function serve(adapter: Adapter, variant: Variant, redisUrl: string): Promise<void> {
+  @Module({ controllers: [BenchController], ...guardOf(variant, redisUrl) })
+  class BenchModule {}
+
+  const app = await NestFactory.create(BenchModule, adapter === 'express' ? new ExpressAdapter() : new FastifyAdapter(), { logger: false });
+  await app.listen(0, '127.0.0.1');
+  const { port } = app.getHttpServer().address() as { port: number };
+
+  let stopping = false;
+  const stop = async () => {
+    if (stopping) return;
+    stopping = true;
+    await app.close();
+    process.exit(0);
+  };
+  process.on('message', (message) => message === 'stop' && void stop());
+  process.once('SIGTERM', () => void stop());
+  // the bench died without saying so: nobody will load this app again
+  process.once('disconnect', () => process.exit(0));
+  process.send?.(`ready ${port}`);
+}
+
+const [adapter, variant] = process.argv.slice(2) as [Adapter, Variant];
+if (!ADAPTERS.includes(adapter) || !VARIANTS.includes(variant)) {
+  console.error(`usage: node server.js <${ADAPTERS.join('|')}> <${VARIANTS.join('|')}>`);
+  process.exit(2);
+}
+serve(adapter, variant, process.env.BENCH_REDIS_URL ?? '').catch((error: unknown) => {
+  console.error(error);
+  process.exit(1);
+});
