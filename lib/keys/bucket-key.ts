@@ -45,19 +45,28 @@ export function keyOf(keyPrefix: string, identity: string): string {
 /** Bytes of SHA-256 kept: 96 bits, 16 base64url characters. */
 const DIGEST_BYTES = 12;
 
-let lastIdentity: string | undefined;
-let lastDigest = '';
+/** Identities whose digest is remembered, at most; the cache is emptied when it is full. */
+const CACHED_DIGESTS = 16_384;
+/** Longest identity whose digest is remembered, characters: longer ones are hashed each time. */
+const CACHED_IDENTITY_LENGTH = 256;
+const digests = new Map<string, string>();
 
 /**
  * 16 base64url characters of SHA-256 (96 bits): no client can find an identity that lands on
  * another's key, and a chance collision stays below 10^-11 even among 10^9 keys.
- * A request's policies usually share one identity, so the last digest is kept: the guard
- * hashes once per request, not once per policy.
+ * The digests of recent identities are remembered (16,384 of up to 256 characters, about 2 MB at
+ * most), so a client's next request, and the other policies of the same request, skip the hash.
+ * Emptying the cache when full keeps it cheap: a flood of new identities costs the hashing it
+ * would cost anyway.
  */
 export function digest(identity: string): string {
-  if (identity !== lastIdentity) {
-    lastDigest = createHash('sha256').update(identity).digest().toString('base64url', 0, DIGEST_BYTES);
-    lastIdentity = identity;
+  let digest = digests.get(identity);
+  if (digest === undefined) {
+    digest = createHash('sha256').update(identity).digest().toString('base64url', 0, DIGEST_BYTES);
+    if (identity.length <= CACHED_IDENTITY_LENGTH) {
+      if (digests.size >= CACHED_DIGESTS) digests.clear();
+      digests.set(identity, digest);
+    }
   }
-  return lastDigest;
+  return digest;
 }
