@@ -68,9 +68,11 @@ describe.each(ADAPTERS)('leaky_bucket on %s', (adapter) => {
       // the wait is bounded by burst / rps = 500 ms
       expect(served[served.length - 1] - served[0]).toBeLessThan(650);
 
-      // the refused ones are answered at once, long before the queue has drained
+      // the refused ones are answered at once, long before the queue has drained: before the
+      // third accepted request is served, 200 ms after the first (the second, 100 ms after it,
+      // was too close on 2 busy cores: 429s came 254 ms after sending with it at 227 ms)
       for (const response of refused) {
-        expect(response.after).toBeLessThan(served[1] - sent);
+        expect(response.after).toBeLessThan(served[2] - sent);
         expect(response.headers['retry-after']).toBe('1');
       }
     });
