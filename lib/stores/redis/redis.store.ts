@@ -63,7 +63,8 @@ interface Reply {
 /**
  * Buckets in Redis, shared by every instance of the app, with Redis `TIME` as the clock and
  * one atomic Lua script call per request covering all of its policies (EVALSHA through ioredis
- * `defineCommand`, which reloads the script after NOSCRIPT). Every key expires when its bucket
+ * `defineCommand`, which reloads the script after NOSCRIPT). Under load the requests that arrive
+ * in one event-loop turn share a call, which decides them in turn (see `decide`). Every key expires when its bucket
  * is full again (or its window has passed), no later.
  *
  * On a Redis Cluster, the buckets of one identity share a hash slot. A request whose policies
