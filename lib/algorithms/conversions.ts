@@ -7,6 +7,19 @@ export function durationMs(tokens: number, rps: number): number {
   return Math.ceil((tokens * 1000) / rps);
 }
 
+/**
+ * `tokens`, or the whole number it lies within a billionth of `burst` of. A drain or refill by
+ * `elapsed * rps / 1000` leaves a few units of rounding in the last place (4.756 drained by
+ * 2.756 gives 2.0000000000000004), and a backlog that far above a whole number would cost a
+ * whole token in `remaining` and in every "does it fit" test. A billionth of the burst is far
+ * above that rounding and far below anything a clock in ms can measure. Lua: `whole_if_near`,
+ * the same expression.
+ */
+export function wholeIfNear(tokens: number, burst: number): number {
+  const whole = Math.floor(tokens + 0.5);
+  return Math.abs(tokens - whole) <= burst * 1e-9 ? whole : tokens;
+}
+
 /** Whole seconds, rounded up, of a millisecond duration. */
 export function ceilSeconds(ms: number): number {
   return Math.ceil(ms / 1000);

@@ -1,5 +1,5 @@
 import type { AlgorithmModel } from './algorithm.types.js';
-import { durationMs } from './conversions.js';
+import { durationMs, wholeIfNear } from './conversions.js';
 
 /** GCRA's stored state: its theoretical arrival time, as `at + backlog / rps`. */
 export interface GcraState {
@@ -24,7 +24,7 @@ export interface GcraState {
  * Mirrored line for line by `stores/redis/gcra.lua.ts`: change both together.
  */
 export const gcra: AlgorithmModel<GcraState> = {
-  current(state, now, { rps }) {
+  current(state, now, { rps, burst }) {
     if (state === undefined) return { backlog: 0, at: now };
     // A clock that goes backwards drains nothing, and `at` never moves back.
     const elapsed = Math.max(0, now - state.at);
@@ -32,7 +32,7 @@ export const gcra: AlgorithmModel<GcraState> = {
     // falls a rounding step short, so the state then is exactly an absent key's.
     const drained = elapsed >= durationMs(state.backlog, rps);
     return {
-      backlog: drained ? 0 : Math.max(0, state.backlog - (elapsed * rps) / 1000),
+      backlog: drained ? 0 : wholeIfNear(Math.max(0, state.backlog - (elapsed * rps) / 1000), burst),
       at: Math.max(state.at, now),
     };
   },

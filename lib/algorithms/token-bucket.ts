@@ -1,5 +1,5 @@
 import type { AlgorithmModel } from './algorithm.types.js';
-import { durationMs } from './conversions.js';
+import { durationMs, wholeIfNear } from './conversions.js';
 
 /** A token bucket's stored state. */
 export interface TokenBucketState {
@@ -27,7 +27,7 @@ export const tokenBucket: AlgorithmModel<TokenBucketState> = {
     // falls a rounding step short, so the state then is exactly an absent key's.
     const full = elapsed >= durationMs(burst - state.tokens, rps);
     return {
-      tokens: full ? burst : Math.min(burst, state.tokens + (elapsed * rps) / 1000),
+      tokens: full ? burst : wholeIfNear(Math.min(burst, state.tokens + (elapsed * rps) / 1000), burst),
       at: Math.max(state.at, now),
     };
   },

@@ -104,6 +104,21 @@ export const GCRA_CASES: Case[] = [
     ],
   },
   {
+    name: 'a drain that comes to a whole number of tokens is counted as that number',
+    limit: gc(2, 6),
+    steps: [
+      { at: 0, cost: 3, expect: { allowed: true, remaining: 3 } },
+      // backlog 3 - 0.264 + 3 = 5.736
+      { at: 132, cost: 3, expect: { allowed: true, remaining: 0 } },
+      // 5.736 - 1.98 + 1 = 4.756
+      { at: 1_122, expect: { allowed: true, remaining: 1 } },
+      // 4.756 - 2.756 is 2 (in doubles, 2.0000000000000004), + 1 = 3: three tokens left...
+      { at: 2_500, expect: { allowed: true, remaining: 3 } },
+      // ...so a cost of 3 fits exactly
+      { at: 2_500, cost: 3, expect: { allowed: true, remaining: 0 } },
+    ],
+  },
+  {
     name: '100000 a day',
     limit: gc(PER_DAY, 100_000),
     steps: [

@@ -103,6 +103,21 @@ export const LEAKY_BUCKET_CASES: Case[] = [
     ],
   },
   {
+    name: 'a drain that comes to a whole number of tokens is counted as that number',
+    limit: lb(2, 6),
+    steps: [
+      { at: 0, cost: 3, expect: { allowed: true, remaining: 3, delay: 0 } },
+      // queue 3 - 0.264 = 2.736: 1368 ms ahead
+      { at: 132, cost: 3, expect: { allowed: true, remaining: 0, delay: 1.368 } },
+      // queue 5.736 - 1.98 = 3.756: 1878 ms ahead
+      { at: 1_122, expect: { allowed: true, remaining: 1, delay: 1.878 } },
+      // queue 4.756 - 2.756 is 2 (in doubles, 2.0000000000000004): 1000 ms ahead, not 1001
+      { at: 2_500, expect: { allowed: true, remaining: 3, delay: 1 } },
+      // queue 3: a cost of 3 fits exactly
+      { at: 2_500, cost: 3, expect: { allowed: true, remaining: 0, delay: 1.5 } },
+    ],
+  },
+  {
     name: '100000 a day: a delay of up to a day',
     limit: lb(PER_DAY, 100_000),
     steps: [

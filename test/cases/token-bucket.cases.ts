@@ -27,6 +27,21 @@ export const TOKEN_BUCKET_CASES: Case[] = [
     ],
   },
   {
+    name: 'a refill that comes to a whole number of tokens is counted as that number',
+    limit: tb(2, 6),
+    steps: [
+      { at: 0, cost: 3, expect: { allowed: true, remaining: 3 } },
+      // 3 + 1.46 - 1 = 3.46
+      { at: 730, expect: { allowed: true, remaining: 3 } },
+      // 3.46 + 0.07 - 3 = 0.53
+      { at: 765, cost: 3, expect: { allowed: true, remaining: 0 } },
+      // 0.53 + 2.252 - 1 = 1.782
+      { at: 1_891, expect: { allowed: true, remaining: 1 } },
+      // 1.782 + 0.218 is 2 (in doubles, 1.9999999999999996): a cost of 2 fits exactly
+      { at: 2_000, cost: 2, expect: { allowed: true, remaining: 0 } },
+    ],
+  },
+  {
     name: 'a refill never goes above burst',
     limit: tb(10, 5),
     steps: [

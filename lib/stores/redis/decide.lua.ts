@@ -26,6 +26,13 @@ local function duration_ms(tokens, rps)
   return math.ceil((tokens * 1000) / rps)
 end
 
+-- algorithms/conversions.ts wholeIfNear
+local function whole_if_near(tokens, burst)
+  local whole = math.floor(tokens + 0.5)
+  if math.abs(tokens - whole) <= burst * 1e-9 then return whole end
+  return tokens
+end
+
 -- algorithms/conversions.ts windowMs
 local function window_ms(rps, burst)
   return math.max(1, math.floor((burst * 1000) / rps + 0.5))

@@ -25,7 +25,7 @@ function gcra.current(state, now, limit)
   -- a clock that goes backwards drains nothing, and at never moves back
   local elapsed = math.max(0, now - state.at)
   -- empty once the whole ms its key expires after have passed, even a rounding step short
-  local backlog = math.max(0, state.backlog - (elapsed * limit.rps) / 1000)
+  local backlog = whole_if_near(math.max(0, state.backlog - (elapsed * limit.rps) / 1000), limit.burst)
   if elapsed >= duration_ms(state.backlog, limit.rps) then backlog = 0 end
   return { backlog = backlog, at = math.max(state.at, now) }
 end

@@ -24,7 +24,7 @@ function token_bucket.current(state, now, limit)
   -- a clock that goes backwards adds nothing, and at never moves back
   local elapsed = math.max(0, now - state.at)
   -- full once the whole ms its key expires after have passed, even a rounding step short
-  local tokens = math.min(limit.burst, state.tokens + (elapsed * limit.rps) / 1000)
+  local tokens = whole_if_near(math.min(limit.burst, state.tokens + (elapsed * limit.rps) / 1000), limit.burst)
   if elapsed >= duration_ms(limit.burst - state.tokens, limit.rps) then tokens = limit.burst end
   return { tokens = tokens, at = math.max(state.at, now) }
 end
