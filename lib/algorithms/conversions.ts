@@ -12,8 +12,8 @@ export function durationMs(tokens: number, rps: number): number {
  * `elapsed * rps / 1000` leaves a few units of rounding in the last place (4.756 drained by
  * 2.756 gives 2.0000000000000004), and a backlog that far above a whole number would cost a
  * whole token in `remaining` and in every "does it fit" test. A billionth of the burst is far
- * above that rounding and far below anything a clock in ms can measure. Lua: `whole_if_near`,
- * the same expression.
+ * above that rounding, and as time a billionth of the bucket's fill time: under 1 ms for any
+ * bucket that fills in less than 11 days. Lua: `whole_if_near`, the same expression.
  */
 export function wholeIfNear(tokens: number, burst: number): number {
   const whole = Math.floor(tokens + 0.5);
