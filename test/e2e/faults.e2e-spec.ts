@@ -514,7 +514,7 @@ describe('faults under load (timeout 100 ms, the module makes the client from a 
     await pause(OUTAGE_MS);
     // The outage ends when the new server is started, not when this test first hears it answer:
     // the app's client may reconnect and be answered in between.
-    const restartingAt = performance.now();
+    const downUntil = performance.now();
     const restarted = await scenario.startServer(server.port);
     const answeredAt = performance.now();
     const recovery = await timeToCorrectLimiting(client, restarted, answeredAt, 'killed');
@@ -523,7 +523,7 @@ describe('faults under load (timeout 100 ms, the module makes the client from a 
     await scenario.quiesce();
 
     const outcomes = load.outcomes;
-    const outage = outcomes.filter((o) => o.started > killedAt && o.ended < restartingAt);
+    const outage = outcomes.filter((o) => o.started > killedAt && o.ended < downUntil);
     const firstAdmitted = outcomes.find((o) => o.started > answeredAt && o.status === 200);
     const replayed = await storedTotal(restarted, before);
     const afterLedger = await ledger(restarted, outcomes, after);
