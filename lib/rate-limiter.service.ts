@@ -84,6 +84,10 @@ export class RateLimiterService implements OnApplicationShutdown {
   async decide(requests: readonly RateLimitRequest[], charge: boolean): Promise<RateLimitDecision[]> {
     // The memory store answers synchronously and cannot hang: no deadline to keep.
     if (this.store instanceof MemoryStore) return this.store.decide(requests, charge);
+    // what the store knows without asking its server: taken even while the breaker is open,
+    // and no sign either way of the server's health (only real answers feed the breaker)
+    const known = charge ? this.store.cached?.(requests) : undefined;
+    if (known !== undefined) return known;
     if (!this.breaker.allow()) return this.fallback(requests, charge, new RateLimitStoreError(circuitOpen));
     const { timeout } = this.options;
     let decisions: RateLimitDecision[];

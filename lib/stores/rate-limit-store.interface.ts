@@ -55,6 +55,13 @@ export interface RateLimitStore {
    * nothing for a call that only reaches its server after that.
    */
   consume(requests: readonly RateLimitRequest[], timeoutMs?: number): Promise<RateLimitDecision[]>;
+  /**
+   * The decisions `consume` would give, when the store has them without asking its server (a
+   * remote store's remembered refusals), else `undefined`; it must not charge anything. The
+   * module asks before `consume`: such an answer is not bounded by `timeout`, works while the
+   * server is down, and says nothing of the server's health.
+   */
+  cached?(requests: readonly RateLimitRequest[]): RateLimitDecision[] | undefined;
   /** Decides without charging anything. */
   peek(requests: readonly RateLimitRequest[], timeoutMs?: number): Promise<RateLimitDecision[]>;
   /** Forgets the given buckets (they are full again). */

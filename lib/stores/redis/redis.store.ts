@@ -1,6 +1,6 @@
 import type { Cluster, Redis } from 'ioredis';
 import type { Outcome } from '../../algorithms/algorithm.types.js';
-import { invalidStoreOption } from '../../rate-limit.errors.js';
+import { invalidStoreOption, storeTimedOut } from '../../rate-limit.errors.js';
 import { toDecision } from '../decision.js';
 import { RateLimitStoreError } from '../rate-limit-store.error.js';
 import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from '../rate-limit-store.interface.js';
@@ -36,6 +36,11 @@ const OPTIONS = new Set<string>(['client', 'cacheRefusals', 'clock']);
 /** A call that runs this many timeouts after it was sent charges nothing. */
 const STALE_AFTER_TIMEOUTS = 2;
 /**
+ * How long the smallest offset between Redis's clock and the local one is kept, ms: then the
+ * next reply's is taken afresh, so that a clock that drifts or is stepped is followed.
+ */
+const OFFSET_KEPT_MS = 1_000;
+/**
  * Most bucket keys one decide call carries; a batch that reaches it is sent at once. Bounds how
  * long one call holds Redis (a few µs per key) and how big its reply is.
  */
@@ -55,9 +60,15 @@ interface Batch {
 }
 
 /** A script's answer for one request: per policy, an outcome and the time its state is as of. */
-interface Reply {
+interface Parsed {
   outcomes: Outcome[];
   at: number[];
+}
+
+/** A decide call's answer for one request. */
+interface Reply extends Parsed {
+  /** When Redis decided, on the local clock, at the earliest (ms): Redis's time less the offset. */
+  decidedAt: number;
 }
 
 /**
@@ -84,10 +95,16 @@ export class RedisStore implements RateLimitStore {
   private readonly refundScript: ScriptCommand;
   private readonly cluster: boolean;
   private readonly refused: RefusedCache | undefined;
-  /** Calls in flight on contended keys (see `RefusedCache.contended`), by key. */
-  private readonly gates = new Map<string, Promise<void>>();
-  /** Per hash slot, Redis's clock minus the local one, ms, at least, from the last reply (NaN: none yet). */
+  /** Calls in flight on contended keys (see `RefusedCache.contended`), by key: each settles once its answer is cached. */
+  private readonly flights = new Map<string, Promise<void>>();
+  /**
+   * Per hash slot, Redis's clock minus the local one, ms, at least: the smallest a reply showed
+   * within `OFFSET_KEPT_MS` (NaN: no reply yet). A reply shows Redis's clock when it decided
+   * against the local clock before the call was sent, which is never more than Redis's own.
+   */
   private readonly offsets: Float64Array;
+  /** Per hash slot, when `offsets` was last taken afresh (local ms). */
+  private readonly offsetsTakenAt: Float64Array;
   /** Requests not yet sent, by hash slot (0 on a single Redis). */
   private readonly batches = new Map<number, Batch>();
 
@@ -113,6 +130,7 @@ export class RedisStore implements RateLimitStore {
     this.cluster = (this.client as Cluster).isCluster === true;
     this.refused = options.cacheRefusals === false ? undefined : new RefusedCache();
     this.offsets = new Float64Array(this.cluster ? HASH_SLOTS : 1).fill(NaN);
+    this.offsetsTakenAt = new Float64Array(this.offsets.length);
     this.decideScript = this.script(DECIDE, DECIDE_LUA);
     this.refundScript = this.script(REFUND, REFUND_LUA);
   }
@@ -135,41 +153,73 @@ export class RedisStore implements RateLimitStore {
     this.refused?.clear();
   }
 
+  /**
+   * The decisions for a charge that Redis would certainly refuse, from what it answered before
+   * (see `RefusedCache`), without a call; `undefined` when a call is needed. The module asks this
+   * before `consume`: such an answer takes no time and says nothing of Redis's health.
+   */
+  cached(requests: readonly RateLimitRequest[]): RateLimitDecision[] | undefined {
+    const outcomes = this.refused?.lookup(requests, this.localNow());
+    return outcomes === undefined ? undefined : requests.map((request, i) => toDecision(request, outcomes[i]));
+  }
+
   private async call(requests: readonly RateLimitRequest[], charge: boolean, timeoutMs?: number): Promise<RateLimitDecision[]> {
     if (requests.length === 0) return [];
+    // the caller's timeout counts from here, and so does the deadline Redis gets
+    const askedAt = this.localNow();
     const cache = charge ? this.refused : undefined;
-    let gate: { key: string; open: () => void } | undefined;
-    while (cache) {
-      const cached = cache.lookup(requests, this.localNow());
-      if (cached !== undefined) return requests.map((request, i) => toDecision(request, cached[i]));
-      // a key whose refusal just ran out: one call at a time, the others wait and look again
-      const key = cache.contended(requests, this.localNow());
-      if (key === undefined) break;
-      const busy = this.gates.get(key);
-      if (busy === undefined) {
-        let open!: () => void;
-        this.gates.set(key, new Promise<void>((resolve) => (open = resolve)));
-        gate = { key, open };
-        break;
+    let contended = false;
+    if (cache !== undefined) {
+      const known = this.cached(requests);
+      if (known !== undefined) return known;
+      contended = cache.contended(requests, askedAt);
+      const flight = contended ? this.inFlight(requests) : undefined;
+      if (flight !== undefined) {
+        // A flood on these buckets: a call on them is on its way, and it most likely leaves
+        // nothing for this request. Its answer comes sooner than a call of our own would, so
+        // wait for it (once) and look again, with the others that waited: those the buckets can
+        // hold go to Redis together, the rest are refused here.
+        await flight;
+        const now = this.localNow();
+        const outcomes = cache.lookupTogether(requests, now);
+        if (outcomes !== undefined) return requests.map((request, i) => toDecision(request, outcomes[i]));
+        // the caller has had its failMode answer: sending now would charge a request already answered
+        if (timeoutMs !== undefined && now - askedAt >= timeoutMs) throw new RateLimitStoreError(storeTimedOut(timeoutMs));
       }
-      await busy;
     }
+    const landed = contended ? this.fly(requests) : undefined;
     try {
-      const sentAt = this.localNow();
       // a single Redis (or Sentinel) takes every key in one call: no slots to work out
       const groups = this.cluster ? this.bySlot(requests.map((request) => request.key)) : undefined;
-      const outcomes =
+      const { outcomes, decidedAt } =
         groups === undefined || groups.size === 1
-          ? (await this.decide(requests, charge, groups?.keys().next().value ?? 0, sentAt, timeoutMs)).outcomes
-          : await this.acrossSlots(requests, groups, charge, sentAt, timeoutMs);
-      cache?.remember(requests, outcomes, sentAt);
+          ? await this.decide(requests, charge, groups?.keys().next().value ?? 0, askedAt, timeoutMs)
+          : await this.acrossSlots(requests, groups, charge, askedAt, timeoutMs);
+      cache?.remember(requests, outcomes, decidedAt);
       return requests.map((request, i) => toDecision(request, outcomes[i]));
     } finally {
-      if (gate) {
-        this.gates.delete(gate.key);
-        gate.open();
-      }
+      landed?.();
     }
+  }
+
+  /** A call in flight on one of these keys, if any. */
+  private inFlight(requests: readonly RateLimitRequest[]): Promise<void> | undefined {
+    for (const { key } of requests) {
+      const flight = this.flights.get(key);
+      if (flight !== undefined) return flight;
+    }
+    return undefined;
+  }
+
+  /** Marks a call on these keys as in flight; the function returned lands it. */
+  private fly(requests: readonly RateLimitRequest[]): () => void {
+    let land!: () => void;
+    const flight = new Promise<void>((resolve) => (land = resolve));
+    for (const { key } of requests) this.flights.set(key, flight);
+    return () => {
+      for (const { key } of requests) if (this.flights.get(key) === flight) this.flights.delete(key);
+      land();
+    };
   }
 
   /**
@@ -182,17 +232,19 @@ export class RedisStore implements RateLimitStore {
     charge: boolean,
     sentAt: number,
     timeoutMs?: number,
-  ): Promise<Outcome[]> {
+  ): Promise<{ outcomes: Outcome[]; decidedAt: number }> {
     const slots = [...groups];
     const settled = await Promise.allSettled(
       slots.map(([slot, group]) => this.decide(group.map((i) => requests[i]), charge, slot, sentAt, timeoutMs)),
     );
     const outcomes: Outcome[] = new Array(requests.length);
     let allowed = true;
+    let decidedAt = Infinity;
     settled.forEach((result, k) => {
       if (result.status === 'rejected') return void (allowed = false);
       slots[k][1].forEach((i, j) => (outcomes[i] = result.value.outcomes[j]));
       allowed &&= result.value.outcomes.every((outcome) => outcome.allowed);
+      decidedAt = Math.min(decidedAt, result.value.decidedAt);
     });
     if (charge && !allowed) {
       await Promise.all(
@@ -206,7 +258,7 @@ export class RedisStore implements RateLimitStore {
     }
     const failed = settled.find((result) => result.status === 'rejected');
     if (failed) throw failed.reason;
-    return outcomes;
+    return { outcomes, decidedAt };
   }
 
   /**
@@ -254,22 +306,22 @@ export class RedisStore implements RateLimitStore {
       for (const { reject } of batch.waiting) reject(error);
       return;
     }
-    // Redis ran the script after sending it, so this is at least Redis's clock minus ours
-    this.offsets[slot] = raw[raw.length - 1] - sentAt;
+    const redisNow = raw[raw.length - 1];
+    const decidedAt = redisNow - this.learnOffset(slot, redisNow - sentAt, sentAt);
     let at = 0;
     for (const { count, resolve } of batch.waiting) {
       if (raw[at] === 0) {
         resolve(undefined);
         at += 1;
       } else {
-        resolve(parse(raw, at + 1, count));
+        resolve({ ...parse(raw, at + 1, count), decidedAt });
         at += 1 + count * REPLY_WIDTH;
       }
     }
   }
 
   /** Gives back what a decide call charged for requests of one hash slot (`at` from its reply). */
-  private async refund(requests: readonly RateLimitRequest[], at: readonly number[]): Promise<Reply> {
+  private async refund(requests: readonly RateLimitRequest[], at: readonly number[]): Promise<Parsed> {
     const args: string[] = [this.clock ? String(this.clock()) : ''];
     requests.forEach(({ limit, cost }, i) => {
       args.push(limit.algorithm, String(limit.rps), String(limit.burst), String(cost), String(at[i]));
@@ -279,10 +331,24 @@ export class RedisStore implements RateLimitStore {
   }
 
   /**
+   * Takes in Redis's clock minus the local one as a reply from `slot` showed it (`sample`, at
+   * local time `now`), and returns the offset to use: the smallest of the last `OFFSET_KEPT_MS`.
+   * Each sample is at least the true offset (Redis decided after the call was sent), so the
+   * smallest is the closest, and never less than it while the two clocks keep their pace.
+   */
+  private learnOffset(slot: number, sample: number, now: number): number {
+    if (!(this.offsets[slot] <= sample) || now - this.offsetsTakenAt[slot] >= OFFSET_KEPT_MS) {
+      this.offsets[slot] = sample;
+      this.offsetsTakenAt[slot] = now;
+    }
+    return this.offsets[slot];
+  }
+
+  /**
    * The time on Redis's clock after which a call sent at `sentAt` is surely of no use: its
    * caller stopped waiting `timeoutMs` after sending, and a busy event loop may notice that
-   * late, so the deadline is twice that. Redis's clock is estimated from the last reply: its time
-   * against when that call was sent, which is never behind Redis's own, so the deadline is never
+   * late, so the deadline is twice that. Redis's clock is estimated from the replies: the offset
+   * they show is never less than Redis's own, so the deadline is never
    * early, however late a reply is read. A call run between the two charges for a request that
    * got its failMode outcome: fewer admissions, never more. '' before a reply, or with a test clock.
    */
@@ -330,7 +396,7 @@ export class RedisStore implements RateLimitStore {
 }
 
 /** `count` policies' outcomes from a script reply, `REPLY_WIDTH` numbers each from `start`. */
-function parse(raw: readonly number[], start: number, count: number): Reply {
+function parse(raw: readonly number[], start: number, count: number): Parsed {
   const outcomes: Outcome[] = [];
   const at: number[] = [];
   for (let i = 0; i < count; i++) {

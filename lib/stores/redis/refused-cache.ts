@@ -1,15 +1,29 @@
-import type { Outcome } from '../../algorithms/algorithm.types.js';
+import type { Algorithm, Outcome } from '../../algorithms/algorithm.types.js';
 import type { RateLimitRequest } from '../rate-limit-store.interface.js';
 
-/** One refused request as Redis answered it. */
+/** What Redis last said of a request, as far as a request like it is certainly refused. */
 interface Refusal {
-  /** Local time the call was sent, ms: Redis decided no earlier. */
-  sentAt: number;
+  /** Local time Redis decided, ms, at the earliest: what it reported is aged from here. */
+  decidedAt: number;
   /** Local time until which a request like it is certainly refused, ms. */
   until: number;
-  /** Every policy of the request, by bucket key: its rate, burst, cost and outcome. */
-  policies: Map<string, { rps: number; burst: number; cost: number; outcome: Outcome }>;
+  /** Every policy of the request, by bucket key: its limit, cost and outcome. */
+  policies: Map<string, Policy>;
+  /** Requests let through to Redis together since this answer came (see `lookupTogether`). */
+  letThrough: number;
 }
+
+/** One policy of a remembered request. */
+interface Policy {
+  algorithm: Algorithm;
+  rps: number;
+  burst: number;
+  cost: number;
+  outcome: Outcome;
+}
+
+/** Algorithms whose quota comes back no faster than `rps`; the others may bring back all of it at once. */
+const STEADY: ReadonlySet<Algorithm> = new Set<Algorithm>(['token_bucket', 'gcra', 'leaky_bucket']);
 
 /** Most refused keys remembered; the oldest go first. */
 const MAX_KEYS = 10_000;
@@ -24,18 +38,22 @@ const LINGER_MS = 1_000;
 const MAX_AGE_MS = 5_000;
 
 /**
- * Refusals Redis gave, so that a flood from a refused client costs no Redis call per request.
+ * What Redis answered about buckets with no quota left, so that a flood from a client over its
+ * limit costs no Redis call per refused request.
  *
  * Sound because quota only comes back with time: when Redis says a request of `cost` fits in
  * `retryMs`, a request of the same cost on the same buckets cannot fit before then (what other
- * instances charge meanwhile only takes more), less the 1 ms a wait's rounding up may add. The wait counts from when the call was sent,
- * which is no later than when Redis decided, so a refusal is never reused for longer than Redis
- * would refuse. Only a `reset` brings quota back early: the store forgets its own resets' keys;
- * another instance's reset is seen once the cached refusal has run out.
+ * instances charge meanwhile only takes more), less the 1 ms a wait's rounding up may add. An
+ * admitted request teaches as much: when it left fewer whole tokens than its cost, the next one
+ * like it cannot fit before `nextMs`, the time until one more whole token. The wait counts from
+ * when Redis decided, as the local clock saw it at the earliest (see `RedisStore`), so a refusal
+ * is never reused for longer than Redis would refuse. Only a `reset` brings quota back early: the
+ * store forgets its own resets' keys; another instance's reset is seen once the cached refusal
+ * has run out.
  *
  * A request is answered from here only when one of its keys is cached as refused and every
- * policy of the request, with the same limit and cost, was part of that refused request, so the
- * answer carries every policy's headers.
+ * policy of the request, with the same limit and cost, was part of the request Redis answered,
+ * so the answer carries every policy's headers.
  */
 export class RefusedCache {
   private readonly refusals = new Map<string, Refusal>();
@@ -49,51 +67,83 @@ export class RefusedCache {
         if (now >= refusal.until + LINGER_MS) this.refusals.delete(request.key);
         continue;
       }
-      const outcomes = this.replay(refusal, requests, now - refusal.sentAt);
+      const outcomes = this.replay(refusal, requests, now - refusal.decidedAt);
       if (outcomes !== undefined) return outcomes;
     }
     return undefined;
   }
 
-  /** Remembers each refusing policy of a request Redis refused, sent at local time `sentAt`. */
-  remember(requests: readonly RateLimitRequest[], outcomes: readonly Outcome[], sentAt: number): void {
-    if (outcomes.every((outcome) => outcome.allowed)) {
-      // charged: a refusal of these keys is over (and its remaining stale); it lingers as a mark
-      for (const { key } of requests) {
-        const refusal = this.refusals.get(key);
-        if (refusal !== undefined && refusal.until > sentAt) refusal.until = sentAt;
-      }
-      return;
+  /**
+   * Like `lookup`, for requests that waited for one call on their buckets and are let go together
+   * when its answer came, so that those sent go to Redis in one call and are decided in turn at
+   * one instant: there, the requests after the first `room` of them like it cannot fit, whatever
+   * the others do, where `room` is how many of them the buckets can hold by `now` at the most.
+   * Each call that finds room counts as let through; the rest get refused outcomes.
+   */
+  lookupTogether(requests: readonly RateLimitRequest[], now: number): Outcome[] | undefined {
+    const cached = this.lookup(requests, now);
+    if (cached !== undefined) return cached;
+    const refusal = this.refusals.get(requests[0].key);
+    if (refusal === undefined) return undefined;
+    const elapsed = now - refusal.decidedAt;
+    const rooms: number[] = [];
+    for (const { key, limit, cost } of requests) {
+      const policy = refusal.policies.get(key);
+      if (policy === undefined || !sameAs(policy, limit, cost)) return undefined;
+      rooms.push(room(policy, elapsed));
     }
-    let refusal: Refusal | undefined;
-    outcomes.forEach((outcome, i) => {
-      if (outcome.allowed) return;
-      refusal ??= {
-        sentAt,
-        until: sentAt,
-        policies: new Map(
-          requests.map(({ key, limit, cost }, j) => [key, { rps: limit.rps, burst: limit.burst, cost, outcome: outcomes[j] }]),
-        ),
-      };
-      const until = sentAt + (outcome.retryMs < 0 ? MAX_AGE_MS : Math.min(outcome.retryMs - ROUNDING_MS, MAX_AGE_MS));
-      const key = requests[i].key;
-      this.refusals.delete(key); // re-inserted last: the Map's order is the eviction order
-      this.refusals.set(key, { ...refusal, until });
-      if (this.refusals.size > MAX_KEYS) this.refusals.delete(this.refusals.keys().next().value as string);
+    if (refusal.letThrough < Math.min(...rooms)) {
+      refusal.letThrough++;
+      return undefined;
+    }
+    return requests.map(({ key }, i) => {
+      const outcome = agedOutcome(refusal.policies.get(key)!.outcome, elapsed);
+      // how long is not known, only "not now": 1 ms, which a decision rounds up to Redis's least, 1 s
+      return rooms[i] > refusal.letThrough ? outcome : { ...outcome, allowed: false, retryMs: Math.max(1, outcome.retryMs) };
     });
   }
 
   /**
-   * A key of `requests` whose refusal ran out less than a second ago, at local time `now`: a
-   * flood may still be on it, so its next Redis call is best made one at a time, each caller
-   * waiting for the call before it and looking here again (see `RedisStore`).
+   * Learns from a charging request Redis decided at local time `decidedAt` (at the earliest):
+   * each of its keys that a request like it cannot pass for a while is remembered until then; a
+   * key it passed (quota was there) is no longer refused.
    */
-  contended(requests: readonly RateLimitRequest[], now: number): string | undefined {
+  remember(requests: readonly RateLimitRequest[], outcomes: readonly Outcome[], decidedAt: number): void {
+    const charged = outcomes.every((outcome) => outcome.allowed);
+    let policies: Refusal['policies'] | undefined;
+    for (let i = 0; i < requests.length; i++) {
+      const { key, cost } = requests[i];
+      const wait = waitAfter(outcomes[i], cost, charged);
+      if (wait === 0) {
+        // quota was there: a refusal of this key is over (and its remaining stale); it lingers as a mark
+        const refusal = this.refusals.get(key);
+        if (refusal !== undefined && refusal.until > decidedAt) refusal.until = decidedAt;
+        continue;
+      }
+      policies ??= new Map(
+        requests.map(({ key, limit, cost }, j) => [
+          key,
+          { algorithm: limit.algorithm, rps: limit.rps, burst: limit.burst, cost, outcome: asRefused(outcomes[j], cost, charged) },
+        ]),
+      );
+      const until = decidedAt + (wait < 0 ? MAX_AGE_MS : Math.min(wait - ROUNDING_MS, MAX_AGE_MS));
+      this.refusals.delete(key); // re-inserted last: the Map's order is the eviction order
+      this.refusals.set(key, { decidedAt, until, policies, letThrough: 0 });
+      if (this.refusals.size > MAX_KEYS) this.refusals.delete(this.refusals.keys().next().value as string);
+    }
+  }
+
+  /**
+   * Whether a key of `requests` has been refused up to less than a second before local time
+   * `now` (or still is): a flood may be on it, so a call on it in flight is worth waiting for
+   * rather than sending another (see `RedisStore`).
+   */
+  contended(requests: readonly RateLimitRequest[], now: number): boolean {
     for (const { key } of requests) {
       const refusal = this.refusals.get(key);
-      if (refusal !== undefined && now < refusal.until + LINGER_MS) return key;
+      if (refusal !== undefined && now < refusal.until + LINGER_MS) return true;
     }
-    return undefined;
+    return false;
   }
 
   /** Forgets refusals of these keys (their buckets were reset). */
@@ -110,20 +160,52 @@ export class RefusedCache {
     const outcomes: Outcome[] = [];
     for (const { key, limit, cost } of requests) {
       const policy = refusal.policies.get(key);
-      if (policy === undefined || policy.rps !== limit.rps || policy.burst !== limit.burst || policy.cost !== cost) {
-        return undefined;
-      }
-      outcomes.push(aged(policy.outcome, elapsed));
+      if (policy === undefined || !sameAs(policy, limit, cost)) return undefined;
+      outcomes.push(agedOutcome(policy.outcome, elapsed));
     }
     return outcomes;
   }
 }
 
 /**
+ * Milliseconds from the decision until a request like this one (same cost) can pass the policy,
+ * at the least: 0 when it could pass at once, -1 when it never can. A refused policy says so
+ * itself. After a charge, a policy that left `remaining` whole tokens surely refuses a cost of
+ * `remaining + 1` or more until one more whole token is there (`nextMs`); a cost below that may
+ * fit in the fraction of a token left.
+ */
+function waitAfter(outcome: Outcome, cost: number, charged: boolean): number {
+  if (!outcome.allowed) return outcome.retryMs;
+  return charged && cost >= outcome.remaining + 1 ? outcome.nextMs : 0;
+}
+
+/** The outcome a request like this one gets from the policy at the decision: refused while `waitAfter` says so. */
+function asRefused(outcome: Outcome, cost: number, charged: boolean): Outcome {
+  const retryMs = waitAfter(outcome, cost, charged);
+  return { ...outcome, allowed: retryMs === 0, retryMs, delayMs: 0 };
+}
+
+/** Whether a remembered policy is the one a request has now. */
+function sameAs(policy: Policy, limit: RateLimitRequest['limit'], cost: number): boolean {
+  return policy.algorithm === limit.algorithm && policy.rps === limit.rps && policy.burst === limit.burst && policy.cost === cost;
+}
+
+/**
+ * How many requests of the policy's cost its bucket can hold `elapsed` ms after the decision, at
+ * the most. Before `nextMs` (less the rounding) it holds fewer than `remaining + 1` tokens; then
+ * a bucket that refills at `rps` gains no faster, and any other may be full.
+ */
+function room({ algorithm, rps, burst, cost, outcome: { remaining, nextMs } }: Policy, elapsed: number): number {
+  if (elapsed < nextMs - ROUNDING_MS) return Math.ceil((remaining + 1) / cost) - 1;
+  const tokens = STEADY.has(algorithm) ? Math.min(burst, remaining + 1 + ((elapsed - nextMs + ROUNDING_MS) * rps) / 1000) : burst;
+  return Math.floor(tokens / cost);
+}
+
+/**
  * An outcome `elapsed` ms later, as far as time alone changes it: the wait less the time passed
  * and the rounding, so never longer than Redis's own; remaining as it was.
  */
-function aged(outcome: Outcome, elapsed: number): Outcome {
+function agedOutcome(outcome: Outcome, elapsed: number): Outcome {
   const retryMs = outcome.retryMs <= 0 ? outcome.retryMs : Math.max(0, outcome.retryMs - ROUNDING_MS - elapsed);
   return {
     allowed: outcome.allowed || retryMs === 0,
