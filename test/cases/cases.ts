@@ -46,3 +46,24 @@ export function longestTtlMs(limit: Limit): number {
       return Math.ceil((limit.burst * 1000) / limit.rps);
   }
 }
+
+/** A budget of 1e9 tokens per 30 days: `limit: 1e9, window: '30d'`, 125/324 token per ms. */
+export const MONTHLY_BILLION_RPS = 1e9 / (30 * 86_400);
+
+/**
+ * The 1e9-token monthly budget spent at once, then one request every 2 ms for 10 s: each step
+ * expects exactly what fits. A token comes back every 324/125 = 2.592 ms, so the request at t ms
+ * is admitted when floor(t * 125 / 324) whole tokens have come back since the budget was spent
+ * and fewer were taken (integers, worked out exactly): 3,858 of the 5,000, where a tolerance that
+ * grows with burst (a billionth of 1e9 is a whole token) once rounded every refill up to one.
+ */
+export function monthlyBillionSteps(): Step[] {
+  const steps: Step[] = [{ at: 0, cost: 1e9, expect: { allowed: true, remaining: 0 } }];
+  let admitted = 0;
+  for (let at = 2; at <= 10_000; at += 2) {
+    const allowed = Math.floor((at * 125) / 324) > admitted;
+    if (allowed) admitted++;
+    steps.push({ at, expect: { allowed, remaining: 0 } });
+  }
+  return steps;
+}

@@ -1,5 +1,5 @@
 import type { Limit } from '../../lib/algorithms/algorithm.types.js';
-import type { Case, Step } from './cases.js';
+import { type Case, monthlyBillionSteps, MONTHLY_BILLION_RPS, type Step } from './cases.js';
 
 const gc = (rps: number, burst: number): Limit => ({ algorithm: 'gcra', rps, burst });
 
@@ -152,5 +152,10 @@ export const GCRA_CASES: Case[] = [
       // backlog 50 - 10 = 40, then 41
       { at: 1_000, expect: { allowed: true, remaining: 9 } },
     ],
+  },
+  {
+    name: '1e9 tokens a month, spent, then a request every 2 ms for 10 s: exactly what comes back (3,858) is admitted',
+    limit: gc(MONTHLY_BILLION_RPS, 1e9),
+    steps: monthlyBillionSteps(),
   },
 ];

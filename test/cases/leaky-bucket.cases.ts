@@ -1,5 +1,5 @@
 import type { Limit } from '../../lib/algorithms/algorithm.types.js';
-import type { Case } from './cases.js';
+import { type Case, monthlyBillionSteps, MONTHLY_BILLION_RPS } from './cases.js';
 
 const lb = (rps: number, burst: number): Limit => ({ algorithm: 'leaky_bucket', rps, burst });
 
@@ -144,5 +144,10 @@ export const LEAKY_BUCKET_CASES: Case[] = [
       { at: 0, expect: { allowed: false, remaining: 0, retryAfter: 1, delay: 0 } },
       { at: 1, expect: { allowed: true, remaining: 999, delay: 0 } },
     ],
+  },
+  {
+    name: '1e9 tokens a month, spent, then a request every 2 ms for 10 s: exactly what comes back (3,858) is admitted',
+    limit: lb(MONTHLY_BILLION_RPS, 1e9),
+    steps: monthlyBillionSteps(),
   },
 ];

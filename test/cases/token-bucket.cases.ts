@@ -1,5 +1,5 @@
 import type { Limit } from '../../lib/algorithms/algorithm.types.js';
-import type { Case, Step } from './cases.js';
+import { type Case, monthlyBillionSteps, MONTHLY_BILLION_RPS, type Step } from './cases.js';
 
 const tb = (rps: number, burst: number): Limit => ({ algorithm: 'token_bucket', rps, burst });
 
@@ -109,5 +109,10 @@ export const TOKEN_BUCKET_CASES: Case[] = [
       { at: 0, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
       { at: 1_000, expect: { allowed: true, remaining: 9 } },
     ],
+  },
+  {
+    name: '1e9 tokens a month, spent, then a request every 2 ms for 10 s: exactly what comes back (3,858) is admitted',
+    limit: tb(MONTHLY_BILLION_RPS, 1e9),
+    steps: monthlyBillionSteps(),
   },
 ];

@@ -2,7 +2,7 @@ import { ALGORITHMS, type Held, type Limit } from '../../lib/algorithms/algorith
 import { decideAll, expiresAt, MODELS } from '../../lib/algorithms/decide.js';
 import { tokenBucket } from '../../lib/algorithms/token-bucket.js';
 import { toDecision } from '../../lib/stores/decision.js';
-import { CASE_EPOCH, CASES, limitOf, longestTtlMs } from '../cases/index.js';
+import { CASE_EPOCH, CASES, limitOf, longestTtlMs, monthlyBillionSteps } from '../cases/index.js';
 
 describe.each(CASES)('%s (pure, fixed instants)', (_algorithm, cases) => {
   describe.each(cases)('$name', ({ limit, steps }) => {
@@ -75,5 +75,14 @@ describe('tokenBucket', () => {
     expect(expiresAt(tokenBucket, { tokens: 0, at: 0 }, limit)).toBe(5_000);
     expect(expiresAt(tokenBucket, { tokens: 49.5, at: 0 }, limit)).toBe(50);
     expect(expiresAt(tokenBucket, { tokens: 50, at: 0 }, limit)).toBe(1);
+  });
+});
+
+describe('the 1e9-a-month table rows', () => {
+  it('expect 3,858 of the 5,000 requests after the spend: 10 s of 1e9 / 2,592,000 tokens a second', () => {
+    const [spend, ...rest] = monthlyBillionSteps();
+    expect(spend.cost).toBe(1e9);
+    expect(rest).toHaveLength(5_000);
+    expect(rest.filter((step) => step.expect.allowed).length).toBe(Math.floor((10 * 1e9) / 2_592_000));
   });
 });

@@ -26,10 +26,13 @@ local function duration_ms(tokens, rps)
   return math.ceil((tokens * 1000) / rps)
 end
 
+-- algorithms/conversions.ts WHOLE_TOLERANCE: 256 * Number.EPSILON, 2^-44 (exact, as in JS)
+local WHOLE_TOLERANCE = 256 * 2 ^ (-52)
+
 -- algorithms/conversions.ts wholeIfNear
 local function whole_if_near(tokens, burst)
   local whole = math.floor(tokens + 0.5)
-  if math.abs(tokens - whole) <= burst * 1e-9 then return whole end
+  if math.abs(tokens - whole) <= burst * WHOLE_TOLERANCE then return whole end
   return tokens
 end
 
