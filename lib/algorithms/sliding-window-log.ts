@@ -31,6 +31,8 @@ export const slidingWindowLog: AlgorithmModel<SlidingWindowLogState> = {
     const cutoff = at - windowMs(rps, burst);
     let expired = 0;
     while (expired < times.length && times[expired] <= cutoff) expired++;
+    // A log written under a larger limit (the limit was lowered) keeps its newest `burst` entries.
+    expired = Math.max(expired, times.length - burst);
     return { times: expired === 0 ? times : times.slice(expired), at };
   },
 

@@ -6,6 +6,11 @@ import type { RateLimitDecision } from '../../lib/stores/rate-limit-store.interf
 export interface Step {
   at: number;
   cost?: number;
+  /**
+   * The limit this request is decided under, when not the case's (the policy changed between
+   * deploys and the bucket outlived the change). The same algorithm, so the same key.
+   */
+  limit?: Limit;
   expect: Partial<Omit<RateLimitDecision, 'policy' | 'limit'>>;
 }
 

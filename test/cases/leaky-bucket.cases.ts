@@ -150,4 +150,15 @@ export const LEAKY_BUCKET_CASES: Case[] = [
     limit: lb(MONTHLY_BILLION_RPS, 1e9),
     steps: monthlyBillionSteps(),
   },
+  {
+    name: 'a queue written under a larger burst is the smaller burst when the limit is lowered',
+    limit: lb(10, 100),
+    steps: [
+      { at: 0, cost: 100, expect: { allowed: true, remaining: 0, fullAfter: 10 } },
+      // a queue of 100 is 80 more than a queue of 20 holds: full, one leaves in 100 ms
+      { at: 0, limit: lb(10, 20), expect: { allowed: false, remaining: 0, retryAfter: 1, resetAfter: 1, fullAfter: 2, delay: 0 } },
+      // 19 ahead, 1.9 s
+      { at: 100, limit: lb(10, 20), expect: { allowed: true, remaining: 0, fullAfter: 2, delay: 1.9 } },
+    ],
+  },
 ];

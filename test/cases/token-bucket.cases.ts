@@ -115,4 +115,15 @@ export const TOKEN_BUCKET_CASES: Case[] = [
     limit: tb(MONTHLY_BILLION_RPS, 1e9),
     steps: monthlyBillionSteps(),
   },
+  {
+    name: 'a bucket filled under a larger burst holds the smaller one when the limit is lowered',
+    limit: tb(10, 100),
+    steps: [
+      { at: 0, cost: 10, expect: { allowed: true, remaining: 90 } },
+      // 90 tokens, 20 at most under 20 at 0.5 a second
+      { at: 0, limit: tb(0.5, 20), expect: { allowed: true, remaining: 19, resetAfter: 2, fullAfter: 2 } },
+      { at: 0, limit: tb(0.5, 20), cost: 19, expect: { allowed: true, remaining: 0, fullAfter: 40 } },
+      { at: 0, limit: tb(0.5, 20), expect: { allowed: false, remaining: 0, retryAfter: 2, fullAfter: 40 } },
+    ],
+  },
 ];
