@@ -3,10 +3,10 @@
  * function, line for line. Change both together; the table of cases runs against both.
  *
  * Stored as a sorted set, one member per token, scored by the time it was taken (integer ms).
- * Members are `<time>:<n>`, n counting the entries at that time, so they stay unique. Where the
- * pure model holds the live entries in `times`, the state here holds the key, how many expired
- * entries come first in the set and how many live ones follow, and reads the set when it needs
- * an entry.
+ * Members are `<time>:<n>`, n counting the entries at that time, so they stay unique. As the
+ * pure model's state is a range (`head`, `count`) of an array whose entries before `head` are
+ * skipped, the state here holds the key, how many entries come first in the set and are skipped
+ * (expired, or beyond the limit), and how many follow, and reads the set when it needs an entry.
  */
 export const SLIDING_WINDOW_LOG_LUA = `
 local sliding_window_log = {}
