@@ -24,7 +24,7 @@ export interface Case {
 /**
  * The instant a case's `at: 0` stands for: a whole number of days (so every window that
  * divides a day starts on it) and decades ahead of the real clock. Redis expires keys on its
- * own clock at the absolute time the script sets (PXAT), so a pinned test clock must lie in
+ * own clock at the absolute time the script sets (PEXPIREAT), so a pinned test clock must lie in
  * the future or its keys would vanish as soon as they are written.
  */
 export const CASE_EPOCH = 46_300 * 86_400_000;
