@@ -16,14 +16,11 @@ export const MIN_REDIS_VERSION = '6.0.0';
  * @example redisVersionProblem(await client.info('server')) // undefined on Redis 7.0.15
  */
 export function redisVersionProblem(info: string): string | undefined {
-  const match = /^redis_version:(\d+)\.(\d+)\.(\d+)(\S*)/m.exec(info);
+  // '7.0.15', or with a suffix ('6.2.0-rc1'): its three numbers decide
+  const match = /^redis_version:((\d+)\.(\d+)\.(\d+)\S*)/m.exec(info);
   if (match === null) return undefined;
-  const version = match.slice(1, 4).map(Number);
+  const version = match.slice(2, 5).map(Number);
   const minimum = MIN_REDIS_VERSION.split('.').map(Number);
-  for (let i = 0; i < 3; i++) {
-    if (version[i] !== minimum[i]) {
-      return version[i] < minimum[i] ? redisTooOld(match.slice(1, 4).join('.') + match[4], MIN_REDIS_VERSION) : undefined;
-    }
-  }
-  return undefined;
+  const older = version.findIndex((part, i) => part !== minimum[i]);
+  return older >= 0 && version[older] < minimum[older] ? redisTooOld(match[1], MIN_REDIS_VERSION) : undefined;
 }
