@@ -249,7 +249,7 @@ function redisReplayer(redis: Redis, limit: Limit): RedisReplayer {
  * What `limit` costs in Redis: `MEMORY USAGE` of one key filled to its limit, then the first
  * `REDIS_REQUESTS` of `trace` replayed `REDIS_ROUNDS` times. The replays run on the trace's
  * clock, started at the next window boundary of the real time, so that windows fall as they do
- * in memory and the keys' expiry times (PXAT) lie ahead of Redis's own clock.
+ * in memory and the keys' expiry times (PEXPIREAT) lie ahead of Redis's own clock.
  */
 async function measureRedis(redis: Redis, limit: Limit, trace: readonly Arrival[], inMemory: Replay): Promise<RedisCost> {
   const replayer = redisReplayer(redis, limit);

@@ -8,16 +8,28 @@ export function durationMs(tokens: number, rps: number): number {
 }
 
 /**
- * `tokens`, or the whole number it lies within a billionth of `burst` of. A drain or refill by
- * `elapsed * rps / 1000` leaves a few units of rounding in the last place (4.756 drained by
- * 2.756 gives 2.0000000000000004), and a backlog that far above a whole number would cost a
- * whole token in `remaining` and in every "does it fit" test. A billionth of the burst is far
- * above that rounding, and as time a billionth of the bucket's fill time: under 1 ms for any
- * bucket that fills in less than 11 days. Lua: `whole_if_near`, the same expression.
+ * How far from a whole number a refilled or drained count may lie and still be that number, as a
+ * share of `burst`: 256 times a double's relative precision (`Number.EPSILON`, 2^-52), so 2^-44,
+ * about 5.7e-14. A drain or refill by `elapsed * rps / 1000` rounds by up to a unit in the last
+ * place of the largest number involved, which is at most `burst` (4.756 drained by 2.756 gives
+ * 2.0000000000000004), and a state carries that rounding from every step since it was last
+ * whole: a 1e9 GCRA backlog drained by 2 ms of a monthly budget between requests is 11 times
+ * `burst * Number.EPSILON` off a whole number it reaches 125 requests later. The tolerance stays
+ * at that scale, never near a real fraction of a token: a billionth of `burst`, the tolerance
+ * before, is a whole token of a 1e9 budget. As time it is 5.7e-14 of the bucket's fill time,
+ * under a microsecond for any bucket that fills in less than 200 days.
+ */
+export const WHOLE_TOLERANCE = 256 * Number.EPSILON;
+
+/**
+ * `tokens`, or the whole number it lies within floating-point rounding (`WHOLE_TOLERANCE` of
+ * `burst`) of: a backlog or a bucket that far above or below a whole number would otherwise cost
+ * a whole token in `remaining` and in every "does it fit" test. Lua: `whole_if_near`, the same
+ * expression (Lua numbers are doubles too, and 2^-52 times a power of two is exact in both).
  */
 export function wholeIfNear(tokens: number, burst: number): number {
   const whole = Math.floor(tokens + 0.5);
-  return Math.abs(tokens - whole) <= burst * 1e-9 ? whole : tokens;
+  return Math.abs(tokens - whole) <= burst * WHOLE_TOLERANCE ? whole : tokens;
 }
 
 /** Whole seconds, rounded up, of a millisecond duration. */

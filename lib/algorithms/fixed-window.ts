@@ -24,7 +24,8 @@ export const fixedWindow: AlgorithmModel<FixedWindowState> = {
     // A clock that goes back into an earlier window stays in the stored one: no fresh quota.
     const at = state === undefined ? now : Math.max(now, state.start);
     const start = Math.floor(at / w) * w;
-    const count = state !== undefined && state.start === start ? state.count : 0;
+    // A count written under a larger limit (the limit was lowered) is the whole limit now.
+    const count = state !== undefined && state.start === start ? Math.min(burst, state.count) : 0;
     return { start, count, at };
   },
 

@@ -5,9 +5,10 @@ import { durationMs, wholeIfNear } from './conversions.js';
 export interface GcraState {
   /**
    * How far the theoretical arrival time (TAT) lies ahead of `at`, in emission intervals
-   * (tokens), 0 <= backlog <= burst. Kept in tokens, not as an absolute TAT in ms, so a burst
-   * at one instant is counted exactly even when the interval `1000 / rps` has no exact binary
-   * form, and rps up to 1e6 keeps full precision next to a 13-digit clock.
+   * (tokens), 0 <= backlog <= burst (`current` brings one written under a larger burst down to
+   * it). Kept in tokens, not as an absolute TAT in ms, so a burst at one instant is counted
+   * exactly even when the interval `1000 / rps` has no exact binary form, and rps up to 1e6
+   * keeps full precision next to a 13-digit clock.
    */
   backlog: number;
   /** When `backlog` was last brought up to date, integer ms. Never moves backwards. */
@@ -28,11 +29,15 @@ export const gcra: AlgorithmModel<GcraState> = {
     if (state === undefined) return { backlog: 0, at: now };
     // A clock that goes backwards drains nothing, and `at` never moves back.
     const elapsed = Math.max(0, now - state.at);
+    // A backlog written under a larger burst (the limit was lowered since) was a full one as of
+    // its `at`, and drains from there: no figure asks for more than the current limit's drain
+    // time, and what a refusal reports still holds when nothing was written in between.
+    const stored = Math.min(burst, state.backlog);
     // Empty once the whole ms its key expires after have passed, even where elapsed * rps / 1000
     // falls a rounding step short, so the state then is exactly an absent key's.
-    const drained = elapsed >= durationMs(state.backlog, rps);
+    const drained = elapsed >= durationMs(stored, rps);
     return {
-      backlog: drained ? 0 : wholeIfNear(Math.max(0, state.backlog - (elapsed * rps) / 1000), burst),
+      backlog: drained ? 0 : wholeIfNear(Math.max(0, stored - (elapsed * rps) / 1000), burst),
       at: Math.max(state.at, now),
     };
   },

@@ -37,8 +37,9 @@ export const slidingWindowCounter: AlgorithmModel<SlidingWindowCounterState> = {
     const at = state === undefined ? now : Math.max(now, state.start);
     const start = Math.floor(at / w) * w;
     if (state === undefined) return { start, previous: 0, count: 0, at };
-    if (state.start === start) return { start, previous: state.previous, count: state.count, at };
-    if (state.start + w === start) return { start, previous: state.count, count: 0, at };
+    // Counts written under a larger limit (the limit was lowered) are the whole limit now.
+    if (state.start === start) return { start, previous: Math.min(burst, state.previous), count: Math.min(burst, state.count), at };
+    if (state.start + w === start) return { start, previous: Math.min(burst, state.count), count: 0, at };
     return { start, previous: 0, count: 0, at };
   },
 

@@ -1,10 +1,25 @@
 import type { AlgorithmModel } from './algorithm.types.js';
 import { windowMs } from './conversions.js';
 
-/** A sliding window log's state: one entry per token taken in the last window. */
+/**
+ * A sliding window log's state: one entry per token taken in the last window, the entries
+ * `times[head]` to `times[head + count - 1]` of an array that the states of one log share.
+ *
+ * States are values all the same: nothing ever changes an entry inside a state's range, so a
+ * state reads the same however many states are made from it, or from others before it. What
+ * makes a request cost O(1) amortised where copying the log cost O(burst) (a log of 50,000
+ * entries at 50,000 an hour): expiry only moves `head`; `charge` appends past the end of the
+ * array in place when the state's range ends there (no other state has appended since), and
+ * copies the live entries into a new array only when it does not, or when the expired entries
+ * before `head` outnumber them (so each entry is copied about once in all).
+ */
 export interface SlidingWindowLogState {
-  /** When each token was taken, ms, oldest first; at most `burst` entries. */
+  /** When each token was taken, ms, oldest first, from `head` on; shared, never written inside a state's range. */
   times: readonly number[];
+  /** Index in `times` of the oldest entry of this state. */
+  head: number;
+  /** Entries in this state, at most `burst`. */
+  count: number;
   /** The time the state is as of (not stored): `now`, or the newest entry if the clock went back before it. */
   at: number;
 }
@@ -12,6 +27,18 @@ export interface SlidingWindowLogState {
 /** Entries a request of `cost` adds: one per token, a fractional cost rounded up. */
 export function logEntries(cost: number): number {
   return Math.ceil(cost);
+}
+
+/** Index of the first of `times[from]` to `times[to - 1]` (ascending) above `cutoff`; `to` if none. */
+function firstAfter(times: readonly number[], from: number, to: number, cutoff: number): number {
+  let lo = from;
+  let hi = to;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (times[mid] <= cutoff) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
 }
 
 /**
@@ -25,38 +52,51 @@ export function logEntries(cost: number): number {
  */
 export const slidingWindowLog: AlgorithmModel<SlidingWindowLogState> = {
   current(state, now, { rps, burst }) {
-    const times = state?.times ?? [];
+    if (state === undefined) return { times: [], head: 0, count: 0, at: now };
+    const { times, head, count } = state;
+    const end = head + count;
     // A clock that goes back before the newest entry expires nothing and logs at that entry.
-    const at = times.length > 0 ? Math.max(now, times[times.length - 1]) : now;
+    const at = count > 0 ? Math.max(now, times[end - 1]) : now;
     const cutoff = at - windowMs(rps, burst);
-    let expired = 0;
-    while (expired < times.length && times[expired] <= cutoff) expired++;
-    return { times: expired === 0 ? times : times.slice(expired), at };
+    // Expired entries are skipped, not removed: a binary search, as many may have expired at once.
+    let first = count > 0 && times[head] <= cutoff ? firstAfter(times, head, end, cutoff) : head;
+    // A log written under a larger limit (the limit was lowered) keeps its newest `burst` entries.
+    first = Math.max(first, end - burst);
+    return { times, head: first, count: end - first, at };
   },
 
   remaining(state, { burst }) {
-    return burst - state.times.length;
+    return burst - state.count;
   },
 
   waitMs(state, { rps, burst }, need) {
     // The request fits once the k oldest entries have left the window.
-    const k = state.times.length + logEntries(need) - burst;
-    return k <= 0 ? 0 : state.times[k - 1] + windowMs(rps, burst) - state.at;
+    const k = state.count + logEntries(need) - burst;
+    return k <= 0 ? 0 : state.times[state.head + k - 1] + windowMs(rps, burst) - state.at;
   },
 
   charge(state, _limit, cost) {
-    const added: number[] = new Array<number>(logEntries(cost)).fill(state.at);
-    return { times: state.times.concat(added), at: state.at };
+    const { head, count, at } = state;
+    const end = head + count;
+    let times = state.times as number[];
+    let first = head;
+    // Appending in place leaves every other state's range as it was; a copy starts afresh.
+    if (end !== times.length || head > count) {
+      times = times.slice(head, end);
+      first = 0;
+    }
+    for (let n = logEntries(cost); n > 0; n--) times.push(at);
+    return { times, head: first, count: times.length - first, at };
   },
 
   refund(state, _limit, cost, chargedAt) {
     // Entries at the same ms are alike: drop that many of them (expired ones are gone already).
-    const times = [...state.times];
+    const times = state.times.slice(state.head, state.head + state.count);
     for (let n = logEntries(cost); n > 0; n--) {
       const i = times.lastIndexOf(chargedAt);
       if (i < 0) break;
       times.splice(i, 1);
     }
-    return { times, at: state.at };
+    return { times, head: 0, count: times.length, at: state.at };
   },
 };

@@ -24,7 +24,8 @@ export const tokenBucket: AlgorithmModel<TokenBucketState> = {
     // between the earlier `at` and `now` cannot be counted twice when the clock returns.
     const elapsed = Math.max(0, now - state.at);
     // Full once the whole ms its key expires after have passed, even where elapsed * rps / 1000
-    // falls a rounding step short, so the state then is exactly an absent key's.
+    // falls a rounding step short, so the state then is exactly an absent key's; and at once
+    // when it holds more than burst (written under a larger one before the limit was lowered).
     const full = elapsed >= durationMs(burst - state.tokens, rps);
     return {
       tokens: full ? burst : wholeIfNear(Math.min(burst, state.tokens + (elapsed * rps) / 1000), burst),

@@ -6,6 +6,11 @@ import type { RateLimitDecision } from '../../lib/stores/rate-limit-store.interf
 export interface Step {
   at: number;
   cost?: number;
+  /**
+   * The limit this request is decided under, when not the case's (the policy changed between
+   * deploys and the bucket outlived the change). The same algorithm, so the same key.
+   */
+  limit?: Limit;
   expect: Partial<Omit<RateLimitDecision, 'policy' | 'limit'>>;
 }
 
@@ -19,7 +24,7 @@ export interface Case {
 /**
  * The instant a case's `at: 0` stands for: a whole number of days (so every window that
  * divides a day starts on it) and decades ahead of the real clock. Redis expires keys on its
- * own clock at the absolute time the script sets (PXAT), so a pinned test clock must lie in
+ * own clock at the absolute time the script sets (PEXPIREAT), so a pinned test clock must lie in
  * the future or its keys would vanish as soon as they are written.
  */
 export const CASE_EPOCH = 46_300 * 86_400_000;
@@ -45,4 +50,25 @@ export function longestTtlMs(limit: Limit): number {
     default:
       return Math.ceil((limit.burst * 1000) / limit.rps);
   }
+}
+
+/** A budget of 1e9 tokens per 30 days: `limit: 1e9, window: '30d'`, 125/324 token per ms. */
+export const MONTHLY_BILLION_RPS = 1e9 / (30 * 86_400);
+
+/**
+ * The 1e9-token monthly budget spent at once, then one request every 2 ms for 10 s: each step
+ * expects exactly what fits. A token comes back every 324/125 = 2.592 ms, so the request at t ms
+ * is admitted when floor(t * 125 / 324) whole tokens have come back since the budget was spent
+ * and fewer were taken (integers, worked out exactly): 3,858 of the 5,000, where a tolerance that
+ * grows with burst (a billionth of 1e9 is a whole token) once rounded every refill up to one.
+ */
+export function monthlyBillionSteps(): Step[] {
+  const steps: Step[] = [{ at: 0, cost: 1e9, expect: { allowed: true, remaining: 0 } }];
+  let admitted = 0;
+  for (let at = 2; at <= 10_000; at += 2) {
+    const allowed = Math.floor((at * 125) / 324) > admitted;
+    if (allowed) admitted++;
+    steps.push({ at, expect: { allowed, remaining: 0 } });
+  }
+  return steps;
 }

@@ -131,4 +131,15 @@ export const FIXED_WINDOW_CASES: Case[] = [
       { at: 2, expect: { allowed: true, remaining: 999 } },
     ],
   },
+  {
+    name: 'a count written under a larger limit is the smaller limit when the limit is lowered',
+    // 100 per 10 s, then 20 per 10 s: the same windows
+    limit: fw(10, 100),
+    steps: [
+      { at: 0, cost: 100, expect: { allowed: true, remaining: 0, fullAfter: 10 } },
+      // 100 taken is the whole of 20, not 80 more than it
+      { at: 5_000, limit: fw(2, 20), expect: { allowed: false, remaining: 0, retryAfter: 5, resetAfter: 5, fullAfter: 5 } },
+      { at: 10_000, limit: fw(2, 20), expect: { allowed: true, remaining: 19, fullAfter: 10 } },
+    ],
+  },
 ];

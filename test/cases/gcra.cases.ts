@@ -1,5 +1,5 @@
 import type { Limit } from '../../lib/algorithms/algorithm.types.js';
-import type { Case, Step } from './cases.js';
+import { type Case, monthlyBillionSteps, MONTHLY_BILLION_RPS, type Step } from './cases.js';
 
 const gc = (rps: number, burst: number): Limit => ({ algorithm: 'gcra', rps, burst });
 
@@ -151,6 +151,24 @@ export const GCRA_CASES: Case[] = [
       { at: 0, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
       // backlog 50 - 10 = 40, then 41
       { at: 1_000, expect: { allowed: true, remaining: 9 } },
+    ],
+  },
+  {
+    name: '1e9 tokens a month, spent, then a request every 2 ms for 10 s: exactly what comes back (3,858) is admitted',
+    limit: gc(MONTHLY_BILLION_RPS, 1e9),
+    steps: monthlyBillionSteps(),
+  },
+  {
+    name: 'a backlog written under a larger burst is the smaller burst when the limit is lowered',
+    // 300 per 30 s, then 30 per 30 s
+    limit: gc(10, 300),
+    steps: [
+      // backlog 300: the key lives 30 s
+      { at: 0, cost: 300, expect: { allowed: true, remaining: 0, fullAfter: 30 } },
+      // a backlog of 300 is 270 more than 30 per 30 s can hold: 30, a token back in 1 s, not 271
+      { at: 0, limit: gc(1, 30), expect: { allowed: false, remaining: 0, retryAfter: 1, resetAfter: 1, fullAfter: 30 } },
+      { at: 1_000, limit: gc(1, 30), expect: { allowed: true, remaining: 0, fullAfter: 30 } },
+      { at: 1_000, limit: gc(1, 30), expect: { allowed: false, remaining: 0, retryAfter: 1 } },
     ],
   },
 ];

@@ -1,5 +1,5 @@
 import type { Limit } from '../../lib/algorithms/algorithm.types.js';
-import type { Case } from './cases.js';
+import { type Case, monthlyBillionSteps, MONTHLY_BILLION_RPS } from './cases.js';
 
 const lb = (rps: number, burst: number): Limit => ({ algorithm: 'leaky_bucket', rps, burst });
 
@@ -143,6 +143,22 @@ export const LEAKY_BUCKET_CASES: Case[] = [
       { at: 0, expect: { allowed: true, remaining: 0, resetAfter: 1, fullAfter: 1, delay: 0.001 } },
       { at: 0, expect: { allowed: false, remaining: 0, retryAfter: 1, delay: 0 } },
       { at: 1, expect: { allowed: true, remaining: 999, delay: 0 } },
+    ],
+  },
+  {
+    name: '1e9 tokens a month, spent, then a request every 2 ms for 10 s: exactly what comes back (3,858) is admitted',
+    limit: lb(MONTHLY_BILLION_RPS, 1e9),
+    steps: monthlyBillionSteps(),
+  },
+  {
+    name: 'a queue written under a larger burst is the smaller burst when the limit is lowered',
+    limit: lb(10, 100),
+    steps: [
+      { at: 0, cost: 100, expect: { allowed: true, remaining: 0, fullAfter: 10 } },
+      // a queue of 100 is 80 more than a queue of 20 holds: full, one leaves in 100 ms
+      { at: 0, limit: lb(10, 20), expect: { allowed: false, remaining: 0, retryAfter: 1, resetAfter: 1, fullAfter: 2, delay: 0 } },
+      // 19 ahead, 1.9 s
+      { at: 100, limit: lb(10, 20), expect: { allowed: true, remaining: 0, fullAfter: 2, delay: 1.9 } },
     ],
   },
 ];

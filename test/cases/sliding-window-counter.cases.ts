@@ -181,4 +181,17 @@ export const SLIDING_WINDOW_COUNTER_CASES: Case[] = [
       { at: 2, cost: 1_000, expect: { allowed: true, remaining: 0 } },
     ],
   },
+  {
+    name: 'counts written under a larger limit are the smaller limit when the limit is lowered',
+    // 100 per 10 s, then 20 per 10 s: the same windows
+    limit: swc(10, 100),
+    steps: [
+      { at: 0, cost: 100, expect: { allowed: true, remaining: 0, fullAfter: 20 } },
+      // a count of 20 (not 100) leaves room for one more once 1/20 of it has slid out, 500 ms
+      // into the next window: 5.5 s
+      { at: 5_000, limit: swc(2, 20), expect: { allowed: false, remaining: 0, retryAfter: 6, resetAfter: 6, fullAfter: 15 } },
+      // previous 20, 80 % of it inside: 16, so 4 left
+      { at: 12_000, limit: swc(2, 20), expect: { allowed: true, remaining: 3 } },
+    ],
+  },
 ];

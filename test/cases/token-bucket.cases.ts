@@ -1,5 +1,5 @@
 import type { Limit } from '../../lib/algorithms/algorithm.types.js';
-import type { Case, Step } from './cases.js';
+import { type Case, monthlyBillionSteps, MONTHLY_BILLION_RPS, type Step } from './cases.js';
 
 const tb = (rps: number, burst: number): Limit => ({ algorithm: 'token_bucket', rps, burst });
 
@@ -108,6 +108,22 @@ export const TOKEN_BUCKET_CASES: Case[] = [
       ...Array.from({ length: 50 }, (_, i): Step => ({ at: 0, expect: { allowed: true, remaining: 49 - i } })),
       { at: 0, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
       { at: 1_000, expect: { allowed: true, remaining: 9 } },
+    ],
+  },
+  {
+    name: '1e9 tokens a month, spent, then a request every 2 ms for 10 s: exactly what comes back (3,858) is admitted',
+    limit: tb(MONTHLY_BILLION_RPS, 1e9),
+    steps: monthlyBillionSteps(),
+  },
+  {
+    name: 'a bucket filled under a larger burst holds the smaller one when the limit is lowered',
+    limit: tb(10, 100),
+    steps: [
+      { at: 0, cost: 10, expect: { allowed: true, remaining: 90 } },
+      // 90 tokens, 20 at most under 20 at 0.5 a second
+      { at: 0, limit: tb(0.5, 20), expect: { allowed: true, remaining: 19, resetAfter: 2, fullAfter: 2 } },
+      { at: 0, limit: tb(0.5, 20), cost: 19, expect: { allowed: true, remaining: 0, fullAfter: 40 } },
+      { at: 0, limit: tb(0.5, 20), expect: { allowed: false, remaining: 0, retryAfter: 2, fullAfter: 40 } },
     ],
   },
 ];

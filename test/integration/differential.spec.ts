@@ -139,7 +139,7 @@ function limitArbitrary(algorithm: fc.Arbitrary<Algorithm>): fc.Arbitrary<Omit<P
 
 /**
  * Time only moves forward (every `dt` >= 0), from `CASE_EPOCH`. Redis expires a key at an
- * absolute time on the script's clock (PXAT) and compares it with its own real clock, so a
+ * absolute time on the script's clock (PEXPIREAT) and compares it with its own real clock, so a
  * pinned clock must lie in the future (`CASE_EPOCH` does) or keys would vanish as they are
  * written; Redis then keeps every key past its pinned-clock expiry, as the model's map does,
  * while the memory store drops it. A state kept past its expiry is the same as an absent key

@@ -66,9 +66,9 @@ describe.each(stores)('%s', (storeName, makeStore) => {
     it.each(cases)('$name', async ({ name, limit, steps }) => {
       const { setNow, consume } = makeStore();
       const req = request('case', limit, `${storeName}:${name}`);
-      for (const [step, { at, cost = 1, expect: expected }] of steps.entries()) {
+      for (const [step, { at, cost = 1, limit: changed = limit, expect: expected }] of steps.entries()) {
         setNow(at);
-        const [decision] = await consume([{ ...req, cost }]);
+        const [decision] = await consume([{ ...req, limit: changed, cost }]);
         expect({ step, ...decision }).toMatchObject({ step, ...expected });
       }
     });

@@ -1,17 +1,18 @@
+import fc from 'fast-check';
 import { ALGORITHMS, type Held, type Limit } from '../../lib/algorithms/algorithm.types.js';
 import { decideAll, expiresAt, MODELS } from '../../lib/algorithms/decide.js';
 import { tokenBucket } from '../../lib/algorithms/token-bucket.js';
 import { toDecision } from '../../lib/stores/decision.js';
-import { CASE_EPOCH, CASES, limitOf, longestTtlMs } from '../cases/index.js';
+import { CASE_EPOCH, CASES, limitOf, longestTtlMs, monthlyBillionSteps } from '../cases/index.js';
 
 describe.each(CASES)('%s (pure, fixed instants)', (_algorithm, cases) => {
   describe.each(cases)('$name', ({ limit, steps }) => {
     it('decides every step as the table says', () => {
       let state: Held | undefined;
-      steps.forEach(({ at, cost = 1, expect: expected }, step) => {
-        const verdict = decideAll([{ state, limit, cost }], CASE_EPOCH + at, true);
+      steps.forEach(({ at, cost = 1, limit: changed = limit, expect: expected }, step) => {
+        const verdict = decideAll([{ state, limit: changed, cost }], CASE_EPOCH + at, true);
         if (verdict.allowed) state = verdict.next[0];
-        const decision = toDecision({ key: 'k', policy: 'p', limit, cost }, verdict.outcomes[0]);
+        const decision = toDecision({ key: 'k', policy: 'p', limit: changed, cost }, verdict.outcomes[0]);
         expect({ step, ...decision }).toMatchObject({ step, ...expected });
       });
     });
@@ -62,6 +63,48 @@ describe.each(ALGORITHMS.map((algorithm) => [algorithm]))('%s (pure)', (algorith
   });
 });
 
+describe.each(ALGORITHMS.map((algorithm) => [algorithm]))('%s (pure, limit changed between requests)', (algorithm) => {
+  // larger and smaller bursts, faster and slower rates, longer and shorter windows
+  const limits = [limitOf(algorithm, 10, 100), limitOf(algorithm, 1, 30), limitOf(algorithm, 2, 20), limitOf(algorithm, 0.5, 5)];
+
+  it('reports remaining within [0, burst] and every time within what the current limit can need', () => {
+    const steps = fc.array(
+      fc.record({ after: fc.integer({ min: 0, max: 5_000 }), cost: fc.integer({ min: 1, max: 100 }), limit: fc.nat(limits.length - 1) }),
+      { maxLength: 30 },
+    );
+    fc.assert(
+      fc.property(steps, (history) => {
+        let state: Held | undefined;
+        let now = CASE_EPOCH;
+        for (const [step, { after, cost, limit: which }] of history.entries()) {
+          now += after;
+          const limit = limits[which];
+          const verdict = decideAll([{ state, limit, cost }], now, true);
+          if (verdict.allowed) state = verdict.next[0];
+          const { remaining, retryMs, resetMs, nextMs, delayMs } = verdict.outcomes[0];
+          // the time from empty to full, the longest any key of this limit lives
+          const longest = longestTtlMs(limit);
+          const within = (ms: number) => ms >= 0 && ms <= longest;
+          expect({ step, remaining: remaining >= 0 && remaining <= limit.burst }).toEqual({ step, remaining: true });
+          expect({ step, retryMs: retryMs === -1 || within(retryMs) }).toEqual({ step, retryMs: true });
+          expect({ step, resetMs: within(resetMs), nextMs: within(nextMs), delayMs: within(delayMs) }).toEqual({
+            step,
+            resetMs: true,
+            nextMs: true,
+            delayMs: true,
+          });
+          // and what a refusal says holds: the same request, that much later, is admitted
+          if (retryMs > 0) {
+            const later = decideAll([{ state, limit, cost }], now + retryMs, false).outcomes[0];
+            expect({ step, admittedAfterRetry: later.allowed }).toEqual({ step, admittedAfterRetry: true });
+          }
+        }
+      }),
+      { numRuns: 500 },
+    );
+  });
+});
+
 describe('tokenBucket', () => {
   it('never lets `at` move backwards', () => {
     const limit = limitOf('token_bucket', 3, 4);
@@ -75,5 +118,14 @@ describe('tokenBucket', () => {
     expect(expiresAt(tokenBucket, { tokens: 0, at: 0 }, limit)).toBe(5_000);
     expect(expiresAt(tokenBucket, { tokens: 49.5, at: 0 }, limit)).toBe(50);
     expect(expiresAt(tokenBucket, { tokens: 50, at: 0 }, limit)).toBe(1);
+  });
+});
+
+describe('the 1e9-a-month table rows', () => {
+  it('expect 3,858 of the 5,000 requests after the spend: 10 s of 1e9 / 2,592,000 tokens a second', () => {
+    const [spend, ...rest] = monthlyBillionSteps();
+    expect(spend.cost).toBe(1e9);
+    expect(rest).toHaveLength(5_000);
+    expect(rest.filter((step) => step.expect.allowed).length).toBe(Math.floor((10 * 1e9) / 2_592_000));
   });
 });

@@ -11,7 +11,8 @@ export const PACKED_WIDTH = 4;
 /**
  * How one algorithm's state is kept in a row of `PACKED_WIDTH` doubles of a `Float64Array`:
  * 32 bytes, where the same state as an object costs about 100 (an object and a heap number per
- * field). A sliding window log's timestamps do not fit in a row: they stay an array, `extra`.
+ * field). A sliding window log's timestamps do not fit in a row: they stay an array, `extra`,
+ * the one the log's states share (the row holds where this state's entries lie in it).
  */
 interface PackedState<State extends Held> {
   write(state: State, row: Float64Array, offset: number): unknown;
@@ -55,10 +56,13 @@ const slidingWindowCounter: PackedState<SlidingWindowCounterState> = {
 
 const slidingWindowLog: PackedState<SlidingWindowLogState> = {
   write(state, row, o) {
-    row[o] = state.at;
+    row[o] = state.head;
+    row[o + 1] = state.count;
+    row[o + 2] = state.at;
+    // the array itself, not a copy: the next charge appends to it in place (see the state)
     return state.times;
   },
-  read: (row, o, times) => ({ times: times as readonly number[], at: row[o] }),
+  read: (row, o, times) => ({ times: times as readonly number[], head: row[o], count: row[o + 1], at: row[o + 2] }),
 };
 
 /**

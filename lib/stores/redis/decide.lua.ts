@@ -26,10 +26,13 @@ local function duration_ms(tokens, rps)
   return math.ceil((tokens * 1000) / rps)
 end
 
+-- algorithms/conversions.ts WHOLE_TOLERANCE: 256 * Number.EPSILON, 2^-44 (exact, as in JS)
+local WHOLE_TOLERANCE = 256 * 2 ^ (-52)
+
 -- algorithms/conversions.ts wholeIfNear
 local function whole_if_near(tokens, burst)
   local whole = math.floor(tokens + 0.5)
-  if math.abs(tokens - whole) <= burst * 1e-9 then return whole end
+  if math.abs(tokens - whole) <= burst * WHOLE_TOLERANCE then return whole end
   return tokens
 end
 
@@ -94,18 +97,16 @@ local function expires_at(s, reset_ms)
 end
 
 -- stores a charged state, to expire (on the script's clock) when the bucket is full again; the
--- log's entries are in the set already (add runs before the report reads them)
+-- log's entries are in the set already (add runs before the report reads them). SET, then
+-- PEXPIREAT: SET ... PXAT would do both in one command, but only from Redis 6.2 on
 local function save(m, key, s, reset_ms)
   if reset_ms == 0 then
     -- full: the same as an absent key (only a refund leaves a bucket full)
     redis.call('DEL', key)
     return
   end
-  if m.add then
-    redis.call('PEXPIREAT', key, expires_at(s, reset_ms))
-  else
-    redis.call('SET', key, m.encode(s), 'PXAT', expires_at(s, reset_ms))
-  end
+  if not m.add then redis.call('SET', key, m.encode(s)) end
+  redis.call('PEXPIREAT', key, expires_at(s, reset_ms))
 end
 
 -- ARGV[1]: now, integer ms, or '' for Redis TIME
@@ -143,7 +144,7 @@ end
  * allowed (0/1), remaining (tokens), retryMs (-1: never), resetMs (until full), nextMs (until
  * one more token), delayMs, at (ms). Then now (ms).
  *
- * A key expires (PXAT, on the script's clock) when its bucket is full again.
+ * A key expires (PEXPIREAT, on the script's clock) when its bucket is full again.
  */
 export const DECIDE_LUA = `${SHARED_LUA}
 -- every request's policies, one request at a time (each fills the first n of each)

@@ -24,8 +24,9 @@ function fixed_window.current(state, now, limit)
   local at = now
   if state ~= nil then at = math.max(now, state.start) end
   local start = math.floor(at / w) * w
+  -- a count written under a larger limit (the limit was lowered) is the whole limit now
   local count = 0
-  if state ~= nil and state.start == start then count = state.count end
+  if state ~= nil and state.start == start then count = math.min(limit.burst, state.count) end
   return { start = start, count = count, at = at }
 end
 

@@ -24,9 +24,12 @@ function gcra.current(state, now, limit)
   if state == nil then return { backlog = 0, at = now } end
   -- a clock that goes backwards drains nothing, and at never moves back
   local elapsed = math.max(0, now - state.at)
+  -- a backlog written under a larger burst (the limit was lowered since) was a full one as of
+  -- its at, and drains from there
+  local stored = math.min(limit.burst, state.backlog)
   -- empty once the whole ms its key expires after have passed, even a rounding step short
-  local backlog = whole_if_near(math.max(0, state.backlog - (elapsed * limit.rps) / 1000), limit.burst)
-  if elapsed >= duration_ms(state.backlog, limit.rps) then backlog = 0 end
+  local backlog = whole_if_near(math.max(0, stored - (elapsed * limit.rps) / 1000), limit.burst)
+  if elapsed >= duration_ms(stored, limit.rps) then backlog = 0 end
   return { backlog = backlog, at = math.max(state.at, now) }
 end
 

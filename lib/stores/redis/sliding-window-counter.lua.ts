@@ -31,8 +31,10 @@ function sliding_window_counter.current(state, now, limit)
   if state ~= nil then at = math.max(now, state.start) end
   local start = math.floor(at / w) * w
   if state == nil then return { start = start, previous = 0, count = 0, at = at } end
-  if state.start == start then return { start = start, previous = state.previous, count = state.count, at = at } end
-  if state.start + w == start then return { start = start, previous = state.count, count = 0, at = at } end
+  -- counts written under a larger limit (the limit was lowered) are the whole limit now
+  local b = limit.burst
+  if state.start == start then return { start = start, previous = math.min(b, state.previous), count = math.min(b, state.count), at = at } end
+  if state.start + w == start then return { start = start, previous = math.min(b, state.count), count = 0, at = at } end
   return { start = start, previous = 0, count = 0, at = at }
 end
 

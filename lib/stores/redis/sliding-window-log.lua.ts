@@ -3,10 +3,10 @@
  * function, line for line. Change both together; the table of cases runs against both.
  *
  * Stored as a sorted set, one member per token, scored by the time it was taken (integer ms).
- * Members are `<time>:<n>`, n counting the entries at that time, so they stay unique. Where the
- * pure model holds the live entries in `times`, the state here holds the key, how many expired
- * entries come first in the set and how many live ones follow, and reads the set when it needs
- * an entry.
+ * Members are `<time>:<n>`, n counting the entries at that time, so they stay unique. As the
+ * pure model's state is a range (`head`, `count`) of an array whose entries before `head` are
+ * skipped, the state here holds the key, how many entries come first in the set and are skipped
+ * (expired, or beyond the limit), and how many follow, and reads the set when it needs an entry.
  */
 export const SLIDING_WINDOW_LOG_LUA = `
 local sliding_window_log = {}
@@ -26,7 +26,10 @@ function sliding_window_log.load(key, now, limit)
   -- expired entries are skipped here, and dropped only by add: a refused request (or a peek)
   -- leaves the set as it was, as the pure model stores nothing for it
   local expired = redis.call('ZCOUNT', key, '-inf', cutoff)
-  return { key = key, count = redis.call('ZCARD', key) - expired, expired = expired, cutoff = cutoff, at = at, added = 0 }
+  local total = redis.call('ZCARD', key)
+  -- a log written under a larger limit (the limit was lowered) keeps its newest burst entries
+  expired = math.max(expired, total - limit.burst)
+  return { key = key, count = total - expired, expired = expired, at = at, added = 0 }
 end
 
 -- slidingWindowLog.remaining
@@ -47,12 +50,13 @@ end
 -- slidingWindowLog.charge (add writes the entries)
 function sliding_window_log.charge(s, limit, cost)
   local n = log_entries(cost)
-  return { key = s.key, count = s.count + n, expired = s.expired, cutoff = s.cutoff, at = s.at, added = n }
+  return { key = s.key, count = s.count + n, expired = s.expired, at = s.at, added = n }
 end
 
--- drops the expired entries and writes those charge took (the script then sets the expiry)
+-- drops the expired entries (the oldest, those load skipped) and writes those charge took (the
+-- script then sets the expiry)
 function sliding_window_log.add(key, s)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', s.cutoff)
+  if s.expired > 0 then redis.call('ZREMRANGEBYRANK', key, 0, s.expired - 1) end
   s.expired = 0
   local at = string.format('%d', s.at)
   local n = redis.call('ZCOUNT', key, at, at)

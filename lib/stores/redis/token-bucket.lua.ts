@@ -23,7 +23,8 @@ function token_bucket.current(state, now, limit)
   if state == nil then return { tokens = limit.burst, at = now } end
   -- a clock that goes backwards adds nothing, and at never moves back
   local elapsed = math.max(0, now - state.at)
-  -- full once the whole ms its key expires after have passed, even a rounding step short
+  -- full once the whole ms its key expires after have passed, even a rounding step short, and
+  -- at once when it holds more than burst (written under a larger one)
   local tokens = whole_if_near(math.min(limit.burst, state.tokens + (elapsed * limit.rps) / 1000), limit.burst)
   if elapsed >= duration_ms(limit.burst - state.tokens, limit.rps) then tokens = limit.burst end
   return { tokens = tokens, at = math.max(state.at, now) }

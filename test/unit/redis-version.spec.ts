@@ -1,0 +1,116 @@
+import { DECIDE_LUA, REFUND_LUA } from '../../lib/stores/redis/decide.lua.js';
+import { MIN_REDIS_VERSION, redisVersionProblem } from '../../lib/stores/redis/redis-version.js';
+
+/**
+ * The Redis version that brought each command the scripts call, and each literal argument they
+ * pass (options, score bounds), from the command reference at redis.io. A command or option
+ * not listed fails the test below until it is added here with its version; a few newer than
+ * 6.0 are listed so the failure names what it needs.
+ */
+const SINCE: Readonly<Record<string, string>> = {
+  DEL: '1.0.0',
+  GET: '1.0.0',
+  SET: '1.0.0',
+  PEXPIRE: '2.6.0',
+  PEXPIREAT: '2.6.0',
+  TIME: '2.6.0',
+  ZADD: '1.2.0',
+  ZCARD: '1.2.0',
+  ZCOUNT: '2.0.0',
+  ZRANGE: '1.2.0',
+  ZRANGEBYSCORE: '1.0.5',
+  ZREM: '1.2.0',
+  ZREMRANGEBYRANK: '2.0.0',
+  ZREMRANGEBYSCORE: '1.2.0',
+  WITHSCORES: '1.2.0',
+  '-inf': '1.0.5',
+  '+inf': '1.0.5',
+  // newer than 6.0
+  PXAT: '6.2.0',
+  EXAT: '6.2.0',
+  GETEX: '6.2.0',
+  GETDEL: '6.2.0',
+  BYSCORE: '6.2.0',
+  BYLEX: '6.2.0',
+  REV: '6.2.0',
+  ZRANGESTORE: '6.2.0',
+  PEXPIRETIME: '7.0.0',
+  EXPIRETIME: '7.0.0',
+};
+
+/** The oldest Redis the scripts must run on, as the README says and the start-time check holds. */
+const OLDEST = '6.0.0';
+
+/** Whether version `a` is no later than `b` ('6.0.0' style). */
+function noLaterThan(a: string, b: string): boolean {
+  const [x, y] = [a.split('.').map(Number), b.split('.').map(Number)];
+  for (let i = 0; i < 3; i++) if (x[i] !== y[i]) return x[i] < y[i];
+  return true;
+}
+
+/** Every `redis.call(...)` of a script: its command and the string literals among its arguments. */
+function callsOf(lua: string): Array<{ call: string; literals: string[] }> {
+  return [...lua.matchAll(/redis\.call\(([^\n]*)/g)].map(([, args]) => ({
+    call: args,
+    literals: [...args.matchAll(/'([^']*)'/g)].map(([, literal]) => literal),
+  }));
+}
+
+describe('the Redis scripts', () => {
+  it.each([
+    ['decide', DECIDE_LUA],
+    ['refund', REFUND_LUA],
+  ])(`%s calls only commands and options Redis ${OLDEST} has`, (_name, lua) => {
+    const calls = callsOf(lua);
+    expect(calls.length).toBeGreaterThan(10);
+    const problems: string[] = [];
+    for (const { call, literals } of calls) {
+      for (const literal of literals) {
+        const since = SINCE[literal];
+        if (since === undefined) problems.push(`${call}: '${literal}' is not in SINCE (add it with the version that brought it)`);
+        else if (!noLaterThan(since, OLDEST)) problems.push(`${call}: '${literal}' needs Redis ${since}`);
+      }
+    }
+    expect(problems).toEqual([]);
+  });
+});
+
+/** The `INFO server` reply of a server of `version`, as Redis sends it (CRLF lines, a header). */
+const infoOf = (version: string) =>
+  ['# Server', `redis_version:${version}`, 'redis_git_sha1:00000000', 'redis_mode:standalone', 'os:Linux 6.1.0 x86_64', ''].join('\r\n');
+
+describe('redisVersionProblem', () => {
+  it('is the same minimum the scripts are checked against', () => {
+    expect(MIN_REDIS_VERSION).toBe(OLDEST);
+  });
+
+  it.each(['6.0.0', '6.0.20', '6.2.14', '7.0.15', '7.4.1', '10.0.0', '255.255.255'])('accepts Redis %s', (version) => {
+    expect(redisVersionProblem(infoOf(version))).toBeUndefined();
+  });
+
+  it.each([
+    ['5.0.14', 'Redis 5.0.14 is too old for nestjs-ratelimit: its scripts need Redis 6.0.0 or newer'],
+    ['4.0.9', 'Redis 4.0.9 is too old for nestjs-ratelimit: its scripts need Redis 6.0.0 or newer'],
+    ['2.8.24', 'Redis 2.8.24 is too old for nestjs-ratelimit: its scripts need Redis 6.0.0 or newer'],
+  ])('refuses Redis %s, naming both versions', (version, message) => {
+    expect(redisVersionProblem(infoOf(version))).toBe(message);
+  });
+
+  it('reads LF lines and a version with a suffix alike', () => {
+    expect(redisVersionProblem('# Server\nredis_version:5.0.3-rc1\n')).toBe(
+      'Redis 5.0.3-rc1 is too old for nestjs-ratelimit: its scripts need Redis 6.0.0 or newer',
+    );
+    expect(redisVersionProblem('# Server\nredis_version:6.0.0-rc1\n')).toBeUndefined();
+  });
+
+  it('gives the benefit of the doubt to a server that names no version it can read', () => {
+    // Redis-compatible servers may report none, or something else in its place
+    for (const info of ['', '# Server\r\nredis_mode:standalone\r\n', 'redis_version:\r\n', 'redis_version:unknown\r\n']) {
+      expect(redisVersionProblem(info)).toBeUndefined();
+    }
+  });
+
+  it('reads redis_version only, not a field that ends the same', () => {
+    expect(redisVersionProblem('# Server\r\nvalkey_redis_version:5.0.0\r\nredis_version:7.2.4\r\n')).toBeUndefined();
+  });
+});
