@@ -103,6 +103,44 @@ describe('MemoryStore bound (clock pinned)', () => {
   });
 });
 
+describe('MemoryStore requests (clock pinned)', () => {
+  let now: number;
+  const clock = () => now;
+  beforeEach(() => (now = 1_000_000));
+  afterEach(() => jest.useRealTimers());
+
+  /** Full again 10 s after one token is taken, so a bucket charged twice lives longer than one charged once. */
+  const TENTH: Limit = { algorithm: 'token_bucket', rps: 0.1, burst: 2 };
+  const req = (key: string, limit: Limit, cost: unknown = 1) => ({ key, policy: key, limit, cost: cost as number });
+
+  it('keeps one live bucket for a key given twice in one call: no sweep drops it', async () => {
+    jest.useFakeTimers();
+    const store = new MemoryStore({ clock });
+    const twice = await store.consume([req('k', TENTH), req('k', TENTH)]);
+    expect(twice.map((d) => [d.allowed, d.remaining])).toEqual([[true, 1], [true, 1]]);
+    now += 5_000;
+    expect((await store.consume([req('k', TENTH)]))[0]).toMatchObject({ allowed: true, remaining: 0 }); // 0.5 left
+    now += 6_000;
+    // a second row for k, unchanged since the first call, expired at +10 s: a sweep must not take k with it
+    jest.advanceTimersByTime(1_000);
+    expect((await store.consume([req('k', TENTH)]))[0]).toMatchObject({ allowed: true, remaining: 0 }); // 0.1 left
+    expect((await store.consume([req('k', TENTH)]))[0]).toMatchObject({ allowed: false, retryAfter: 9 });
+    await store.close();
+  });
+
+  it('keeps every bucket of a request that has more policies than maxKeys', () => {
+    const store = new MemoryStore({ clock, maxKeys: 1 });
+    const both = [req('a', SLOW), req('b', SLOW)];
+    for (const expected of [1, 0]) expect(store.decide(both, true).map((d) => [d.allowed, d.remaining])).toEqual([[true, expected], [true, expected]]);
+    expect(store.decide(both, true).map((d) => [d.allowed, d.remaining])).toEqual([[false, 0], [false, 0]]);
+    expect(store.size).toBe(2);
+    // the next new bucket makes room: the store is back within maxKeys
+    expect(store.decide([req('c', SLOW)], true)[0].remaining).toBe(1);
+    expect(store.size).toBe(1);
+    expect(store.decide([req('a', SLOW)], false)[0].remaining).toBe(2);
+  });
+});
+
 describe('MemoryStore sweep timer (fake timers)', () => {
   let now: number;
   beforeEach(() => {

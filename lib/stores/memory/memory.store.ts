@@ -14,6 +14,8 @@ export interface MemoryStoreOptions {
    * Most buckets held at once. When a new one would pass it, the store frees 1 % of it: every
    * expired (full again) bucket first, then the buckets closest to full. Default `100_000`
    * (about 15 MB of heap; a sliding window log's bucket also holds up to `burst` timestamps).
+   * A request never loses its own buckets to make room: one with more policies than `maxKeys`
+   * holds all of them, and the next new bucket brings the store back within the bound.
    */
   maxKeys?: number;
 }
@@ -145,7 +147,8 @@ export class MemoryStore implements RateLimitStore {
     if (slot === undefined) {
       slot = this.keys.length;
       if (slot * ROW >= this.rows.length) {
-        const grown = new Float64Array(Math.min(Math.max(1024, (slot + 1) * 2), this.maxKeys) * ROW);
+        // up to maxKeys rows, or more for a request whose own buckets are more (see `maxKeys`)
+        const grown = new Float64Array(Math.max(slot + 1, Math.min(Math.max(1024, (slot + 1) * 2), this.maxKeys)) * ROW);
         grown.set(this.rows);
         this.rows = grown;
       }
@@ -161,7 +164,9 @@ export class MemoryStore implements RateLimitStore {
   }
 
   private free(slot: number): void {
-    this.slots.delete(this.keys[slot]!);
+    const key = this.keys[slot]!;
+    // only the row the map points at is the key's bucket: freeing any other must not drop it
+    if (this.slots.get(key) === slot) this.slots.delete(key);
     this.keys[slot] = undefined;
     this.extras.delete(slot);
     this.freeSlots.push(slot);
