@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { Limit } from '../../lib/algorithms/algorithm.types.js';
+import { RateLimitStoreError } from '../../lib/stores/rate-limit-store.error.js';
 import type { RateLimitRequest } from '../../lib/stores/rate-limit-store.interface.js';
 import { RedisStore } from '../../lib/stores/redis/redis.store.js';
 import { connectTestRedis } from '../redis/test-redis.js';
@@ -78,5 +79,33 @@ describe('RedisStore batching', () => {
     const key = `rl:batch:${randomUUID()}`;
     for (let i = 0; i < 3; i++) await store.consume([request(key, LOOSE)]);
     expect(scriptCalls).toBe(3);
+  });
+
+  /** Bad costs as callers pass them by mistake, each with the error it must give. */
+  const BAD_COSTS: Array<[unknown, ErrorConstructor]> = [
+    [null, TypeError],
+    ['', TypeError],
+    ['abc', TypeError],
+    [{}, TypeError],
+    [NaN, RangeError],
+    [-1, RangeError],
+  ];
+
+  it('rejects only the request with a bad cost: the others of its batch get their decisions', async () => {
+    const store = new RedisStore({ client: redis, cacheRefusals: false });
+    const key = `rl:batch:${randomUUID()}`;
+    const calls: Promise<unknown>[] = [];
+    for (const [cost] of BAD_COSTS) {
+      calls.push(store.consume([request(key, LOOSE)]));
+      calls.push(store.consume([request(`rl:batch:${randomUUID()}`, LOOSE), request(key, LOOSE, cost as number)]));
+    }
+    const settled = await Promise.allSettled(calls);
+    expect(scriptCalls).toBe(1);
+    BAD_COSTS.forEach(([, type], i) => {
+      const [good, bad] = [settled[2 * i], settled[2 * i + 1]];
+      expect(good.status === 'fulfilled' && good.value).toEqual([expect.objectContaining({ allowed: true, remaining: 999 - i })]);
+      expect(bad.status === 'rejected' && bad.reason).toBeInstanceOf(type);
+      expect(bad.status === 'rejected' && bad.reason).not.toBeInstanceOf(RateLimitStoreError);
+    });
   });
 });

@@ -1,6 +1,6 @@
 import { jest } from '@jest/globals';
 import fc from 'fast-check';
-import type { Limit } from '../../lib/algorithms/algorithm.types.js';
+import { ALGORITHMS, type Limit } from '../../lib/algorithms/algorithm.types.js';
 import { kthSmallest } from '../../lib/stores/memory/kth-smallest.js';
 import { MemoryStore } from '../../lib/stores/memory/memory.store.js';
 
@@ -112,6 +112,14 @@ describe('MemoryStore requests (clock pinned)', () => {
   /** Full again 10 s after one token is taken, so a bucket charged twice lives longer than one charged once. */
   const TENTH: Limit = { algorithm: 'token_bucket', rps: 0.1, burst: 2 };
   const req = (key: string, limit: Limit, cost: unknown = 1) => ({ key, policy: key, limit, cost: cost as number });
+  const COST = 'must be a finite number > 0 (the tokens the request takes)';
+
+  /** The error `promise` rejects with; the call that made it must not have thrown. */
+  const rejection = async (promise: Promise<unknown>) =>
+    promise.then(
+      () => undefined,
+      (error: unknown) => error as Error,
+    );
 
   it('keeps one live bucket for a key given twice in one call: no sweep drops it', async () => {
     jest.useFakeTimers();
@@ -126,6 +134,64 @@ describe('MemoryStore requests (clock pinned)', () => {
     expect((await store.consume([req('k', TENTH)]))[0]).toMatchObject({ allowed: true, remaining: 0 }); // 0.1 left
     expect((await store.consume([req('k', TENTH)]))[0]).toMatchObject({ allowed: false, retryAfter: 9 });
     await store.close();
+  });
+
+  it.each<[string, ReturnType<typeof req>, string]>([
+    ['limit', req('k', { algorithm: 'token_bucket', rps: 1, burst: 100 }), 'limit'],
+    ['algorithm', req('k', { ...TENTH, algorithm: 'gcra' }), 'limit'],
+    ['cost', req('k', TENTH, 2), 'cost'],
+  ])('refuses a key given twice with a different %s, storing nothing', async (_what, second, field) => {
+    const store = new MemoryStore({ clock });
+    for (const charge of [true, false]) {
+      let promise!: Promise<unknown>;
+      expect(() => (promise = charge ? store.consume([req('k', TENTH), req('j', TENTH), second]) : store.peek([req('k', TENTH), second]))).not.toThrow();
+      const error = await rejection(promise);
+      expect(error).toBeInstanceOf(TypeError);
+      expect(error?.message).toBe(
+        `Invalid argument to MemoryStore.${charge ? 'consume' : 'peek'}: requests[0] and requests[${charge ? 2 : 1}] are for the same key "k" with a different ${field}; a key is one bucket, decided once per call: give each key once`,
+      );
+    }
+    expect(store.size).toBe(0);
+  });
+
+  it.each<[string, unknown, ErrorConstructor, string]>([
+    ['NaN', NaN, RangeError, 'NaN'],
+    ['-1', -1, RangeError, '-1'],
+    ['0', 0, RangeError, '0'],
+    ['Infinity', Infinity, RangeError, 'Infinity'],
+    ["'1'", '1', TypeError, '"1"'],
+    ['null', null, TypeError, 'null'],
+    ['undefined', undefined, TypeError, 'undefined'],
+  ])('rejects a cost of %s clearly, on every algorithm, charging nothing', async (_name, cost, type, shown) => {
+    const store = new MemoryStore({ clock });
+    for (const algorithm of ALGORITHMS) {
+      const limit: Limit = { algorithm, rps: 1, burst: 5 };
+      for (const charge of [true, false]) {
+        let promise!: Promise<unknown>;
+        // the request's other policy is fine: the call as a whole is refused
+        const requests = [req(`ok:${algorithm}`, limit), { ...req(algorithm, limit), cost: cost as number }];
+        expect(() => (promise = charge ? store.consume(requests) : store.peek(requests))).not.toThrow();
+        const error = await rejection(promise);
+        expect(error).toBeInstanceOf(type);
+        expect(error?.message).toBe(`Invalid argument to MemoryStore.${charge ? 'consume' : 'peek'}: "requests[1].cost" ${COST}, got ${shown}`);
+      }
+    }
+    expect(store.size).toBe(0);
+  });
+
+  it('rejects a call that is not a list of requests, never synchronously', async () => {
+    const store = new MemoryStore({ clock });
+    let promise!: Promise<unknown>;
+    expect(() => (promise = store.consume(undefined as never))).not.toThrow();
+    expect((await rejection(promise))?.message).toBe('Invalid argument to MemoryStore.consume: "requests" must be a list of requests, got undefined');
+    expect(() => (promise = store.peek([null as never]))).not.toThrow();
+    expect((await rejection(promise))?.message).toBe(
+      'Invalid argument to MemoryStore.peek: "requests[0]" must be a request such as { key, policy, limit, cost }, got null',
+    );
+    expect(() => (promise = store.consume([req(5 as never, SLOW)]))).not.toThrow();
+    expect((await rejection(promise))?.message).toBe('Invalid argument to MemoryStore.consume: "requests[0].key" must be a string, got 5');
+    expect(() => (promise = store.reset(undefined as never))).not.toThrow();
+    await expect(promise).rejects.toThrow(TypeError);
   });
 
   it('keeps every bucket of a request that has more policies than maxKeys', () => {
