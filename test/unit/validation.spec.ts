@@ -9,6 +9,7 @@ import {
   RateLimit,
   RateLimitModule,
   type RateLimitModuleOptions,
+  RateLimiterService,
   type RateLimitPolicy,
   RedisStore,
   SkipRateLimit,
@@ -106,6 +107,15 @@ const options = (o: unknown) => () => thrown(() => resolveOptions(o as RateLimit
 /** The message a store's options make. */
 const store = (make: () => unknown) => () => thrown(make);
 
+/** The message a `RateLimiterService` call makes (on a memory store). */
+const limiter = (call: (service: RateLimiterService) => Promise<unknown>) => async () => {
+  const service = new RateLimiterService(await resolveOptions({}));
+  try {
+    return await thrown(() => call(service));
+  } finally {
+    await service.onApplicationShutdown();
+  }
+};
 /** The message a `MemoryStore` call makes. */
 const memory = (call: (store: MemoryStore) => Promise<unknown>) => () => thrown(() => call(new MemoryStore()));
 const TB = { algorithm: 'token_bucket', rps: 1, burst: 5 } as const;
@@ -251,7 +261,12 @@ const ROWS: Row[] = [
   ['MemoryStore clock a number', store(() => new MemoryStore({ clock: 5 as never })), 'Invalid MemoryStore option "clock": must be a function returning ms, got 5'],
   ['MemoryStore maxKeys 0', store(() => new MemoryStore({ maxKeys: 0 })), 'Invalid MemoryStore option "maxKeys": must be a whole number >= 1, got 0'],
 
-  // calls: the stores reject bad arguments
+  // calls: RateLimiterService and the stores reject bad arguments
+  ['RateLimiterService: two unnamed policies', limiter((l) => l.consume('user:1', [{ limit: 5, window: '1m' }, { limit: 100, window: '1d' }])), 'Invalid @RateLimit policy on RateLimiterService: two policies are named "default"; give each policy its own "name"'],
+  ['RateLimiterService: a bad policy', limiter((l) => l.peek('user:1', { rps: 0 })), 'Invalid @RateLimit policy on RateLimiterService: "rps" must be a positive number (tokens per second), got 0'],
+  ['RateLimiterService: cost NaN', limiter((l) => l.consume('user:1', { rps: 1 }, NaN)), `Invalid argument to RateLimiterService.consume: "cost" ${CALL_COST}, got NaN`],
+  ['RateLimiterService: cost a string', limiter((l) => l.peek('user:1', { rps: 1 }, '2' as never)), `Invalid argument to RateLimiterService.peek: "cost" ${CALL_COST}, got "2"`],
+  ['RateLimiterService: identity a number', limiter((l) => l.reset(42 as never, { rps: 1 })), `Invalid argument to RateLimiterService.reset: "identity" must be a string such as 'user:42', got 42`],
   ['MemoryStore: requests not a list', memory((m) => m.consume({ key: 'k' } as never)), 'Invalid argument to MemoryStore.consume: "requests" must be a list of requests, got {"key":"k"}'],
   ['MemoryStore: a request null', memory((m) => m.peek([null as never])), 'Invalid argument to MemoryStore.peek: "requests[0]" must be a request such as { key, policy, limit, cost }, got null'],
   ['MemoryStore: a key a number', memory((m) => m.consume([{ key: 5 as never, policy: 'p', limit: TB, cost: 1 }])), 'Invalid argument to MemoryStore.consume: "requests[0].key" must be a string, got 5'],
