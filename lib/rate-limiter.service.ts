@@ -56,9 +56,9 @@ export class RateLimiterService implements OnApplicationShutdown {
 
   /**
    * Takes `cost` tokens (a finite number > 0, default 1) from every policy's bucket for
-   * `identity`, or from none.
+   * `identity`, or from none. Async, as are `peek` and `reset`: a bad argument rejects the
+   * promise, never throws.
    */
-  // async, as are peek and reset: a bad argument rejects the promise instead of throwing
   async consume(identity: string, policies: RateLimitPolicy | RateLimitPolicy[], cost = 1): Promise<RateLimitDecision[]> {
     return this.decide(this.requests('RateLimiterService.consume', identity, policies, cost), true);
   }
