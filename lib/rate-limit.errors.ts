@@ -48,6 +48,19 @@ export function invalidStoreOption(store: string, option: string, value: unknown
   return `Invalid ${store} option "${option}": ${expected}, got ${show(value)}`;
 }
 
+/**
+ * An argument of a call to the engine or a store (`RateLimiterService.consume`,
+ * `MemoryStore.peek`) that does not hold; `argument` names it (`cost`, `requests[1].cost`).
+ */
+export function invalidArgument(where: string, argument: string, value: unknown, expected: string): string {
+  return `Invalid argument to ${where}: "${argument}" ${expected}, got ${show(value)}`;
+}
+
+/** Two requests of one store call for the same bucket key that do not agree on its limit or their cost. */
+export function invalidRepeatedKey(where: string, first: number, second: number, key: string, field: 'limit' | 'cost'): string {
+  return `Invalid argument to ${where}: requests[${first}] and requests[${second}] are for the same key ${show(key)} with a different ${field}; a key is one bucket, decided once per call: give each key once`;
+}
+
 /** The module's options as a whole, or two of them together, that do not hold. */
 export function invalidOptions(problem: string): string {
   return `Invalid RateLimitModule options: ${problem}`;

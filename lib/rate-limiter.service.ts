@@ -1,10 +1,11 @@
 import { Inject, Injectable, Logger, type OnApplicationShutdown } from '@nestjs/common';
 import { bucketKey } from './keys/bucket-key.js';
 import type { RateLimitPolicy, ResolvedPolicy } from './policy/policy.types.js';
-import { resolvePolicy } from './policy/resolve-policy.js';
-import { circuitOpen, storeBack, storeFailed, storeFailing, storeTimedOut } from './rate-limit.errors.js';
+import { InvalidPolicyError, resolvePolicy } from './policy/resolve-policy.js';
+import { circuitOpen, invalidArgument, invalidPolicy, storeBack, storeFailed, storeFailing, storeTimedOut } from './rate-limit.errors.js';
 import { RATE_LIMIT_OPTIONS } from './rate-limit.constants.js';
 import type { ResolvedOptions } from './rate-limit-options.js';
+import { checkCost } from './stores/distinct-requests.js';
 import { MemoryStore } from './stores/memory/memory.store.js';
 import { RateLimitStoreError } from './stores/rate-limit-store.error.js';
 import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from './stores/rate-limit-store.interface.js';
@@ -29,6 +30,11 @@ const BREAKER_PROBE_MS = 250;
  * `ip:1.2.3.4`), so code reaches the guard's bucket for the same policy name. On a store failure
  * it throws `RateLimitStoreError`, except with `failMode: 'local'`, where it decides in memory.
  *
+ * Bad arguments reject the call before anything reaches the store, and are no store failure: a
+ * bad policy, or two policies with the same name (an unnamed one is `'default'`: they would share
+ * one bucket), with `InvalidPolicyError`; a cost that is not a finite number > 0 with a
+ * `TypeError` or `RangeError`.
+ *
  * @example
  * const [decision] = await limiter.consume(`user:${user.id}`, { name: 'login', limit: 5, window: '15m' });
  * if (!decision.allowed) throw new RateLimitExceededException(decision);
@@ -48,19 +54,23 @@ export class RateLimiterService implements OnApplicationShutdown {
     this.deadlines = new DeadlineQueue(options.timeout);
   }
 
-  /** Takes `cost` tokens from every policy's bucket for `identity`, or from none. */
-  consume(identity: string, policies: RateLimitPolicy | RateLimitPolicy[], cost = 1): Promise<RateLimitDecision[]> {
-    return this.decide(this.requests(identity, policies, cost), true);
+  /**
+   * Takes `cost` tokens (a finite number > 0, default 1) from every policy's bucket for
+   * `identity`, or from none. Async, as are `peek` and `reset`: a bad argument rejects the
+   * promise, never throws.
+   */
+  async consume(identity: string, policies: RateLimitPolicy | RateLimitPolicy[], cost = 1): Promise<RateLimitDecision[]> {
+    return this.decide(this.requests('RateLimiterService.consume', identity, policies, cost), true);
   }
 
   /** What `consume` would decide, without taking anything. */
-  peek(identity: string, policies: RateLimitPolicy | RateLimitPolicy[], cost = 1): Promise<RateLimitDecision[]> {
-    return this.decide(this.requests(identity, policies, cost), false);
+  async peek(identity: string, policies: RateLimitPolicy | RateLimitPolicy[], cost = 1): Promise<RateLimitDecision[]> {
+    return this.decide(this.requests('RateLimiterService.peek', identity, policies, cost), false);
   }
 
   /** Forgets the buckets of `identity` for these policies: they are full again. */
   async reset(identity: string, policies: RateLimitPolicy | RateLimitPolicy[]): Promise<void> {
-    const keys = this.requests(identity, policies, 1).map((request) => request.key);
+    const keys = this.requests('RateLimiterService.reset', identity, policies, 1).map((request) => request.key);
     await this.bounded(this.store.reset(keys));
     await this.local?.reset(keys);
   }
@@ -127,8 +137,16 @@ export class RateLimiterService implements OnApplicationShutdown {
     return this.deadlines.race(promise, () => new RateLimitStoreError(storeTimedOut(this.options.timeout)));
   }
 
-  private requests(identity: string, policies: RateLimitPolicy | RateLimitPolicy[], cost: number): RateLimitRequest[] {
-    return (Array.isArray(policies) ? policies : [policies]).map((policy) => {
+  /**
+   * One store request per policy. `where` names the call in messages.
+   *
+   * @throws InvalidPolicyError for a bad policy or two with one name; TypeError or RangeError for
+   * a bad identity or cost
+   */
+  private requests(where: string, identity: string, policies: RateLimitPolicy | RateLimitPolicy[], cost: number): RateLimitRequest[] {
+    if (typeof identity !== 'string') throw new TypeError(invalidArgument(where, 'identity', identity, "must be a string such as 'user:42'"));
+    checkCost(cost, where, 'cost');
+    const requests = (Array.isArray(policies) ? policies : [policies]).map((policy) => {
       let resolved = this.resolved.get(policy);
       if (!resolved) this.resolved.set(policy, (resolved = resolvePolicy(policy, 'RateLimiterService', 'default')));
       return {
@@ -138,5 +156,16 @@ export class RateLimiterService implements OnApplicationShutdown {
         cost,
       };
     });
+    // a policy's name is its bucket: two of one name would be one bucket under two limits, as a route refuses
+    for (let i = 1; i < requests.length; i++) {
+      for (let j = 0; j < i; j++) {
+        if (requests[j].policy === requests[i].policy) {
+          throw new InvalidPolicyError(
+            invalidPolicy('RateLimiterService', `two policies are named "${requests[i].policy}"; give each policy its own "name"`),
+          );
+        }
+      }
+    }
+    return requests;
   }
 }

@@ -34,7 +34,7 @@ export interface RateLimitRequest {
   /** The policy's name, for the decision. */
   policy: string;
   limit: Limit;
-  /** Tokens to take, > 0. */
+  /** Tokens to take: a finite number > 0 (fractions allowed). */
   cost: number;
 }
 
@@ -53,6 +53,15 @@ export interface RateLimitStore {
    * Decides and, when every policy admits the request, charges every bucket. `timeoutMs` is how
    * long the caller waits for the answer (the module's `timeout`): a remote store should charge
    * nothing for a call that only reaches its server after that.
+   *
+   * A key given more than once in one call is one bucket, decided and charged once: when its
+   * requests agree (same limit, same cost), each gets that decision (under its own `policy`);
+   * when they do not, the call is refused. A bad request (a cost that is not a finite number > 0,
+   * a key given twice with different limits or costs) rejects this call alone, with a
+   * `TypeError` or `RangeError` naming it and before anything is charged: never a
+   * `RateLimitStoreError`, which says the store itself could not decide.
+   *
+   * @example await store.consume([{ key: 'rl:api:tb:{...}', policy: 'api', limit: { algorithm: 'token_bucket', rps: 10, burst: 20 }, cost: 1 }])
    */
   consume(requests: readonly RateLimitRequest[], timeoutMs?: number): Promise<RateLimitDecision[]>;
   /**
@@ -62,7 +71,7 @@ export interface RateLimitStore {
    * server is down, and says nothing of the server's health.
    */
   cached?(requests: readonly RateLimitRequest[]): RateLimitDecision[] | undefined;
-  /** Decides without charging anything. */
+  /** Decides without charging anything; requests are checked and repeated keys decided once, as by `consume`. */
   peek(requests: readonly RateLimitRequest[], timeoutMs?: number): Promise<RateLimitDecision[]>;
   /** Forgets the given buckets (they are full again). */
   reset(keys: readonly string[]): Promise<void>;

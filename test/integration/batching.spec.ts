@@ -1,6 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { Limit } from '../../lib/algorithms/algorithm.types.js';
+import { RateLimiterService } from '../../lib/rate-limiter.service.js';
+import { resolveOptions } from '../../lib/rate-limit-options.js';
+import { RateLimitStoreError } from '../../lib/stores/rate-limit-store.error.js';
 import type { RateLimitRequest } from '../../lib/stores/rate-limit-store.interface.js';
 import { RedisStore } from '../../lib/stores/redis/redis.store.js';
 import { connectTestRedis } from '../redis/test-redis.js';
@@ -78,5 +81,54 @@ describe('RedisStore batching', () => {
     const key = `rl:batch:${randomUUID()}`;
     for (let i = 0; i < 3; i++) await store.consume([request(key, LOOSE)]);
     expect(scriptCalls).toBe(3);
+  });
+
+  /** Bad costs as callers pass them by mistake, each with the error it must give. */
+  const BAD_COSTS: Array<[unknown, ErrorConstructor]> = [
+    [null, TypeError],
+    ['', TypeError],
+    ['abc', TypeError],
+    [{}, TypeError],
+    [NaN, RangeError],
+    [-1, RangeError],
+  ];
+
+  it('rejects only the request with a bad cost: the others of its batch get their decisions', async () => {
+    const store = new RedisStore({ client: redis, cacheRefusals: false });
+    const key = `rl:batch:${randomUUID()}`;
+    const calls: Promise<unknown>[] = [];
+    for (const [cost] of BAD_COSTS) {
+      calls.push(store.consume([request(key, LOOSE)]));
+      calls.push(store.consume([request(`rl:batch:${randomUUID()}`, LOOSE), request(key, LOOSE, cost as number)]));
+    }
+    const settled = await Promise.allSettled(calls);
+    expect(scriptCalls).toBe(1);
+    BAD_COSTS.forEach(([, type], i) => {
+      const [good, bad] = [settled[2 * i], settled[2 * i + 1]];
+      expect(good.status === 'fulfilled' && good.value).toEqual([expect.objectContaining({ allowed: true, remaining: 999 - i })]);
+      expect(bad.status === 'rejected' && bad.reason).toBeInstanceOf(type);
+      expect(bad.status === 'rejected' && bad.reason).not.toBeInstanceOf(RateLimitStoreError);
+    });
+  });
+
+  it('through RateLimiterService: a bad cost rejects that call alone, and is no store failure', async () => {
+    // failMode 'closed': a call the store failed, or that the breaker kept from it, rejects with RateLimitStoreError
+    const limiter = new RateLimiterService(await resolveOptions({ store: new RedisStore({ client: redis }), failMode: 'closed', timeout: 5_000 }));
+    try {
+      const policy = { name: 'batched', rps: 0.001, burst: 1_000 };
+      const identity = `user:${randomUUID()}`;
+      const calls: Promise<unknown>[] = [];
+      for (const [cost] of BAD_COSTS) calls.push(limiter.consume(identity, policy), limiter.consume(identity, policy, cost as number));
+      const settled = await Promise.allSettled(calls);
+      BAD_COSTS.forEach(([, type], i) => {
+        const [good, bad] = [settled[2 * i], settled[2 * i + 1]];
+        expect(good.status === 'fulfilled' && good.value).toEqual([expect.objectContaining({ allowed: true, remaining: 999 - i })]);
+        expect(bad.status === 'rejected' && bad.reason).toBeInstanceOf(type);
+      });
+      // six bad costs opened no breaker: the next call is decided by Redis
+      expect((await limiter.consume(identity, policy))[0]).toMatchObject({ allowed: true, remaining: 1_000 - BAD_COSTS.length - 1 });
+    } finally {
+      await limiter.onApplicationShutdown();
+    }
   });
 });

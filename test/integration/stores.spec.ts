@@ -108,6 +108,57 @@ describe.each(stores)('%s', (storeName, makeStore) => {
   });
 });
 
+describe.each(stores)('%s: what a call carries', (storeName, makeStore) => {
+  const where = (method: string) => `Invalid argument to ${storeName.split(' ')[0]}.${method}:`;
+  /** The error `promise` rejects with (`undefined` when it resolves). */
+  const rejection = (promise: Promise<unknown>) =>
+    promise.then(
+      () => undefined,
+      (error: unknown) => error as Error,
+    );
+
+  it.each(ALGORITHMS.map((a) => [a]))('%s: decides a key given twice in one call once, charging it once', async (algorithm) => {
+    const { store, setNow, consume } = makeStore();
+    setNow(1_000);
+    const req = request('twice', limitOf(algorithm, 1, 5), randomUUID(), 2);
+    const decisions = await consume([req, { ...req, policy: 'again' }]);
+    expect(decisions.map((d) => [d.policy, d.allowed, d.remaining])).toEqual([['twice', true, 3], ['again', true, 3]]);
+    expect((await store.peek([req, req])).map((d) => d.remaining)).toEqual([3, 3]);
+  });
+
+  it('refuses a key given twice with a different limit or cost, charging nothing', async () => {
+    const { store, setNow } = makeStore();
+    setNow(1_000);
+    const req = request('conflict', limitOf('token_bucket', 1, 5), randomUUID());
+    const other = request('other', limitOf('token_bucket', 1, 5), randomUUID());
+    for (const second of [{ ...req, limit: limitOf('token_bucket', 1, 6) }, { ...req, cost: 2 }]) {
+      const error = await rejection(store.consume([req, other, second]));
+      expect(error).toBeInstanceOf(TypeError);
+      expect(error?.message).toMatch(`${where('consume')} requests[0] and requests[2] are for the same key`);
+    }
+    expect((await store.peek([req, other])).map((d) => d.remaining)).toEqual([5, 5]);
+  });
+
+  it.each<[string, unknown, ErrorConstructor]>([
+    ['NaN', NaN, RangeError],
+    ['-1', -1, RangeError],
+    ["'abc'", 'abc', TypeError],
+    ['null', null, TypeError],
+    ['{}', {}, TypeError],
+  ])('rejects a call with a cost of %s, before it reaches the store, charging nothing', async (_name, cost, type) => {
+    const { store, setNow } = makeStore();
+    setNow(1_000);
+    const good = request('good', limitOf('sliding_window_log', 1, 5), randomUUID());
+    const bad = { ...request('bad', limitOf('sliding_window_log', 1, 5), randomUUID()), cost: cost as number };
+    for (const method of ['consume', 'peek'] as const) {
+      const error = await rejection(store[method]([good, bad]));
+      expect(error).toBeInstanceOf(type);
+      expect(error?.message).toMatch(`${where(method)} "requests[1].cost" must be a finite number > 0`);
+    }
+    expect((await store.peek([good, { ...bad, cost: 1 }])).map((d) => d.remaining)).toEqual([5, 5]);
+  });
+});
+
 describe('RedisStore keys', () => {
   it.each([
     ['Redis', () => [redis]],

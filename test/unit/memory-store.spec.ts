@@ -1,6 +1,6 @@
 import { jest } from '@jest/globals';
 import fc from 'fast-check';
-import type { Limit } from '../../lib/algorithms/algorithm.types.js';
+import { ALGORITHMS, type Limit } from '../../lib/algorithms/algorithm.types.js';
 import { kthSmallest } from '../../lib/stores/memory/kth-smallest.js';
 import { MemoryStore } from '../../lib/stores/memory/memory.store.js';
 
@@ -100,6 +100,110 @@ describe('MemoryStore bound (clock pinned)', () => {
         },
       ),
     );
+  });
+});
+
+describe('MemoryStore requests (clock pinned)', () => {
+  let now: number;
+  const clock = () => now;
+  beforeEach(() => (now = 1_000_000));
+  afterEach(() => jest.useRealTimers());
+
+  /** Full again 10 s after one token is taken, so a bucket charged twice lives longer than one charged once. */
+  const TENTH: Limit = { algorithm: 'token_bucket', rps: 0.1, burst: 2 };
+  const req = (key: string, limit: Limit, cost: unknown = 1) => ({ key, policy: key, limit, cost: cost as number });
+  const COST = 'must be a finite number > 0 (the tokens the request takes)';
+
+  /** The error `promise` rejects with; the call that made it must not have thrown. */
+  const rejection = async (promise: Promise<unknown>) =>
+    promise.then(
+      () => undefined,
+      (error: unknown) => error as Error,
+    );
+
+  it('keeps one live bucket for a key given twice in one call: no sweep drops it', async () => {
+    jest.useFakeTimers();
+    const store = new MemoryStore({ clock });
+    const twice = await store.consume([req('k', TENTH), req('k', TENTH)]);
+    expect(twice.map((d) => [d.allowed, d.remaining])).toEqual([[true, 1], [true, 1]]);
+    now += 5_000;
+    expect((await store.consume([req('k', TENTH)]))[0]).toMatchObject({ allowed: true, remaining: 0 }); // 0.5 left
+    now += 6_000;
+    // a second row for k, unchanged since the first call, expired at +10 s: a sweep must not take k with it
+    jest.advanceTimersByTime(1_000);
+    expect((await store.consume([req('k', TENTH)]))[0]).toMatchObject({ allowed: true, remaining: 0 }); // 0.1 left
+    expect((await store.consume([req('k', TENTH)]))[0]).toMatchObject({ allowed: false, retryAfter: 9 });
+    await store.close();
+  });
+
+  it.each<[string, ReturnType<typeof req>, string]>([
+    ['limit', req('k', { algorithm: 'token_bucket', rps: 1, burst: 100 }), 'limit'],
+    ['algorithm', req('k', { ...TENTH, algorithm: 'gcra' }), 'limit'],
+    ['cost', req('k', TENTH, 2), 'cost'],
+  ])('refuses a key given twice with a different %s, storing nothing', async (_what, second, field) => {
+    const store = new MemoryStore({ clock });
+    for (const charge of [true, false]) {
+      let promise!: Promise<unknown>;
+      expect(() => (promise = charge ? store.consume([req('k', TENTH), req('j', TENTH), second]) : store.peek([req('k', TENTH), second]))).not.toThrow();
+      const error = await rejection(promise);
+      expect(error).toBeInstanceOf(TypeError);
+      expect(error?.message).toBe(
+        `Invalid argument to MemoryStore.${charge ? 'consume' : 'peek'}: requests[0] and requests[${charge ? 2 : 1}] are for the same key "k" with a different ${field}; a key is one bucket, decided once per call: give each key once`,
+      );
+    }
+    expect(store.size).toBe(0);
+  });
+
+  it.each<[string, unknown, ErrorConstructor, string]>([
+    ['NaN', NaN, RangeError, 'NaN'],
+    ['-1', -1, RangeError, '-1'],
+    ['0', 0, RangeError, '0'],
+    ['Infinity', Infinity, RangeError, 'Infinity'],
+    ["'1'", '1', TypeError, '"1"'],
+    ['null', null, TypeError, 'null'],
+    ['undefined', undefined, TypeError, 'undefined'],
+  ])('rejects a cost of %s clearly, on every algorithm, charging nothing', async (_name, cost, type, shown) => {
+    const store = new MemoryStore({ clock });
+    for (const algorithm of ALGORITHMS) {
+      const limit: Limit = { algorithm, rps: 1, burst: 5 };
+      for (const charge of [true, false]) {
+        let promise!: Promise<unknown>;
+        // the request's other policy is fine: the call as a whole is refused
+        const requests = [req(`ok:${algorithm}`, limit), { ...req(algorithm, limit), cost: cost as number }];
+        expect(() => (promise = charge ? store.consume(requests) : store.peek(requests))).not.toThrow();
+        const error = await rejection(promise);
+        expect(error).toBeInstanceOf(type);
+        expect(error?.message).toBe(`Invalid argument to MemoryStore.${charge ? 'consume' : 'peek'}: "requests[1].cost" ${COST}, got ${shown}`);
+      }
+    }
+    expect(store.size).toBe(0);
+  });
+
+  it('rejects a call that is not a list of requests, never synchronously', async () => {
+    const store = new MemoryStore({ clock });
+    let promise!: Promise<unknown>;
+    expect(() => (promise = store.consume(undefined as never))).not.toThrow();
+    expect((await rejection(promise))?.message).toBe('Invalid argument to MemoryStore.consume: "requests" must be a list of requests, got undefined');
+    expect(() => (promise = store.peek([null as never]))).not.toThrow();
+    expect((await rejection(promise))?.message).toBe(
+      'Invalid argument to MemoryStore.peek: "requests[0]" must be a request such as { key, policy, limit, cost }, got null',
+    );
+    expect(() => (promise = store.consume([req(5 as never, SLOW)]))).not.toThrow();
+    expect((await rejection(promise))?.message).toBe('Invalid argument to MemoryStore.consume: "requests[0].key" must be a string, got 5');
+    expect(() => (promise = store.reset(undefined as never))).not.toThrow();
+    await expect(promise).rejects.toThrow(TypeError);
+  });
+
+  it('keeps every bucket of a request that has more policies than maxKeys', () => {
+    const store = new MemoryStore({ clock, maxKeys: 1 });
+    const both = [req('a', SLOW), req('b', SLOW)];
+    for (const expected of [1, 0]) expect(store.decide(both, true).map((d) => [d.allowed, d.remaining])).toEqual([[true, expected], [true, expected]]);
+    expect(store.decide(both, true).map((d) => [d.allowed, d.remaining])).toEqual([[false, 0], [false, 0]]);
+    expect(store.size).toBe(2);
+    // the next new bucket makes room: the store is back within maxKeys
+    expect(store.decide([req('c', SLOW)], true)[0].remaining).toBe(1);
+    expect(store.size).toBe(1);
+    expect(store.decide([req('a', SLOW)], false)[0].remaining).toBe(2);
   });
 });
 

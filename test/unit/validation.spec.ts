@@ -9,6 +9,7 @@ import {
   RateLimit,
   RateLimitModule,
   type RateLimitModuleOptions,
+  RateLimiterService,
   type RateLimitPolicy,
   RedisStore,
   SkipRateLimit,
@@ -105,6 +106,20 @@ const policy = (p: unknown, on: 'handler' | 'class' = 'handler') => () =>
 const options = (o: unknown) => () => thrown(() => resolveOptions(o as RateLimitModuleOptions));
 /** The message a store's options make. */
 const store = (make: () => unknown) => () => thrown(make);
+
+/** The message a `RateLimiterService` call makes (on a memory store). */
+const limiter = (call: (service: RateLimiterService) => Promise<unknown>) => async () => {
+  const service = new RateLimiterService(await resolveOptions({}));
+  try {
+    return await thrown(() => call(service));
+  } finally {
+    await service.onApplicationShutdown();
+  }
+};
+/** The message a `MemoryStore` call makes. */
+const memory = (call: (store: MemoryStore) => Promise<unknown>) => () => thrown(() => call(new MemoryStore()));
+const TB = { algorithm: 'token_bucket', rps: 1, burst: 5 } as const;
+const CALL_COST = 'must be a finite number > 0 (the tokens the request takes)';
 
 /** Just enough of an ioredis client to pass for one. */
 const fakeClient = { defineCommand: () => undefined };
@@ -245,6 +260,19 @@ const ROWS: Row[] = [
   ['RedisStore clock a number', store(() => new RedisStore({ client: fakeClient, clock: 5 } as never)), 'Invalid RedisStore option "clock": must be a function returning ms, got 5'],
   ['MemoryStore clock a number', store(() => new MemoryStore({ clock: 5 as never })), 'Invalid MemoryStore option "clock": must be a function returning ms, got 5'],
   ['MemoryStore maxKeys 0', store(() => new MemoryStore({ maxKeys: 0 })), 'Invalid MemoryStore option "maxKeys": must be a whole number >= 1, got 0'],
+
+  // calls: RateLimiterService and the stores reject bad arguments
+  ['RateLimiterService: two unnamed policies', limiter((l) => l.consume('user:1', [{ limit: 5, window: '1m' }, { limit: 100, window: '1d' }])), 'Invalid @RateLimit policy on RateLimiterService: two policies are named "default"; give each policy its own "name"'],
+  ['RateLimiterService: a bad policy', limiter((l) => l.peek('user:1', { rps: 0 })), 'Invalid @RateLimit policy on RateLimiterService: "rps" must be a positive number (tokens per second), got 0'],
+  ['RateLimiterService: cost NaN', limiter((l) => l.consume('user:1', { rps: 1 }, NaN)), `Invalid argument to RateLimiterService.consume: "cost" ${CALL_COST}, got NaN`],
+  ['RateLimiterService: cost a string', limiter((l) => l.peek('user:1', { rps: 1 }, '2' as never)), `Invalid argument to RateLimiterService.peek: "cost" ${CALL_COST}, got "2"`],
+  ['RateLimiterService: identity a number', limiter((l) => l.reset(42 as never, { rps: 1 })), `Invalid argument to RateLimiterService.reset: "identity" must be a string such as 'user:42', got 42`],
+  ['MemoryStore: requests not a list', memory((m) => m.consume({ key: 'k' } as never)), 'Invalid argument to MemoryStore.consume: "requests" must be a list of requests, got {"key":"k"}'],
+  ['MemoryStore: a request null', memory((m) => m.peek([null as never])), 'Invalid argument to MemoryStore.peek: "requests[0]" must be a request such as { key, policy, limit, cost }, got null'],
+  ['MemoryStore: a key a number', memory((m) => m.consume([{ key: 5 as never, policy: 'p', limit: TB, cost: 1 }])), 'Invalid argument to MemoryStore.consume: "requests[0].key" must be a string, got 5'],
+  ['MemoryStore: cost negative', memory((m) => m.consume([{ key: 'k', policy: 'p', limit: TB, cost: -1 }])), `Invalid argument to MemoryStore.consume: "requests[0].cost" ${CALL_COST}, got -1`],
+  ['MemoryStore: a key twice with different limits', memory((m) => m.consume([{ key: 'k', policy: 'p', limit: TB, cost: 1 }, { key: 'k', policy: 'q', limit: { ...TB, burst: 6 }, cost: 1 }])), 'Invalid argument to MemoryStore.consume: requests[0] and requests[1] are for the same key "k" with a different limit; a key is one bucket, decided once per call: give each key once'],
+  ['MemoryStore: a key twice with different costs', memory((m) => m.peek([{ key: 'k', policy: 'p', limit: TB, cost: 1 }, { key: 'j', policy: 'p', limit: TB, cost: 1 }, { key: 'k', policy: 'p', limit: TB, cost: 2 }])), 'Invalid argument to MemoryStore.peek: requests[0] and requests[2] are for the same key "k" with a different cost; a key is one bucket, decided once per call: give each key once'],
 
   // last: from here on, ioredis cannot be imported
   [

@@ -2,6 +2,7 @@ import { decideAll, type Entry, type Verdict } from '../../algorithms/decide.js'
 import type { Held, Limit } from '../../algorithms/algorithm.types.js';
 import { invalidStoreOption } from '../../rate-limit.errors.js';
 import { toDecision } from '../decision.js';
+import { distinctRequests, spreadDecisions } from '../distinct-requests.js';
 import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from '../rate-limit-store.interface.js';
 import { kthSmallest } from './kth-smallest.js';
 import { PACKED_STATES, PACKED_WIDTH } from './packed-state.js';
@@ -14,6 +15,8 @@ export interface MemoryStoreOptions {
    * Most buckets held at once. When a new one would pass it, the store frees 1 % of it: every
    * expired (full again) bucket first, then the buckets closest to full. Default `100_000`
    * (about 15 MB of heap; a sliding window log's bucket also holds up to `burst` timestamps).
+   * A request never loses its own buckets to make room: one with more policies than `maxKeys`
+   * holds all of them, and the next new bucket brings the store back within the bound.
    */
   maxKeys?: number;
 }
@@ -71,17 +74,17 @@ export class MemoryStore implements RateLimitStore {
     return this.slots.size;
   }
 
-  consume(requests: readonly RateLimitRequest[]): Promise<RateLimitDecision[]> {
-    return Promise.resolve(this.decide(requests, true));
+  // async: a bad argument rejects the promise, as with any store, instead of throwing
+  async consume(requests: readonly RateLimitRequest[]): Promise<RateLimitDecision[]> {
+    return this.decide(requests, true);
   }
 
-  peek(requests: readonly RateLimitRequest[]): Promise<RateLimitDecision[]> {
-    return Promise.resolve(this.decide(requests, false));
+  async peek(requests: readonly RateLimitRequest[]): Promise<RateLimitDecision[]> {
+    return this.decide(requests, false);
   }
 
-  reset(keys: readonly string[]): Promise<void> {
+  async reset(keys: readonly string[]): Promise<void> {
     for (const key of keys) this.remove(key);
-    return Promise.resolve();
   }
 
   /** Drops every bucket and stops the sweep timer. */
@@ -97,8 +100,21 @@ export class MemoryStore implements RateLimitStore {
     return Promise.resolve();
   }
 
-  /** Decides synchronously; `consume` and `peek` wrap it in a promise. */
-  decide(requests: readonly RateLimitRequest[], charge: boolean): RateLimitDecision[] {
+  /**
+   * Decides synchronously; `consume` and `peek` wrap it in a promise. A key given twice is
+   * decided once (see `RateLimitStore.consume`).
+   *
+   * @throws TypeError or RangeError for a bad request (a cost that is not a finite number > 0, a
+   * key given twice with different limits or costs), before anything is read or charged
+   */
+  decide(given: readonly RateLimitRequest[], charge: boolean): RateLimitDecision[] {
+    const { requests, positions } = distinctRequests(given, charge ? 'MemoryStore.consume' : 'MemoryStore.peek');
+    const decisions = this.decideDistinct(requests, charge);
+    return positions === undefined ? decisions : spreadDecisions(decisions, given, positions);
+  }
+
+  /** Decides requests whose keys are all different: each has one row at most. */
+  private decideDistinct(requests: readonly RateLimitRequest[], charge: boolean): RateLimitDecision[] {
     const now = this.clock();
     const n = requests.length;
     // each bucket's row (undefined: none), looked up once for the read and the write
@@ -145,7 +161,8 @@ export class MemoryStore implements RateLimitStore {
     if (slot === undefined) {
       slot = this.keys.length;
       if (slot * ROW >= this.rows.length) {
-        const grown = new Float64Array(Math.min(Math.max(1024, (slot + 1) * 2), this.maxKeys) * ROW);
+        // up to maxKeys rows, or more for a request whose own buckets are more (see `maxKeys`)
+        const grown = new Float64Array(Math.max(slot + 1, Math.min(Math.max(1024, (slot + 1) * 2), this.maxKeys)) * ROW);
         grown.set(this.rows);
         this.rows = grown;
       }
@@ -161,7 +178,9 @@ export class MemoryStore implements RateLimitStore {
   }
 
   private free(slot: number): void {
-    this.slots.delete(this.keys[slot]!);
+    const key = this.keys[slot]!;
+    // only the row the map points at is the key's bucket: freeing any other must not drop it
+    if (this.slots.get(key) === slot) this.slots.delete(key);
     this.keys[slot] = undefined;
     this.extras.delete(slot);
     this.freeSlots.push(slot);

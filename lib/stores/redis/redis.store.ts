@@ -2,6 +2,7 @@ import type { Cluster, Redis } from 'ioredis';
 import type { Outcome } from '../../algorithms/algorithm.types.js';
 import { invalidStoreOption, storeTimedOut } from '../../rate-limit.errors.js';
 import { toDecision } from '../decision.js';
+import { distinctRequests, spreadDecisions } from '../distinct-requests.js';
 import { RateLimitStoreError } from '../rate-limit-store.error.js';
 import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from '../rate-limit-store.interface.js';
 import { DECIDE_LUA, REFUND_LUA, REPLY_WIDTH } from './decide.lua.js';
@@ -164,6 +165,9 @@ export class RedisStore implements RateLimitStore {
   }
 
   private async call(requests: readonly RateLimitRequest[], charge: boolean, timeoutMs?: number): Promise<RateLimitDecision[]> {
+    // a bad request rejects this call alone, before it can join (and fail) a batch; a key given twice is decided once
+    const distinct = distinctRequests(requests, charge ? 'RedisStore.consume' : 'RedisStore.peek');
+    if (distinct.positions) return spreadDecisions(await this.call(distinct.requests, charge, timeoutMs), requests, distinct.positions);
     if (requests.length === 0) return [];
     // the caller's timeout counts from here, and so does the deadline Redis gets
     const askedAt = this.localNow();

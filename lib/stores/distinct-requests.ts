@@ -1,0 +1,99 @@
+import { invalidArgument, invalidRepeatedKey } from '../rate-limit.errors.js';
+import type { RateLimitDecision, RateLimitRequest } from './rate-limit-store.interface.js';
+
+/** What a cost must be, as the messages say it. */
+const COST = 'must be a finite number > 0 (the tokens the request takes)';
+/**
+ * Requests of one call up to which a repeated key is looked for by comparing every pair: a
+ * request has a few policies, and a few comparisons cost less than a `Set`.
+ */
+const PAIRWISE_UP_TO = 8;
+
+/**
+ * Checks a cost, the one rule for the engine and every store: a finite number > 0, tokens
+ * (fractions allowed). Anything else would reach an algorithm as NaN, give tokens back (a
+ * negative cost) or fail a Redis script call, with every request batched in it.
+ *
+ * @param where the call, for the message (`RateLimiterService.consume`)
+ * @param argument what holds the cost (`cost`, `requests[1].cost`)
+ * @throws TypeError for a cost that is not a number, RangeError for a number that is not finite and > 0
+ */
+export function checkCost(cost: unknown, where: string, argument: string): asserts cost is number {
+  if (typeof cost !== 'number') throw new TypeError(invalidArgument(where, argument, cost, COST));
+  if (!(cost > 0 && cost < Infinity)) throw new RangeError(invalidArgument(where, argument, cost, COST));
+}
+
+/** A store call's requests with each key once. */
+export interface DistinctRequests {
+  /** The requests to decide, each key once, in the order first given. */
+  requests: readonly RateLimitRequest[];
+  /**
+   * For each request given, the index of its key's request in `requests`; `undefined` when no
+   * key repeats (the common case: then `requests` is the list given).
+   */
+  positions: number[] | undefined;
+}
+
+/**
+ * Checks the requests of a store call (`consume` or `peek`) and gives each bucket key once: a
+ * key repeated with the same limit and cost is decided once, and each of its requests gets
+ * that decision; one repeated with another limit or cost is refused. Two entries for one key
+ * would otherwise each read the bucket as it was and each write it back: charged once or twice
+ * depending on the algorithm and the store, and in memory two rows for one key.
+ *
+ * @param where the call, for messages (`MemoryStore.consume`)
+ * @throws TypeError or RangeError naming the bad request and field (never `RateLimitStoreError`:
+ * the caller's mistake, not the store's failure)
+ */
+export function distinctRequests(requests: readonly RateLimitRequest[], where: string): DistinctRequests {
+  if (!Array.isArray(requests)) throw new TypeError(invalidArgument(where, 'requests', requests, 'must be a list of requests'));
+  const n = requests.length;
+  let repeated = false;
+  for (let i = 0; i < n; i++) {
+    const request = requests[i];
+    if (typeof request !== 'object' || request === null) {
+      throw new TypeError(invalidArgument(where, `requests[${i}]`, request, 'must be a request such as { key, policy, limit, cost }'));
+    }
+    if (typeof request.key !== 'string') throw new TypeError(invalidArgument(where, `requests[${i}].key`, request.key, 'must be a string'));
+    checkCost(request.cost, where, `requests[${i}].cost`);
+    if (n <= PAIRWISE_UP_TO) for (let j = 0; j < i && !repeated; j++) repeated = requests[j].key === request.key;
+  }
+  if (n > PAIRWISE_UP_TO) repeated = new Set(requests.map((request) => request.key)).size < n;
+  if (!repeated) return { requests, positions: undefined };
+
+  const distinct: RateLimitRequest[] = [];
+  /** Index in `requests` of each distinct request, for messages. */
+  const given: number[] = [];
+  const at = new Map<string, number>();
+  const positions: number[] = new Array(n);
+  for (let i = 0; i < n; i++) {
+    const request = requests[i];
+    const seen = at.get(request.key);
+    if (seen === undefined) {
+      at.set(request.key, (positions[i] = distinct.length));
+      distinct.push(request);
+      given.push(i);
+      continue;
+    }
+    const first = distinct[seen];
+    const { algorithm, rps, burst } = request.limit;
+    if (first.limit.algorithm !== algorithm || first.limit.rps !== rps || first.limit.burst !== burst) {
+      throw new TypeError(invalidRepeatedKey(where, given[seen], i, request.key, 'limit'));
+    }
+    if (first.cost !== request.cost) throw new TypeError(invalidRepeatedKey(where, given[seen], i, request.key, 'cost'));
+    positions[i] = seen;
+  }
+  return { requests: distinct, positions };
+}
+
+/**
+ * The decisions for the requests as given, from those for their distinct keys: each its own
+ * copy, with its own request's policy name.
+ */
+export function spreadDecisions(
+  decisions: readonly RateLimitDecision[],
+  requests: readonly RateLimitRequest[],
+  positions: readonly number[],
+): RateLimitDecision[] {
+  return requests.map((request, i) => ({ ...decisions[positions[i]], policy: request.policy }));
+}

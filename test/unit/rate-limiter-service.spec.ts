@@ -1,0 +1,106 @@
+import { RateLimiterService } from '../../lib/rate-limiter.service.js';
+import { resolveOptions } from '../../lib/rate-limit-options.js';
+import { MemoryStore } from '../../lib/stores/memory/memory.store.js';
+import { RateLimitStoreError } from '../../lib/stores/rate-limit-store.error.js';
+
+/**
+ * What `RateLimiterService` makes of its arguments before anything reaches a store: a list of
+ * policies with one bucket each, and a cost that is a number of tokens. Bad arguments reject the
+ * call; nothing is thrown synchronously and nothing is charged.
+ */
+describe('RateLimiterService arguments (memory store, clock pinned)', () => {
+  let now: number;
+  let store: MemoryStore;
+  let limiter: RateLimiterService;
+
+  beforeEach(async () => {
+    now = 1_767_225_600_000;
+    store = new MemoryStore({ clock: () => now });
+    limiter = new RateLimiterService(await resolveOptions({ store }));
+  });
+  afterEach(async () => {
+    await limiter.onApplicationShutdown();
+    await store.close();
+  });
+
+  const COST = 'must be a finite number > 0 (the tokens the request takes)';
+
+  it('refuses two unnamed policies (both "default") instead of letting them share one bucket', async () => {
+    const policies = [
+      { limit: 5, window: '1m' },
+      { limit: 100, window: '1d' },
+    ];
+    const admitted: boolean[] = [];
+    for (let i = 0; i < 30; i++) {
+      const decisions = await limiter.consume('user:42', policies).catch(() => undefined);
+      admitted.push(decisions?.every((decision) => decision.allowed) ?? false);
+    }
+    // one bucket under two limits admitted all 30; each policy with its own name admits 5
+    expect(admitted.filter(Boolean)).toHaveLength(0);
+    await expect(limiter.consume('user:42', policies)).rejects.toThrow(
+      'Invalid @RateLimit policy on RateLimiterService: two policies are named "default"; give each policy its own "name"',
+    );
+    await expect(limiter.peek('user:42', policies)).rejects.toThrow('two policies are named "default"');
+    await expect(limiter.reset('user:42', policies)).rejects.toThrow('two policies are named "default"');
+    expect(store.size).toBe(0);
+  });
+
+  it('admits 5 of 30 when the two policies have their own names', async () => {
+    const policies = [
+      { name: 'per-minute', limit: 5, window: '1m' },
+      { name: 'per-day', limit: 100, window: '1d' },
+    ];
+    let admitted = 0;
+    for (let i = 0; i < 30; i++) if ((await limiter.consume('user:42', policies)).every((decision) => decision.allowed)) admitted++;
+    expect(admitted).toBe(5);
+  });
+
+  it.each<[string, unknown, ErrorConstructor, string]>([
+    ['null', null, TypeError, 'null'],
+    ["''", '', TypeError, '""'],
+    ["'abc'", 'abc', TypeError, '"abc"'],
+    ["'2' (a string)", '2', TypeError, '"2"'],
+    ['{}', {}, TypeError, '{}'],
+    ['NaN', NaN, RangeError, 'NaN'],
+    ['0', 0, RangeError, '0'],
+    ['-1', -1, RangeError, '-1'],
+    ['Infinity', Infinity, RangeError, 'Infinity'],
+  ])('rejects a cost of %s before it reaches the store', async (_name, cost, type, shown) => {
+    const policy = { name: 'p', rps: 1, burst: 5 };
+    for (const [method, call] of [
+      ['consume', () => limiter.consume('user:42', policy, cost as number)],
+      ['peek', () => limiter.peek('user:42', policy, cost as number)],
+    ] as const) {
+      let promise!: Promise<unknown>;
+      expect(() => (promise = call())).not.toThrow();
+      const error = await promise.then(
+        () => undefined,
+        (reason: unknown) => reason,
+      );
+      expect(error).toBeInstanceOf(type);
+      expect(error).not.toBeInstanceOf(RateLimitStoreError);
+      expect((error as Error).message).toBe(`Invalid argument to RateLimiterService.${method}: "cost" ${COST}, got ${shown}`);
+    }
+    expect(store.size).toBe(0);
+    // the bucket is untouched: a good cost still finds it full
+    expect((await limiter.consume('user:42', policy, 1))[0].remaining).toBe(4);
+  });
+
+  it('takes a fractional cost', async () => {
+    expect((await limiter.consume('user:42', { name: 'p', rps: 1, burst: 5 }, 0.5))[0]).toMatchObject({ allowed: true, remaining: 4 });
+  });
+
+  it('rejects, never throws synchronously, for a bad policy or identity', async () => {
+    const calls: Array<[string, () => Promise<unknown>, string]> = [
+      ['consume', () => limiter.consume('user:42', { rps: 0 }), 'Invalid @RateLimit policy on RateLimiterService: "rps" must be a positive number (tokens per second), got 0'],
+      ['peek', () => limiter.peek('user:42', null as never), 'Invalid @RateLimit policy on RateLimiterService: a policy must be an object such as { rps: 10, burst: 20 }, got null'],
+      ['reset', () => limiter.reset('user:42', [{ rps: 1, brust: 5 } as never]), 'Invalid @RateLimit policy on RateLimiterService: "brust" is not a policy field'],
+      ['consume', () => limiter.consume(42 as never, { rps: 1 }), `Invalid argument to RateLimiterService.consume: "identity" must be a string such as 'user:42', got 42`],
+    ];
+    for (const [, call, message] of calls) {
+      let promise!: Promise<unknown>;
+      expect(() => (promise = call())).not.toThrow();
+      await expect(promise).rejects.toThrow(message);
+    }
+  });
+});
