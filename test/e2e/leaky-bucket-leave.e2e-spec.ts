@@ -117,8 +117,9 @@ describe.each(ADAPTERS)('a leaky_bucket wait on %s', (adapter) => {
       expect(c.status).toBe(200);
       expect(remainingOf(c.headers.ratelimit, 'hourly')).toBe(8);
       const [a, served] = [handled[0], handled.find((h) => h.n === 'c')!];
+      // (a busy machine fires timers late: any time well short of the 2 s a turn behind b's would take)
       expect(served.at - a.at).toBeGreaterThan(900);
-      expect(served.at - a.at).toBeLessThan(1_300);
+      expect(served.at - a.at).toBeLessThan(1_600);
 
       // b's turn has passed: its handler did not run then, nor later
       await sleep(150);
