@@ -61,9 +61,9 @@ export interface RateLimitStore {
   reset(keys: readonly string[]): Promise<void>;
   /**
    * Gives back what `consume` took for a request that will not run after all: `decisions` are
-   * the ones this store's `consume` returned for it. Every admitted decision's cost goes back
-   * into its bucket as far as the charge still counts (a window that has ended since keeps
-   * nothing to give back) and never past full; a refused decision took nothing and gets nothing.
+   * the ones this store's `consume` returned for it. Every policy's cost goes back into its
+   * bucket as far as the charge still counts (a window that has ended since keeps nothing to
+   * give back) and never past full; a request some policy refused took nothing and gets nothing.
    * The store finds what each decision took and when by the decision object itself (the built-in
    * stores keep that beside each decision they return), so the decision's shape stays public.
    *

@@ -66,6 +66,20 @@ describe.each(stores)('%s refund', (_storeName, makeStore) => {
     }
   });
 
+  it('gives nothing back for a request one of its policies refused (it took nothing), whatever the others said', async () => {
+    const { store, setNow } = makeStore();
+    const id = randomUUID();
+    // two identities: on the Cluster two hash slots, where the admitting slot charges and is given back at once
+    const tight = request('tight', limitOf('fixed_window', 1, 1), `user:${id}`);
+    const loose = request('loose', limitOf('token_bucket', 1, 10), `ip:${id}`);
+    setNow(0);
+    await store.consume([tight, loose]);
+    const refused = await store.consume([tight, loose]);
+    expect(refused.map((d) => d.allowed)).toEqual([false, true]);
+    await store.refund!(refused);
+    expect((await store.peek([tight, loose])).map((d) => d.remaining)).toEqual([0, 9]);
+  });
+
   it('gives nothing back for a charge whose fixed window has ended, nor for a refused request', async () => {
     const { store, setNow } = makeStore();
     const id = randomUUID();

@@ -225,6 +225,8 @@ export class MemoryStore implements RateLimitStore {
    * as its charge still counts. A bucket that has expired since is full already: nothing to do.
    */
   refund(decisions: readonly RateLimitDecision[]): Promise<void> {
+    // a request some policy refused took nothing from any bucket (all-or-nothing)
+    if (!decisions.every((decision) => decision.allowed)) return Promise.resolve();
     const now = this.clock();
     for (const decision of decisions) {
       const charge = chargeOf(decision);

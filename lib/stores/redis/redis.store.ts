@@ -274,6 +274,8 @@ export class RedisStore implements RateLimitStore {
    * afterwards: the buckets now admit sooner than they said.
    */
   async refund(decisions: readonly RateLimitDecision[]): Promise<void> {
+    // a request some policy refused took nothing (what another hash slot charged went back then)
+    if (!decisions.every((decision) => decision.allowed)) return;
     const charges = decisions.map(chargeOf).filter((charge): charge is Charge => charge !== undefined);
     if (charges.length === 0) return;
     const keys = charges.map((charge) => charge.request.key);
