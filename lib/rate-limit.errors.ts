@@ -124,6 +124,12 @@ export function shadowRefusal(policy: string, route: string, retryAfter: number)
 /** The 503 message when the store fails and `failMode` is `'closed'`. */
 export const storeUnavailable = 'Rate limiter unavailable. Try again later.';
 
+/** Why a request waiting its `leaky_bucket` turn got a 503 (the exception's cause). */
+export const shuttingDown = 'The application is shutting down: a request waiting its turn was answered without running, and its turn given back';
+
+/** The message of the 499 a request ends with when its client went away while it waited its turn (nobody reads it). */
+export const clientClosedRequest = 'The client closed the connection while its request waited its turn; the turn was given back';
+
 /** A store call that took longer than `timeout`. */
 export function storeTimedOut(timeoutMs: number): string {
   return `Rate limit store did not answer within ${timeoutMs} ms`;

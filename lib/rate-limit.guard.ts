@@ -1,4 +1,5 @@
-import { type CanActivate, type ExecutionContext, Inject, Injectable, Logger } from '@nestjs/common';
+import { ServerResponse } from 'node:http';
+import { type CanActivate, type ExecutionContext, HttpException, Inject, Injectable, Logger } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import { type HeaderPlan, headerPlan, rateLimitHeaders } from './headers/rate-limit-headers.js';
 import { keyOf } from './keys/bucket-key.js';
@@ -6,7 +7,7 @@ import { headerValue, type KeyedRequest, resolveIdentity } from './keys/identity
 import type { CostSource } from './policy/policy.types.js';
 import { type RoutePolicy, RoutePolicies } from './policy/route-policies.js';
 import { RATE_LIMIT_OPTIONS } from './rate-limit.constants.js';
-import { forwardedForIgnored, shadowRefusal } from './rate-limit.errors.js';
+import { clientClosedRequest, forwardedForIgnored, shadowRefusal } from './rate-limit.errors.js';
 import { RateLimitExceededException, RateLimitUnavailableException } from './rate-limit.exception.js';
 import type { ResolvedOptions } from './rate-limit-options.js';
 import { RateLimiterService } from './rate-limiter.service.js';
@@ -23,6 +24,9 @@ type GuardedRequest = KeyedRequest & {
 
 /** A decimal number, as a cost header or query parameter must be written. */
 const DECIMAL = /^\d{1,15}(\.\d{1,15})?$/;
+
+/** nginx's status for a request whose client closed the connection before the answer. */
+const CLIENT_CLOSED_REQUEST = 499;
 
 /**
  * Applies the route's policies to each HTTP request: works out the identity and cost of every
@@ -77,7 +81,7 @@ export class RateLimitGuard implements CanActivate {
     }
     if (refused === undefined) {
       // a leaky_bucket admits a request for its turn in the queue: wait until then
-      if (decisions.some((decision) => decision.delay > 0)) await this.limiter.wait(decisions);
+      if (decisions.some((decision) => decision.delay > 0)) await this.waitTurn(decisions, response);
       return true;
     }
     if (Number.isFinite(refused.retryAfter)) this.setHeader(response, 'Retry-After', String(refused.retryAfter));
@@ -164,6 +168,31 @@ export class RateLimitGuard implements CanActivate {
     this.logger.warn(shadowRefusal(refused.policy, `${context.getClass().name}.${context.getHandler().name}`, refused.retryAfter));
   }
 
+  /**
+   * Holds an admitted `leaky_bucket` request until its turn. When its client goes away first
+   * (the connection closes before the answer), the turn is given back and the handler does not
+   * run: the request ends with a 499 that no one receives and Nest does not log (an
+   * `HttpException`). When the app shuts down first, the turn is given back too and the client
+   * gets a 503 (`RateLimitUnavailableException`) with `Retry-After: 1`.
+   */
+  protected async waitTurn(decisions: readonly RateLimitDecision[], response: unknown): Promise<void> {
+    const raw = nodeResponse(response);
+    const gone = new AbortController();
+    const leave = (): void => gone.abort();
+    raw?.once('close', leave);
+    // a client that left while the store decided: its 'close' has been and gone
+    if (raw?.destroyed) gone.abort();
+    try {
+      await this.limiter.wait(decisions, gone.signal);
+    } catch (error) {
+      if (gone.signal.aborted) throw withoutStack(() => new HttpException(clientClosed, CLIENT_CLOSED_REQUEST));
+      if (error instanceof RateLimitUnavailableException) this.setHeader(response, 'Retry-After', '1');
+      throw error;
+    } finally {
+      raw?.off('close', leave);
+    }
+  }
+
   /** What a request gets when the store cannot decide: `failMode` 'open' lets it through. */
   protected onStoreFailure(error: RateLimitStoreError, response: unknown): boolean {
     if (this.options.failMode === 'closed' && this.options.mode !== 'shadow') {
@@ -190,13 +219,27 @@ function validCost(raw: unknown, defaultCost: number): number {
  * than the rest of the refusal (a flood of refused requests is exactly when it must be cheap).
  */
 function refusal(refused: RateLimitDecision, cost: number): RateLimitExceededException {
+  return withoutStack(() => new RateLimitExceededException(refused, cost));
+}
+
+/** The body of the 499 a request ends with when its client went away while it waited. */
+const clientClosed = { statusCode: CLIENT_CLOSED_REQUEST, error: 'Client Closed Request', message: clientClosedRequest };
+
+/** An exception made without capturing a stack trace (see `refusal`). */
+function withoutStack<E extends Error>(make: () => E): E {
   const depth = Error.stackTraceLimit;
   Error.stackTraceLimit = 0;
   try {
-    return new RateLimitExceededException(refused, cost);
+    return make();
   } finally {
     Error.stackTraceLimit = depth;
   }
+}
+
+/** The Node response under the framework's: Express's response is one, Fastify's reply holds it as `raw`. */
+function nodeResponse(response: unknown): ServerResponse | undefined {
+  const raw = (response as { raw?: unknown } | undefined)?.raw ?? response;
+  return raw instanceof ServerResponse ? raw : undefined;
 }
 
 /** The refusing decision that frees up last (a never-admittable one first), or `undefined`. */

@@ -1,8 +1,9 @@
-import { Inject, Injectable, Logger, type OnApplicationShutdown } from '@nestjs/common';
+import { type BeforeApplicationShutdown, Inject, Injectable, Logger, type OnApplicationShutdown } from '@nestjs/common';
 import { bucketKey } from './keys/bucket-key.js';
 import type { RateLimitPolicy, ResolvedPolicy } from './policy/policy.types.js';
 import { InvalidPolicyError, resolvePolicy } from './policy/resolve-policy.js';
-import { circuitOpen, invalidArgument, invalidPolicy, storeBack, storeFailed, storeFailing, storeTimedOut } from './rate-limit.errors.js';
+import { circuitOpen, invalidArgument, invalidPolicy, shuttingDown, storeBack, storeFailed, storeFailing, storeTimedOut } from './rate-limit.errors.js';
+import { RateLimitUnavailableException } from './rate-limit.exception.js';
 import { RATE_LIMIT_OPTIONS } from './rate-limit.constants.js';
 import type { ResolvedOptions } from './rate-limit-options.js';
 import { checkCost } from './stores/distinct-requests.js';
@@ -40,10 +41,14 @@ const BREAKER_PROBE_MS = 250;
  * if (!decision.allowed) throw new RateLimitExceededException(decision);
  */
 @Injectable()
-export class RateLimiterService implements OnApplicationShutdown {
+export class RateLimiterService implements BeforeApplicationShutdown, OnApplicationShutdown {
   private readonly store: RateLimitStore;
   private readonly deadlines: DeadlineQueue;
   private readonly sleepers = new WakeQueue();
+  /** Waits in progress, each with the refund it makes when it ends early: shutdown sees them through. */
+  private readonly waiting = new Set<Promise<void>>();
+  /** Decisions the local limiter made (failMode 'local'): their refunds go to it, not to the store. */
+  private readonly localDecisions = new WeakSet<RateLimitDecision>();
   private readonly resolved = new WeakMap<RateLimitPolicy, ResolvedPolicy>();
   private readonly breaker = new CircuitBreaker({ threshold: BREAKER_THRESHOLD, probeAfterMs: BREAKER_PROBE_MS });
   private readonly logger = new Logger('RateLimitModule');
@@ -79,11 +84,27 @@ export class RateLimiterService implements OnApplicationShutdown {
    * Waits out the longest `delay` of admitted decisions: a `leaky_bucket` request proceeds
    * only when its turn in the queue comes. The guard does this itself; code that calls
    * `consume` does it with this. One timer serves every waiting request.
+   *
+   * The wait ends early when `signal` aborts (say, the client went away) or the app shuts down.
+   * Then what the request took from every policy is given back first (the queue is shorter by
+   * its cost, so the next request waits that much less), and the promise rejects: with
+   * `signal.reason` on an abort, with `RateLimitUnavailableException` (503) at shutdown. Either
+   * way the request did not get its turn: do not run its work.
+   *
+   * @example
+   * const decisions = await limiter.consume(`user:${user.id}`, { name: 'exports', algorithm: 'leaky_bucket', rps: 1, burst: 30 });
+   * if (!decisions.every((d) => d.allowed)) throw new RateLimitExceededException(decisions[0]);
+   * await limiter.wait(decisions, AbortSignal.timeout(10_000)); // rejects, charge given back, after 10 s
    */
-  async wait(decisions: readonly RateLimitDecision[]): Promise<void> {
+  wait(decisions: readonly RateLimitDecision[], signal?: AbortSignal): Promise<void> {
     let delay = 0;
     for (const decision of decisions) if (decision.allowed) delay = Math.max(delay, decision.delay);
-    await this.sleepers.wait(delay * 1000);
+    if (delay <= 0) return Promise.resolve();
+    const waiting = this.waitTurn(decisions, delay * 1000, signal);
+    this.waiting.add(waiting);
+    const done = () => void this.waiting.delete(waiting);
+    waiting.then(done, done);
+    return waiting;
   }
 
   /**
@@ -112,6 +133,17 @@ export class RateLimiterService implements OnApplicationShutdown {
     return decisions;
   }
 
+  /**
+   * Ends every `leaky_bucket` wait at once, before the HTTP server stops and waits for the
+   * requests in flight: each waiting request gives its charge back and is answered 503 without
+   * running its handler, so `app.close()` never waits for a queue (up to `burst / rps`). Resolves
+   * when their refunds are done, so they reach the store before `onApplicationShutdown` closes it.
+   */
+  async beforeApplicationShutdown(): Promise<void> {
+    this.sleepers.close();
+    await Promise.allSettled(this.waiting);
+  }
+
   async onApplicationShutdown(): Promise<void> {
     this.deadlines.close();
     this.sleepers.close();
@@ -130,7 +162,30 @@ export class RateLimiterService implements OnApplicationShutdown {
   private fallback(requests: readonly RateLimitRequest[], charge: boolean, failure: RateLimitStoreError): RateLimitDecision[] {
     if (this.options.failMode !== 'local') throw failure;
     this.local ??= new MemoryStore();
-    return this.local.decide(requests, charge);
+    const decisions = this.local.decide(requests, charge);
+    for (const decision of decisions) this.localDecisions.add(decision);
+    return decisions;
+  }
+
+  /** Sleeps until the turn comes; when the wait ends early, gives the charge back and rejects. */
+  private async waitTurn(decisions: readonly RateLimitDecision[], ms: number, signal: AbortSignal | undefined): Promise<void> {
+    if (await this.sleepers.wait(ms, signal)) return;
+    await this.refund(decisions);
+    if (signal?.aborted) throw signal.reason;
+    throw new RateLimitUnavailableException(new Error(shuttingDown));
+  }
+
+  /**
+   * Gives back what the request of `decisions` took, in the store that took it, within the
+   * timeout. A refund that fails leaves the charge taken (fewer admissions, never more): nothing
+   * to fail the request for, and nothing worth a log line per request while the store is down.
+   */
+  private async refund(decisions: readonly RateLimitDecision[]): Promise<void> {
+    const store = this.local !== undefined && decisions.some((decision) => this.localDecisions.has(decision)) ? this.local : this.store;
+    if (store.refund === undefined) return;
+    // the memory store answers synchronously and cannot hang: no deadline to keep
+    if (store instanceof MemoryStore) return store.refund(decisions);
+    await this.bounded(store.refund(decisions)).catch(() => undefined);
   }
 
   private bounded<T>(promise: Promise<T>): Promise<T> {

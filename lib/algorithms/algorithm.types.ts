@@ -43,6 +43,12 @@ export interface Outcome {
   nextMs: number;
   /** Milliseconds the request must wait before it proceeds (queueing algorithms only). */
   delayMs: number;
+  /**
+   * The time the state is as of, integer ms on the deciding store's clock: for an admitted and
+   * charged request, when the charge was taken (the `chargedAt` a refund names). Absent on an
+   * outcome no model or script computed (a remembered refusal).
+   */
+  at?: number;
 }
 
 /** What every algorithm's state has: the time it is as of. */

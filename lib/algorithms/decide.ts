@@ -83,6 +83,7 @@ function report<S extends Held>(model: AlgorithmModel<S>, state: S, { limit, cos
     resetMs: model.waitMs(state, limit, limit.burst),
     nextMs: remaining >= limit.burst ? 0 : model.waitMs(state, limit, remaining + 1),
     delayMs,
+    at: state.at,
   };
 }
 

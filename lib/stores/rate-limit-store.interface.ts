@@ -75,6 +75,21 @@ export interface RateLimitStore {
   peek(requests: readonly RateLimitRequest[], timeoutMs?: number): Promise<RateLimitDecision[]>;
   /** Forgets the given buckets (they are full again). */
   reset(keys: readonly string[]): Promise<void>;
+  /**
+   * Gives back what `consume` took for a request that will not run after all: `decisions` are
+   * the ones this store's `consume` returned for it. Every policy's cost goes back into its
+   * bucket as far as the charge still counts (a window that has ended since keeps nothing to
+   * give back) and never past full; a request some policy refused took nothing and gets nothing.
+   * The store finds what each decision took and when by the decision object itself (the built-in
+   * stores keep that beside each decision they return), so the decision's shape stays public.
+   *
+   * The module calls it when a client goes away while its request waits its `leaky_bucket`
+   * turn, and for requests still waiting at shutdown. Optional: without it, those charges stay
+   * taken (fewer admissions, never more).
+   *
+   * @example await store.refund?.(await store.consume(requests))
+   */
+  refund?(decisions: readonly RateLimitDecision[]): Promise<void>;
   /** Releases what the store itself opened. */
   close?(): Promise<void>;
 }

@@ -4,35 +4,63 @@ const MAX_TIMER_MS = 2_147_483_647;
 interface Sleeper {
   /** `performance.now()` at which to wake. */
   at: number;
-  wake: () => void;
+  /** Where it is in the heap, so a cancelled sleeper is taken out without a search. */
+  index: number;
+  /** Ends the wait: `true` when its time came, `false` when it was cancelled or the queue closed. */
+  end: (turn: boolean) => void;
 }
 
 /**
  * Lets callers wait, with one timer for all of them instead of one per call: a binary min-heap
- * of wake-up times, the single timer armed for the earliest. The timer is `unref()`'d, and
- * `close()` wakes every sleeper at once so nothing hangs past shutdown.
+ * of wake-up times, the single timer armed for the earliest. The timer is `unref()`'d.
+ *
+ * A wait can be cancelled with an `AbortSignal`: the sleeper leaves the heap at once (O(log n),
+ * so a queue of clients that go away holds nothing for them), and the signal's listener is
+ * removed when a sleeper wakes, so a long-lived signal collects none. `close()` ends every wait
+ * at once, and every later one, so nothing waits past shutdown.
  */
 export class WakeQueue {
   private readonly heap: Sleeper[] = [];
   private timer: NodeJS.Timeout | undefined;
   /** When the armed timer fires, `performance.now()`. */
   private armedFor = Infinity;
+  private closed = false;
 
-  /** Resolves after `ms` milliseconds (at once when `ms` <= 0). */
-  wait(ms: number): Promise<void> {
-    if (ms <= 0) return Promise.resolve();
-    return new Promise<void>((wake) => {
-      this.push({ at: performance.now() + ms, wake });
+  /** Sleepers waiting. */
+  get size(): number {
+    return this.heap.length;
+  }
+
+  /**
+   * Resolves with `true` after `ms` milliseconds (at once when `ms` <= 0), or with `false` as
+   * soon as `signal` aborts or the queue is closed, whichever comes first. Never rejects.
+   */
+  wait(ms: number, signal?: AbortSignal): Promise<boolean> {
+    if (ms <= 0) return Promise.resolve(true);
+    if (this.closed || signal?.aborted) return Promise.resolve(false);
+    return new Promise<boolean>((resolve) => {
+      const sleeper: Sleeper = { at: performance.now() + ms, index: -1, end: resolve };
+      if (signal !== undefined) {
+        const cancel = (): void => {
+          this.remove(sleeper);
+          resolve(false);
+        };
+        signal.addEventListener('abort', cancel, { once: true });
+        sleeper.end = (turn) => {
+          signal.removeEventListener('abort', cancel);
+          resolve(turn);
+        };
+      }
+      this.push(sleeper);
       this.arm();
     });
   }
 
-  /** Wakes every sleeper now and clears the timer. */
+  /** Ends every wait now (`false`), clears the timer, and ends every later wait at once. */
   close(): void {
-    clearTimeout(this.timer);
-    this.timer = undefined;
-    this.armedFor = Infinity;
-    for (const sleeper of this.heap.splice(0)) sleeper.wake();
+    this.closed = true;
+    this.disarm();
+    for (const sleeper of this.heap.splice(0)) sleeper.end(false);
   }
 
   private arm(): void {
@@ -45,42 +73,73 @@ export class WakeQueue {
     this.timer.unref();
   }
 
+  private disarm(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    this.armedFor = Infinity;
+  }
+
   private readonly fire = (): void => {
     this.timer = undefined;
     this.armedFor = Infinity;
     const now = performance.now();
-    while (this.heap.length > 0 && this.heap[0].at <= now) this.pop().wake();
+    while (this.heap.length > 0 && this.heap[0].at <= now) this.removeAt(0).end(true);
     this.arm();
   };
 
+  /** Takes a cancelled sleeper out; the timer stays armed unless none is left (an early firing wakes no one). */
+  private remove(sleeper: Sleeper): void {
+    if (this.heap[sleeper.index] !== sleeper) return;
+    this.removeAt(sleeper.index);
+    if (this.heap.length === 0) this.disarm();
+  }
+
   private push(sleeper: Sleeper): void {
+    this.heap.push(sleeper);
+    this.up(sleeper, this.heap.length - 1);
+  }
+
+  /** Takes the sleeper at `i` out of the heap and fills its place with the last one. */
+  private removeAt(i: number): Sleeper {
     const heap = this.heap;
-    let i = heap.push(sleeper) - 1;
+    const removed = heap[i];
+    const last = heap.pop()!;
+    removed.index = -1;
+    if (last !== removed) {
+      // the last one may belong above or below the hole it fills
+      if (i > 0 && heap[(i - 1) >> 1].at > last.at) this.up(last, i);
+      else this.down(last, i);
+    }
+    return removed;
+  }
+
+  /** Places `sleeper` at `i` or above, moving larger parents down. */
+  private up(sleeper: Sleeper, i: number): void {
+    const heap = this.heap;
     while (i > 0) {
       const parent = (i - 1) >> 1;
       if (heap[parent].at <= sleeper.at) break;
       heap[i] = heap[parent];
+      heap[i].index = i;
       i = parent;
     }
     heap[i] = sleeper;
+    sleeper.index = i;
   }
 
-  private pop(): Sleeper {
+  /** Places `sleeper` at `i` or below, moving smaller children up. */
+  private down(sleeper: Sleeper, i: number): void {
     const heap = this.heap;
-    const top = heap[0];
-    const last = heap.pop()!;
-    if (heap.length > 0) {
-      let i = 0;
-      for (;;) {
-        let child = 2 * i + 1;
-        if (child >= heap.length) break;
-        if (child + 1 < heap.length && heap[child + 1].at < heap[child].at) child++;
-        if (heap[child].at >= last.at) break;
-        heap[i] = heap[child];
-        i = child;
-      }
-      heap[i] = last;
+    for (;;) {
+      let child = 2 * i + 1;
+      if (child >= heap.length) break;
+      if (child + 1 < heap.length && heap[child + 1].at < heap[child].at) child++;
+      if (heap[child].at >= sleeper.at) break;
+      heap[i] = heap[child];
+      heap[i].index = i;
+      i = child;
     }
-    return top;
+    heap[i] = sleeper;
+    sleeper.index = i;
   }
 }

@@ -12,8 +12,9 @@
  * across slots on the Cluster).
  *
  * `leaky_bucket` admits 100 too, but an admitted request waits its turn (36 s apart at 100 per
- * hour) before it is answered: there, the first 200 and the 300 refusals are awaited, the 99
- * still queued are abandoned, and the bucket's stored queue must say 100 were charged.
+ * hour) before it is answered: there, the first 200 and the 300 refusals are awaited, and the
+ * bucket's stored queue must say 100 were charged. Then the clients of the 99 still queued hang
+ * up: each gives its turn back, so the queue and the per-IP log go back to the head's 1 charge.
  */
 import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -181,13 +182,15 @@ interface TrialResult {
   queued?: number;
   /** How many entries the per-IP policy's sorted set gained. */
   perIpCharged: number;
+  /** leaky_bucket: the queue and the per-IP entries once the clients still queued have hung up. */
+  afterLeaving?: { queued: number; perIpCharged: number };
   ms: number;
 }
 
 /**
  * Fires `TOTAL` requests on one API key, `PER_PROCESS` to each port, interleaved, and waits for
- * every answer (leaky_bucket: for the refusals and the head of the queue; the rest are
- * abandoned).
+ * every answer (leaky_bucket: for the refusals and the head of the queue; the rest wait until
+ * the caller calls `abandon`).
  */
 async function fireTrial(ports: readonly number[], algorithm: Algorithm, apiKey: string) {
   const leaky = algorithm === 'leaky_bucket';
@@ -209,6 +212,10 @@ async function fireTrial(ports: readonly number[], algorithm: Algorithm, apiKey:
     if (done()) settle();
   };
 
+  /** Hangs up on the requests still waiting their turn (leaky_bucket: the servers hold them 36 s apart). */
+  const abandon = () => {
+    for (const req of inFlight) req.destroy();
+  };
   const started = performance.now();
   try {
     await new Promise<void>((resolve, reject) => {
@@ -233,12 +240,13 @@ async function fireTrial(ports: readonly number[], algorithm: Algorithm, apiKey:
         }
       }
     });
+  } catch (error) {
+    abandon();
+    throw error;
   } finally {
     over = true;
-    // leaky_bucket: the requests still waiting their turn (the servers hold them 36 s apart)
-    for (const req of inFlight) req.destroy();
   }
-  return { ok, refused, failed, ms: performance.now() - started };
+  return { ok, refused, failed, ms: performance.now() - started, abandon };
 }
 
 /**
@@ -272,9 +280,12 @@ async function runTrial(
   if (algorithm === 'fixed_window' || algorithm === 'sliding_window_counter') await clearOfWindowEdge(redis);
   const perIpKey = bucketKey(prefix, 'per-ip', 'sliding_window_log', LOCALHOST_IDENTITY);
   const perIpBefore = await redis.zcard(perIpKey);
-  const { ok, refused, failed, ms } = await fireTrial(ports, algorithm, apiKey);
+  const { ok, refused, failed, ms, abandon } = await fireTrial(ports, algorithm, apiKey);
   const perIpCharged = async () => (await redis.zcard(perIpKey)) - perIpBefore;
-  if (algorithm !== 'leaky_bucket') return { admitted: ok, refused, failed, perIpCharged: await perIpCharged(), ms };
+  if (algorithm !== 'leaky_bucket') {
+    abandon();
+    return { admitted: ok, refused, failed, perIpCharged: await perIpCharged(), ms };
+  }
 
   // The ones still queued were admitted. A refusal means the queue was full, so once the
   // refusals are in, the queue's charges have all been made; on the Cluster, an admitted
@@ -285,20 +296,36 @@ async function runTrial(
     await new Promise((resolve) => setTimeout(resolve, 20));
     charged = await perIpCharged();
   }
+  const queueKey = bucketKey(prefix, 'limited-leaky_bucket', 'leaky_bucket', `api-key:${apiKey}`);
+  const queued = await queuedTokens(redis, queueKey);
+
+  // The clients still queued hang up: the servers give their turns back, in both policies (on
+  // the Cluster, two hash slots). Wait for the refunds to land, so the next trial's per-IP count
+  // starts clean.
+  abandon();
+  let afterLeaving = { queued, perIpCharged: charged };
+  for (const deadline = performance.now() + 5_000; performance.now() < deadline; ) {
+    afterLeaving = { queued: await queuedTokens(redis, queueKey), perIpCharged: await perIpCharged() };
+    if (afterLeaving.queued <= 1 && afterLeaving.perIpCharged <= 1) break;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
   return {
     admitted: TOTAL - refused - failed.length,
     refused,
     failed,
     answeredAtOnce: ok,
-    queued: await queuedTokens(redis, bucketKey(prefix, 'limited-leaky_bucket', 'leaky_bucket', `api-key:${apiKey}`)),
+    queued,
     perIpCharged: charged,
+    afterLeaving,
     ms,
   };
 }
 
 function expected(algorithm: Algorithm): Omit<TrialResult, 'ms'> {
   const exact: Omit<TrialResult, 'ms'> = { admitted: LIMIT, refused: TOTAL - LIMIT, failed: [], perIpCharged: LIMIT };
-  return algorithm === 'leaky_bucket' ? { ...exact, answeredAtOnce: 1, queued: LIMIT } : exact;
+  return algorithm === 'leaky_bucket'
+    ? { ...exact, answeredAtOnce: 1, queued: LIMIT, afterLeaving: { queued: 1, perIpCharged: 1 } }
+    : exact;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
-import { decideAll, type Entry, type Verdict } from '../../algorithms/decide.js';
+import { decideAll, type Entry, expiresAt, modelOf, type Verdict } from '../../algorithms/decide.js';
 import type { Held, Limit } from '../../algorithms/algorithm.types.js';
 import { invalidStoreOption } from '../../rate-limit.errors.js';
-import { toDecision } from '../decision.js';
+import { chargeOf, toDecision } from '../decision.js';
 import { distinctRequests, spreadDecisions } from '../distinct-requests.js';
 import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from '../rate-limit-store.interface.js';
 import { kthSmallest } from './kth-smallest.js';
@@ -237,5 +237,29 @@ export class MemoryStore implements RateLimitStore {
     }
     this.sweepFrom = end < this.keys.length ? end : 0;
     if (this.slots.size > 0) this.scheduleSweep();
+  }
+
+  /**
+   * Gives back what `consume` took for these decisions (see `RateLimitStore.refund`), each as far
+   * as its charge still counts. A bucket that has expired since is full already: nothing to do.
+   */
+  refund(decisions: readonly RateLimitDecision[]): Promise<void> {
+    // a request some policy refused took nothing from any bucket (all-or-nothing)
+    if (!decisions.every((decision) => decision.allowed)) return Promise.resolve();
+    const now = this.clock();
+    for (const decision of decisions) {
+      const charge = chargeOf(decision);
+      if (charge === undefined) continue;
+      const { key, limit, cost } = charge.request;
+      const slot = this.slots.get(key);
+      const state = this.read(slot, limit, now);
+      if (state === undefined) continue;
+      const model = modelOf(limit);
+      const refunded = model.refund(model.current(state, now, limit), limit, cost, charge.at);
+      this.rows[slot! * ROW] = expiresAt(model, refunded, limit);
+      const extra = PACKED_STATES[limit.algorithm].write(refunded, this.rows, slot! * ROW + 1);
+      if (extra !== undefined) this.extras.set(slot!, extra);
+    }
+    return Promise.resolve();
   }
 }

@@ -1,7 +1,7 @@
 import type { Cluster, Redis } from 'ioredis';
 import type { Outcome } from '../../algorithms/algorithm.types.js';
 import { invalidStoreOption, storeTimedOut } from '../../rate-limit.errors.js';
-import { toDecision } from '../decision.js';
+import { type Charge, chargeOf, toDecision } from '../decision.js';
 import { distinctRequests, spreadDecisions } from '../distinct-requests.js';
 import { RateLimitStoreError } from '../rate-limit-store.error.js';
 import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from '../rate-limit-store.interface.js';
@@ -255,7 +255,7 @@ export class RedisStore implements RateLimitStore {
         settled.map(async (result, k) => {
           if (result.status === 'rejected' || !result.value.outcomes.every((outcome) => outcome.allowed)) return;
           const group = slots[k][1];
-          const refunded = await this.refund(group.map((i) => requests[i]), result.value.at);
+          const refunded = await this.refundSlot(group.map((i) => requests[i]), result.value.at);
           group.forEach((i, j) => (outcomes[i] = refunded.outcomes[j]));
         }),
       );
@@ -324,8 +324,26 @@ export class RedisStore implements RateLimitStore {
     }
   }
 
+  /**
+   * Gives back what `consume` took for these decisions (see `RateLimitStore.refund`): one refund
+   * script call per hash slot, in parallel. Refusals remembered for those keys are forgotten
+   * afterwards: the buckets now admit sooner than they said.
+   */
+  async refund(decisions: readonly RateLimitDecision[]): Promise<void> {
+    // a request some policy refused took nothing (what another hash slot charged went back then)
+    if (!decisions.every((decision) => decision.allowed)) return;
+    const charges = decisions.map(chargeOf).filter((charge): charge is Charge => charge !== undefined);
+    if (charges.length === 0) return;
+    const keys = charges.map((charge) => charge.request.key);
+    const groups = this.bySlot(keys);
+    await Promise.all(
+      [...groups.values()].map((group) => this.refundSlot(group.map((i) => charges[i].request), group.map((i) => charges[i].at))),
+    );
+    this.refused?.forget(keys);
+  }
+
   /** Gives back what a decide call charged for requests of one hash slot (`at` from its reply). */
-  private async refund(requests: readonly RateLimitRequest[], at: readonly number[]): Promise<Parsed> {
+  private async refundSlot(requests: readonly RateLimitRequest[], at: readonly number[]): Promise<Parsed> {
     const args: string[] = [this.clock ? String(this.clock()) : ''];
     requests.forEach(({ limit, cost }, i) => {
       args.push(limit.algorithm, String(limit.rps), String(limit.burst), String(cost), String(at[i]));
@@ -412,6 +430,7 @@ function parse(raw: readonly number[], start: number, count: number): Parsed {
       resetMs: raw[base + 3],
       nextMs: raw[base + 4],
       delayMs: raw[base + 5],
+      at: raw[base + 6],
     });
     at.push(raw[base + 6]);
   }

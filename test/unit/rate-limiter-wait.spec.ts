@@ -1,0 +1,79 @@
+import { jest } from '@jest/globals';
+import { Logger } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import {
+  MemoryStore,
+  type RateLimitDecision,
+  RateLimiterService,
+  RateLimitModule,
+  type RateLimitModuleOptions,
+  type RateLimitPolicy,
+  type RateLimitStore,
+} from '../../lib/index.js';
+import { RateLimitUnavailableException } from '../../lib/rate-limit.exception.js';
+
+/** A queue of 3 leaving one a second: the first passes at once, the next wait 1 s and 2 s. */
+const QUEUE: RateLimitPolicy = { name: 'queue', algorithm: 'leaky_bucket', rps: 1, burst: 3 };
+const CLOCK = 1_000_000;
+
+async function service(options: RateLimitModuleOptions) {
+  const moduleRef = await Test.createTestingModule({ imports: [RateLimitModule.forRoot({ guard: false, ...options })] }).compile();
+  return { moduleRef, limiter: moduleRef.get(RateLimiterService) };
+}
+
+const remaining = async (limiter: RateLimiterService) => (await limiter.peek('user:1', QUEUE))[0].remaining;
+
+describe('RateLimiterService.wait (no sleeps: the clock is pinned and waits end early)', () => {
+  it('gives the charge back and rejects with the reason when the signal aborts', async () => {
+    const { moduleRef, limiter } = await service({ store: new MemoryStore({ clock: () => CLOCK }) });
+    await limiter.consume('user:1', QUEUE);
+    const queued = await limiter.consume('user:1', QUEUE);
+    expect(queued[0].delay).toBe(1);
+    expect(await remaining(limiter)).toBe(1);
+
+    const leaving = new AbortController();
+    const waiting = limiter.wait(queued, leaving.signal);
+    leaving.abort(new Error('client gone'));
+    await expect(waiting).rejects.toThrow('client gone');
+    expect(await remaining(limiter)).toBe(2);
+    await moduleRef.close();
+  });
+
+  it('ends every wait at shutdown with a 503, their charges given back before the store closes', async () => {
+    const store = new MemoryStore({ clock: () => CLOCK });
+    const { moduleRef, limiter } = await service({ store });
+    await limiter.consume('user:1', QUEUE);
+    const waits = [await limiter.consume('user:1', QUEUE), await limiter.consume('user:1', QUEUE)].map((d) => limiter.wait(d));
+    expect(await remaining(limiter)).toBe(0);
+
+    await limiter.beforeApplicationShutdown();
+    for (const waiting of waits) await expect(waiting).rejects.toBeInstanceOf(RateLimitUnavailableException);
+    expect(await remaining(limiter)).toBe(2);
+    // a request admitted during shutdown does not wait either
+    await expect(limiter.wait(await limiter.consume('user:1', QUEUE))).rejects.toBeInstanceOf(RateLimitUnavailableException);
+    expect(await remaining(limiter)).toBe(2);
+    await moduleRef.close();
+  });
+
+  it("with failMode 'local', gives a charge back to the local limiter that took it, not to the failing store", async () => {
+    const refund = jest.fn(async (_decisions: readonly RateLimitDecision[]) => undefined);
+    const down = async (): Promise<RateLimitDecision[]> => {
+      throw new Error('connection refused');
+    };
+    const failing: RateLimitStore = { consume: down, peek: down, reset: async () => undefined, refund };
+    const logged = jest.spyOn(Logger.prototype, 'error').mockImplementation(() => undefined);
+    const { moduleRef, limiter } = await service({ store: failing, failMode: 'local' });
+    await limiter.consume('user:1', QUEUE);
+    const queued = await limiter.consume('user:1', QUEUE);
+    expect(queued[0].delay).toBeGreaterThan(0.9);
+    const before = await remaining(limiter);
+
+    const leaving = new AbortController();
+    leaving.abort();
+    await expect(limiter.wait(queued, leaving.signal)).rejects.toThrow(/aborted/i);
+    expect(await remaining(limiter)).toBe(before + 1);
+    expect(refund).not.toHaveBeenCalled();
+    await moduleRef.close();
+    logged.mockRestore();
+  });
+});
