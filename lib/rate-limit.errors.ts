@@ -150,8 +150,3 @@ export function storeFailing(cause: string, failMode: string, probeMs: number): 
 
 /** Logged once when a probe succeeds. */
 export const storeBack = 'Rate limit store answers again: limiting with it';
-
-/** A Redis server older than the store's scripts need (`stores/redis/redis-version.ts`). */
-export function redisTooOld(version: string, minimum: string): string {
-  return `Redis ${version} is too old for nestjs-ratelimit: its scripts need Redis ${minimum} or newer`;
-}

@@ -1,5 +1,4 @@
 import { DECIDE_LUA, REFUND_LUA } from '../../lib/stores/redis/decide.lua.js';
-import { MIN_REDIS_VERSION, redisVersionProblem } from '../../lib/stores/redis/redis-version.js';
 
 /**
  * The Redis version that brought each command the scripts call, and each literal argument they
@@ -38,7 +37,7 @@ const SINCE: Readonly<Record<string, string>> = {
   EXPIRETIME: '7.0.0',
 };
 
-/** The oldest Redis the scripts must run on, as the README says and the start-time check holds. */
+/** The oldest Redis the scripts must run on, as the README says. */
 const OLDEST = '6.0.0';
 
 /** Whether version `a` is no later than `b` ('6.0.0' style). */
@@ -72,45 +71,5 @@ describe('the Redis scripts', () => {
       }
     }
     expect(problems).toEqual([]);
-  });
-});
-
-/** The `INFO server` reply of a server of `version`, as Redis sends it (CRLF lines, a header). */
-const infoOf = (version: string) =>
-  ['# Server', `redis_version:${version}`, 'redis_git_sha1:00000000', 'redis_mode:standalone', 'os:Linux 6.1.0 x86_64', ''].join('\r\n');
-
-describe('redisVersionProblem', () => {
-  it('is the same minimum the scripts are checked against', () => {
-    expect(MIN_REDIS_VERSION).toBe(OLDEST);
-  });
-
-  it.each(['6.0.0', '6.0.20', '6.2.14', '7.0.15', '7.4.1', '10.0.0', '255.255.255'])('accepts Redis %s', (version) => {
-    expect(redisVersionProblem(infoOf(version))).toBeUndefined();
-  });
-
-  it.each([
-    ['5.0.14', 'Redis 5.0.14 is too old for nestjs-ratelimit: its scripts need Redis 6.0.0 or newer'],
-    ['4.0.9', 'Redis 4.0.9 is too old for nestjs-ratelimit: its scripts need Redis 6.0.0 or newer'],
-    ['2.8.24', 'Redis 2.8.24 is too old for nestjs-ratelimit: its scripts need Redis 6.0.0 or newer'],
-  ])('refuses Redis %s, naming both versions', (version, message) => {
-    expect(redisVersionProblem(infoOf(version))).toBe(message);
-  });
-
-  it('reads LF lines and a version with a suffix alike', () => {
-    expect(redisVersionProblem('# Server\nredis_version:5.0.3-rc1\n')).toBe(
-      'Redis 5.0.3-rc1 is too old for nestjs-ratelimit: its scripts need Redis 6.0.0 or newer',
-    );
-    expect(redisVersionProblem('# Server\nredis_version:6.0.0-rc1\n')).toBeUndefined();
-  });
-
-  it('gives the benefit of the doubt to a server that names no version it can read', () => {
-    // Redis-compatible servers may report none, or something else in its place
-    for (const info of ['', '# Server\r\nredis_mode:standalone\r\n', 'redis_version:\r\n', 'redis_version:unknown\r\n']) {
-      expect(redisVersionProblem(info)).toBeUndefined();
-    }
-  });
-
-  it('reads redis_version only, not a field that ends the same', () => {
-    expect(redisVersionProblem('# Server\r\nvalkey_redis_version:5.0.0\r\nredis_version:7.2.4\r\n')).toBeUndefined();
   });
 });
