@@ -90,4 +90,51 @@ describe('the refused-key cache of RedisStore (real Redis)', () => {
     // the property is not vacuous: the cache did answer
     expect(answered).toBeGreaterThan(RUNS / 2);
   }, 30_000 + RUNS * 50);
+
+  it('refuses in the process only what Redis refuses when a flood waits for a call and goes on together', async () => {
+    // one instance with the cache, and the same requests on buckets of their own without it: with
+    // one clock and one instance, a sound cache admits exactly as many as Redis alone
+    const flood = fc.record({
+      dt: fc.oneof({ weight: 3, arbitrary: fc.integer({ min: 0, max: 20 }) }, { weight: 1, arbitrary: fc.integer({ min: 100, max: 2_000 }) }),
+      together: fc.integer({ min: 1, max: 8 }),
+      policies: fc.constantFrom([0], [0], [0, 1], [1]),
+      cost: fc.constantFrom(1, 1, 2, 0.5),
+    });
+    const together = RefusedCache.prototype.lookupTogether;
+    let refusedTogether = 0;
+    const lookups = jest.spyOn(RefusedCache.prototype, 'lookupTogether').mockImplementation(function (this: RefusedCache, ...args) {
+      const outcomes = together.apply(this, args);
+      if (outcomes !== undefined && !outcomes.every((outcome) => outcome.allowed)) refusedTogether++;
+      return outcomes;
+    });
+    await fc.assert(
+      fc.asyncProperty(fc.tuple(policy, policy), fc.array(flood, { minLength: 5, maxLength: 25 }), async (limits, steps) => {
+        const run = randomUUID();
+        let now = CASE_EPOCH;
+        const clock = () => now;
+        const cached = new RedisStore({ client: redis, clock });
+        const alone = new RedisStore({ client: redis, clock, cacheRefusals: false });
+        const requestsOf = (prefix: string, policies: readonly number[], cost: number): RateLimitRequest[] =>
+          policies.map((i) => {
+            const limit = limitOf(limits[i].algorithm, limits[i].rps, limits[i].burst);
+            return { key: bucketKey(prefix, `p${i}`, limit.algorithm, `${i}:flood`), policy: `p${i}`, limit, cost };
+          });
+        for (const { dt, together, policies, cost } of steps) {
+          now += dt;
+          const admitted = async (store: RedisStore, prefix: string) => {
+            const requests = requestsOf(prefix, policies, cost);
+            const decisions = await Promise.all(Array.from({ length: together }, () => store.consume(requests)));
+            return decisions.filter((request) => request.every((decision) => decision.allowed)).length;
+          };
+          const withCache = await admitted(cached, `rl-together-${run}:`);
+          const byRedis = await admitted(alone, `rl-alone-${run}:`);
+          expect({ withCache, byRedis }).toEqual({ withCache: byRedis, byRedis });
+        }
+      }),
+      { numRuns: RUNS, seed: SEED },
+    );
+    lookups.mockRestore();
+    console.log(`refused-key cache, requests going on together: ${refusedTogether} refused in the process, none wrongly`);
+    expect(refusedTogether).toBeGreaterThan(RUNS / 10);
+  }, 30_000 + RUNS * 100);
 });
