@@ -66,6 +66,13 @@ interface Parsed {
   at: number[];
 }
 
+/** The charging calls on one key that are on their way to Redis. */
+interface Pending {
+  calls: number;
+  drained?: Promise<void>;
+  drain?: () => void;
+}
+
 /** A decide call's answer for one request. */
 interface Reply extends Parsed {
   /** When Redis decided, on the local clock, at the earliest (ms): Redis's time less the offset. */
@@ -96,8 +103,12 @@ export class RedisStore implements RateLimitStore {
   private readonly refundScript: ScriptCommand;
   private readonly cluster: boolean;
   private readonly refused: RefusedCache | undefined;
-  /** Calls in flight on contended keys (see `RefusedCache.contended`), by key: each settles once its answer is cached. */
-  private readonly flights = new Map<string, Promise<void>>();
+  /**
+   * Charging calls on their way to Redis, by key, while the refused-key cache is on: how many,
+   * and, once a caller waits for them, a promise that settles when the last has landed (its
+   * answer remembered).
+   */
+  private readonly pending = new Map<string, Pending>();
   /**
    * Per hash slot, Redis's clock minus the local one, ms, at least: the smallest a reply showed
    * within `OFFSET_KEPT_MS` (NaN: no reply yet). A reply shows Redis's clock when it decided
@@ -172,26 +183,24 @@ export class RedisStore implements RateLimitStore {
     // the caller's timeout counts from here, and so does the deadline Redis gets
     const askedAt = this.localNow();
     const cache = charge ? this.refused : undefined;
-    let contended = false;
     if (cache !== undefined) {
       const known = this.cached(requests);
       if (known !== undefined) return known;
-      contended = cache.contended(requests, askedAt);
-      const flight = contended ? this.inFlight(requests) : undefined;
-      if (flight !== undefined) {
-        // A flood on these buckets: a call on them is on its way, and it most likely leaves
-        // nothing for this request. Its answer comes sooner than a call of our own would, so
-        // wait for it (once) and look again, with the others that waited: those the buckets can
-        // hold go to Redis together, the rest are refused here.
-        await flight;
+      const calls = cache.contended(requests, askedAt) ? this.drained(requests) : undefined;
+      if (calls !== undefined) {
+        // A flood on these buckets: calls on them are on their way, and they most likely leave
+        // nothing for this request. Their answers come sooner than a call of our own would, so
+        // wait for them (once) and look again, with the others that waited: those the buckets
+        // can hold go to Redis together, the rest are refused here.
+        await calls;
         const now = this.localNow();
         const outcomes = cache.lookupTogether(requests, now);
         if (outcomes !== undefined) return requests.map((request, i) => toDecision(request, outcomes[i]));
         // the caller has had its failMode answer: sending now would charge a request already answered
         if (timeoutMs !== undefined && now - askedAt >= timeoutMs) throw new RateLimitStoreError(storeTimedOut(timeoutMs));
       }
+      this.depart(requests);
     }
-    const landed = contended ? this.fly(requests) : undefined;
     try {
       // a single Redis (or Sentinel) takes every key in one call: no slots to work out
       const groups = this.cluster ? this.bySlot(requests.map((request) => request.key)) : undefined;
@@ -199,32 +208,43 @@ export class RedisStore implements RateLimitStore {
         groups === undefined || groups.size === 1
           ? await this.decide(requests, charge, groups?.keys().next().value ?? 0, askedAt, timeoutMs)
           : await this.acrossSlots(requests, groups, charge, askedAt, timeoutMs);
-      cache?.remember(requests, outcomes, decidedAt);
+      cache?.remember(requests, outcomes, decidedAt, this.behind);
       return requests.map((request, i) => toDecision(request, outcomes[i]));
     } finally {
-      landed?.();
+      if (cache !== undefined) this.land(requests);
     }
   }
 
-  /** A call in flight on one of these keys, if any. */
-  private inFlight(requests: readonly RateLimitRequest[]): Promise<void> | undefined {
+  /** Counts a charging call on these keys as on its way. */
+  private depart(requests: readonly RateLimitRequest[]): void {
     for (const { key } of requests) {
-      const flight = this.flights.get(key);
-      if (flight !== undefined) return flight;
+      const pending = this.pending.get(key);
+      if (pending === undefined) this.pending.set(key, { calls: 1 });
+      else pending.calls++;
+    }
+  }
+
+  /** Counts a charging call on these keys as landed; the last one to land lets those waiting go on. */
+  private land(requests: readonly RateLimitRequest[]): void {
+    for (const { key } of requests) {
+      const pending = this.pending.get(key)!;
+      if (--pending.calls > 0) continue;
+      this.pending.delete(key);
+      pending.drain?.();
+    }
+  }
+
+  /** When the calls on their way on the first of these keys that has any have all landed; `undefined`: there are none. */
+  private drained(requests: readonly RateLimitRequest[]): Promise<void> | undefined {
+    for (const { key } of requests) {
+      const pending = this.pending.get(key);
+      if (pending !== undefined) return (pending.drained ??= new Promise<void>((resolve) => (pending.drain = resolve)));
     }
     return undefined;
   }
 
-  /** Marks a call on these keys as in flight; the function returned lands it. */
-  private fly(requests: readonly RateLimitRequest[]): () => void {
-    let land!: () => void;
-    const flight = new Promise<void>((resolve) => (land = resolve));
-    for (const { key } of requests) this.flights.set(key, flight);
-    return () => {
-      for (const { key } of requests) if (this.flights.get(key) === flight) this.flights.delete(key);
-      land();
-    };
-  }
+  /** Charging calls on `key` still on their way behind the one landing now. */
+  private readonly behind = (key: string): number => (this.pending.get(key)?.calls ?? 1) - 1;
 
   /**
    * Decides a request whose policies live in several hash slots: one call per slot, in

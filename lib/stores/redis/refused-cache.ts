@@ -22,6 +22,9 @@ interface Policy {
   outcome: Outcome;
 }
 
+/** No call on the way behind one that lands. */
+const none = (): number => 0;
+
 /** Algorithms whose quota comes back no faster than `rps`; the others may bring back all of it at once. */
 const STEADY: ReadonlySet<Algorithm> = new Set<Algorithm>(['token_bucket', 'gcra', 'leaky_bucket']);
 
@@ -105,19 +108,25 @@ export class RefusedCache {
 
   /**
    * Learns from a charging request Redis decided at local time `decidedAt` (at the earliest):
-   * each of its keys that a request like it cannot pass for a while is remembered until then; a
-   * key it passed (quota was there) is no longer refused.
+   * each of its keys that a request like it cannot pass for a while is remembered until then. A
+   * key it passed (quota was there) is no longer refused, unless what is left would not cover
+   * one more after the `behind(key)` calls still on their way on it: then it is remembered as
+   * contended (a flood is about to run out), so that the requests that follow wait for those calls.
    */
-  remember(requests: readonly RateLimitRequest[], outcomes: readonly Outcome[], decidedAt: number): void {
+  remember(requests: readonly RateLimitRequest[], outcomes: readonly Outcome[], decidedAt: number, behind: (key: string) => number = none): void {
     const charged = outcomes.every((outcome) => outcome.allowed);
     let policies: Refusal['policies'] | undefined;
     for (let i = 0; i < requests.length; i++) {
       const { key, cost } = requests[i];
       const wait = waitAfter(outcomes[i], cost, charged);
-      if (wait === 0) {
+      if (wait === 0 && !(charged && (behind(key) + 1) * cost > outcomes[i].remaining)) {
         // quota was there: a refusal of this key is over (and its remaining stale); it lingers as a mark
         const refusal = this.refusals.get(key);
-        if (refusal !== undefined && refusal.until > decidedAt) refusal.until = decidedAt;
+        if (refusal !== undefined) {
+          refusal.until = Math.min(refusal.until, decidedAt);
+          // refused by another policy, it took nothing here: those let through may not all take
+          if (!charged) refusal.letThrough = 0;
+        }
         continue;
       }
       policies ??= new Map(
@@ -126,7 +135,8 @@ export class RefusedCache {
           { algorithm: limit.algorithm, rps: limit.rps, burst: limit.burst, cost, outcome: asRefused(outcomes[j], cost, charged) },
         ]),
       );
-      const until = decidedAt + (wait < 0 ? MAX_AGE_MS : Math.min(wait - ROUNDING_MS, MAX_AGE_MS));
+      // contended only (wait 0): refused by nothing, but the next requests wait for the calls behind
+      const until = decidedAt + (wait < 0 ? MAX_AGE_MS : wait === 0 ? 0 : Math.min(wait - ROUNDING_MS, MAX_AGE_MS));
       this.refusals.delete(key); // re-inserted last: the Map's order is the eviction order
       this.refusals.set(key, { decidedAt, until, policies, letThrough: 0 });
       if (this.refusals.size > MAX_KEYS) this.refusals.delete(this.refusals.keys().next().value as string);
