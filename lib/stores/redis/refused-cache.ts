@@ -77,8 +77,8 @@ export class RefusedCache {
   }
 
   /**
-   * Like `lookup`, for requests that waited for one call on their buckets and are let go together
-   * when its answer came, so that those sent go to Redis in one call and are decided in turn at
+   * Like `lookup`, for requests that waited for the calls on their buckets and are let go together
+   * when their answers came, so that those sent go to Redis in one call and are decided in turn at
    * one instant: there, the requests after the first `room` of them like it cannot fit, whatever
    * the others do, where `room` is how many of them the buckets can hold by `now` at the most.
    * Each call that finds room counts as let through; the rest get refused outcomes.
@@ -145,8 +145,8 @@ export class RefusedCache {
 
   /**
    * Whether a key of `requests` has been refused up to less than a second before local time
-   * `now` (or still is): a flood may be on it, so a call on it in flight is worth waiting for
-   * rather than sending another (see `RedisStore`).
+   * `now` (or still is), or was about to run out: a flood may be on it, so the calls on it in
+   * flight are worth waiting for rather than sending another (see `RedisStore`).
    */
   contended(requests: readonly RateLimitRequest[], now: number): boolean {
     for (const { key } of requests) {
