@@ -14,7 +14,7 @@ export interface MemoryStoreOptions {
   /**
    * Most buckets held at once. When a new one would pass it, the store frees 1 % of it: every
    * expired (full again) bucket first, then the buckets closest to full. Default `100_000`
-   * (about 15 MB of heap; a sliding window log's bucket also holds up to `burst` timestamps).
+   * (about 15 MB of heap; a sliding window log's bucket also holds its timestamps, up to twice `burst`).
    * A request never loses its own buckets to make room: one with more policies than `maxKeys`
    * holds all of them, and the next new bucket brings the store back within the bound.
    */
