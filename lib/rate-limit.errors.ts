@@ -124,6 +124,11 @@ export function shadowRefusal(policy: string, route: string, retryAfter: number)
 /** The 503 message when the store fails and `failMode` is `'closed'`. */
 export const storeUnavailable = 'Rate limiter unavailable. Try again later.';
 
+/** What is wrong with a list of policies where two share `name` (they would be one bucket under two limits). */
+export function duplicatePolicyName(name: string): string {
+  return `two policies are named "${name}"; give each policy its own "name"`;
+}
+
 /** Why a request waiting its `leaky_bucket` turn got a 503 (the exception's cause). */
 export const shuttingDown = 'The application is shutting down: a request waiting its turn was answered without running, and its turn given back';
 

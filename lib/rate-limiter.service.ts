@@ -2,7 +2,7 @@ import { type BeforeApplicationShutdown, Inject, Injectable, Logger, type OnAppl
 import { bucketKey } from './keys/bucket-key.js';
 import type { RateLimitPolicy, ResolvedPolicy } from './policy/policy.types.js';
 import { InvalidPolicyError, resolvePolicy } from './policy/resolve-policy.js';
-import { circuitOpen, invalidArgument, invalidPolicy, shuttingDown, storeBack, storeFailed, storeFailing, storeTimedOut } from './rate-limit.errors.js';
+import { circuitOpen, duplicatePolicyName, invalidArgument, invalidPolicy, shuttingDown, storeBack, storeFailed, storeFailing, storeTimedOut } from './rate-limit.errors.js';
 import { RateLimitUnavailableException } from './rate-limit.exception.js';
 import { RATE_LIMIT_OPTIONS } from './rate-limit.constants.js';
 import type { ResolvedOptions } from './rate-limit-options.js';
@@ -215,9 +215,7 @@ export class RateLimiterService implements BeforeApplicationShutdown, OnApplicat
     for (let i = 1; i < requests.length; i++) {
       for (let j = 0; j < i; j++) {
         if (requests[j].policy === requests[i].policy) {
-          throw new InvalidPolicyError(
-            invalidPolicy('RateLimiterService', `two policies are named "${requests[i].policy}"; give each policy its own "name"`),
-          );
+          throw new InvalidPolicyError(invalidPolicy('RateLimiterService', duplicatePolicyName(requests[i].policy)));
         }
       }
     }

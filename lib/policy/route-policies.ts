@@ -1,7 +1,7 @@
 import { Inject, Injectable, Logger, type OnModuleInit, type Type } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import { keyPrefix } from '../keys/bucket-key.js';
-import { invalidPolicy, invalidSkip, unknownSkip } from '../rate-limit.errors.js';
+import { duplicatePolicyName, invalidPolicy, invalidSkip, unknownSkip } from '../rate-limit.errors.js';
 import { RATE_LIMIT_OPTIONS, RATE_LIMIT_POLICIES, RATE_LIMIT_SKIP } from '../rate-limit.constants.js';
 import type { ResolvedOptions } from '../rate-limit-options.js';
 import type { KeySource, RateLimitPolicy, ResolvedPolicy } from './policy.types.js';
@@ -97,9 +97,7 @@ export class RoutePolicies implements OnModuleInit {
         }
         const resolved = resolvePolicy(policy as RateLimitPolicy, at, defaultName);
         if (seen.has(resolved.name)) {
-          throw new InvalidPolicyError(
-            invalidPolicy(where, `two policies are named "${resolved.name}"; give each policy its own "name"`),
-          );
+          throw new InvalidPolicyError(invalidPolicy(where, duplicatePolicyName(resolved.name)));
         }
         seen.add(resolved.name);
         byName.set(resolved.name, resolved);

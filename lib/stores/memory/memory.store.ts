@@ -149,11 +149,16 @@ export class MemoryStore implements RateLimitStore {
       const slot = slots[i] ?? this.allocate(key);
       const state = verdict.next[i];
       // resetMs is waitMs(burst) of the charged state: expiresAt without working it out again
-      this.rows[slot * ROW] = state.at + Math.max(1, verdict.outcomes[i].resetMs);
-      const extra = PACKED_STATES[limit.algorithm].write(state, this.rows, slot * ROW + 1);
-      if (extra !== undefined) this.extras.set(slot, extra);
+      this.writeRow(slot, limit, state, state.at + Math.max(1, verdict.outcomes[i].resetMs));
     }
     if (this.sweepTimer === undefined) this.scheduleSweep();
+  }
+
+  /** Stores a state in its row, to expire at `expiry` (ms on the store's clock). */
+  private writeRow(slot: number, limit: Limit, state: Held, expiry: number): void {
+    this.rows[slot * ROW] = expiry;
+    const extra = PACKED_STATES[limit.algorithm].write(state, this.rows, slot * ROW + 1);
+    if (extra !== undefined) this.extras.set(slot, extra);
   }
 
   private allocate(key: string): number {
@@ -256,9 +261,7 @@ export class MemoryStore implements RateLimitStore {
       if (state === undefined) continue;
       const model = modelOf(limit);
       const refunded = model.refund(model.current(state, now, limit), limit, cost, charge.at);
-      this.rows[slot! * ROW] = expiresAt(model, refunded, limit);
-      const extra = PACKED_STATES[limit.algorithm].write(refunded, this.rows, slot! * ROW + 1);
-      if (extra !== undefined) this.extras.set(slot!, extra);
+      this.writeRow(slot!, limit, refunded, expiresAt(model, refunded, limit));
     }
     return Promise.resolve();
   }
