@@ -10,7 +10,7 @@ import {
   resolvePolicy,
 } from './policy/resolve-policy.js';
 import { DEFAULT_IPV6_SUBNET } from './keys/ip.js';
-import { invalidOption, invalidOptions, invalidOptionsObject } from './rate-limit.errors.js';
+import { invalidOption, invalidOptions, invalidOptionsObject } from './rate-limit.messages.js';
 import type { FailMode, HeaderFamily, RateLimitModuleOptions } from './rate-limit-options.interface.js';
 import { MemoryStore } from './stores/memory/memory.store.js';
 import type { RateLimitStore } from './stores/rate-limit-store.interface.js';

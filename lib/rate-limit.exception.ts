@@ -1,5 +1,5 @@
 import { HttpException, HttpStatus } from '@nestjs/common';
-import { costExceedsBurst, limitExceeded, storeUnavailable } from './rate-limit.errors.js';
+import { costExceedsBurst, limitExceeded, storeUnavailable } from './rate-limit.messages.js';
 import type { RateLimitDecision } from './stores/rate-limit-store.interface.js';
 
 /**

@@ -7,7 +7,7 @@ import { headerValue, type KeyedRequest, resolveIdentity } from './keys/identity
 import type { CostSource } from './policy/policy.types.js';
 import { type RoutePolicy, RoutePolicies } from './policy/route-policies.js';
 import { RATE_LIMIT_OPTIONS } from './rate-limit.constants.js';
-import { clientClosedRequest, forwardedForIgnored, shadowRefusal } from './rate-limit.errors.js';
+import { clientClosedRequest, forwardedForIgnored, shadowRefusal } from './rate-limit.messages.js';
 import { RateLimitExceededException, RateLimitUnavailableException } from './rate-limit.exception.js';
 import type { ResolvedOptions } from './rate-limit-options.js';
 import { RateLimiterService } from './rate-limiter.service.js';

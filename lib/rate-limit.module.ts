@@ -2,7 +2,7 @@ import { type CanActivate, type DynamicModule, Module } from '@nestjs/common';
 import { APP_GUARD, DiscoveryModule } from '@nestjs/core';
 import { RoutePolicies } from './policy/route-policies.js';
 import { RATE_LIMIT_OPTIONS } from './rate-limit.constants.js';
-import { invalidAsyncOptions } from './rate-limit.errors.js';
+import { invalidAsyncOptions } from './rate-limit.messages.js';
 import { RateLimitGuard } from './rate-limit.guard.js';
 import {
   RATE_LIMIT_MODULE_OPTIONS,

@@ -2,7 +2,7 @@ import { type BeforeApplicationShutdown, Inject, Injectable, Logger, type OnAppl
 import { bucketKey } from './keys/bucket-key.js';
 import type { RateLimitPolicy, ResolvedPolicy } from './policy/policy.types.js';
 import { InvalidPolicyError, resolvePolicy } from './policy/resolve-policy.js';
-import { circuitOpen, duplicatePolicyName, invalidArgument, invalidPolicy, shuttingDown, storeBack, storeFailed, storeFailing, storeTimedOut } from './rate-limit.errors.js';
+import { circuitOpen, duplicatePolicyName, invalidArgument, invalidPolicy, shuttingDown, storeBack, storeFailed, storeFailing, storeTimedOut } from './rate-limit.messages.js';
 import { RateLimitUnavailableException } from './rate-limit.exception.js';
 import { RATE_LIMIT_OPTIONS } from './rate-limit.constants.js';
 import type { ResolvedOptions } from './rate-limit-options.js';

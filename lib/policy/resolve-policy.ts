@@ -1,5 +1,5 @@
 import { ALGORITHMS, type Algorithm } from '../algorithms/algorithm.types.js';
-import { invalidPolicy, invalidPolicyField, invalidPolicyValue } from '../rate-limit.errors.js';
+import { invalidPolicy, invalidPolicyField, invalidPolicyValue } from '../rate-limit.messages.js';
 import type { KeySource, RateLimitPolicy, ResolvedPolicy } from './policy.types.js';
 
 const FIELDS = new Set<string>([

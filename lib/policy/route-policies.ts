@@ -1,7 +1,7 @@
 import { Inject, Injectable, Logger, type OnModuleInit, type Type } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import { keyPrefix } from '../keys/bucket-key.js';
-import { duplicatePolicyName, invalidPolicy, invalidSkip, unknownSkip } from '../rate-limit.errors.js';
+import { duplicatePolicyName, invalidPolicy, invalidSkip, unknownSkip } from '../rate-limit.messages.js';
 import { RATE_LIMIT_OPTIONS, RATE_LIMIT_POLICIES, RATE_LIMIT_SKIP } from '../rate-limit.constants.js';
 import type { ResolvedOptions } from '../rate-limit-options.js';
 import type { KeySource, RateLimitPolicy, ResolvedPolicy } from './policy.types.js';

@@ -1,4 +1,4 @@
-import { invalidArgument, invalidRepeatedKey } from '../rate-limit.errors.js';
+import { invalidArgument, invalidRepeatedKey } from '../rate-limit.messages.js';
 import type { RateLimitDecision, RateLimitRequest } from './rate-limit-store.interface.js';
 
 /** What a cost must be, as the messages say it. */

@@ -1,6 +1,6 @@
 import { decideAll, type Entry, expiresAt, modelOf, type Verdict } from '../../algorithms/decide.js';
 import type { Held, Limit } from '../../algorithms/algorithm.types.js';
-import { invalidStoreOption } from '../../rate-limit.errors.js';
+import { invalidStoreOption } from '../../rate-limit.messages.js';
 import { chargeOf, toDecision } from '../decision.js';
 import { distinctRequests, spreadDecisions } from '../distinct-requests.js';
 import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from '../rate-limit-store.interface.js';

@@ -1,6 +1,6 @@
 import type { Cluster, Redis } from 'ioredis';
 import type { Outcome } from '../../algorithms/algorithm.types.js';
-import { invalidStoreOption, storeTimedOut } from '../../rate-limit.errors.js';
+import { invalidStoreOption, storeTimedOut } from '../../rate-limit.messages.js';
 import { type Charge, chargeOf, toDecision } from '../decision.js';
 import { distinctRequests, spreadDecisions } from '../distinct-requests.js';
 import { RateLimitStoreError } from '../rate-limit-store.error.js';
