@@ -1,19 +1,18 @@
-export { type Algorithm, ALGORITHMS } from './algorithms/index.js';
-export type { CostSource, KeySource, RateLimitPolicy } from './policy/index.js';
+export { type Algorithm, ALGORITHMS } from './algorithms/algorithm.types.js';
+export type { Departure, RateLimitContext } from './contexts/rate-limit-context.js';
+export type { HeaderFamily } from './headers/rate-limit-headers.js';
+export type { LimitedRequest } from './keys/identity.js';
+export type { CostSource, KeySource, RateLimitPolicy } from './policy/policy.types.js';
+export { InvalidPolicyError } from './policy/resolve-policy.js';
 export { RateLimit, SkipRateLimit } from './rate-limit.decorator.js';
-export { RateLimitExceededException } from './rate-limit.exception.js';
+export { RateLimitExceededException, RateLimitUnavailableException } from './rate-limit.exception.js';
 export { RateLimitGuard } from './rate-limit.guard.js';
 export { RateLimitModule } from './rate-limit.module.js';
 export type { RateLimitModuleAsyncOptions } from './rate-limit.module-definition.js';
-export type { FailMode, HeaderFamily, RateLimitModuleOptions } from './rate-limit-options.interface.js';
+export type { FailMode, RateLimitModuleOptions } from './rate-limit-options.interface.js';
 export { RateLimiterService } from './rate-limiter.service.js';
-export {
-  MemoryStore,
-  type MemoryStoreOptions,
-  RateLimitStore,
-  RateLimitStoreError,
-  type RateLimitDecision,
-  type RateLimitRequest,
-  RedisStore,
-  type RedisStoreOptions,
-} from './stores/index.js';
+export type { RoutePolicy } from './routes/route-policy.js';
+export { MemoryStore, type MemoryStoreOptions } from './stores/memory/memory.store.js';
+export { RateLimitStoreError } from './stores/rate-limit-store.error.js';
+export { type RateLimitDecision, type RateLimitRequest, RateLimitStore } from './stores/rate-limit-store.interface.js';
+export { RedisStore, type RedisStoreOptions } from './stores/redis/redis.store.js';

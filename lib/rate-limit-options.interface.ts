@@ -1,9 +1,7 @@
-import type { Cluster, Redis, RedisOptions } from 'ioredis';
 import type { KeySource, RateLimitPolicy } from './policy/policy.types.js';
+import type { HeaderFamily } from './headers/rate-limit-headers.js';
 import type { RateLimitStore } from './stores/rate-limit-store.interface.js';
-
-/** Header families the guard can send. */
-export type HeaderFamily = 'ietf' | 'legacy' | 'x-ratelimit';
+import type { RedisOption } from './stores/store-owner.js';
 
 /** What happens when the store fails or takes longer than `timeout`. */
 export type FailMode = 'open' | 'closed' | 'local';
@@ -20,7 +18,7 @@ export interface RateLimitModuleOptions {
    * Shortcut for a `RedisStore`: an ioredis `Redis` or `Cluster`, a `redis://` URL, or ioredis
    * options. A client the module creates is closed on shutdown; one passed in is not.
    */
-  redis?: Redis | Cluster | string | RedisOptions;
+  redis?: RedisOption;
   /** Prefix of every store key. Default `'rl:'`. */
   prefix?: string;
   /** Policies applied to every route not skipped; one bucket shared across routes. */

@@ -1,5 +1,5 @@
-import { once } from 'node:events';
-import type { Cluster, Redis, RedisOptions } from 'ioredis';
+import type { HeaderFamily } from './headers/rate-limit-headers.js';
+import { DEFAULT_IPV6_SUBNET } from './keys/ip.js';
 import type { KeySource, ResolvedPolicy } from './policy/policy.types.js';
 import {
   HEADER_NAME_CHARS,
@@ -9,16 +9,16 @@ import {
   resolveKeySources,
   resolvePolicy,
 } from './policy/resolve-policy.js';
-import { DEFAULT_IPV6_SUBNET } from './keys/ip.js';
 import { invalidOption, invalidOptions, invalidOptionsObject } from './rate-limit.messages.js';
-import type { FailMode, HeaderFamily, RateLimitModuleOptions } from './rate-limit-options.interface.js';
-import { MemoryStore } from './stores/memory/memory.store.js';
+import type { FailMode, RateLimitModuleOptions } from './rate-limit-options.interface.js';
 import type { RateLimitStore } from './stores/rate-limit-store.interface.js';
-import { RedisStore } from './stores/redis/redis.store.js';
+import { isRedisClient } from './stores/store-owner.js';
 
-/** The module's options after validation, with every default filled in. */
+/**
+ * The module's options after validation, with every default filled in: plain values only. The
+ * store they choose is opened by `StoreOwner`.
+ */
 export interface ResolvedOptions {
-  store: RateLimitStore;
   prefix: string;
   policies: readonly ResolvedPolicy[];
   key: readonly KeySource[];
@@ -29,14 +29,7 @@ export interface ResolvedOptions {
   timeout: number;
   mode: 'enforce' | 'shadow';
   guard: boolean;
-  /** What the module opened itself and so closes on shutdown. */
-  owned: { store?: RateLimitStore; client?: Redis | Cluster };
 }
-
-/** How long start waits for a Redis client the module created to connect, ms. */
-const READY_WAIT_MS = 1_000;
-/** Longest wait between reconnection attempts of a client the module created, ms. */
-const RECONNECT_MAX_MS = 250;
 
 const HEADER_FAMILIES: readonly HeaderFamily[] = ['ietf', 'legacy', 'x-ratelimit'];
 const FAIL_MODES: readonly FailMode[] = ['open', 'closed', 'local'];
@@ -50,11 +43,11 @@ const MAX_PREFIX_LENGTH = MAX_NAME_LENGTH;
 const MAX_TIMEOUT_MS = 2_147_483_647;
 
 /**
- * Validates the module's options, fills in defaults and creates the store.
+ * Validates the module's options (the store they choose included) and fills in defaults.
  *
  * @throws Error naming the option (or the policy and field) that does not hold
  */
-export async function resolveOptions(options: RateLimitModuleOptions | undefined): Promise<ResolvedOptions> {
+export function resolveOptions(options: RateLimitModuleOptions | undefined): ResolvedOptions {
   // forRoot() gives {}; undefined comes from a forRootAsync factory that returns nothing
   if (typeof options !== 'object' || options === null || Array.isArray(options)) {
     throw new Error(invalidOptionsObject(options));
@@ -124,9 +117,7 @@ export async function resolveOptions(options: RateLimitModuleOptions | undefined
   });
   const keys = resolveKeySources(key, fail);
 
-  const { store, owned } = await createStore(options, timeout);
   return {
-    store,
     prefix,
     policies: resolvedPolicies,
     key: keys,
@@ -138,26 +129,7 @@ export async function resolveOptions(options: RateLimitModuleOptions | undefined
     timeout,
     mode,
     guard,
-    owned,
   };
-}
-
-async function createStore(
-  options: RateLimitModuleOptions,
-  timeout: number,
-): Promise<{ store: RateLimitStore; owned: ResolvedOptions['owned'] }> {
-  if (options.store !== undefined) return { store: options.store, owned: {} };
-  if (options.redis === undefined) {
-    const store = new MemoryStore();
-    return { store, owned: { store } };
-  }
-  if (isRedisClient(options.redis)) {
-    const store = new RedisStore({ client: options.redis });
-    return { store, owned: { store } };
-  }
-  const client = await createRedisClient(options.redis, timeout);
-  const store = new RedisStore({ client });
-  return { store, owned: { store, client } };
 }
 
 function isStore(value: unknown): value is RateLimitStore {
@@ -165,47 +137,9 @@ function isStore(value: unknown): value is RateLimitStore {
   return typeof store?.consume === 'function' && typeof store.peek === 'function' && typeof store.reset === 'function';
 }
 
-function isRedisClient(value: unknown): value is Redis | Cluster {
-  return typeof value === 'object' && value !== null && typeof (value as Redis).defineCommand === 'function';
-}
-
 /** An object literal, as ioredis options are (not a client of another library, not a list). */
 function isPlainObject(value: unknown): value is Record<string, unknown> {
   if (typeof value !== 'object' || value === null) return false;
   const prototype = Object.getPrototypeOf(value);
   return prototype === Object.prototype || prototype === null;
-}
-
-/**
- * A client fit for a limiter: a request must never wait on Redis longer than the limiter's
- * timeout, and a command must never run late. So commands are not queued while disconnected
- * (they fail at once and `failMode` decides), each has a timeout, none is retried or resent
- * after a reconnect, reconnecting is tried every 250 ms at most, and a READONLY or LOADING reply
- * (a primary turned replica, a server still loading) makes it reconnect. Through Sentinel it
- * follows a failover when the sentinels announce it.
- */
-async function createRedisClient(redis: string | RedisOptions, timeout: number): Promise<Redis> {
-  let Client: typeof Redis;
-  try {
-    ({ Redis: Client } = await import('ioredis'));
-  } catch {
-    throw new Error(invalidOption('redis', redis, 'needs the "ioredis" package: npm install ioredis'));
-  }
-  const limiterDefaults: RedisOptions = {
-    enableOfflineQueue: false,
-    commandTimeout: timeout,
-    maxRetriesPerRequest: 0,
-    autoResendUnfulfilledCommands: false,
-    retryStrategy: (attempt) => Math.min(attempt * 50, RECONNECT_MAX_MS),
-    reconnectOnError: (error) => /READONLY|LOADING/.test(error.message),
-    // with `sentinels`: follow a failover as the sentinels announce it, not once the old primary answers READONLY
-    failoverDetector: true,
-  };
-  const client = typeof redis === 'string' ? new Client(redis, limiterDefaults) : new Client({ ...limiterDefaults, ...redis });
-  // The limiter logs when its calls start and stop failing; ioredis would print every retry.
-  client.on('error', () => undefined);
-  // Without an offline queue, requests before the first connection would all fall to failMode:
-  // give it a moment at start. A Redis that is down does not stop the app from starting.
-  await once(client, 'ready', { signal: AbortSignal.timeout(READY_WAIT_MS) }).catch(() => undefined);
-  return client;
 }

@@ -1,9 +1,10 @@
-import { type CanActivate, type DynamicModule, Module } from '@nestjs/common';
+import { type CanActivate, type DynamicModule, Module, type OnModuleInit } from '@nestjs/common';
 import { APP_GUARD, DiscoveryModule } from '@nestjs/core';
-import { RoutePolicies } from './policy/route-policies.js';
+import { HttpRateLimitContext } from './contexts/http.context.js';
+import { RateLimitContexts } from './contexts/rate-limit-contexts.js';
 import { RATE_LIMIT_OPTIONS } from './rate-limit.constants.js';
-import { invalidAsyncOptions } from './rate-limit.messages.js';
 import { RateLimitGuard } from './rate-limit.guard.js';
+import { invalidAsyncOptions } from './rate-limit.messages.js';
 import {
   RATE_LIMIT_MODULE_OPTIONS,
   RateLimitConfigurableModule,
@@ -12,7 +13,9 @@ import {
 import { resolveOptions, type ResolvedOptions } from './rate-limit-options.js';
 import type { RateLimitModuleOptions } from './rate-limit-options.interface.js';
 import { RateLimiterService } from './rate-limiter.service.js';
+import { RoutePolicies } from './routes/route-policies.js';
 import { RateLimitStore } from './stores/rate-limit-store.interface.js';
+import { StoreOwner } from './stores/store-owner.js';
 
 /** Stands in for the global guard when `guard: false`. */
 const letThrough: CanActivate = { canActivate: () => true };
@@ -20,6 +23,8 @@ const letThrough: CanActivate = { canActivate: () => true };
 /**
  * Rate limiting for the whole app: validates the options and every `@RateLimit` policy at
  * start, provides `RateLimiterService` (global) and registers `RateLimitGuard` as a global guard.
+ * A start that fails (a bad policy) closes what the module opened, so a Redis client it created
+ * does not keep the process alive.
  *
  * @example
  * @Module({ imports: [RateLimitModule.forRoot({ policies: [{ rps: 20, burst: 100 }] })] })
@@ -39,12 +44,21 @@ const letThrough: CanActivate = { canActivate: () => true };
       inject: [RATE_LIMIT_MODULE_OPTIONS],
     },
     {
+      provide: StoreOwner,
+      // after RATE_LIMIT_OPTIONS, which has checked `store` and `redis`
+      useFactory: (options: RateLimitModuleOptions, { timeout }: ResolvedOptions) =>
+        StoreOwner.open({ store: options.store, redis: options.redis, timeout }),
+      inject: [RATE_LIMIT_MODULE_OPTIONS, RATE_LIMIT_OPTIONS],
+    },
+    {
       provide: RateLimitStore,
-      useFactory: (options: ResolvedOptions) => options.store,
-      inject: [RATE_LIMIT_OPTIONS],
+      useFactory: (owner: StoreOwner) => owner.store,
+      inject: [StoreOwner],
     },
     RoutePolicies,
     RateLimiterService,
+    HttpRateLimitContext,
+    RateLimitContexts,
     RateLimitGuard,
     {
       provide: APP_GUARD,
@@ -52,9 +66,26 @@ const letThrough: CanActivate = { canActivate: () => true };
       inject: [RATE_LIMIT_OPTIONS, RateLimitGuard],
     },
   ],
-  exports: [RateLimiterService, RateLimitGuard, RateLimitStore, RATE_LIMIT_OPTIONS, RoutePolicies],
+  exports: [RateLimiterService, RateLimitGuard, RateLimitStore, RATE_LIMIT_OPTIONS, RoutePolicies, RateLimitContexts],
 })
-export class RateLimitModule extends RateLimitConfigurableModule {
+export class RateLimitModule extends RateLimitConfigurableModule implements OnModuleInit {
+  constructor(
+    private readonly routes: RoutePolicies,
+    private readonly owner: StoreOwner,
+  ) {
+    super();
+  }
+
+  /** Reads every controller's policies, so a bad one fails start naming it. */
+  async onModuleInit(): Promise<void> {
+    try {
+      this.routes.compileAll();
+    } catch (error) {
+      await this.owner.close();
+      throw error;
+    }
+  }
+
   /** Rate limiting with these options (all optional: a memory store and no module policy). */
   static override forRoot(options: RateLimitModuleOptions = {}): DynamicModule {
     return super.forRoot(options);

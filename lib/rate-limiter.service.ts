@@ -1,15 +1,15 @@
 import { type BeforeApplicationShutdown, Inject, Injectable, Logger, type OnApplicationShutdown } from '@nestjs/common';
-import { bucketKey } from './keys/bucket-key.js';
-import type { RateLimitPolicy, ResolvedPolicy } from './policy/policy.types.js';
+import type { RateLimitPolicy } from './policy/policy.types.js';
 import { InvalidPolicyError, resolvePolicy } from './policy/resolve-policy.js';
-import { circuitOpen, duplicatePolicyName, invalidArgument, invalidPolicy, shuttingDown, storeBack, storeFailed, storeFailing, storeTimedOut } from './rate-limit.messages.js';
-import { RateLimitUnavailableException } from './rate-limit.exception.js';
 import { RATE_LIMIT_OPTIONS } from './rate-limit.constants.js';
+import { RateLimitUnavailableException } from './rate-limit.exception.js';
+import { circuitOpen, duplicatePolicyName, invalidArgument, invalidPolicy, shuttingDown, storeBack, storeFailed, storeFailing, storeTimedOut } from './rate-limit.messages.js';
 import type { ResolvedOptions } from './rate-limit-options.js';
+import { type RoutePolicy, routePolicy, storeRequest } from './routes/route-policy.js';
 import { checkCost } from './stores/distinct-requests.js';
 import { MemoryStore } from './stores/memory/memory.store.js';
 import { RateLimitStoreError } from './stores/rate-limit-store.error.js';
-import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from './stores/rate-limit-store.interface.js';
+import { type RateLimitDecision, type RateLimitRequest, RateLimitStore } from './stores/rate-limit-store.interface.js';
 import { CircuitBreaker } from './utils/circuit-breaker.js';
 import { DeadlineQueue } from './utils/deadline-queue.js';
 import { WakeQueue } from './utils/wake-queue.js';
@@ -42,20 +42,22 @@ const BREAKER_PROBE_MS = 250;
  */
 @Injectable()
 export class RateLimiterService implements BeforeApplicationShutdown, OnApplicationShutdown {
-  private readonly store: RateLimitStore;
   private readonly deadlines: DeadlineQueue;
   private readonly sleepers = new WakeQueue();
   /** Waits in progress, each with the refund it makes when it ends early: shutdown sees them through. */
   private readonly waiting = new Set<Promise<void>>();
   /** Decisions the local limiter made (failMode 'local'): their refunds go to it, not to the store. */
   private readonly localDecisions = new WeakSet<RateLimitDecision>();
-  private readonly resolved = new WeakMap<RateLimitPolicy, ResolvedPolicy>();
+  /** Each policy given to `consume`, `peek` or `reset`, validated once. */
+  private readonly compiled = new WeakMap<RateLimitPolicy, RoutePolicy>();
   private readonly breaker = new CircuitBreaker({ threshold: BREAKER_THRESHOLD, probeAfterMs: BREAKER_PROBE_MS });
   private readonly logger = new Logger('RateLimitModule');
   private local: MemoryStore | undefined;
 
-  constructor(@Inject(RATE_LIMIT_OPTIONS) private readonly options: ResolvedOptions) {
-    this.store = options.store;
+  constructor(
+    @Inject(RATE_LIMIT_OPTIONS) private readonly options: ResolvedOptions,
+    @Inject(RateLimitStore) private readonly store: RateLimitStore,
+  ) {
     this.deadlines = new DeadlineQueue(options.timeout);
   }
 
@@ -112,9 +114,32 @@ export class RateLimiterService implements BeforeApplicationShutdown, OnApplicat
    *
    * @throws RateLimitStoreError when the store fails or is too slow and failMode is not 'local'
    */
-  async decide(requests: readonly RateLimitRequest[], charge: boolean): Promise<RateLimitDecision[]> {
-    // The memory store answers synchronously and cannot hang: no deadline to keep.
-    if (this.store instanceof MemoryStore) return this.store.decide(requests, charge);
+  decide(requests: readonly RateLimitRequest[], charge: boolean): Promise<RateLimitDecision[]> {
+    // a store in this process cannot hang or lose its server: no deadline to keep, no breaker
+    if (this.store.inProcess) return charge ? this.store.consume(requests) : this.store.peek(requests);
+    return this.decideRemote(requests, charge);
+  }
+
+  /**
+   * Ends every `leaky_bucket` wait at once, before the HTTP server stops and waits for the
+   * requests in flight: each waiting request gives its charge back and is answered 503 without
+   * running its handler, so `app.close()` never waits for a queue (up to `burst / rps`). Resolves
+   * when their refunds are done, so they reach the store before `onApplicationShutdown` closes it.
+   */
+  async beforeApplicationShutdown(): Promise<void> {
+    this.sleepers.close();
+    await Promise.allSettled(this.waiting);
+  }
+
+  /** Stops its own timers and the local limiter; the store is closed by whoever opened it. */
+  async onApplicationShutdown(): Promise<void> {
+    this.deadlines.close();
+    this.sleepers.close();
+    await this.local?.close();
+  }
+
+  /** `decide` for a store with a server: within the timeout, behind the breaker. */
+  private async decideRemote(requests: readonly RateLimitRequest[], charge: boolean): Promise<RateLimitDecision[]> {
     // what the store knows without asking its server: taken even while the breaker is open,
     // and no sign either way of the server's health (only real answers feed the breaker)
     const known = charge ? this.store.cached?.(requests) : undefined;
@@ -131,31 +156,6 @@ export class RateLimiterService implements BeforeApplicationShutdown, OnApplicat
     }
     if (this.breaker.succeeded()) this.logger.log(storeBack);
     return decisions;
-  }
-
-  /**
-   * Ends every `leaky_bucket` wait at once, before the HTTP server stops and waits for the
-   * requests in flight: each waiting request gives its charge back and is answered 503 without
-   * running its handler, so `app.close()` never waits for a queue (up to `burst / rps`). Resolves
-   * when their refunds are done, so they reach the store before `onApplicationShutdown` closes it.
-   */
-  async beforeApplicationShutdown(): Promise<void> {
-    this.sleepers.close();
-    await Promise.allSettled(this.waiting);
-  }
-
-  async onApplicationShutdown(): Promise<void> {
-    this.deadlines.close();
-    this.sleepers.close();
-    await this.local?.close();
-    const { store, client } = this.options.owned;
-    await store?.close?.();
-    if (client) {
-      await client.quit().catch(() => undefined);
-      // QUIT closes the command connection only: through Sentinel, disconnect() also closes the
-      // connections to the sentinels that watch for a failover
-      client.disconnect();
-    }
   }
 
   /** What `failMode` makes of a failed store call: the local limiter's decisions, or the error. */
@@ -183,8 +183,7 @@ export class RateLimiterService implements BeforeApplicationShutdown, OnApplicat
   private async refund(decisions: readonly RateLimitDecision[]): Promise<void> {
     const store = this.local !== undefined && decisions.some((decision) => this.localDecisions.has(decision)) ? this.local : this.store;
     if (store.refund === undefined) return;
-    // the memory store answers synchronously and cannot hang: no deadline to keep
-    if (store instanceof MemoryStore) return store.refund(decisions);
+    if (store.inProcess) return store.refund(decisions);
     await this.bounded(store.refund(decisions)).catch(() => undefined);
   }
 
@@ -202,14 +201,9 @@ export class RateLimiterService implements BeforeApplicationShutdown, OnApplicat
     if (typeof identity !== 'string') throw new TypeError(invalidArgument(where, 'identity', identity, "must be a string such as 'user:42'"));
     checkCost(cost, where, 'cost');
     const requests = (Array.isArray(policies) ? policies : [policies]).map((policy) => {
-      let resolved = this.resolved.get(policy);
-      if (!resolved) this.resolved.set(policy, (resolved = resolvePolicy(policy, 'RateLimiterService', 'default')));
-      return {
-        key: bucketKey(this.options.prefix, resolved.name, resolved.limit.algorithm, identity),
-        policy: resolved.name,
-        limit: resolved.limit,
-        cost,
-      };
+      let compiled = this.compiled.get(policy);
+      if (!compiled) this.compiled.set(policy, (compiled = routePolicy(resolvePolicy(policy, 'RateLimiterService', 'default'), this.options)));
+      return storeRequest(compiled, identity, cost);
     });
     // a policy's name is its bucket: two of one name would be one bucket under two limits, as a route refuses
     for (let i = 1; i < requests.length; i++) {

@@ -1,12 +1,12 @@
-import type { HeaderFamily } from '../rate-limit-options.interface.js';
 import type { RateLimitDecision } from '../stores/rate-limit-store.interface.js';
 
-/** What the headers need of a policy: its name, capacity and window. */
+/** Header families the guard can send. */
+export type HeaderFamily = 'ietf' | 'legacy' | 'x-ratelimit';
+
+/** What the headers need of a policy: its name, capacity and rate. */
 export interface DescribedPolicy {
   name: string;
-  limit: { burst: number };
-  /** The policy's window in whole seconds (`w` in `RateLimit-Policy`). */
-  windowSeconds: number;
+  limit: { rps: number; burst: number };
 }
 
 /**
@@ -28,7 +28,7 @@ export function headerPlan(families: readonly HeaderFamily[], policies: readonly
   if (families.length === 0 || policies.length === 0) return undefined;
   const ietf = families.includes('ietf');
   return {
-    policy: ietf ? policies.map(({ name, limit, windowSeconds }) => `${sfString(name)};q=${limit.burst};w=${windowSeconds}`).join(', ') : undefined,
+    policy: ietf ? policies.map(({ name, limit }) => `${sfString(name)};q=${limit.burst};w=${windowSeconds(limit)}`).join(', ') : undefined,
     members: policies.map(({ name }) => `${sfString(name)};r=`),
     xRateLimit: families.includes('x-ratelimit'),
     legacy: families.includes('legacy'),
@@ -42,7 +42,7 @@ export function headerPlan(families: readonly HeaderFamily[], policies: readonly
  * - `'ietf'`: `RateLimit-Policy: "name";q=<limit>;w=<window s>` and
  *   `RateLimit: "name";r=<remaining>;t=<s until more quota>`, one list member per policy.
  * - `'x-ratelimit'`: `X-RateLimit-Limit`, `-Remaining`, `-Reset` (Unix seconds when full again)
- *   for the policy closest to refusing.
+ *   for the policy `limiting` picks: the one a refusal names.
  * - `'legacy'`: `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` (delta seconds) for
  *   that same policy.
  *
@@ -61,7 +61,7 @@ export function rateLimitHeaders(plan: HeaderPlan, decisions: readonly RateLimit
     headers.push(['RateLimit-Policy', plan.policy], ['RateLimit', members]);
   }
   if (!plan.xRateLimit && !plan.legacy) return headers;
-  const closest = closestToRefusing(decisions);
+  const closest = limiting(decisions);
   if (plan.xRateLimit) {
     headers.push(
       ['X-RateLimit-Limit', String(closest.limit)],
@@ -79,17 +79,34 @@ export function rateLimitHeaders(plan: HeaderPlan, decisions: readonly RateLimit
   return headers;
 }
 
-/** The refusing policy, else the one with the lowest remaining / limit (first on ties). */
-export function closestToRefusing(decisions: readonly RateLimitDecision[]): RateLimitDecision {
+/**
+ * The one decision that speaks for a request wherever one policy is named (the `X-RateLimit-*`
+ * trio, the legacy trio, `Retry-After`, the 429's body), so they all name the same policy. Of the
+ * refusing ones, the one that frees up last (a never-admittable one, `retryAfter` infinite,
+ * first): the request passes only once it does. When none refuses, the one closest to refusing,
+ * with the lowest remaining / limit (the first on ties).
+ */
+export function limiting(decisions: readonly RateLimitDecision[]): RateLimitDecision {
   let closest = decisions[0];
   for (const decision of decisions) {
     const tighter =
-      closest.allowed && !decision.allowed
-        ? true
-        : closest.allowed === decision.allowed && decision.remaining / decision.limit < closest.remaining / closest.limit;
+      closest.allowed !== decision.allowed
+        ? !decision.allowed
+        : decision.allowed
+          ? decision.remaining / decision.limit < closest.remaining / closest.limit
+          : decision.retryAfter > closest.retryAfter;
     if (tighter) closest = decision;
   }
   return closest;
+}
+
+/**
+ * A policy's window in whole seconds (`w` in `RateLimit-Policy`): `burst / rps`, rounded up, at
+ * least 1. A window given as `limit` per `window` comes back as that window: the division's last
+ * bit of rounding (3600.0000000000005) is not a second more.
+ */
+export function windowSeconds({ rps, burst }: { rps: number; burst: number }): number {
+  return Math.max(1, Math.ceil((burst / rps) * (1 - 1e-12)));
 }
 
 /** An RFC 8941 sf-string (policy names are visible ASCII, checked at start). */

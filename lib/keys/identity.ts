@@ -2,11 +2,16 @@ import type { ExecutionContext } from '@nestjs/common';
 import type { KeySource } from '../policy/policy.types.js';
 import { normalizeIp } from './ip.js';
 
-/** The parts of an Express request or a Fastify request the key sources read. */
-export interface KeyedRequest {
+/**
+ * A request as the key and cost sources read it: an Express or Fastify request fits as it is,
+ * and a context's seam hands one over for every kind of request it limits.
+ */
+export interface LimitedRequest {
   ip?: string;
   headers: Record<string, string | string[] | undefined>;
   user?: { id?: unknown; sub?: unknown } | null;
+  /** Parsed query parameters (`'query:<name>'` costs). */
+  query?: Record<string, unknown>;
 }
 
 /** The module options the key sources depend on. */
@@ -28,7 +33,7 @@ export interface KeyOptions {
  */
 export function resolveIdentity(
   sources: readonly KeySource[],
-  request: KeyedRequest,
+  request: LimitedRequest,
   context: ExecutionContext,
   options: KeyOptions,
 ): string {
@@ -39,13 +44,13 @@ export function resolveIdentity(
   return ipIdentity(request, options);
 }
 
-function ipIdentity(request: KeyedRequest, { ipv6Subnet }: KeyOptions): string {
+function ipIdentity(request: LimitedRequest, { ipv6Subnet }: KeyOptions): string {
   return `ip:${normalizeIp(request.ip, ipv6Subnet) ?? 'unknown'}`;
 }
 
 function fromSource(
   source: KeySource,
-  request: KeyedRequest,
+  request: LimitedRequest,
   context: ExecutionContext,
   options: KeyOptions,
 ): string | undefined {
@@ -74,7 +79,7 @@ function fromSource(
 }
 
 /** A header's value as one non-empty string (the first when repeated), else `undefined`. */
-export function headerValue(request: { headers: KeyedRequest['headers'] }, name: string): string | undefined {
+export function headerValue(request: { headers: LimitedRequest['headers'] }, name: string): string | undefined {
   const raw = request.headers[name];
   const value = Array.isArray(raw) ? raw[0] : raw;
   return typeof value === 'string' && value.length > 0 ? value : undefined;

@@ -69,8 +69,6 @@ export interface RateLimitPolicy {
 export interface ResolvedPolicy {
   name: string;
   limit: Limit;
-  /** The policy's window in whole seconds (`w` in `RateLimit-Policy`): burst / rps, rounded up. */
-  windowSeconds: number;
   cost: CostSource;
   defaultCost: number;
   /** `undefined`: use the module's `key`. */

@@ -130,7 +130,7 @@ export function resolvePolicy(policy: RateLimitPolicy, where: string, defaultNam
     fail('algorithm', algorithm, `must be one of ${ALGORITHMS.map((a) => `'${a}'`).join(', ')}`);
   }
 
-  const { rps, burst, windowSeconds, capacity } = resolveRate(policy, fail, conflict);
+  const { rps, burst, capacity } = resolveRate(policy, fail, conflict);
   if (WINDOW_ALGORITHMS.has(algorithm) && (burst * 1000) / rps < 1) {
     conflict(`"${algorithm}" counts in windows of whole milliseconds, and burst / rps = ${burst} / ${rps} s is under 1 ms; lower "rps" or raise "burst"`);
   }
@@ -163,14 +163,14 @@ export function resolvePolicy(policy: RateLimitPolicy, where: string, defaultNam
   }
   const name = policy.name === undefined ? defaultPolicyName(defaultName) : policy.name;
 
-  return { name, limit: { algorithm, rps, burst }, windowSeconds, cost, defaultCost, key };
+  return { name, limit: { algorithm, rps, burst }, cost, defaultCost, key };
 }
 
 function resolveRate(
   policy: RateLimitPolicy,
   fail: Fail,
   conflict: (problem: string) => never,
-): { rps: number; burst: number; windowSeconds: number; capacity: 'burst' | 'limit' } {
+): { rps: number; burst: number; capacity: 'burst' | 'limit' } {
   if (policy.rps !== undefined && policy.tokensPerSecond !== undefined && policy.rps !== policy.tokensPerSecond) {
     conflict(`"rps" and "tokensPerSecond" are the same setting; give one`);
   }
@@ -189,7 +189,7 @@ function resolveRate(
     if (burst / rate > MAX_REFILL_DAYS * 86_400) {
       conflict(`burst / rps = ${burst} / ${rate} s is more than ${MAX_REFILL_DAYS} days, the longest a bucket may take to refill; raise "${rateField}" or lower "burst"`);
     }
-    return { rps: rate, burst, windowSeconds: Math.max(1, Math.ceil(burst / rate)), capacity: 'burst' };
+    return { rps: rate, burst, capacity: 'burst' };
   }
 
   if (policy.limit === undefined && policy.window === undefined) {
@@ -208,5 +208,5 @@ function resolveRate(
   if (limit / seconds > MAX_RPS) {
     conflict(`limit / window = ${limit} / ${seconds} s is more than ${MAX_RPS} tokens per second; lower "limit" or lengthen "window"`);
   }
-  return { rps: limit / seconds, burst: limit, windowSeconds: Math.max(1, Math.ceil(seconds)), capacity: 'limit' };
+  return { rps: limit / seconds, burst: limit, capacity: 'limit' };
 }

@@ -50,6 +50,11 @@ export interface RateLimitRequest {
  */
 export interface RateLimitStore {
   /**
+   * `true` for a store that decides in this process (the memory store): it cannot hang or lose
+   * a server, so the module calls it directly, without a deadline or a circuit breaker.
+   */
+  readonly inProcess?: boolean;
+  /**
    * Decides and, when every policy admits the request, charges every bucket. `timeoutMs` is how
    * long the caller waits for the answer (the module's `timeout`): a remote store should charge
    * nothing for a call that only reaches its server after that.

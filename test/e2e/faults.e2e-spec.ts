@@ -2,6 +2,7 @@ import { closeSync, openSync, readSync } from 'node:fs';
 import { Agent, request as httpRequest } from 'node:http';
 import { Controller, type ExecutionContext, Get, Injectable, Module, UseGuards } from '@nestjs/common';
 import {
+  type RateLimitContext,
   type FailMode,
   RateLimit,
   RateLimitGuard,
@@ -105,14 +106,14 @@ class TimedGuard extends RateLimitGuard {
     } finally {
       const ms = performance.now() - started;
       TimedGuard.samples.push({ ms, stolenMs: runQueue.ms() - waited });
-      this.setHeader(context.switchToHttp().getResponse(), 'x-limiter-ms', ms.toFixed(1));
+      this.contexts.for('http')!.setHeader(context, 'x-limiter-ms', ms.toFixed(1));
     }
   }
 
   /** Tells the client why failMode decided ('closed' and 'open'; 'local' decides without failing). */
-  protected override onStoreFailure(error: RateLimitStoreError, response: unknown): boolean {
-    this.setHeader(response, 'x-limiter-failure', error.message.replace(/[^\x20-\x7e]/g, '?').slice(0, 200));
-    return super.onStoreFailure(error, response);
+  protected override onStoreFailure(error: RateLimitStoreError, context: ExecutionContext, seam: RateLimitContext): boolean {
+    seam.setHeader(context, 'x-limiter-failure', error.message.replace(/[^\x20-\x7e]/g, '?').slice(0, 200));
+    return super.onStoreFailure(error, context, seam);
   }
 }
 

@@ -54,6 +54,15 @@ class WidgetsController {
     return { ok: true };
   }
 
+  @RateLimit([
+    { name: 'frees-soon', rps: 5, burst: 2, key: 'api-key' },
+    { name: 'frees-late', rps: 0.1, burst: 2, key: 'api-key' },
+  ])
+  @Get('both-refuse')
+  bothRefuse() {
+    return { ok: true };
+  }
+
   @Get('plain')
   plain() {
     return { ok: true };
@@ -130,6 +139,22 @@ describe.each(ADAPTERS)('RateLimitGuard on %s', (adapter) => {
     expect(headers.ratelimit).toBe('"per-key";r=1;t=1, "per-ip";r=999;t=1');
     expect(headers['x-ratelimit-limit']).toBe('2');
     expect(headers['x-ratelimit-remaining']).toBe('1');
+  });
+
+  it('names the policy that frees up last everywhere when two refuse: X-RateLimit-*, legacy, Retry-After and body agree', async () => {
+    const http = await start({ store: new MemoryStore({ clock: () => T0 }), headers: ['ietf', 'x-ratelimit', 'legacy'] });
+    const client = { 'x-api-key': key() };
+    for (let i = 0; i < 2; i++) expect((await http.get('/widgets/both-refuse', client)).status).toBe(200);
+    const before = Math.ceil(Date.now() / 1000);
+    const { status, headers, body } = await read(await http.get('/widgets/both-refuse', client));
+    // frees-soon takes 1 s to admit again and 1 s to refill; frees-late 10 s and 20 s
+    expect(status).toBe(429);
+    expect(body).toMatchObject({ policy: 'frees-late', retryAfter: 10 });
+    expect(headers['retry-after']).toBe('10');
+    expect(headers.ratelimit).toBe('"frees-soon";r=0;t=1, "frees-late";r=0;t=10');
+    expect(headers['x-ratelimit-remaining']).toBe('0');
+    expect(Number(headers['x-ratelimit-reset']) - before).toBeGreaterThanOrEqual(19);
+    expect(headers['ratelimit-reset']).toBe('10');
   });
 
   it('sends no rate-limit header with headers: false, but still Retry-After on a 429', async () => {

@@ -113,7 +113,7 @@ describe('RedisStore batching', () => {
 
   it('through RateLimiterService: a bad cost rejects that call alone, and is no store failure', async () => {
     // failMode 'closed': a call the store failed, or that the breaker kept from it, rejects with RateLimitStoreError
-    const limiter = new RateLimiterService(await resolveOptions({ store: new RedisStore({ client: redis }), failMode: 'closed', timeout: 5_000 }));
+    const limiter = new RateLimiterService(resolveOptions({ failMode: 'closed', timeout: 5_000 }), new RedisStore({ client: redis }));
     try {
       const policy = { name: 'batched', rps: 0.001, burst: 1_000 };
       const identity = `user:${randomUUID()}`;

@@ -2,6 +2,7 @@ import { Redis } from 'ioredis';
 import { RateLimiterService } from '../../lib/rate-limiter.service.js';
 import { resolveOptions } from '../../lib/rate-limit-options.js';
 import { RateLimitStoreError } from '../../lib/stores/rate-limit-store.error.js';
+import { RedisStore } from '../../lib/stores/redis/redis.store.js';
 import { type RedisServer, startRedisServer, stopRedisServer } from '../redis/redis-server.js';
 
 const TIMEOUT_MS = 50;
@@ -21,7 +22,7 @@ describe('the circuit breaker while Redis is frozen and a refused client floods 
   beforeAll(async () => {
     server = await startRedisServer();
     client = new Redis(server.url);
-    limiter = new RateLimiterService(await resolveOptions({ redis: client, failMode: 'closed', timeout: TIMEOUT_MS }));
+    limiter = new RateLimiterService(resolveOptions({ failMode: 'closed', timeout: TIMEOUT_MS }), new RedisStore({ client }));
   });
   afterAll(async () => {
     process.kill(server.pid, 'SIGCONT');

@@ -16,7 +16,7 @@ describe('RateLimiterService arguments (memory store, clock pinned)', () => {
   beforeEach(async () => {
     now = 1_767_225_600_000;
     store = new MemoryStore({ clock: () => now });
-    limiter = new RateLimiterService(await resolveOptions({ store }));
+    limiter = new RateLimiterService(resolveOptions({}), store);
   });
   afterEach(async () => {
     await limiter.onApplicationShutdown();
@@ -101,6 +101,45 @@ describe('RateLimiterService arguments (memory store, clock pinned)', () => {
       let promise!: Promise<unknown>;
       expect(() => (promise = call())).not.toThrow();
       await expect(promise).rejects.toThrow(message);
+    }
+  });
+});
+
+/**
+ * Every store goes through its interface: a subclass of `MemoryStore` that overrides `consume`
+ * and `peek` (to count, to log, to decide differently) is the one that decides.
+ */
+describe('RateLimiterService with a subclass of MemoryStore', () => {
+  class CountingStore extends MemoryStore {
+    readonly calls: string[] = [];
+    override consume(requests: Parameters<MemoryStore['consume']>[0]) {
+      this.calls.push('consume');
+      return super.consume(requests);
+    }
+    override peek(requests: Parameters<MemoryStore['peek']>[0]) {
+      this.calls.push('peek');
+      return super.peek(requests);
+    }
+    override refund(decisions: Parameters<MemoryStore['refund']>[0]) {
+      this.calls.push('refund');
+      return super.refund(decisions);
+    }
+  }
+
+  it("calls the subclass's consume, peek and refund", async () => {
+    const store = new CountingStore({ clock: () => 1_767_225_600_000 });
+    const limiter = new RateLimiterService(resolveOptions({}), store);
+    try {
+      const leaky = { name: 'queue', algorithm: 'leaky_bucket' as const, rps: 1, burst: 5 };
+      await limiter.consume('user:1', leaky);
+      const [queued] = await limiter.consume('user:1', leaky);
+      await limiter.peek('user:1', leaky);
+      // the second request waits its turn; its client goes away, and the turn is given back
+      await expect(limiter.wait([queued], AbortSignal.abort())).rejects.toBeDefined();
+      expect(store.calls).toEqual(['consume', 'consume', 'peek', 'refund']);
+    } finally {
+      await limiter.onApplicationShutdown();
+      await store.close();
     }
   });
 });

@@ -1,4 +1,5 @@
 import { parseWindow, resolvePolicy } from '../../lib/policy/resolve-policy.js';
+import { windowSeconds } from '../../lib/headers/rate-limit-headers.js';
 
 describe('parseWindow', () => {
   it.each([
@@ -26,11 +27,11 @@ describe('resolvePolicy', () => {
     expect(resolve({ rps: 10, burst: 50 })).toEqual({
       name: 'CatsController.find',
       limit: { algorithm: 'token_bucket', rps: 10, burst: 50 },
-      windowSeconds: 5,
       cost: 1,
       defaultCost: 1,
       key: undefined,
     });
+    expect(windowSeconds(resolve({ rps: 10, burst: 50 }).limit)).toBe(5);
     expect(resolve({ rps: 2.5 }).limit.burst).toBe(3);
     expect(resolve({ rps: 0.1 }).limit.burst).toBe(1);
     expect(resolve({ tokensPerSecond: 4, burst: 8 }).limit).toEqual({ algorithm: 'token_bucket', rps: 4, burst: 8 });
@@ -41,16 +42,16 @@ describe('resolvePolicy', () => {
     (algorithm) => {
       expect(resolve({ algorithm, rps: 0.001, burst: 1 }).limit).toEqual({ algorithm, rps: 0.001, burst: 1 });
       expect(resolve({ algorithm, rps: 1e6, burst: 1000 }).limit).toEqual({ algorithm, rps: 1e6, burst: 1000 });
-      expect(resolve({ algorithm, limit: 100_000, window: '1d' }).windowSeconds).toBe(86_400);
+      expect(windowSeconds(resolve({ algorithm, limit: 100_000, window: '1d' }).limit)).toBe(86_400);
     },
   );
 
   it('reads limit per window as rps = limit / window and burst = limit', () => {
     expect(resolve({ limit: 100, window: '1m', key: 'api-key' })).toMatchObject({
       limit: { rps: 100 / 60, burst: 100 },
-      windowSeconds: 60,
       key: ['api-key'],
     });
+    expect(windowSeconds(resolve({ limit: 100, window: '1m' }).limit)).toBe(60);
   });
 
   it.each([

@@ -15,8 +15,9 @@ import {
   SkipRateLimit,
 } from '../../lib/index.js';
 import { controllerWith } from '../bad-controller.js';
-import { RoutePolicies } from '../../lib/policy/route-policies.js';
+import { RoutePolicies } from '../../lib/routes/route-policies.js';
 import { resolveOptions } from '../../lib/rate-limit-options.js';
+import { StoreOwner } from '../../lib/stores/store-owner.js';
 
 /**
  * Every validation message, exactly: one row per bad input, with the whole message it must
@@ -109,7 +110,7 @@ const store = (make: () => unknown) => () => thrown(make);
 
 /** The message a `RateLimiterService` call makes (on a memory store). */
 const limiter = (call: (service: RateLimiterService) => Promise<unknown>) => async () => {
-  const service = new RateLimiterService(await resolveOptions({}));
+  const service = new RateLimiterService(resolveOptions({}), new MemoryStore());
   try {
     return await thrown(() => call(service));
   } finally {
@@ -281,7 +282,7 @@ const ROWS: Row[] = [
       jest.unstable_mockModule('ioredis', () => {
         throw new Error("Cannot find package 'ioredis'");
       });
-      return thrown(() => resolveOptions({ redis: 'redis://localhost:6379' }));
+      return thrown(() => StoreOwner.open({ redis: 'redis://localhost:6379', timeout: 100 }));
     },
     `${OPTION} "redis": needs the "ioredis" package: npm install ioredis, got "redis://localhost:6379"`,
   ],

@@ -44,6 +44,7 @@ const DEFAULT_MAX_KEYS = 100_000;
  * @example RateLimitModule.forRoot({ store: new MemoryStore({ maxKeys: 1_000_000 }) })
  */
 export class MemoryStore implements RateLimitStore {
+  readonly inProcess = true;
   private readonly clock: () => number;
   private readonly maxKeys: number;
   /** Key to row number. */

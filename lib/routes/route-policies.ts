@@ -1,18 +1,11 @@
-import { Inject, Injectable, Logger, type OnModuleInit, type Type } from '@nestjs/common';
+import { Inject, Injectable, Logger, type Type } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
-import { keyPrefix } from '../keys/bucket-key.js';
-import { duplicatePolicyName, invalidPolicy, invalidSkip, unknownSkip } from '../rate-limit.messages.js';
+import type { RateLimitPolicy, ResolvedPolicy } from '../policy/policy.types.js';
+import { InvalidPolicyError, resolvePolicy } from '../policy/resolve-policy.js';
 import { RATE_LIMIT_OPTIONS, RATE_LIMIT_POLICIES, RATE_LIMIT_SKIP } from '../rate-limit.constants.js';
+import { duplicatePolicyName, invalidPolicy, invalidSkip, unknownSkip } from '../rate-limit.messages.js';
 import type { ResolvedOptions } from '../rate-limit-options.js';
-import type { KeySource, RateLimitPolicy, ResolvedPolicy } from './policy.types.js';
-import { InvalidPolicyError, resolvePolicy } from './resolve-policy.js';
-
-/** A policy as it applies to a route, its key sources settled. */
-export interface RoutePolicy extends ResolvedPolicy {
-  keys: readonly KeySource[];
-  /** What its bucket keys start with (see `keyPrefix`). */
-  keyPrefix: string;
-}
+import { type RoutePolicy, routePolicy } from './route-policy.js';
 
 type Handler = (...args: unknown[]) => unknown;
 
@@ -27,7 +20,7 @@ type Handler = (...args: unknown[]) => unknown;
  * and skipping a policy that is not there is harmless.
  */
 @Injectable()
-export class RoutePolicies implements OnModuleInit {
+export class RoutePolicies {
   private readonly routes = new Map<Type, Map<Handler, readonly RoutePolicy[]>>();
   private readonly logger = new Logger('RateLimitModule');
 
@@ -37,19 +30,13 @@ export class RoutePolicies implements OnModuleInit {
     private readonly scanner: MetadataScanner,
   ) {}
 
-  async onModuleInit(): Promise<void> {
-    try {
-      this.compileAll();
-    } catch (error) {
-      // start fails: what the module opened (a Redis client) must not keep the process alive
-      const { store, client } = this.options.owned;
-      await store?.close?.();
-      client?.disconnect();
-      throw error;
-    }
-  }
-
-  private compileAll(): void {
+  /**
+   * Reads every controller's policies: `RateLimitModule` calls it at start, so a bad one fails
+   * `app.init()`.
+   *
+   * @throws InvalidPolicyError naming the controller and handler
+   */
+  compileAll(): void {
     for (const wrapper of this.discovery.getControllers()) {
       const controller = wrapper.metatype as Type | undefined;
       if (!controller?.prototype) continue;
@@ -108,13 +95,7 @@ export class RoutePolicies implements OnModuleInit {
 
     const skip = this.skipped(controller, handler, route, new Set(byName.keys()));
     if (skip === true) return [];
-    return [...byName.values()]
-      .filter((policy) => !skip.has(policy.name))
-      .map((policy) => ({
-        ...policy,
-        keys: policy.key ?? this.options.key,
-        keyPrefix: keyPrefix(this.options.prefix, policy.name, policy.limit.algorithm),
-      }));
+    return [...byName.values()].filter((policy) => !skip.has(policy.name)).map((policy) => routePolicy(policy, this.options));
   }
 
   private skipped(controller: Type, handler: Handler, route: string, names: ReadonlySet<string>): true | Set<string> {

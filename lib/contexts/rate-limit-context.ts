@@ -1,0 +1,34 @@
+import type { ExecutionContext } from '@nestjs/common';
+import type { LimitedRequest } from '../keys/identity.js';
+import type { RateLimitDecision } from '../stores/rate-limit-store.interface.js';
+
+/**
+ * What the guard needs of one kind of Nest context (`context.getType()`: `'http'` today): the
+ * request its key and cost sources read, where its headers go, and the errors that answer in the
+ * transport's own form. The decision path (policies, store, all-or-nothing, fail modes, shadow,
+ * `leaky_bucket` waits) is one and the same for every kind; only this seam differs.
+ */
+export interface RateLimitContext {
+  /** The request as key and cost sources read it. */
+  request(context: ExecutionContext): LimitedRequest;
+  /** Sets a rate-limit header on the answer (a transport without headers ignores it). */
+  setHeader(context: ExecutionContext, name: string, value: string): void;
+  /** The error a refused request ends with; `decision` is the policy that frees up last. */
+  refusal(decision: RateLimitDecision, cost: number, context: ExecutionContext): Error;
+  /** The error a request ends with when the limiter cannot decide and `failMode` is `'closed'`. */
+  unavailable(cause: unknown, context: ExecutionContext): Error;
+  /** Watches for the client going away while its request waits its turn; `undefined`: it cannot tell. */
+  departure?(context: ExecutionContext): Departure | undefined;
+  /** Told of each request limited by its IP address, so the seam can check how the address was found. */
+  limitedByIp?(request: LimitedRequest): void;
+}
+
+/** A request's client, watched while the request waits. */
+export interface Departure {
+  /** Aborts when the client goes away. */
+  readonly signal: AbortSignal;
+  /** The error the request ends with once its client has gone. */
+  gone(): Error;
+  /** Stops watching. */
+  end(): void;
+}
