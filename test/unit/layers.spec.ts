@@ -1,0 +1,123 @@
+import { readdirSync, readFileSync } from 'node:fs';
+import { dirname, join, relative, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+/**
+ * The shape of lib/, checked: no import circle, and imports that follow a request's path
+ * (policy -> keys -> routes -> guard -> store -> decision -> headers) without running back up it.
+ * A folder lists what it may import; the files at the root (the module, the guard, the service,
+ * the options) may import any folder, and no folder imports them, except the few leaves below.
+ */
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
+const LIB = join(ROOT, 'lib');
+
+/** Root files every folder may import: texts and tokens, no behaviour of the shell. */
+const LEAVES = ['rate-limit.messages.ts', 'rate-limit.constants.ts'];
+
+/** What each folder of lib/ may import besides itself and `LEAVES`. */
+const ALLOWED: Record<string, readonly string[]> = {
+  algorithms: [],
+  utils: [],
+  policy: ['algorithms'],
+  keys: ['algorithms', 'policy'],
+  stores: ['algorithms', 'utils'],
+  headers: ['stores'],
+  routes: ['algorithms', 'keys', 'policy', 'stores', 'rate-limit-options.ts'],
+  contexts: ['keys', 'stores', 'utils', 'rate-limit.exception.ts'],
+};
+
+/** Every .ts file under `dir`, relative to `base`. */
+function sources(dir: string, base = dir): string[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((entry) => {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) return sources(path, base);
+    return entry.name.endsWith('.ts') ? [relative(base, path)] : [];
+  });
+}
+
+/** The files of `base` a file imports (relative imports only; `import type` and `export from` included). */
+function importsOf(file: string, base: string): string[] {
+  const text = readFileSync(join(base, file), 'utf8');
+  const found: string[] = [];
+  for (const [, specifier] of text.matchAll(/(?:^|\n)\s*(?:import|export)\b[^'"]*?from\s+'(\.{1,2}\/[^']+)'/g)) {
+    found.push(relative(base, resolve(dirname(join(base, file)), specifier.replace(/\.js$/, '.ts'))));
+  }
+  return found;
+}
+
+/** The import graph of the .ts files under `dir`. */
+function graphOf(dir: string): Map<string, string[]> {
+  return new Map(sources(dir).map((file) => [file, importsOf(file, dir)]));
+}
+
+/** One import circle of `graph`, as the files along it, or `undefined` when there is none. */
+function circleIn(graph: Map<string, string[]>): string[] | undefined {
+  const state = new Map<string, 'open' | 'done'>();
+  const path: string[] = [];
+  const visit = (file: string): string[] | undefined => {
+    if (state.get(file) === 'done') return undefined;
+    if (state.get(file) === 'open') return [...path.slice(path.indexOf(file)), file];
+    state.set(file, 'open');
+    path.push(file);
+    for (const next of graph.get(file) ?? []) {
+      const circle = visit(next);
+      if (circle) return circle;
+    }
+    path.pop();
+    state.set(file, 'done');
+    return undefined;
+  };
+  for (const file of graph.keys()) {
+    const circle = visit(file);
+    if (circle) return circle;
+  }
+  return undefined;
+}
+
+/** A file's folder under lib/ (`stores` for stores/redis/x.ts), or the file itself at the root. */
+const placeOf = (file: string): string => (file.includes('/') ? file.split('/')[0] : file);
+
+describe('the shape of lib/', () => {
+  const graph = graphOf(LIB);
+
+  it('has no import circle', () => {
+    expect(circleIn(graph)).toBeUndefined();
+  });
+
+  it('imports along the path a request takes, never back up it', () => {
+    const wrong: string[] = [];
+    for (const [file, imports] of graph) {
+      const from = placeOf(file);
+      const allowed = ALLOWED[from];
+      if (allowed === undefined) continue; // a root file
+      for (const target of imports) {
+        const to = placeOf(target);
+        if (to !== from && !LEAVES.includes(to) && !allowed.includes(to)) wrong.push(`${file} imports ${target}`);
+      }
+    }
+    expect(wrong).toEqual([]);
+  });
+
+  it('knows every folder', () => {
+    const folders = new Set([...graph.keys()].filter((file) => file.includes('/')).map(placeOf));
+    expect([...folders].sort()).toEqual(Object.keys(ALLOWED).sort());
+  });
+
+  it('has no file over 250 lines', () => {
+    const long = [...graph.keys()].filter((file) => readFileSync(join(LIB, file), 'utf8').split('\n').length > 251);
+    expect(long).toEqual([]);
+  });
+});
+
+describe('the shape of bench/', () => {
+  it('has no import circle', () => {
+    expect(circleIn(graphOf(join(ROOT, 'bench')))).toBeUndefined();
+  });
+});
+
+describe('circleIn', () => {
+  it('finds a circle, and none where there is none', () => {
+    expect(circleIn(new Map([['a', ['b']], ['b', ['c']], ['c', ['a']]]))).toEqual(['a', 'b', 'c', 'a']);
+    expect(circleIn(new Map([['a', ['b', 'c']], ['b', ['c']], ['c', []]]))).toBeUndefined();
+  });
+});
