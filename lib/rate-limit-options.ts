@@ -13,6 +13,7 @@ import { invalidOption, invalidOptions, invalidOptionsObject } from './rate-limi
 import type { FailMode, RateLimitModuleOptions } from './rate-limit-options.interface.js';
 import type { RateLimitStore } from './stores/rate-limit-store.interface.js';
 import { isRedisClient } from './stores/store-owner.js';
+import { MAX_TIMER_MS } from './utils/wake-queue.js';
 
 /**
  * The module's options after validation, with every default filled in: plain values only. The
@@ -39,8 +40,6 @@ const OPTIONS = new Set<string>([
 ]);
 /** Longest `prefix`, characters: it is in every bucket key, as the policy name is (see `MAX_NAME_LENGTH`). */
 const MAX_PREFIX_LENGTH = MAX_NAME_LENGTH;
-/** Longest `timeout`, ms: the longest a Node timer can wait (2^31 - 1); a longer one fires at once. */
-const MAX_TIMEOUT_MS = 2_147_483_647;
 
 /**
  * Validates the module's options (the store they choose included) and fills in defaults.
@@ -86,8 +85,8 @@ export function resolveOptions(options: RateLimitModuleOptions | undefined): Res
     fail('headers', headers, `must be false or a list of 'ietf', 'legacy', 'x-ratelimit'`);
   }
   if (!FAIL_MODES.includes(failMode)) fail('failMode', failMode, `must be 'open', 'closed' or 'local'`);
-  if (typeof timeout !== 'number' || !(timeout > 0 && timeout <= MAX_TIMEOUT_MS)) {
-    fail('timeout', timeout, `must be a positive number of milliseconds, at most ${MAX_TIMEOUT_MS} (the longest a timer can wait)`);
+  if (typeof timeout !== 'number' || !(timeout > 0 && timeout <= MAX_TIMER_MS)) {
+    fail('timeout', timeout, `must be a positive number of milliseconds, at most ${MAX_TIMER_MS} (the longest a timer can wait)`);
   }
   if (mode !== 'enforce' && mode !== 'shadow') fail('mode', mode, `must be 'enforce' or 'shadow'`);
   if (typeof guard !== 'boolean') fail('guard', guard, 'must be true or false');

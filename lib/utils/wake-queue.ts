@@ -1,5 +1,5 @@
 /** Longest delay a Node timer takes (2^31 - 1 ms, about 24.8 days); a longer one fires after 1 ms. */
-const MAX_TIMER_MS = 2_147_483_647;
+export const MAX_TIMER_MS = 2_147_483_647;
 
 interface Sleeper {
   /** `performance.now()` at which to wake. */
