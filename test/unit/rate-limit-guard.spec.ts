@@ -1,0 +1,380 @@
+import { jest } from '@jest/globals';
+import { Controller, type ExecutionContext, Get, Logger, type Type } from '@nestjs/common';
+import { type DiscoveryService, MetadataScanner } from '@nestjs/core';
+import { ExecutionContextHost } from '@nestjs/core/helpers/execution-context-host.js';
+import {
+  type Departure,
+  type LimitedRequest,
+  MemoryStore,
+  RateLimit,
+  RateLimitGuard,
+  type RateLimitContext,
+  type RateLimitDecision,
+  type RateLimitModuleOptions,
+  type RateLimitPolicy,
+  RateLimiterService,
+  RateLimitStoreError,
+  type RateLimitStore,
+  type RoutePolicy,
+} from '../../lib/index.js';
+import type { HttpRateLimitContext } from '../../lib/contexts/http.context.js';
+import { RateLimitContexts } from '../../lib/contexts/rate-limit-contexts.js';
+import { headerValue } from '../../lib/keys/identity.js';
+import { resolveOptions } from '../../lib/rate-limit-options.js';
+import { RoutePolicies } from '../../lib/routes/route-policies.js';
+
+/**
+ * The guard's steps without a server: real route policies, limiter and memory store (clock
+ * pinned), and a fake context seam that records the headers it is given and answers with
+ * errors of its own, so each step's effect on the seam can be read back.
+ */
+
+const NOW = 1_767_225_600_000;
+const IP = '203.0.113.7';
+
+/** The refusal the fake seam answers with: which policy and what cost the guard named. */
+class Refused extends Error {
+  constructor(
+    readonly decision: RateLimitDecision,
+    readonly cost: number,
+  ) {
+    super(`refused by ${decision.policy}`);
+  }
+}
+
+class Unavailable extends Error {
+  constructor(override readonly cause: unknown) {
+    super('unavailable');
+  }
+}
+
+class Gone extends Error {}
+
+/** A seam that records what the guard does with it. */
+class FakeContext implements RateLimitContext {
+  readonly headers: Array<[string, string]> = [];
+  readonly limitedByIpCalls: LimitedRequest[] = [];
+  /** What `departure` hands out; `undefined`: it cannot tell. */
+  departing: Departure | undefined;
+
+  request(context: ExecutionContext): LimitedRequest {
+    return context.getArgByIndex(0);
+  }
+  setHeader(_context: ExecutionContext, name: string, value: string): void {
+    this.headers.push([name, value]);
+  }
+  refusal(decision: RateLimitDecision, cost: number): Error {
+    return new Refused(decision, cost);
+  }
+  unavailable(cause: unknown): Error {
+    return new Unavailable(cause);
+  }
+  departure(): Departure | undefined {
+    return this.departing;
+  }
+  limitedByIp(request: LimitedRequest): void {
+    this.limitedByIpCalls.push(request);
+  }
+}
+
+/** A controller whose one handler, `find`, carries `policies`. */
+function routeWith(policies: RateLimitPolicy[]): Type {
+  @Controller('things')
+  class ThingsController {
+    @RateLimit(policies)
+    @Get()
+    find() {
+      return [];
+    }
+  }
+  return ThingsController;
+}
+
+@Controller('plain')
+class PlainController {
+  @Get()
+  find() {
+    return [];
+  }
+}
+
+type GuardClass = new (...args: ConstructorParameters<typeof RateLimitGuard>) => RateLimitGuard;
+
+/** The guard as the module wires it, on `store`; `headers` default to two families with no wall clock in them. */
+function setup(options: RateLimitModuleOptions = {}, store: RateLimitStore = new MemoryStore({ clock: () => NOW }), Guard: GuardClass = RateLimitGuard) {
+  const resolved = resolveOptions({ headers: ['ietf', 'legacy'], ...options });
+  const seam = new FakeContext();
+  const routes = new RoutePolicies(resolved, { getControllers: () => [] } as unknown as DiscoveryService, new MetadataScanner());
+  const limiter = new RateLimiterService(resolved, store);
+  const guard = new Guard(resolved, routes, limiter, new RateLimitContexts(seam as unknown as HttpRateLimitContext));
+  return { guard, seam, limiter, store };
+}
+
+/** An HTTP execution context for `controller.find` with `request`. */
+function http(controller: Type, request: Partial<LimitedRequest> = {}): ExecutionContextHost {
+  return new ExecutionContextHost([{ ip: IP, headers: {}, ...request }, {}], controller, controller.prototype.find);
+}
+
+/** What `act` rejects with. */
+async function rejection(act: Promise<unknown>): Promise<unknown> {
+  return act.then(
+    () => {
+      throw new Error('nothing was thrown');
+    },
+    (error: unknown) => error,
+  );
+}
+
+let limiters: RateLimiterService[] = [];
+afterEach(async () => {
+  for (const limiter of limiters) await limiter.onApplicationShutdown();
+  limiters = [];
+  jest.restoreAllMocks();
+});
+/** `setup`, shut down after the test. */
+function guarded(...args: Parameters<typeof setup>) {
+  const built = setup(...args);
+  limiters.push(built.limiter);
+  return built;
+}
+
+describe('RateLimitGuard: which requests it limits', () => {
+  it('lets a kind of context without a seam through untouched', async () => {
+    const { guard, seam, store } = guarded({ policies: [{ rps: 1 }] });
+    const context = http(PlainController);
+    context.setType('rpc');
+    expect(await guard.canActivate(context)).toBe(true);
+    expect(seam.headers).toEqual([]);
+    expect((store as MemoryStore).size).toBe(0);
+  });
+
+  it('lets a route without policies through with no header', async () => {
+    const { guard, seam, store } = guarded();
+    expect(await guard.canActivate(http(PlainController))).toBe(true);
+    expect(seam.headers).toEqual([]);
+    expect((store as MemoryStore).size).toBe(0);
+  });
+});
+
+describe('RateLimitGuard: decisions', () => {
+  const API: RateLimitPolicy = { name: 'api', rps: 1, burst: 2 };
+
+  it('sets the headers of an admitted request and lets it through', async () => {
+    const { guard, seam } = guarded();
+    expect(await guard.canActivate(http(routeWith([API])))).toBe(true);
+    expect(seam.headers).toEqual([
+      ['RateLimit-Policy', '"api";q=2;w=2'],
+      ['RateLimit', '"api";r=1;t=1'],
+      ['RateLimit-Limit', '2'],
+      ['RateLimit-Remaining', '1'],
+      ['RateLimit-Reset', '1'],
+    ]);
+  });
+
+  it('ends a refused request with Retry-After, then the refusal naming the policy that frees up last and its cost', async () => {
+    const route = routeWith([
+      { name: 'second', rps: 1, burst: 2, cost: 'header:x-weight' },
+      { name: 'minute', limit: 3, window: '1m', cost: 'header:x-weight' },
+    ]);
+    const { guard, seam } = guarded();
+    const weighing = (weight: string) => http(route, { headers: { 'x-weight': weight } });
+    expect(await guard.canActivate(weighing('2'))).toBe(true);
+    seam.headers.length = 0;
+
+    const refused = await rejection(guard.canActivate(weighing('2')));
+    expect(refused).toBeInstanceOf(Refused);
+    expect(refused).toMatchObject({ decision: { policy: 'minute', allowed: false, retryAfter: 20 }, cost: 2 });
+    // the legacy trio names the same policy, and Retry-After comes last, just before the refusal
+    expect(seam.headers).toContainEqual(['RateLimit-Limit', '3']);
+    expect(seam.headers.at(-1)).toEqual(['Retry-After', '20']);
+  });
+
+  it('sends no Retry-After when the cost exceeds the capacity (no wait would do)', async () => {
+    const { guard, seam } = guarded();
+    const route = routeWith([{ ...API, cost: 'header:x-weight' }]);
+    const refused = await rejection(guard.canActivate(http(route, { headers: { 'x-weight': '5' } })));
+    expect(refused).toMatchObject({ decision: { policy: 'api', retryAfter: Infinity }, cost: 5 });
+    expect(seam.headers.map(([name]) => name)).not.toContain('Retry-After');
+    expect(seam.headers).toContainEqual(['RateLimit-Remaining', '2']);
+  });
+
+  it('in shadow mode lets a refused request through, sets its headers and warns once per refusal', async () => {
+    const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+    const { guard, seam } = guarded({ mode: 'shadow' });
+    const route = routeWith([{ name: 'once', rps: 1, burst: 1 }]);
+    const results = [];
+    for (let i = 0; i < 3; i++) results.push(await guard.canActivate(http(route)));
+    expect(results).toEqual([true, true, true]);
+    expect(warn.mock.calls).toEqual([
+      ['Shadow mode: policy "once" would refuse a request to ThingsController.find (retry after 1 s)'],
+      ['Shadow mode: policy "once" would refuse a request to ThingsController.find (retry after 1 s)'],
+    ]);
+    expect(seam.headers.filter(([name]) => name === 'RateLimit')).toHaveLength(3);
+    expect(seam.headers.map(([name]) => name)).not.toContain('Retry-After');
+  });
+});
+
+describe('RateLimitGuard: a store that cannot decide', () => {
+  const failure = new RateLimitStoreError('connection refused');
+  const down = async (): Promise<RateLimitDecision[]> => {
+    throw failure;
+  };
+  /** A remote store (not `inProcess`): its calls go through the timeout and the breaker. */
+  const broken = (): RateLimitStore => ({ consume: down, peek: down, reset: async () => undefined });
+  const route = routeWith([{ name: 'api', rps: 1 }]);
+
+  it("lets the request through with failMode 'open', with no header", async () => {
+    const { guard, seam } = guarded({ failMode: 'open' }, broken());
+    expect(await guard.canActivate(http(route))).toBe(true);
+    expect(seam.headers).toEqual([]);
+  });
+
+  it("ends it with Retry-After: 1 and the seam's unavailable error with failMode 'closed'", async () => {
+    const { guard, seam } = guarded({ failMode: 'closed' }, broken());
+    const error = await rejection(guard.canActivate(http(route)));
+    expect(error).toBeInstanceOf(Unavailable);
+    expect((error as Unavailable).cause).toBe(failure);
+    expect(seam.headers).toEqual([['Retry-After', '1']]);
+  });
+
+  it("lets it through with failMode 'closed' in shadow mode", async () => {
+    const { guard } = guarded({ failMode: 'closed', mode: 'shadow' }, broken());
+    expect(await guard.canActivate(http(route))).toBe(true);
+  });
+
+  it('rethrows an error that is no store failure', async () => {
+    const bug = new TypeError('a bug');
+    const store: RateLimitStore = { consume: async () => Promise.reject(bug), peek: down, reset: async () => undefined, inProcess: true };
+    const { guard } = guarded({ failMode: 'open' }, store);
+    expect(await rejection(guard.canActivate(http(route)))).toBe(bug);
+  });
+});
+
+describe('RateLimitGuard: steps a subclass overrides', () => {
+  const ONE: RateLimitPolicy = { name: 'per-tenant', rps: 1, burst: 1 };
+
+  class TenantGuard extends RateLimitGuard {
+    protected override resolveIdentity(_policy: RoutePolicy, request: LimitedRequest): string {
+      return `tenant:${headerValue(request, 'x-tenant') ?? 'none'}`;
+    }
+  }
+
+  it('keys by tenant with resolveIdentity: one bucket per tenant, whatever the IP', async () => {
+    const { guard, limiter } = guarded({}, undefined, TenantGuard);
+    const route = routeWith([ONE]);
+    const tenant = (name: string) => http(route, { headers: { 'x-tenant': name } });
+    expect(await guard.canActivate(tenant('acme'))).toBe(true);
+    expect(await rejection(guard.canActivate(tenant('acme')))).toBeInstanceOf(Refused);
+    expect(await guard.canActivate(tenant('globex'))).toBe(true);
+    expect((await limiter.peek('tenant:globex', ONE))[0].remaining).toBe(0);
+    expect((await limiter.peek(`ip:${IP}`, ONE))[0].remaining).toBe(1);
+  });
+
+  it('charges what resolveCost says', async () => {
+    class Double extends RateLimitGuard {
+      protected override resolveCost(): number {
+        return 2;
+      }
+    }
+    const { guard, limiter } = guarded({}, undefined, Double);
+    const policy: RateLimitPolicy = { name: 'pairs', rps: 1, burst: 3 };
+    expect(await guard.canActivate(http(routeWith([policy])))).toBe(true);
+    expect((await limiter.peek(`ip:${IP}`, policy))[0].remaining).toBe(1);
+  });
+
+  it('ends a refusal the way onRefusal says', async () => {
+    class Teapot extends RateLimitGuard {
+      protected override onRefusal(refused: RateLimitDecision, cost: number): never {
+        throw new Error(`teapot: ${refused.policy} x${cost}`);
+      }
+    }
+    const { guard, seam } = guarded({}, undefined, Teapot);
+    const route = routeWith([ONE]);
+    await guard.canActivate(http(route));
+    expect(await rejection(guard.canActivate(http(route)))).toEqual(new Error('teapot: per-tenant x1'));
+    expect(seam.headers.map(([name]) => name)).not.toContain('Retry-After');
+  });
+});
+
+describe('RateLimitGuard.buildRequests', () => {
+  it('tells the seam of a request only for the policies that limit it by IP', async () => {
+    const route = routeWith([
+      { name: 'by-user', rps: 10, key: 'user' },
+      { name: 'by-ip', rps: 10, key: 'ip' },
+      { name: 'by-key', rps: 10, key: 'api-key' },
+    ]);
+    const { guard, seam } = guarded();
+    const signedIn = { user: { id: 7 }, headers: { 'x-api-key': 'k' } };
+    await guard.canActivate(http(route, signedIn));
+    expect(seam.limitedByIpCalls).toEqual([expect.objectContaining(signedIn)]);
+
+    // without a user or an API key, every source falls back to the IP
+    seam.limitedByIpCalls.length = 0;
+    await guard.canActivate(http(route));
+    expect(seam.limitedByIpCalls).toHaveLength(3);
+  });
+});
+
+describe('RateLimitGuard: a leaky_bucket turn', () => {
+  const QUEUE: RateLimitPolicy = { name: 'queue', algorithm: 'leaky_bucket', rps: 1, burst: 3 };
+  const remaining = async (limiter: RateLimiterService) => (await limiter.peek(`ip:${IP}`, QUEUE))[0].remaining;
+
+  /** Resolves once a request of `limiter` is in the queue, its wait begun. */
+  function queued(limiter: RateLimiterService): Promise<void> {
+    const wait = limiter.wait.bind(limiter);
+    return new Promise((resolve) => {
+      jest.spyOn(limiter, 'wait').mockImplementation((decisions, signal) => {
+        const waiting = wait(decisions, signal);
+        resolve();
+        return waiting;
+      });
+    });
+  }
+
+  /** A departure the test aborts, which records that the guard stopped watching. */
+  function departure() {
+    const leaving = new AbortController();
+    const end = jest.fn();
+    return { leaving, end, departure: { signal: leaving.signal, gone: () => new Gone('client gone'), end } satisfies Departure };
+  }
+
+  it('lets the first request through at once, without watching for its client', async () => {
+    const { guard, seam } = guarded();
+    const watch = departure();
+    seam.departing = watch.departure;
+    expect(await guard.canActivate(http(routeWith([QUEUE])))).toBe(true);
+    expect(watch.end).not.toHaveBeenCalled();
+  });
+
+  it("ends a waiting request with the seam's gone() error when its client leaves, and gives its charge back", async () => {
+    const { guard, seam, limiter } = guarded();
+    const route = routeWith([QUEUE]);
+    expect(await guard.canActivate(http(route))).toBe(true);
+    expect(await remaining(limiter)).toBe(2);
+
+    const watch = departure();
+    seam.departing = watch.departure;
+    const inQueue = queued(limiter);
+    const waiting = guard.canActivate(http(route));
+    await inQueue;
+    expect(await remaining(limiter)).toBe(1);
+    watch.leaving.abort();
+    expect(await rejection(waiting)).toBeInstanceOf(Gone);
+    expect(watch.end).toHaveBeenCalledTimes(1);
+    expect(await remaining(limiter)).toBe(2);
+  });
+
+  it("ends a waiting request with Retry-After: 1 and the seam's unavailable error at shutdown, its charge given back", async () => {
+    const { guard, seam, limiter } = guarded();
+    const route = routeWith([QUEUE]);
+    await guard.canActivate(http(route));
+    seam.departing = departure().departure;
+    const inQueue = queued(limiter);
+    const waiting = guard.canActivate(http(route));
+    await inQueue;
+    await limiter.beforeApplicationShutdown();
+    expect(await rejection(waiting)).toBeInstanceOf(Unavailable);
+    expect(seam.headers.at(-1)).toEqual(['Retry-After', '1']);
+    expect(await remaining(limiter)).toBe(2);
+  });
+});
