@@ -16,7 +16,7 @@ export default {
     '^nestjs-ratelimit$': '<rootDir>/lib/index.ts',
     '^(\\.{1,2}/.*)\\.js$': '$1',
   },
-  globalSetup: '<rootDir>/test/redis/global-setup.js',
-  globalTeardown: '<rootDir>/test/redis/global-teardown.js',
+  globalSetup: '<rootDir>/test/support/redis/global-setup.js',
+  globalTeardown: '<rootDir>/test/support/redis/global-teardown.js',
   testTimeout: 30_000,
 };

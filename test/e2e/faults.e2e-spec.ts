@@ -12,8 +12,8 @@ import {
   type RateLimitStoreError,
 } from '../../lib/index.js';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
-import { freePort, type RedisServer, redisCommand, startRedisServer, stopRedisServer } from '../redis/redis-server.js';
-import { type AdapterName, startApp, type TestApp } from './app.js';
+import { freePort, type RedisServer, redisCommand, startRedisServer, stopRedisServer } from '../support/redis/redis-server.js';
+import { type AdapterName, startApp, type TestApp } from '../support/app.js';
 
 /**
  * Faults under load, one test per fault: Redis killed and restarted on its port, Redis frozen

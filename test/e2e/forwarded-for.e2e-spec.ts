@@ -1,7 +1,7 @@
 import { jest } from '@jest/globals';
 import { Controller, Get, Logger, Module } from '@nestjs/common';
 import { RateLimit, RateLimitModule } from '../../lib/index.js';
-import { ADAPTERS, startApp, type StartOptions, type TestApp } from './app.js';
+import { ADAPTERS, startApp, type StartOptions, type TestApp } from '../support/app.js';
 
 @Controller('ip')
 class IpController {

@@ -21,8 +21,8 @@ import {
   RedisStore,
   SkipRateLimit,
 } from '../../lib/index.js';
-import { connectTestRedis, ttlsUnder } from '../redis/test-redis.js';
-import { ADAPTERS, type AdapterName, read, startApp, type TestApp } from './app.js';
+import { connectTestRedis, ttlsUnder } from '../support/redis/test-redis.js';
+import { ADAPTERS, type AdapterName, read, startApp, type TestApp } from '../support/app.js';
 import { CASE_EPOCH } from '../cases/cases.js';
 
 @Controller('widgets')

@@ -4,9 +4,9 @@ import { APP_GUARD } from '@nestjs/core';
 import fc from 'fast-check';
 import type { Redis } from 'ioredis';
 import { RateLimit, RateLimitModule, RedisStore } from '../../lib/index.js';
-import { connectTestRedis, ttlsUnder } from '../redis/test-redis.js';
-import { ADAPTERS, startApp, type TestApp } from './app.js';
-import { rawGet, type RawOutcome } from './raw-http.js';
+import { connectTestRedis, ttlsUnder } from '../support/redis/test-redis.js';
+import { ADAPTERS, startApp, type TestApp } from '../support/app.js';
+import { rawGet, type RawOutcome } from '../support/raw-http.js';
 
 const RUNS = 10_000;
 /** Largest fuzzed header value, bytes. */

@@ -5,8 +5,8 @@ import { Controller, Get, Module, Query } from '@nestjs/common';
 import type { Redis } from 'ioredis';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
 import { MemoryStore, RateLimit, RateLimiterService, RateLimitModule, type RateLimitStore, RedisStore } from '../../lib/index.js';
-import { connectTestRedis } from '../redis/test-redis.js';
-import { ADAPTERS, read, startApp, type TestApp } from './app.js';
+import { connectTestRedis } from '../support/redis/test-redis.js';
+import { ADAPTERS, read, startApp, type TestApp } from '../support/app.js';
 
 /** Each request that reached a handler: its `n`, and when, `performance.now()`. */
 const handled: { n: string; at: number }[] = [];

@@ -2,8 +2,8 @@ import { randomUUID } from 'node:crypto';
 import { Controller, Get, Module } from '@nestjs/common';
 import type { Redis } from 'ioredis';
 import { MemoryStore, RateLimit, RateLimitModule, type RateLimitStore, RedisStore } from '../../lib/index.js';
-import { connectTestRedis } from '../redis/test-redis.js';
-import { ADAPTERS, read, startApp, type TestApp } from './app.js';
+import { connectTestRedis } from '../support/redis/test-redis.js';
+import { ADAPTERS, read, startApp, type TestApp } from '../support/app.js';
 
 /** When each admitted request reached the handler, `performance.now()`. */
 const served: number[] = [];

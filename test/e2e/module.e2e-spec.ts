@@ -7,10 +7,10 @@ import {
   type RateLimitModuleOptions,
   type RateLimitPolicy,
 } from '../../lib/index.js';
-import { controllerWith } from '../bad-controller.js';
-import { waitUntil } from '../redis/redis-server.js';
-import { connectTestRedis, testRedisUrl } from '../redis/test-redis.js';
-import { ADAPTERS, read, startApp, type TestApp } from './app.js';
+import { controllerWith } from '../support/bad-controller.js';
+import { waitUntil } from '../support/redis/redis-server.js';
+import { connectTestRedis, testRedisUrl } from '../support/redis/test-redis.js';
+import { ADAPTERS, read, startApp, type TestApp } from '../support/app.js';
 
 const T0 = 1_767_225_600_000;
 

@@ -7,9 +7,9 @@ import { Redis } from 'ioredis';
 import { RateLimit, RateLimitModule } from '../../lib/index.js';
 import { RefusedCache } from '../../lib/stores/redis/refused-cache.js';
 import { CircuitBreaker } from '../../lib/utils/circuit-breaker.js';
-import { type LatencyProxy, startLatencyProxy } from '../redis/latency-proxy.js';
-import { type RedisServer, startRedisServer, stopRedisServer } from '../redis/redis-server.js';
-import { ADAPTERS, startApp, type TestApp } from './app.js';
+import { type LatencyProxy, startLatencyProxy } from '../support/latency-proxy.js';
+import { type RedisServer, startRedisServer, stopRedisServer } from '../support/redis/redis-server.js';
+import { ADAPTERS, startApp, type TestApp } from '../support/app.js';
 
 const RPS = 200;
 const BURST = 200;

@@ -1,6 +1,6 @@
 /**
- * Exactness across processes: two app processes (`processes/limited-app.ts`, real NestJS on
- * Fastify, each its own Node process) share one Redis, or one Redis Cluster. For every
+ * Exactness across processes: two app processes (`test/support/processes/limited-app.ts`, real
+ * NestJS on Fastify, each its own Node process) share one Redis, or one Redis Cluster. For every
  * algorithm, 20 trials: a fresh API key, 200 concurrent requests to EACH process (400 fired
  * together) against `limit: 100` per hour. Exactly 100 are admitted, the other 300 get 429,
  * nothing gets a 503 (the apps run `failMode: 'closed'`, so a store error such as CROSSSLOT
@@ -28,7 +28,7 @@ import { Cluster, type Redis } from 'ioredis';
 import ts from 'typescript';
 import { type Algorithm, ALGORITHMS } from '../../lib/index.js';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
-import { connectTestCluster, connectTestRedis, testClusterNodes, testRedisUrl } from '../redis/test-redis.js';
+import { connectTestCluster, connectTestRedis, testClusterNodes, testRedisUrl } from '../support/redis/test-redis.js';
 
 const PROCESSES = 2;
 const PER_PROCESS = 200;
@@ -65,7 +65,7 @@ async function buildApp(outDir: string): Promise<string> {
   const libFiles = (await readdir(join(ROOT, 'lib'), { recursive: true }))
     .filter((file) => file.endsWith('.ts') && !file.endsWith('.d.ts') && !file.endsWith('.spec.ts'))
     .map((file) => join(ROOT, 'lib', file));
-  const entry = join(ROOT, 'test', 'e2e', 'processes', 'limited-app.ts');
+  const entry = join(ROOT, 'test', 'support', 'processes', 'limited-app.ts');
   for (const file of [...libFiles, entry]) {
     const { outputText, diagnostics = [] } = ts.transpileModule(await readFile(file, 'utf8'), {
       compilerOptions,

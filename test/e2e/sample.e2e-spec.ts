@@ -3,7 +3,7 @@ import type { INestApplication } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { MemoryStore, RateLimitStore, RedisStore } from 'nestjs-ratelimit';
 import { AppModule } from '../../sample/app.module.js';
-import { testRedisUrl } from '../redis/test-redis.js';
+import { testRedisUrl } from '../support/redis/test-redis.js';
 
 /**
  * The sample app over real HTTP (Express), once per store. Every request carries an API key

@@ -2,8 +2,8 @@ import { randomUUID } from 'node:crypto';
 import { Controller, Get, Module } from '@nestjs/common';
 import { RateLimit, RateLimitModule } from '../../lib/index.js';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
-import { redisCommand, type RedisSentinelGroup, startRedisSentinel, stopRedisGroup, waitUntil } from '../redis/redis-server.js';
-import { read, startApp, type TestApp } from './app.js';
+import { redisCommand, type RedisSentinelGroup, startRedisSentinel, stopRedisGroup, waitUntil } from '../support/redis/redis-server.js';
+import { read, startApp, type TestApp } from '../support/app.js';
 
 @Controller('quota')
 class QuotaController {

@@ -3,8 +3,8 @@ import { jest } from '@jest/globals';
 import { Controller, Get, Logger, Module } from '@nestjs/common';
 import type { Redis } from 'ioredis';
 import { RateLimit, RateLimitModule } from '../../lib/index.js';
-import { connectTestRedis } from '../redis/test-redis.js';
-import { ADAPTERS, read, startApp, type TestApp } from './app.js';
+import { connectTestRedis } from '../support/redis/test-redis.js';
+import { ADAPTERS, read, startApp, type TestApp } from '../support/app.js';
 
 @Controller('search')
 class SearchController {

@@ -3,8 +3,8 @@ import { Controller, Get, Module } from '@nestjs/common';
 import type { Redis } from 'ioredis';
 import { MemoryStore, RateLimit, RateLimitModule, type RateLimitStore, RedisStore } from '../../lib/index.js';
 import { CASE_EPOCH } from '../cases/cases.js';
-import { connectTestRedis, ttlsUnder } from '../redis/test-redis.js';
-import { ADAPTERS, read, startApp, type TestApp } from './app.js';
+import { connectTestRedis, ttlsUnder } from '../support/redis/test-redis.js';
+import { ADAPTERS, read, startApp, type TestApp } from '../support/app.js';
 
 @Controller('orders')
 class OrdersController {

@@ -6,7 +6,7 @@ import { resolveOptions } from '../../lib/rate-limit-options.js';
 import { RateLimitStoreError } from '../../lib/stores/rate-limit-store.error.js';
 import type { RateLimitRequest } from '../../lib/stores/rate-limit-store.interface.js';
 import { RedisStore } from '../../lib/stores/redis/redis.store.js';
-import { connectTestRedis } from '../redis/test-redis.js';
+import { connectTestRedis } from '../support/redis/test-redis.js';
 
 /**
  * `RedisStore` sends the requests that arrive in one event-loop turn in one decide call (at most

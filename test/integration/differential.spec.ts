@@ -10,7 +10,7 @@ import { MemoryStore } from '../../lib/stores/memory/memory.store.js';
 import type { RateLimitDecision, RateLimitRequest } from '../../lib/stores/rate-limit-store.interface.js';
 import { RedisStore } from '../../lib/stores/redis/redis.store.js';
 import { CASE_EPOCH, limitOf } from '../cases/index.js';
-import { connectTestRedis } from '../redis/test-redis.js';
+import { connectTestRedis } from '../support/redis/test-redis.js';
 
 /**
  * Differential test: random policies and random traces of requests, each request decided by

@@ -8,7 +8,7 @@ import type { RateLimitRequest } from '../../lib/stores/rate-limit-store.interfa
 import { RedisStore } from '../../lib/stores/redis/redis.store.js';
 import { RefusedCache } from '../../lib/stores/redis/refused-cache.js';
 import { CASE_EPOCH, limitOf } from '../cases/index.js';
-import { connectTestRedis } from '../redis/test-redis.js';
+import { connectTestRedis } from '../support/redis/test-redis.js';
 
 const RUNS = Number(process.env.RATE_LIMIT_PROPERTY_RUNS ?? 300);
 const SEED = process.env.RATE_LIMIT_PROPERTY_SEED === undefined ? undefined : Number(process.env.RATE_LIMIT_PROPERTY_SEED);

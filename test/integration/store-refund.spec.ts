@@ -6,7 +6,7 @@ import { MemoryStore } from '../../lib/stores/memory/memory.store.js';
 import type { RateLimitRequest, RateLimitStore } from '../../lib/stores/rate-limit-store.interface.js';
 import { RedisStore } from '../../lib/stores/redis/redis.store.js';
 import { CASE_EPOCH, limitOf } from '../cases/index.js';
-import { connectTestCluster, connectTestRedis } from '../redis/test-redis.js';
+import { connectTestCluster, connectTestRedis } from '../support/redis/test-redis.js';
 
 let redis: Redis;
 let cluster: Cluster;

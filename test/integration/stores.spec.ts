@@ -7,7 +7,7 @@ import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from '../../
 import { hashSlot } from '../../lib/stores/redis/hash-slot.js';
 import { RedisStore } from '../../lib/stores/redis/redis.store.js';
 import { CASE_EPOCH, CASES, limitOf, longestTtlMs } from '../cases/index.js';
-import { connectTestCluster, connectTestRedis, ttlsUnder } from '../redis/test-redis.js';
+import { connectTestCluster, connectTestRedis, ttlsUnder } from '../support/redis/test-redis.js';
 
 /** A store whose clock the test sets (ms after `CASE_EPOCH`) before each step. */
 interface Clocked {

@@ -6,8 +6,8 @@ import {
   startRedisSentinel,
   stopRedisGroup,
   waitUntil,
-} from '../redis/redis-server.js';
-import { connectTestCluster, testClusterNodes } from '../redis/test-redis.js';
+} from '../support/redis/redis-server.js';
+import { connectTestCluster, testClusterNodes } from '../support/redis/test-redis.js';
 
 /**
  * Smoke test of the Redis topologies the test infrastructure starts: it checks properties only a

@@ -14,7 +14,7 @@ import {
   RedisStore,
   SkipRateLimit,
 } from '../../lib/index.js';
-import { controllerWith } from '../bad-controller.js';
+import { controllerWith } from '../support/bad-controller.js';
 import { RoutePolicies } from '../../lib/routes/route-policies.js';
 import { resolveOptions } from '../../lib/rate-limit-options.js';
 import { StoreOwner } from '../../lib/stores/store-owner.js';

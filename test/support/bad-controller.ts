@@ -1,5 +1,5 @@
 import { Controller, Get, type Type } from '@nestjs/common';
-import { RateLimit, type RateLimitPolicy } from '../lib/index.js';
+import { RateLimit, type RateLimitPolicy } from '../../lib/index.js';
 
 /**
  * A `BadController` whose one handler, `find`, carries `policy`, or whose class does: for tests of
