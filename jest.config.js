@@ -1,22 +1,43 @@
 /**
  * Jest runs the TypeScript sources as native ES modules (NestJS 12 is ESM-only), transpiled
  * file by file by ts-jest with decorator metadata; `npm test` type-checks the whole project
- * with tsc first. `npm test` sets NODE_OPTIONS=--experimental-vm-modules.
- * The global setup starts the redis-server processes the integration and e2e suites use.
- * @type {import('jest').Config}
+ * with tsc first. The npm scripts set NODE_OPTIONS=--experimental-vm-modules.
+ *
+ * Three projects, one per folder of specs (`npm run test:unit`, `test:integration`, `test:e2e`;
+ * `npm test` runs all three):
+ * - unit: pure code, fixed instants; no Redis anywhere, so no global setup;
+ * - integration: the stores on real Redis, a Redis Cluster and Sentinel;
+ * - e2e: real apps over HTTP, app processes, faults.
+ * The last two share one global setup that starts the redis-servers. Jest runs a global setup
+ * once per distinct file and only when a test of a project naming it is selected: once for
+ * `npm test`, never for the unit project alone.
  */
-export default {
+
+/** @type {import('jest').Config} */
+const shared = {
   testEnvironment: 'node',
   rootDir: '.',
-  roots: ['<rootDir>/test'],
-  testMatch: ['**/*.spec.ts', '**/*.e2e-spec.ts'],
   extensionsToTreatAsEsm: ['.ts'],
   transform: { '^.+\\.ts$': ['ts-jest', { useESM: true, isolatedModules: true }] },
   moduleNameMapper: {
     '^nestjs-ratelimit$': '<rootDir>/lib/index.ts',
     '^(\\.{1,2}/.*)\\.js$': '$1',
   },
+};
+
+/** @type {import('jest').Config} */
+const withRedis = {
   globalSetup: '<rootDir>/test/support/redis/global-setup.js',
   globalTeardown: '<rootDir>/test/support/redis/global-teardown.js',
+};
+
+/** @type {import('jest').Config} */
+export default {
+  // a global option: Jest reads it here, not from a project
   testTimeout: 30_000,
+  projects: [
+    { ...shared, displayName: 'unit', roots: ['<rootDir>/test/unit'], testMatch: ['**/*.spec.ts'] },
+    { ...shared, ...withRedis, displayName: 'integration', roots: ['<rootDir>/test/integration'], testMatch: ['**/*.spec.ts'] },
+    { ...shared, ...withRedis, displayName: 'e2e', roots: ['<rootDir>/test/e2e'], testMatch: ['**/*.e2e-spec.ts'] },
+  ],
 };
