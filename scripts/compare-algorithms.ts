@@ -12,7 +12,7 @@ import { createHash } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import { Redis } from 'ioredis';
 import { type Algorithm, ALGORITHMS, MemoryStore, type RateLimitDecision, type RateLimitRequest, RedisStore } from 'nestjs-ratelimit';
-import { ensureRedisServer, startRedisServer, stopRedisServer } from '../test/support/redis/redis-server.js';
+import { ensureRedisServer, startRedisServer, stopRedisServer } from '../test/support/redis/process.js';
 
 type Limit = RateLimitRequest['limit'];
 

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { Controller, Get, Module } from '@nestjs/common';
 import { Redis } from 'ioredis';
 import { RateLimit, RateLimitModule, type RateLimitModuleOptions } from '../../lib/index.js';
-import { type RedisServer, startRedisServer, stopRedisServer } from '../support/redis/redis-server.js';
+import { type RedisServer, startRedisServer, stopRedisServer } from '../support/redis/process.js';
 import { ADAPTERS, read, startApp, type TestApp } from '../support/app.js';
 
 @Controller('pay')

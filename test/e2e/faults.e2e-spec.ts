@@ -12,7 +12,8 @@ import {
   type RateLimitStoreError,
 } from '../../lib/index.js';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
-import { freePort, type RedisServer, redisCommand, startRedisServer, stopRedisServer } from '../support/redis/redis-server.js';
+import { redisCommand } from '../support/redis/client.js';
+import { freePort, type RedisServer, startRedisServer, stopRedisServer } from '../support/redis/process.js';
 import { type AdapterName, startApp, type TestApp } from '../support/app.js';
 
 /**

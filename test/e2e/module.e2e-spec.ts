@@ -8,7 +8,7 @@ import {
   type RateLimitPolicy,
 } from '../../lib/index.js';
 import { controllerWith } from '../support/bad-controller.js';
-import { waitUntil } from '../support/redis/redis-server.js';
+import { waitUntil } from '../support/wait.js';
 import { connectTestRedis, testRedisUrl } from '../support/redis/test-redis.js';
 import { ADAPTERS, read, startApp, type TestApp } from '../support/app.js';
 

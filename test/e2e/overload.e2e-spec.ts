@@ -8,7 +8,7 @@ import { RateLimit, RateLimitModule } from '../../lib/index.js';
 import { RefusedCache } from '../../lib/stores/redis/refused-cache.js';
 import { CircuitBreaker } from '../../lib/utils/circuit-breaker.js';
 import { type LatencyProxy, startLatencyProxy } from '../support/latency-proxy.js';
-import { type RedisServer, startRedisServer, stopRedisServer } from '../support/redis/redis-server.js';
+import { type RedisServer, startRedisServer, stopRedisServer } from '../support/redis/process.js';
 import { ADAPTERS, startApp, type TestApp } from '../support/app.js';
 
 const RPS = 200;

@@ -2,7 +2,10 @@ import { randomUUID } from 'node:crypto';
 import { Controller, Get, Module } from '@nestjs/common';
 import { RateLimit, RateLimitModule } from '../../lib/index.js';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
-import { redisCommand, type RedisSentinelGroup, startRedisSentinel, stopRedisGroup, waitUntil } from '../support/redis/redis-server.js';
+import { redisCommand } from '../support/redis/client.js';
+import { stopRedisGroup } from '../support/redis/process.js';
+import { type RedisSentinelGroup, startRedisSentinel } from '../support/redis/sentinel.js';
+import { waitUntil } from '../support/wait.js';
 import { read, startApp, type TestApp } from '../support/app.js';
 
 @Controller('quota')

@@ -2,7 +2,7 @@ import { Redis } from 'ioredis';
 import { ALGORITHMS, type Algorithm } from '../../lib/algorithms/algorithm.types.js';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
 import { RedisStore } from '../../lib/stores/redis/redis.store.js';
-import { type RedisServer, startRedisServer, stopRedisServer } from '../support/redis/redis-server.js';
+import { type RedisServer, startRedisServer, stopRedisServer } from '../support/redis/process.js';
 
 const KEYS = 100_000;
 const BATCH = 1_000;

@@ -3,7 +3,7 @@ import { RateLimiterService } from '../../lib/rate-limiter.service.js';
 import { resolveOptions } from '../../lib/rate-limit-options.js';
 import { RateLimitStoreError } from '../../lib/stores/rate-limit-store.error.js';
 import { RedisStore } from '../../lib/stores/redis/redis.store.js';
-import { type RedisServer, startRedisServer, stopRedisServer } from '../support/redis/redis-server.js';
+import { type RedisServer, startRedisServer, stopRedisServer } from '../support/redis/process.js';
 
 const TIMEOUT_MS = 50;
 const FLOODER = { name: 'flood', rps: 0.01, burst: 1 };

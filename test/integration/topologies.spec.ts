@@ -1,12 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import { type Cluster, Redis } from 'ioredis';
-import {
-  type RedisSentinelGroup,
-  redisCommand,
-  startRedisSentinel,
-  stopRedisGroup,
-  waitUntil,
-} from '../support/redis/redis-server.js';
+import { redisCommand } from '../support/redis/client.js';
+import { stopRedisGroup } from '../support/redis/process.js';
+import { type RedisSentinelGroup, startRedisSentinel } from '../support/redis/sentinel.js';
+import { waitUntil } from '../support/wait.js';
 import { connectTestCluster, testClusterNodes } from '../support/redis/test-redis.js';
 
 /**

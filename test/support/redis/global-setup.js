@@ -1,6 +1,7 @@
 // @ts-check
 import { delimiter } from 'node:path';
-import { ensureRedisServer, startRedisCluster, startRedisServer, stopRedisGroup } from './redis-server.js';
+import { startRedisCluster } from './cluster.js';
+import { ensureRedisServer, startRedisServer, stopRedisGroup } from './process.js';
 
 /**
  * Starts the Redis the suites share: one redis-server and one Redis Cluster of 3 masters, side by

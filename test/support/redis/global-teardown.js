@@ -1,6 +1,6 @@
 // @ts-check
 import { delimiter } from 'node:path';
-import { removeTempDir, stopRedisProcesses } from './redis-server.js';
+import { removeTempDir, stopRedisProcesses } from './process.js';
 
 /** Stops every process the global setup started (TEST_REDIS_PIDS) and removes its temp dirs (TEST_REDIS_DIRS). */
 export default async function globalTeardown() {
