@@ -1,20 +1,33 @@
-import { closeSync, openSync, readSync } from 'node:fs';
-import { Agent, request as httpRequest } from 'node:http';
-import { Controller, type ExecutionContext, Get, Injectable, Module, UseGuards } from '@nestjs/common';
+import type { FailMode } from '../../lib/index.js';
+import type { AdapterName } from '../support/app.js';
 import {
-  type RateLimitContext,
-  type FailMode,
-  RateLimit,
-  RateLimitGuard,
-  RateLimitModule,
-  type RateLimitModuleOptions,
-  RateLimitStore,
-  type RateLimitStoreError,
-} from '../../lib/index.js';
-import { bucketKey } from '../../lib/keys/bucket-key.js';
+  CORRECT_PROBE,
+  droppedInTime,
+  keyGroup,
+  latency,
+  ledger,
+  type Ledger,
+  Load,
+  type Outcome,
+  pause,
+  PROBE_EXTRA,
+  PROBE_LIMIT,
+  probeStatuses,
+  reasonOf,
+  report,
+  runQueue,
+  Scenario,
+  showLedger,
+  showRecovery,
+  storedCount,
+  storedTotal,
+  tally,
+  TimedGuard,
+  TIMEOUT,
+  timeToCorrectLimiting,
+} from '../support/faults.js';
 import { redisCommand } from '../support/redis/client.js';
-import { freePort, type RedisServer, startRedisServer, stopRedisServer } from '../support/redis/process.js';
-import { type AdapterName, startApp, type TestApp } from '../support/app.js';
+import { freePort, stopRedisServer } from '../support/redis/process.js';
 
 /**
  * Faults under load, one test per fault: Redis killed and restarted on its port, Redis frozen
@@ -25,19 +38,14 @@ import { type AdapterName, startApp, type TestApp } from '../support/app.js';
  * seen in Redis) within 1 s of Redis answering; no NOSCRIPT reaching a request; and no command
  * that Redis gets to run late (after the fault) charging anything.
  *
- * Time on a shared 2-core machine: the OS may keep the test's JS thread off the CPU for 100 ms
- * and more while other processes run. That time (the thread's run-queue wait, from
- * /proc/<pid>/task/<pid>/schedstat) is not the limiter's: the latency and recovery bounds are
- * checked on the measured time minus it. Both figures are printed.
+ * The OS's run-queue wait is not the limiter's time: the latency and recovery bounds are checked
+ * on the measured time minus it (see `test/support/faults.ts`).
  */
 
-const TIMEOUT = 100;
 /** Acceptance: limiter-added latency at most timeout + 50 ms, whatever Redis does. */
 const ADDED_LATENCY_BOUND_MS = TIMEOUT + 50;
 /** Acceptance: correct limiting again within 1 s after Redis answers. */
 const RECOVERY_BOUND_MS = 1_000;
-/** A request with no response within this long counts as hung. */
-const HUNG_MS = 3_000;
 /** An app whose Redis is down must still start about this fast. */
 const APP_START_BOUND_MS = 1_500;
 /** How long each outage lasts (the fault's duration, not an assertion). */
@@ -49,427 +57,8 @@ const OUTAGE_MS = 1_500;
 const STALE_AFTER_MS = 2 * TIMEOUT + 100;
 /** Load kept running once limiting is correct again, to see that it stays so. */
 const AFTER_MS = 500;
-/** Workers of the load, each sending one request at a time, at most one every PACE_MS. */
-const WORKERS = 24;
-const PACE_MS = 30;
-/** Api keys per group of load keys. */
-const LOAD_KEYS = 4;
-/** The tight probe policy: PROBE_LIMIT admitted per key, ever (30-day window). */
-const PROBE_LIMIT = 3;
-/** Probe requests beyond the limit, which Redis must refuse. */
-const PROBE_EXTRA = 2;
-const PREFIX = 'rl-faults:';
 
-/**
- * How long this process's JS thread has waited for a CPU while runnable, ms (Linux schedstat;
- * 0 where it cannot be read, and then the raw latency is what is checked).
- */
-class RunQueueWait {
-  private readonly fd: number | undefined;
-  private readonly buffer = Buffer.alloc(128);
-
-  constructor() {
-    try {
-      this.fd = openSync(`/proc/${process.pid}/task/${process.pid}/schedstat`, 'r');
-    } catch {
-      this.fd = undefined;
-    }
-  }
-
-  get available(): boolean {
-    return this.fd !== undefined;
-  }
-
-  ms(): number {
-    if (this.fd === undefined) return 0;
-    const length = readSync(this.fd, this.buffer, 0, this.buffer.length, 0);
-    return Number(this.buffer.toString('latin1', 0, length).split(' ')[1]) / 1e6;
-  }
-
-  close(): void {
-    if (this.fd !== undefined) closeSync(this.fd);
-  }
-}
-
-const runQueue = new RunQueueWait();
 afterAll(() => runQueue.close());
-
-/** canActivate's own time: what the limiter adds to a request, without HTTP noise. */
-@Injectable()
-class TimedGuard extends RateLimitGuard {
-  static samples: Array<{ ms: number; stolenMs: number }> = [];
-
-  override async canActivate(context: ExecutionContext): Promise<boolean> {
-    const started = performance.now();
-    const waited = runQueue.ms();
-    try {
-      return await super.canActivate(context);
-    } finally {
-      const ms = performance.now() - started;
-      TimedGuard.samples.push({ ms, stolenMs: runQueue.ms() - waited });
-      this.contexts.for('http')!.setHeader(context, 'x-limiter-ms', ms.toFixed(1));
-    }
-  }
-
-  /** Tells the client why failMode decided ('closed' and 'open'; 'local' decides without failing). */
-  protected override onStoreFailure(error: RateLimitStoreError, context: ExecutionContext, seam: RateLimitContext): boolean {
-    seam.setHeader(context, 'x-limiter-failure', error.message.replace(/[^\x20-\x7e]/g, '?').slice(0, 200));
-    return super.onStoreFailure(error, context, seam);
-  }
-}
-
-/** Calls the script dropped as late although their reply came back within the timeout. */
-function droppedInTime(outcomes: readonly Outcome[]): Outcome[] {
-  return outcomes.filter((o) => /dropped/.test(o.failure ?? '') && o.limiterMs < TIMEOUT);
-}
-
-/** A failure's reason, short. */
-function reasonOf(failure: string): string {
-  if (/did not answer within|Command timed out/.test(failure)) return 'timeout'; // the limiter's, or the client's commandTimeout
-  if (/calls are stopped/.test(failure)) return 'circuit open';
-  return failure;
-}
-
-/**
- * Whether the call behind a failure may have run in Redis (and charged): not when the breaker
- * stopped it, the client could not send it, or the script found it past its deadline.
- */
-function mayHaveRun(failure: string): boolean {
-  return !/calls are stopped|writeable|enableOfflineQueue|dropped/.test(failure);
-}
-
-@Controller()
-@UseGuards(TimedGuard)
-class FaultController {
-  /** The load: a limit never reached, so Redis admits it and its count is the number it admitted. */
-  @RateLimit({ name: 'load', algorithm: 'fixed_window', limit: 1_000_000, window: '30d', key: 'api-key' })
-  @Get('load')
-  load() {
-    return { ok: true };
-  }
-
-  @RateLimit({ name: 'probe', algorithm: 'fixed_window', limit: PROBE_LIMIT, window: '30d', key: 'api-key' })
-  @Get('probe')
-  probe() {
-    return { ok: true };
-  }
-}
-
-async function startFaultApp(adapter: AdapterName, options: RateLimitModuleOptions): Promise<TestApp> {
-  @Module({
-    imports: [RateLimitModule.forRoot({ timeout: TIMEOUT, prefix: PREFIX, guard: false, ...options })],
-    controllers: [FaultController],
-  })
-  class FaultAppModule {}
-  return startApp(FaultAppModule, adapter);
-}
-
-/** One response as the client saw it. status 0: no response within HUNG_MS; -1: connection error. */
-interface Outcome {
-  key: string;
-  status: number;
-  retryAfter: string | undefined;
-  /** The response carries rate-limit headers: a store (Redis, or 'local' in memory) decided it. */
-  decided: boolean;
-  /** The guard's time, ms, from its header. */
-  limiterMs: number;
-  /** Why the store could not decide, when failMode did. */
-  failure: string | undefined;
-  started: number;
-  ended: number;
-}
-
-/** HTTP/1.1 keep-alive client: lighter than fetch, so the load leaves the CPU to what it measures. */
-class HttpClient {
-  private readonly agent = new Agent({ keepAlive: true, maxSockets: WORKERS + PROBE_LIMIT + PROBE_EXTRA + 8 });
-
-  constructor(private readonly base: string) {}
-
-  send(path: string, apiKey: string): Promise<Outcome> {
-    const started = performance.now();
-    return new Promise((resolve) => {
-      let settled = false;
-      const finish = (status: number, headers: Record<string, string | string[] | undefined> = {}) => {
-        if (settled) return;
-        settled = true;
-        clearTimeout(timer);
-        resolve({
-          key: apiKey,
-          status,
-          retryAfter: headers['retry-after'] as string | undefined,
-          decided: headers['x-ratelimit-remaining'] !== undefined,
-          limiterMs: Number(headers['x-limiter-ms'] ?? NaN),
-          failure: headers['x-limiter-failure'] as string | undefined,
-          started,
-          ended: performance.now(),
-        });
-      };
-      const req = httpRequest(`${this.base}${path}`, { agent: this.agent, headers: { 'x-api-key': apiKey } }, (res) => {
-        res.resume();
-        res.once('end', () => finish(res.statusCode ?? -1, res.headers));
-        res.once('error', () => finish(-1));
-      });
-      const timer = setTimeout(() => {
-        finish(0);
-        req.destroy();
-      }, HUNG_MS);
-      req.once('error', () => finish(-1));
-      req.end();
-    });
-  }
-
-  close(): void {
-    this.agent.destroy();
-  }
-}
-
-/** A steady stream: WORKERS requests at most in flight, each worker at most one per PACE_MS. */
-class Load {
-  readonly outcomes: Outcome[] = [];
-  private running = true;
-  private readonly workers: Promise<void>[];
-
-  /** @param keys the api keys spread over; assign another group to move the load to it */
-  constructor(
-    private readonly client: HttpClient,
-    public keys: readonly string[],
-  ) {
-    this.workers = Array.from({ length: WORKERS }, (_, i) => this.work(i));
-  }
-
-  private async work(worker: number): Promise<void> {
-    for (let n = worker; this.running; n += WORKERS) {
-      const outcome = await this.client.send('/load', this.keys[n % this.keys.length]);
-      this.outcomes.push(outcome);
-      const wait = outcome.started + PACE_MS - performance.now();
-      if (wait > 0 && this.running) await pause(wait);
-    }
-  }
-
-  /** Resolves once `count` responses that a store admitted have come back. */
-  async warm(count = 100): Promise<void> {
-    const deadline = performance.now() + 5_000;
-    while (this.outcomes.filter((o) => o.status === 200 && o.decided).length < count) {
-      if (performance.now() > deadline) throw new Error(`load did not warm up: ${tally(this.outcomes)}`);
-      await pause(10);
-    }
-  }
-
-  /** Stops the workers and waits for every request in flight to come back. */
-  async stop(): Promise<void> {
-    this.running = false;
-    await Promise.all(this.workers);
-  }
-}
-
-function pause(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)));
-}
-
-function keyGroup(group: string): string[] {
-  return Array.from({ length: LOAD_KEYS }, (_, i) => `load-${group}-${i}`);
-}
-
-/** What Redis counts in a fixed_window key of a policy (0 when it does not exist). */
-async function storedCount(server: RedisServer, policy: 'load' | 'probe', apiKey: string): Promise<number> {
-  const raw = await redisCommand(server.port, ['GET', bucketKey(PREFIX, policy, 'fixed_window', `api-key:${apiKey}`)], 1_000);
-  return raw === null ? 0 : Number(String(raw).split('|')[1]);
-}
-
-async function storedTotal(server: RedisServer, apiKeys: readonly string[]): Promise<number> {
-  let total = 0;
-  for (const apiKey of apiKeys) total += await storedCount(server, 'load', apiKey);
-  return total;
-}
-
-/**
- * What Redis counts for a group of load keys ('closed' or 'open') against what the app told
- * clients. Every request Redis admitted was charged (counted >= admitted). A call the app gave
- * up on (its timeout) may still have run in Redis within the script's deadline (2 x timeout) and
- * charged: at most those (`late`) may be counted beyond what was admitted.
- */
-async function ledger(server: RedisServer, outcomes: readonly Outcome[], apiKeys: readonly string[]) {
-  const mine = outcomes.filter((o) => apiKeys.includes(o.key));
-  const admitted = mine.filter((o) => o.status === 200 && o.failure === undefined).length;
-  const late = mine.filter((o) => o.failure !== undefined && mayHaveRun(o.failure)).length;
-  const counted = await storedTotal(server, apiKeys);
-  return { requests: mine.length, admitted, late, counted };
-}
-
-function showLedger(name: string, { requests, admitted, late, counted }: Awaited<ReturnType<typeof ledger>>): string {
-  return (
-    `${name}: ${requests} requests, Redis admitted ${admitted}, Redis counts ${counted} ` +
-    `(failMode answers whose call may have run: ${late})`
-  );
-}
-
-interface Recovery {
-  /** From Redis answering again to the end of the first correctly limited probe round, ms. */
-  ms: number;
-  /** Of that, the time the OS kept the JS thread waiting for a CPU, ms. */
-  stolenMs: number;
-  rounds: number;
-}
-
-/**
- * Rounds of PROBE_LIMIT + PROBE_EXTRA concurrent probe requests on a fresh key until one is
- * limited correctly and by Redis: exactly PROBE_LIMIT admitted, the rest 429, and Redis holding
- * that count for the key. Measured from `since`, when Redis answered again.
- */
-async function timeToCorrectLimiting(client: HttpClient, server: RedisServer, since: number, tag: string): Promise<Recovery> {
-  const waited = runQueue.ms();
-  for (let round = 1; ; round++) {
-    const key = `probe-${tag}-${round}`;
-    const statuses = await probeStatuses(client, key);
-    const at = performance.now();
-    const stolenMs = runQueue.ms() - waited;
-    if (statuses.join() === CORRECT_PROBE.join()) {
-      const stored = await storedCount(server, 'probe', key).catch(() => -1);
-      if (stored === PROBE_LIMIT) return { ms: at - since, stolenMs, rounds: round };
-    }
-    if (at - since > 3 * RECOVERY_BOUND_MS) return { ms: Infinity, stolenMs: 0, rounds: round };
-    await pause(10);
-  }
-}
-
-const CORRECT_PROBE = [...Array<number>(PROBE_LIMIT).fill(200), ...Array<number>(PROBE_EXTRA).fill(429)];
-
-/** Probe requests sent together on one key, statuses in ascending order. */
-async function probeStatuses(client: HttpClient, key: string): Promise<number[]> {
-  const outcomes = await Promise.all(Array.from({ length: PROBE_LIMIT + PROBE_EXTRA }, () => client.send('/probe', key)));
-  return outcomes.map((o) => o.status).sort((a, b) => a - b);
-}
-
-function showRecovery({ ms, stolenMs, rounds }: Recovery): string {
-  return `${ms.toFixed(0)} ms (${(ms - stolenMs).toFixed(0)} ms less the OS's run-queue wait; ${rounds} probe rounds)`;
-}
-
-function quantile(sorted: readonly number[], q: number): number {
-  return sorted.length === 0 ? NaN : sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
-}
-
-function latency(values: readonly number[]): string {
-  const sorted = [...values].sort((a, b) => a - b);
-  const [p50, p99, max] = [quantile(sorted, 0.5), quantile(sorted, 0.99), sorted.at(-1) ?? NaN];
-  return `p50 ${p50.toFixed(1)} / p99 ${p99.toFixed(1)} / max ${max.toFixed(1)} ms`;
-}
-
-function reasons(outcomes: readonly Outcome[]): string {
-  const counts = new Map<string, number>();
-  for (const { failure } of outcomes) {
-    if (failure !== undefined) counts.set(reasonOf(failure), (counts.get(reasonOf(failure)) ?? 0) + 1);
-  }
-  return [...counts].map(([reason, n]) => `${reason}: ${n}`).join('; ') || 'none';
-}
-
-function tally(outcomes: readonly Outcome[]): string {
-  const counts = new Map<string, number>();
-  for (const { status } of outcomes) {
-    const label = status === 0 ? 'hung' : status === -1 ? 'connection error' : String(status);
-    counts.set(label, (counts.get(label) ?? 0) + 1);
-  }
-  return [...counts].sort().map(([label, n]) => `${label}: ${n}`).join(', ') || 'none';
-}
-
-/**
- * The real process, for unhandled rejections: Jest's sandbox gives tests their own `process`
- * object, whose listeners never hear the real one; a function of the outer realm reaches it.
- */
-const hostProcess = (Buffer.constructor as FunctionConstructor)('return process')() as NodeJS.Process;
-
-/** One scenario's servers, app, client and load, all stopped by `close()`, also on failure. */
-class Scenario {
-  readonly servers: RedisServer[] = [];
-  readonly rejections: unknown[] = [];
-  http: TestApp | undefined;
-  client: HttpClient | undefined;
-  load: Load | undefined;
-  private readonly frozen = new Set<number>();
-  private readonly onRejection = (reason: unknown) => this.rejections.push(reason);
-
-  constructor() {
-    hostProcess.on('unhandledRejection', this.onRejection);
-    TimedGuard.samples = [];
-  }
-
-  async startServer(port?: number): Promise<RedisServer> {
-    const server = await startRedisServer([], port === undefined ? {} : { port });
-    this.servers.push(server);
-    return server;
-  }
-
-  async startApp(adapter: AdapterName, options: RateLimitModuleOptions): Promise<HttpClient> {
-    this.http = await startFaultApp(adapter, options);
-    return (this.client = new HttpClient(this.http.url));
-  }
-
-  freeze(server: RedisServer): void {
-    this.frozen.add(server.pid);
-    process.kill(server.pid, 'SIGSTOP');
-  }
-
-  thaw(server: RedisServer): void {
-    process.kill(server.pid, 'SIGCONT');
-    this.frozen.delete(server.pid);
-  }
-
-  /**
-   * Waits until every command the app's own client has written has run: a PING on that
-   * connection is answered after them. (A client that is not connected has nothing in flight.)
-   */
-  async quiesce(): Promise<void> {
-    const store = this.http?.app.get(RateLimitStore, { strict: false }) as { client?: { ping(): Promise<unknown> } };
-    await store?.client?.ping().catch(() => undefined);
-  }
-
-  /** Stops load, client and app (idempotent). */
-  async stopApp(): Promise<void> {
-    await this.load?.stop();
-    this.load = undefined;
-    this.client?.close();
-    this.client = undefined;
-    const http = this.http;
-    this.http = undefined;
-    await http?.close();
-  }
-
-  async close(): Promise<void> {
-    try {
-      await this.stopApp();
-    } finally {
-      for (const pid of this.frozen) {
-        try {
-          process.kill(pid, 'SIGCONT');
-        } catch {
-          // gone
-        }
-      }
-      for (const server of this.servers) stopRedisServer(server.pid);
-      hostProcess.off('unhandledRejection', this.onRejection);
-    }
-  }
-}
-
-/** Prints the figures every scenario has, then its own lines. */
-function report(name: string, scenario: Scenario, outcomes: readonly Outcome[], lines: string[]) {
-  const samples = TimedGuard.samples;
-  const stolen = samples.map((s) => s.stolenMs);
-  console.log(
-    [
-      name,
-      `  requests ${outcomes.length}: ${tally(outcomes)}; unhandled rejections ${scenario.rejections.length}`,
-      `  limiter-added latency (guard, ${samples.length} decisions): ${latency(samples.map((s) => s.ms))}`,
-      runQueue.available
-        ? `  same, less the time the OS kept the JS thread waiting for a CPU: ${latency(samples.map((s) => s.ms - s.stolenMs))}` +
-          ` (that wait: max ${Math.max(0, ...stolen).toFixed(1)} ms)`
-        : '  (run-queue wait not readable here: the raw latency is checked)',
-      `  client latency: ${latency(outcomes.filter((o) => o.status > 0).map((o) => o.ended - o.started))}`,
-      `  why failMode decided: ${reasons(outcomes)}`,
-      `  dropped as late although answered within the timeout: ${droppedInTime(outcomes).length}`,
-      ...lines.map((line) => `  ${line}`),
-    ].join('\n'),
-  );
-}
 
 /** What holds in every scenario: nothing hung or broken, statuses as failMode says, latency, no rejection. */
 function expectCommon(scenario: Scenario, outcomes: readonly Outcome[], statuses: readonly number[]) {
@@ -486,7 +75,7 @@ function expectCommon(scenario: Scenario, outcomes: readonly Outcome[], statuses
   expect(scenario.rejections).toEqual([]);
 }
 
-function expectLedger({ admitted, late, counted }: Awaited<ReturnType<typeof ledger>>) {
+function expectLedger({ admitted, late, counted }: Ledger) {
   expect(counted).toBeGreaterThanOrEqual(admitted);
   expect(counted - admitted).toBeLessThanOrEqual(late);
 }
