@@ -1,9 +1,14 @@
 import { Cluster, Redis } from 'ioredis';
 
+/** Why a spec finds no Redis: it runs in the unit project, or outside Jest's global setup. */
+const NO_TEST_REDIS =
+  'only the integration and e2e projects start Redis (npm test, npm run test:integration, npm run test:e2e): ' +
+  'a spec that needs it belongs under test/integration or test/e2e';
+
 /** The URL of the redis-server the global setup started. */
 export function testRedisUrl(): string {
   const url = process.env.TEST_REDIS_URL;
-  if (!url) throw new Error('TEST_REDIS_URL is not set: run the tests with `npm test` (its global setup starts Redis)');
+  if (!url) throw new Error(`TEST_REDIS_URL is not set: ${NO_TEST_REDIS}`);
   return url;
 }
 
@@ -30,7 +35,7 @@ export async function ttlsUnder(client: Redis, prefix: string): Promise<Map<stri
 export function testClusterNodes(): { host: string; port: number }[] {
   const list = process.env.TEST_REDIS_CLUSTER;
   if (!list) {
-    throw new Error('TEST_REDIS_CLUSTER is not set: run the tests with `npm test` (its global setup starts a Redis Cluster)');
+    throw new Error(`TEST_REDIS_CLUSTER is not set: ${NO_TEST_REDIS}`);
   }
   return list.split(',').map((node) => {
     const colon = node.lastIndexOf(':');
