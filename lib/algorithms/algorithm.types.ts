@@ -38,7 +38,7 @@ export interface Outcome {
   /** Milliseconds until this request would be admitted; 0 when admitted, -1 when it never can be. */
   retryMs: number;
   /** Milliseconds until the bucket is full again. */
-  resetMs: number;
+  fullMs: number;
   /** Milliseconds until at least one more whole token is available; 0 when full. */
   nextMs: number;
   /** Milliseconds the request must wait before it proceeds (queueing algorithms only). */

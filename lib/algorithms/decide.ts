@@ -80,7 +80,7 @@ function report<S extends Held>(model: AlgorithmModel<S>, state: S, { limit, cos
     allowed: admits,
     remaining,
     retryMs: admits ? 0 : cost > limit.burst ? -1 : model.waitMs(state, limit, cost),
-    resetMs: model.waitMs(state, limit, limit.burst),
+    fullMs: model.waitMs(state, limit, limit.burst),
     nextMs: remaining >= limit.burst ? 0 : model.waitMs(state, limit, remaining + 1),
     delayMs,
     at: state.at,

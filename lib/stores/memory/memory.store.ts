@@ -149,8 +149,8 @@ export class MemoryStore implements RateLimitStore {
       const { key, limit } = requests[i];
       const slot = slots[i] ?? this.allocate(key);
       const state = verdict.next[i];
-      // resetMs is waitMs(burst) of the charged state: expiresAt without working it out again
-      this.writeRow(slot, limit, state, state.at + Math.max(1, verdict.outcomes[i].resetMs));
+      // fullMs is waitMs(burst) of the charged state: expiresAt without working it out again
+      this.writeRow(slot, limit, state, state.at + Math.max(1, verdict.outcomes[i].fullMs));
     }
     if (this.sweepTimer === undefined) this.scheduleSweep();
   }

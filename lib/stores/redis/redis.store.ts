@@ -447,7 +447,7 @@ function parse(raw: readonly number[], start: number, count: number): Parsed {
       allowed: raw[base] === 1,
       remaining: raw[base + 1],
       retryMs: raw[base + 2],
-      resetMs: raw[base + 3],
+      fullMs: raw[base + 3],
       nextMs: raw[base + 4],
       delayMs: raw[base + 5],
       at: raw[base + 6],

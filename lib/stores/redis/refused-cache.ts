@@ -221,7 +221,7 @@ function agedOutcome(outcome: Outcome, elapsed: number): Outcome {
     allowed: outcome.allowed || retryMs === 0,
     remaining: outcome.remaining,
     retryMs,
-    resetMs: Math.max(0, outcome.resetMs - elapsed),
+    fullMs: Math.max(0, outcome.fullMs - elapsed),
     nextMs: Math.max(0, outcome.nextMs - elapsed),
     delayMs: 0,
   };
