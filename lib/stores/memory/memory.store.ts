@@ -1,4 +1,4 @@
-import { decideAll, type Entry, expiresAt, modelOf, type Verdict } from '../../algorithms/decide.js';
+import { decideAll, type Entry, expiresAt, expiryAfter, modelOf, type Verdict } from '../../algorithms/decide.js';
 import type { Held, Limit } from '../../algorithms/algorithm.types.js';
 import { invalidStoreOption } from '../../rate-limit.messages.js';
 import { chargeOf, toDecision } from '../decision.js';
@@ -149,8 +149,8 @@ export class MemoryStore implements RateLimitStore {
       const { key, limit } = requests[i];
       const slot = slots[i] ?? this.allocate(key);
       const state = verdict.next[i];
-      // fullMs is waitMs(burst) of the charged state: expiresAt without working it out again
-      this.writeRow(slot, limit, state, state.at + Math.max(1, verdict.outcomes[i].fullMs));
+      // the report's fullMs is waitMs(burst) of the charged state: expiresAt without working it out again
+      this.writeRow(slot, limit, state, expiryAfter(state.at, verdict.outcomes[i].fullMs));
     }
     if (this.sweepTimer === undefined) this.scheduleSweep();
   }

@@ -91,7 +91,7 @@ local function append(reply, value)
   reply[reply.n] = value
 end
 
--- algorithms/decide.ts expiresAt, from the waitMs(burst) the report has already worked out
+-- algorithms/decide.ts expiryAfter: expiresAt from the waitMs(burst) the report has already worked out
 local function expires_at(s, full_ms)
   return string.format('%d', s.at + math.max(1, full_ms))
 end
