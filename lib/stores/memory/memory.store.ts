@@ -1,6 +1,6 @@
 import { decideAll, type Entry, expiresAt, expiryAfter, modelOf, type Verdict } from '../../algorithms/decide.js';
 import type { Held, Limit } from '../../algorithms/algorithm.types.js';
-import { invalidStoreOption } from '../../rate-limit.messages.js';
+import { invalidMaxKeys, invalidStoreClock } from '../../rate-limit.messages.js';
 import { chargeOf, toDecision } from '../decision.js';
 import { distinctRequests, spreadDecisions } from '../distinct-requests.js';
 import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from '../rate-limit-store.interface.js';
@@ -62,10 +62,8 @@ export class MemoryStore implements RateLimitStore {
 
   constructor(options: MemoryStoreOptions = {}) {
     const { clock = Date.now, maxKeys = DEFAULT_MAX_KEYS } = options;
-    if (typeof clock !== 'function') throw new Error(invalidStoreOption('MemoryStore', 'clock', clock, 'must be a function returning ms'));
-    if (!Number.isSafeInteger(maxKeys) || maxKeys < 1) {
-      throw new Error(invalidStoreOption('MemoryStore', 'maxKeys', maxKeys, 'must be a whole number >= 1'));
-    }
+    if (typeof clock !== 'function') throw new Error(invalidStoreClock('MemoryStore', clock));
+    if (!Number.isSafeInteger(maxKeys) || maxKeys < 1) throw new Error(invalidMaxKeys(maxKeys));
     this.clock = clock;
     this.maxKeys = maxKeys;
   }
