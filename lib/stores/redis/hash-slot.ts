@@ -35,3 +35,15 @@ export function hashSlot(key: string): number {
   for (let i = start; i < end; i++) crc = ((crc << 8) ^ CRC16_TABLE[((crc >> 8) ^ bytes[i]) & 0xff]) & 0xffff;
   return crc % HASH_SLOTS;
 }
+
+/** Indexes of `keys` by hash slot: a single group, slot 0, on a single Redis (`cluster` false). */
+export function groupBySlot(keys: readonly string[], cluster: boolean): Map<number, number[]> {
+  const groups = new Map<number, number[]>();
+  keys.forEach((key, i) => {
+    const slot = cluster ? hashSlot(key) : 0;
+    const group = groups.get(slot);
+    if (group) group.push(i);
+    else groups.set(slot, [i]);
+  });
+  return groups;
+}
