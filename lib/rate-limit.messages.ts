@@ -207,3 +207,8 @@ export function invalidRequest(where: string, index: number, request: unknown): 
 export function invalidRequestKey(where: string, index: number, key: unknown): string {
   return invalidArgument(where, `requests[${index}].key`, key, 'must be a string');
 }
+
+/** The module's `redis` option given where the optional `ioredis` package is not installed. */
+export function ioredisMissing(redis: unknown): string {
+  return invalidOption('redis', redis, 'needs the "ioredis" package: npm install ioredis');
+}
