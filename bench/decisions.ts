@@ -21,7 +21,8 @@ import { setImmediate as nextTurn } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { MemoryStore, type RateLimitRequest, type RateLimitStore, RedisStore } from 'nestjs-ratelimit';
 import { type RateLimiterAbstract, RateLimiterMemory, RateLimiterRedis, RateLimiterRes, type RateLimiterStoreAbstract } from 'rate-limiter-flexible';
-import type { BenchContext, ComparisonReport } from './main.js';
+import type { BenchContext, ComparisonReport } from './comparison.js';
+import { MAX_BATCH_KEYS } from '../lib/stores/redis/slot-batches.js';
 import { contenderTable, formatRate, type RatioRow, ratioOfMedians, type Sample, totalCounts } from './stats.js';
 
 /** Calls in flight at once. */
@@ -41,8 +42,6 @@ const YIELD_EVERY = 256;
 
 /** redis-benchmark's part of the ceiling: connections and commands pipelined on each. */
 const CEILING = { connections: 50, pipeline: 16 };
-/** Decisions per script call in the batched ceiling: the most `RedisStore` puts in one call. */
-const BATCH = 64;
 
 /** One decision on `key`: true when admitted. Rejects only when the store cannot decide. */
 type Decide = (key: string) => Promise<boolean>;
@@ -122,9 +121,9 @@ export async function redisDecisions(context: BenchContext): Promise<ComparisonR
     await fresh(decideTheirs, context.warmupSeconds);
     const probe = await ceiling(context, command, 100_000);
     const requests = Math.ceil(probe.perSecond * context.seconds);
-    const batched = batchOf(command, BATCH);
-    const batchedProbe = await ceiling(context, batched, 5_000, BATCH);
-    const batchedRequests = Math.ceil((batchedProbe.perSecond / BATCH) * context.seconds);
+    const batched = batchOf(command, MAX_BATCH_KEYS);
+    const batchedProbe = await ceiling(context, batched, 5_000, MAX_BATCH_KEYS);
+    const batchedRequests = Math.ceil((batchedProbe.perSecond / MAX_BATCH_KEYS) * context.seconds);
 
     const samples = await context.alternate([
       { name: 'ours (RedisStore)', run: () => fresh(decideOurs, context.seconds) },
@@ -137,10 +136,10 @@ export async function redisDecisions(context: BenchContext): Promise<ComparisonR
         },
       },
       {
-        name: `ceiling (redis-benchmark, our script, ${BATCH} per call)`,
+        name: `ceiling (redis-benchmark, our script, ${MAX_BATCH_KEYS} per call)`,
         run: async () => {
           await context.admin.flushall();
-          return ceiling(context, batched, batchedRequests, BATCH);
+          return ceiling(context, batched, batchedRequests, MAX_BATCH_KEYS);
         },
       },
     ]);
@@ -148,7 +147,7 @@ export async function redisDecisions(context: BenchContext): Promise<ComparisonR
     const ratios: RatioRow[] = [
       { comparison: 'redis-decisions', label: 'ours / rate-limiter-flexible', value: ratioOfMedians(oursSamples, theirSamples), target: { op: '>=', value: 1.5 } },
       { comparison: 'redis-decisions', label: 'ours / ceiling, one decision per call', value: ratioOfMedians(oursSamples, ceilingSamples) },
-      { comparison: 'redis-decisions', label: `ours / ceiling, ${BATCH} decisions per call`, value: ratioOfMedians(oursSamples, batchedSamples) },
+      { comparison: 'redis-decisions', label: `ours / ceiling, ${MAX_BATCH_KEYS} decisions per call`, value: ratioOfMedians(oursSamples, batchedSamples) },
     ];
     return { table: contenderTable(samples, 'decisions/s', ['refused', 'errors']), ratios, notes: anomalies(samples) };
   } finally {

@@ -20,7 +20,7 @@
 import { type ChildProcess, fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
-import type { BenchContext, ComparisonReport } from './main.js';
+import type { BenchContext, ComparisonReport } from './comparison.js';
 import type { Adapter, Variant } from './server.js';
 import { type Contender, contenderTable, formatRate, type RatioRow, ratioOfMedians, type Sample, type Target, totalCounts } from './stats.js';
 

@@ -23,43 +23,10 @@ import { cpus, loadavg } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { Redis } from 'ioredis';
 import { ensureRedisServer, startRedisServer, stopRedisProcesses, stopRedisServer } from '../test/redis/redis-server.js';
+import type { BenchContext, Comparison } from './comparison.js';
 import { memoryDecisions, redisDecisions } from './decisions.js';
 import { httpThroughput, refusedFlood } from './http.js';
-import { alternate, type Contender, formatRate, type RatioRow, ratioTable, type Sample, verdict } from './stats.js';
-
-/** What every comparison gets from the orchestration. */
-export interface BenchContext {
-  /** Rounds of the comparison (each runs every contender once). */
-  rounds: number;
-  /** Timed seconds of each run. */
-  seconds: number;
-  /** Seconds of warm-up before each timed run, not counted. */
-  warmupSeconds: number;
-  /** The bench's own redis-server. */
-  redis: { port: number; url: string };
-  /** A client of that server for the bench's own commands (FLUSHALL, INFO). */
-  admin: Redis;
-  /** Child processes alive now (app servers, redis-benchmark): killed should the bench stop early. */
-  children: Set<ChildProcess>;
-  /** Runs the contenders in alternating rounds (see `alternate`), printing a line per run. */
-  alternate(contenders: readonly Contender[]): Promise<Map<string, Sample[]>>;
-  log(line: string): void;
-}
-
-/** What a comparison reports: its table of contenders, its ratios, and anything odd it saw. */
-export interface ComparisonReport {
-  table: string;
-  ratios: RatioRow[];
-  /** Warnings: errors, 5xx, fail-open answers, refused requests where all should pass... */
-  notes: string[];
-}
-
-interface Comparison {
-  name: string;
-  /** Timed runs it makes per round, for the time estimate. */
-  runsPerRound: number;
-  run(context: BenchContext): Promise<ComparisonReport>;
-}
+import { alternate, type Contender, formatRate, type RatioRow, ratioTable, verdict } from './stats.js';
 
 const COMPARISONS: readonly Comparison[] = [
   { name: 'redis-decisions', runsPerRound: 4, run: (context) => redisDecisions(context) },

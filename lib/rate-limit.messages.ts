@@ -155,3 +155,60 @@ export function storeFailing(cause: string, failMode: string, probeMs: number): 
 
 /** Logged once when a probe succeeds. */
 export const storeBack = 'Rate limit store answers again: limiting with it';
+
+// Stores
+
+/** A store's `clock` option that is not a function. */
+export function invalidStoreClock(store: string, clock: unknown): string {
+  return invalidStoreOption(store, 'clock', clock, 'must be a function returning ms');
+}
+
+/** `MemoryStore`'s `maxKeys` option that is not a whole number >= 1. */
+export function invalidMaxKeys(maxKeys: unknown): string {
+  return invalidStoreOption('MemoryStore', 'maxKeys', maxKeys, 'must be a whole number >= 1');
+}
+
+/** A `RedisStore` without an ioredis client (or given the client itself as its options). */
+export function invalidRedisClient(client: unknown): string {
+  return invalidStoreOption('RedisStore', 'client', client, 'must be an ioredis Redis or Cluster client, as in new RedisStore({ client: redis })');
+}
+
+/** `RedisStore`'s `cacheRefusals` option that is not a boolean. */
+export function invalidCacheRefusals(cacheRefusals: unknown): string {
+  return invalidStoreOption('RedisStore', 'cacheRefusals', cacheRefusals, 'must be true or false');
+}
+
+/** An option the store does not have: a typo, refused rather than ignored. */
+export function unknownStoreOption(store: string, option: string, value: unknown, options: Iterable<string>): string {
+  return invalidStoreOption(store, option, value, `is not an option (the options are ${[...options].join(', ')})`);
+}
+
+/** A call Redis ran after its caller had stopped waiting: it decided and charged nothing. */
+export function staleStoreCall(staleAfterTimeouts: number, timeoutMs: number): string {
+  return `Redis ran the call more than ${staleAfterTimeouts} x ${timeoutMs} ms after it was sent; it was dropped`;
+}
+
+/** A cost that is not a finite number > 0; `argument` names what holds it (`cost`, `requests[1].cost`). */
+export function invalidCost(where: string, argument: string, cost: unknown): string {
+  return invalidArgument(where, argument, cost, 'must be a finite number > 0 (the tokens the request takes)');
+}
+
+/** A store call's `requests` that is not a list. */
+export function invalidRequests(where: string, requests: unknown): string {
+  return invalidArgument(where, 'requests', requests, 'must be a list of requests');
+}
+
+/** A request of a store call that is not an object. */
+export function invalidRequest(where: string, index: number, request: unknown): string {
+  return invalidArgument(where, `requests[${index}]`, request, 'must be a request such as { key, policy, limit, cost }');
+}
+
+/** A request of a store call whose key is not a string. */
+export function invalidRequestKey(where: string, index: number, key: unknown): string {
+  return invalidArgument(where, `requests[${index}].key`, key, 'must be a string');
+}
+
+/** The module's `redis` option given where the optional `ioredis` package is not installed. */
+export function ioredisMissing(redis: unknown): string {
+  return invalidOption('redis', redis, 'needs the "ioredis" package: npm install ioredis');
+}

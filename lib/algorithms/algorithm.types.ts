@@ -17,6 +17,12 @@ export const ALGORITHMS: readonly Algorithm[] = [
   'gcra',
 ];
 
+/**
+ * The algorithms that count in windows of `burst / rps` seconds: their quota comes back as a window
+ * moves on, up to all of it at once, where the others refill at `rps` at the most.
+ */
+export const WINDOW_ALGORITHMS: ReadonlySet<Algorithm> = new Set<Algorithm>(['fixed_window', 'sliding_window_log', 'sliding_window_counter']);
+
 /** What an algorithm needs to know about a policy: plain data, the same for every store. */
 export interface Limit {
   algorithm: Algorithm;
@@ -38,7 +44,7 @@ export interface Outcome {
   /** Milliseconds until this request would be admitted; 0 when admitted, -1 when it never can be. */
   retryMs: number;
   /** Milliseconds until the bucket is full again. */
-  resetMs: number;
+  fullMs: number;
   /** Milliseconds until at least one more whole token is available; 0 when full. */
   nextMs: number;
   /** Milliseconds the request must wait before it proceeds (queueing algorithms only). */

@@ -80,7 +80,7 @@ function report<S extends Held>(model: AlgorithmModel<S>, state: S, { limit, cos
     allowed: admits,
     remaining,
     retryMs: admits ? 0 : cost > limit.burst ? -1 : model.waitMs(state, limit, cost),
-    resetMs: model.waitMs(state, limit, limit.burst),
+    fullMs: model.waitMs(state, limit, limit.burst),
     nextMs: remaining >= limit.burst ? 0 : model.waitMs(state, limit, remaining + 1),
     delayMs,
     at: state.at,
@@ -94,5 +94,13 @@ function report<S extends Held>(model: AlgorithmModel<S>, state: S, { limit, cos
  * the time from empty to full.
  */
 export function expiresAt<S extends Held>(model: AlgorithmModel<S>, state: S, limit: Limit): number {
-  return state.at + Math.max(1, model.waitMs(state, limit, limit.burst));
+  return expiryAfter(state.at, model.waitMs(state, limit, limit.burst));
+}
+
+/**
+ * `expiresAt` from a time until full already worked out (a report's `fullMs`), as a store has it
+ * after a decision; at least 1 ms after the state's time. Lua: `expires_at`, the same expression.
+ */
+export function expiryAfter(at: number, fullMs: number): number {
+  return at + Math.max(1, fullMs);
 }

@@ -50,7 +50,7 @@ export function toDecision(request: RateLimitRequest, outcome: Outcome): RateLim
     limit: request.limit.burst,
     remaining: outcome.remaining,
     resetAfter: ceilSeconds(outcome.nextMs),
-    fullAfter: ceilSeconds(outcome.resetMs),
+    fullAfter: ceilSeconds(outcome.fullMs),
     retryAfter: outcome.allowed ? 0 : outcome.retryMs < 0 ? Infinity : Math.max(1, ceilSeconds(outcome.retryMs)),
     delay: outcome.delayMs / 1000,
   };

@@ -1,8 +1,6 @@
-import { invalidArgument, invalidRepeatedKey } from '../rate-limit.messages.js';
+import { invalidCost, invalidRepeatedKey, invalidRequest, invalidRequestKey, invalidRequests } from '../rate-limit.messages.js';
 import type { RateLimitDecision, RateLimitRequest } from './rate-limit-store.interface.js';
 
-/** What a cost must be, as the messages say it. */
-const COST = 'must be a finite number > 0 (the tokens the request takes)';
 /**
  * Requests of one call up to which a repeated key is looked for by comparing every pair: a
  * request has a few policies, and a few comparisons cost less than a `Set`.
@@ -19,8 +17,8 @@ const PAIRWISE_UP_TO = 8;
  * @throws TypeError for a cost that is not a number, RangeError for a number that is not finite and > 0
  */
 export function checkCost(cost: unknown, where: string, argument: string): asserts cost is number {
-  if (typeof cost !== 'number') throw new TypeError(invalidArgument(where, argument, cost, COST));
-  if (!(cost > 0 && cost < Infinity)) throw new RangeError(invalidArgument(where, argument, cost, COST));
+  if (typeof cost !== 'number') throw new TypeError(invalidCost(where, argument, cost));
+  if (!(cost > 0 && cost < Infinity)) throw new RangeError(invalidCost(where, argument, cost));
 }
 
 /** A store call's requests with each key once. */
@@ -46,15 +44,15 @@ export interface DistinctRequests {
  * the caller's mistake, not the store's failure)
  */
 export function distinctRequests(requests: readonly RateLimitRequest[], where: string): DistinctRequests {
-  if (!Array.isArray(requests)) throw new TypeError(invalidArgument(where, 'requests', requests, 'must be a list of requests'));
+  if (!Array.isArray(requests)) throw new TypeError(invalidRequests(where, requests));
   const n = requests.length;
   let repeated = false;
   for (let i = 0; i < n; i++) {
     const request = requests[i];
     if (typeof request !== 'object' || request === null) {
-      throw new TypeError(invalidArgument(where, `requests[${i}]`, request, 'must be a request such as { key, policy, limit, cost }'));
+      throw new TypeError(invalidRequest(where, i, request));
     }
-    if (typeof request.key !== 'string') throw new TypeError(invalidArgument(where, `requests[${i}].key`, request.key, 'must be a string'));
+    if (typeof request.key !== 'string') throw new TypeError(invalidRequestKey(where, i, request.key));
     checkCost(request.cost, where, `requests[${i}].cost`);
     if (n <= PAIRWISE_UP_TO) for (let j = 0; j < i && !repeated; j++) repeated = requests[j].key === request.key;
   }

@@ -1,7 +1,7 @@
 import { once } from 'node:events';
 import { type OnApplicationShutdown } from '@nestjs/common';
 import type { Cluster, Redis, RedisOptions } from 'ioredis';
-import { invalidOption } from '../rate-limit.messages.js';
+import { ioredisMissing } from '../rate-limit.messages.js';
 import { MemoryStore } from './memory/memory.store.js';
 import type { RateLimitStore } from './rate-limit-store.interface.js';
 import { RedisStore } from './redis/redis.store.js';
@@ -85,7 +85,7 @@ async function createRedisClient(redis: string | RedisOptions, timeout: number):
   try {
     ({ Redis: Client } = await import('ioredis'));
   } catch {
-    throw new Error(invalidOption('redis', redis, 'needs the "ioredis" package: npm install ioredis'));
+    throw new Error(ioredisMissing(redis));
   }
   const limiterDefaults: RedisOptions = {
     enableOfflineQueue: false,

@@ -81,15 +81,15 @@ describe.each(ALGORITHMS.map((algorithm) => [algorithm]))('%s (pure, limit chang
           const limit = limits[which];
           const verdict = decideAll([{ state, limit, cost }], now, true);
           if (verdict.allowed) state = verdict.next[0];
-          const { remaining, retryMs, resetMs, nextMs, delayMs } = verdict.outcomes[0];
+          const { remaining, retryMs, fullMs, nextMs, delayMs } = verdict.outcomes[0];
           // the time from empty to full, the longest any key of this limit lives
           const longest = longestTtlMs(limit);
           const within = (ms: number) => ms >= 0 && ms <= longest;
           expect({ step, remaining: remaining >= 0 && remaining <= limit.burst }).toEqual({ step, remaining: true });
           expect({ step, retryMs: retryMs === -1 || within(retryMs) }).toEqual({ step, retryMs: true });
-          expect({ step, resetMs: within(resetMs), nextMs: within(nextMs), delayMs: within(delayMs) }).toEqual({
+          expect({ step, fullMs: within(fullMs), nextMs: within(nextMs), delayMs: within(delayMs) }).toEqual({
             step,
-            resetMs: true,
+            fullMs: true,
             nextMs: true,
             delayMs: true,
           });

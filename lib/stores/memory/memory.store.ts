@@ -1,11 +1,10 @@
-import { decideAll, type Entry, expiresAt, modelOf, type Verdict } from '../../algorithms/decide.js';
-import type { Held, Limit } from '../../algorithms/algorithm.types.js';
-import { invalidStoreOption } from '../../rate-limit.messages.js';
+import { decideAll, type Entry, expiresAt, expiryAfter, modelOf, type Verdict } from '../../algorithms/decide.js';
+import { invalidMaxKeys, invalidStoreClock } from '../../rate-limit.messages.js';
 import { chargeOf, toDecision } from '../decision.js';
 import { distinctRequests, spreadDecisions } from '../distinct-requests.js';
 import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from '../rate-limit-store.interface.js';
-import { kthSmallest } from './kth-smallest.js';
-import { PACKED_STATES, PACKED_WIDTH } from './packed-state.js';
+import { BucketTable } from './bucket-table.js';
+import { makeRoom } from './eviction.js';
 
 /** Options of `MemoryStore`. */
 export interface MemoryStoreOptions {
@@ -21,10 +20,6 @@ export interface MemoryStoreOptions {
   maxKeys?: number;
 }
 
-/** Doubles per bucket: when it expires, then its packed state. */
-const ROW = 1 + PACKED_WIDTH;
-/** Buckets freed at once when the store is full, as a share of `maxKeys`. */
-const EVICT_SHARE = 0.01;
 /** How often expired buckets are swept while the store holds any, ms. */
 const SWEEP_INTERVAL_MS = 1_000;
 /** Buckets looked at per sweep, so that one sweep of a large store stays short (about 1 ms). */
@@ -47,32 +42,23 @@ export class MemoryStore implements RateLimitStore {
   readonly inProcess = true;
   private readonly clock: () => number;
   private readonly maxKeys: number;
-  /** Key to row number. */
-  private readonly slots = new Map<string, number>();
-  /** Row number to key, `undefined` for a free row: sweeps scan rows, never the map. Its length is the rows ever used. */
-  private readonly keys: (string | undefined)[] = [];
-  /** Row `i` is `rows[i * ROW ...]`: expiry time, then the state. Grows by doubling up to `maxKeys` rows. */
-  private rows = new Float64Array(0);
-  /** What a row cannot hold (a sliding window log's timestamps), by row number. */
-  private readonly extras = new Map<number, unknown>();
-  private readonly freeSlots: number[] = [];
-  /** Where the next sweep starts. */
+  private readonly table: BucketTable;
+  /** Row where the next sweep starts. */
   private sweepFrom = 0;
   private sweepTimer: NodeJS.Timeout | undefined;
 
   constructor(options: MemoryStoreOptions = {}) {
     const { clock = Date.now, maxKeys = DEFAULT_MAX_KEYS } = options;
-    if (typeof clock !== 'function') throw new Error(invalidStoreOption('MemoryStore', 'clock', clock, 'must be a function returning ms'));
-    if (!Number.isSafeInteger(maxKeys) || maxKeys < 1) {
-      throw new Error(invalidStoreOption('MemoryStore', 'maxKeys', maxKeys, 'must be a whole number >= 1'));
-    }
+    if (typeof clock !== 'function') throw new Error(invalidStoreClock('MemoryStore', clock));
+    if (!Number.isSafeInteger(maxKeys) || maxKeys < 1) throw new Error(invalidMaxKeys(maxKeys));
     this.clock = clock;
     this.maxKeys = maxKeys;
+    this.table = new BucketTable(maxKeys);
   }
 
   /** Number of buckets held (expired ones not yet swept included). */
   get size(): number {
-    return this.slots.size;
+    return this.table.size;
   }
 
   // async: a bad argument rejects the promise, as with any store, instead of throwing
@@ -85,19 +71,15 @@ export class MemoryStore implements RateLimitStore {
   }
 
   async reset(keys: readonly string[]): Promise<void> {
-    for (const key of keys) this.remove(key);
+    for (const key of keys) this.table.remove(key);
   }
 
   /** Drops every bucket and stops the sweep timer. */
   close(): Promise<void> {
     clearTimeout(this.sweepTimer);
     this.sweepTimer = undefined;
-    this.slots.clear();
-    this.keys.length = 0;
-    this.extras.clear();
-    this.freeSlots.length = 0;
+    this.table.clear();
     this.sweepFrom = 0;
-    this.rows = new Float64Array(0);
     return Promise.resolve();
   }
 
@@ -119,113 +101,34 @@ export class MemoryStore implements RateLimitStore {
     const now = this.clock();
     const n = requests.length;
     // each bucket's row (undefined: none), looked up once for the read and the write
-    const slots: (number | undefined)[] = new Array(n);
+    const rows: (number | undefined)[] = new Array(n);
     const entries: Entry[] = new Array(n);
     for (let i = 0; i < n; i++) {
       const request = requests[i];
-      slots[i] = this.slots.get(request.key);
-      entries[i] = { state: this.read(slots[i], request.limit, now), limit: request.limit, cost: request.cost };
+      rows[i] = this.table.rowOf(request.key);
+      entries[i] = { state: this.table.read(rows[i], request.limit, now), limit: request.limit, cost: request.cost };
     }
     const verdict = decideAll(entries, now, charge);
-    if (verdict.allowed && charge) this.write(requests, slots, verdict, now);
-    else for (let i = 0; i < n; i++) if (slots[i] !== undefined && entries[i].state === undefined) this.free(slots[i]!);
+    if (verdict.allowed && charge) this.write(requests, rows, verdict, now);
+    else for (let i = 0; i < n; i++) if (rows[i] !== undefined && entries[i].state === undefined) this.table.free(rows[i]!);
     const decisions: RateLimitDecision[] = new Array(n);
     for (let i = 0; i < n; i++) decisions[i] = toDecision(requests[i], verdict.outcomes[i]);
     return decisions;
   }
 
-  /** The state in a row, `undefined` when there is none or it expired (the row is rewritten or freed after the decision). */
-  private read(slot: number | undefined, limit: Limit, now: number): Held | undefined {
-    if (slot === undefined || this.rows[slot * ROW] <= now) return undefined;
-    return PACKED_STATES[limit.algorithm].read(this.rows, slot * ROW + 1, this.extras.get(slot));
-  }
-
-  private write(requests: readonly RateLimitRequest[], slots: (number | undefined)[], verdict: Verdict, now: number): void {
+  private write(requests: readonly RateLimitRequest[], rows: (number | undefined)[], verdict: Verdict, now: number): void {
     let added = 0;
-    for (const slot of slots) if (slot === undefined) added++;
-    // room is made around the request's own rows, so `slots` stays right
-    if (added > 0 && this.slots.size + added > this.maxKeys) this.makeRoom(added, slots, now);
+    for (const row of rows) if (row === undefined) added++;
+    // room is made around the request's own rows, so `rows` stays right
+    if (added > 0 && this.table.size + added > this.maxKeys) makeRoom(this.table, this.maxKeys, added, rows, now);
     for (let i = 0; i < requests.length; i++) {
       const { key, limit } = requests[i];
-      const slot = slots[i] ?? this.allocate(key);
+      const row = rows[i] ?? this.table.allocate(key);
       const state = verdict.next[i];
-      // resetMs is waitMs(burst) of the charged state: expiresAt without working it out again
-      this.writeRow(slot, limit, state, state.at + Math.max(1, verdict.outcomes[i].resetMs));
+      // the report's fullMs is waitMs(burst) of the charged state: expiresAt without working it out again
+      this.table.write(row, limit, state, expiryAfter(state.at, verdict.outcomes[i].fullMs));
     }
     if (this.sweepTimer === undefined) this.scheduleSweep();
-  }
-
-  /** Stores a state in its row, to expire at `expiry` (ms on the store's clock). */
-  private writeRow(slot: number, limit: Limit, state: Held, expiry: number): void {
-    this.rows[slot * ROW] = expiry;
-    const extra = PACKED_STATES[limit.algorithm].write(state, this.rows, slot * ROW + 1);
-    if (extra !== undefined) this.extras.set(slot, extra);
-  }
-
-  private allocate(key: string): number {
-    let slot = this.freeSlots.pop();
-    if (slot === undefined) {
-      slot = this.keys.length;
-      if (slot * ROW >= this.rows.length) {
-        // up to maxKeys rows, or more for a request whose own buckets are more (see `maxKeys`)
-        const grown = new Float64Array(Math.max(slot + 1, Math.min(Math.max(1024, (slot + 1) * 2), this.maxKeys)) * ROW);
-        grown.set(this.rows);
-        this.rows = grown;
-      }
-    }
-    this.slots.set(key, slot);
-    this.keys[slot] = key;
-    return slot;
-  }
-
-  private remove(key: string): void {
-    const slot = this.slots.get(key);
-    if (slot !== undefined) this.free(slot);
-  }
-
-  private free(slot: number): void {
-    const key = this.keys[slot]!;
-    // only the row the map points at is the key's bucket: freeing any other must not drop it
-    if (this.slots.get(key) === slot) this.slots.delete(key);
-    this.keys[slot] = undefined;
-    this.extras.delete(slot);
-    this.freeSlots.push(slot);
-  }
-
-  /**
-   * Frees room for `added` new buckets, and 1 % of `maxKeys` at least so that the next inserts
-   * find room without another pass: every expired bucket first, and only when they are not
-   * enough, the live buckets that will be full again soonest (the ones whose clients lose least).
-   * The request's own buckets stay.
-   */
-  private makeRoom(added: number, kept: readonly (number | undefined)[], now: number): void {
-    const evictable = (slot: number) => this.keys[slot] !== undefined && !kept.includes(slot);
-    const goal = Math.min(this.maxKeys, Math.max(added, Math.ceil(this.maxKeys * EVICT_SHARE)));
-    for (let slot = 0; slot < this.keys.length; slot++) {
-      if (this.rows[slot * ROW] <= now && evictable(slot)) this.free(slot);
-    }
-    let excess = this.slots.size + goal - this.maxKeys;
-    if (excess <= 0) return;
-
-    const expiries = new Float64Array(this.slots.size);
-    let count = 0;
-    for (let slot = 0; slot < this.keys.length; slot++) if (evictable(slot)) expiries[count++] = this.rows[slot * ROW];
-    excess = Math.min(excess, count);
-    if (excess === 0) return;
-    const candidates = expiries.subarray(0, count);
-    const threshold = kthSmallest(candidates, excess - 1);
-    // the ones expiring before the threshold all go, and as many at it as make up the number
-    let atThreshold = excess;
-    for (let i = 0; i < excess; i++) if (candidates[i] < threshold) atThreshold--;
-    for (let slot = 0; slot < this.keys.length; slot++) {
-      const expiry = this.rows[slot * ROW];
-      if (expiry > threshold || !evictable(slot)) continue;
-      if (expiry === threshold) {
-        if (atThreshold === 0) continue;
-        atThreshold--;
-      }
-      this.free(slot);
-    }
   }
 
   private scheduleSweep(): void {
@@ -237,12 +140,12 @@ export class MemoryStore implements RateLimitStore {
   private sweepSome(): void {
     this.sweepTimer = undefined;
     const now = this.clock();
-    const end = Math.min(this.keys.length, this.sweepFrom + SWEEP_PER_TICK);
-    for (let slot = this.sweepFrom; slot < end; slot++) {
-      if (this.keys[slot] !== undefined && this.rows[slot * ROW] <= now) this.free(slot);
+    const end = Math.min(this.table.length, this.sweepFrom + SWEEP_PER_TICK);
+    for (let row = this.sweepFrom; row < end; row++) {
+      if (this.table.isUsed(row) && this.table.expiry(row) <= now) this.table.free(row);
     }
-    this.sweepFrom = end < this.keys.length ? end : 0;
-    if (this.slots.size > 0) this.scheduleSweep();
+    this.sweepFrom = end < this.table.length ? end : 0;
+    if (this.table.size > 0) this.scheduleSweep();
   }
 
   /**
@@ -257,12 +160,12 @@ export class MemoryStore implements RateLimitStore {
       const charge = chargeOf(decision);
       if (charge === undefined) continue;
       const { key, limit, cost } = charge.request;
-      const slot = this.slots.get(key);
-      const state = this.read(slot, limit, now);
+      const row = this.table.rowOf(key);
+      const state = this.table.read(row, limit, now);
       if (state === undefined) continue;
       const model = modelOf(limit);
       const refunded = model.refund(model.current(state, now, limit), limit, cost, charge.at);
-      this.writeRow(slot!, limit, refunded, expiresAt(model, refunded, limit));
+      this.table.write(row!, limit, refunded, expiresAt(model, refunded, limit));
     }
     return Promise.resolve();
   }

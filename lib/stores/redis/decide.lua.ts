@@ -5,7 +5,7 @@ import { SLIDING_WINDOW_LOG_LUA } from './sliding-window-log.lua.js';
 import { TOKEN_BUCKET_LUA } from './token-bucket.lua.js';
 
 /**
- * Numbers both scripts return per request: allowed, remaining, retryMs, resetMs, nextMs,
+ * Numbers both scripts return per request: allowed, remaining, retryMs, fullMs, nextMs,
  * delayMs, and the time the state is as of (the `at` a refund names). The reply ends with the
  * script's clock, one more number.
  */
@@ -68,21 +68,21 @@ local function admitted(m, s, limit, cost)
 end
 
 -- algorithms/decide.ts report, plus the state's time (a refund needs to know when a charge was),
--- appended to the reply; returns resetMs, waitMs(burst): when the bucket is full again
+-- appended to the reply; returns fullMs, waitMs(burst): when the bucket is full again
 local function report(m, s, limit, cost, admits, delay_ms, reply)
   local remaining = m.remaining(s, limit)
   local retry_ms = 0
   if not admits then
     if cost > limit.burst then retry_ms = -1 else retry_ms = m.wait_ms(s, limit, cost) end
   end
-  local reset_ms = m.wait_ms(s, limit, limit.burst)
+  local full_ms = m.wait_ms(s, limit, limit.burst)
   local next_ms = 0
   if remaining < limit.burst then next_ms = m.wait_ms(s, limit, remaining + 1) end
   local k = reply.n
-  reply[k + 1], reply[k + 2], reply[k + 3], reply[k + 4] = admits and 1 or 0, remaining, retry_ms, reset_ms
+  reply[k + 1], reply[k + 2], reply[k + 3], reply[k + 4] = admits and 1 or 0, remaining, retry_ms, full_ms
   reply[k + 5], reply[k + 6], reply[k + 7] = next_ms, delay_ms, s.at
   reply.n = k + ${REPLY_WIDTH}
-  return reset_ms
+  return full_ms
 end
 
 -- appends a number to the reply
@@ -91,22 +91,22 @@ local function append(reply, value)
   reply[reply.n] = value
 end
 
--- algorithms/decide.ts expiresAt, from the waitMs(burst) the report has already worked out
-local function expires_at(s, reset_ms)
-  return string.format('%d', s.at + math.max(1, reset_ms))
+-- algorithms/decide.ts expiryAfter: expiresAt from the waitMs(burst) the report has already worked out
+local function expires_at(s, full_ms)
+  return string.format('%d', s.at + math.max(1, full_ms))
 end
 
 -- stores a charged state, to expire (on the script's clock) when the bucket is full again; the
 -- log's entries are in the set already (add runs before the report reads them). SET, then
 -- PEXPIREAT: SET ... PXAT would do both in one command, but only from Redis 6.2 on
-local function save(m, key, s, reset_ms)
-  if reset_ms == 0 then
+local function save(m, key, s, full_ms)
+  if full_ms == 0 then
     -- full: the same as an absent key (only a refund leaves a bucket full)
     redis.call('DEL', key)
     return
   end
   if not m.add then redis.call('SET', key, m.encode(s)) end
-  redis.call('PEXPIREAT', key, expires_at(s, reset_ms))
+  redis.call('PEXPIREAT', key, expires_at(s, full_ms))
 end
 
 -- ARGV[1]: now, integer ms, or '' for Redis TIME
@@ -141,7 +141,7 @@ end
  * ARGV[b + 7 + 4(i-1)] cost, tokens (may be fractional)
  *
  * Returns per request 0 when it was past its deadline, else 1 and then 7 integers per policy:
- * allowed (0/1), remaining (tokens), retryMs (-1: never), resetMs (until full), nextMs (until
+ * allowed (0/1), remaining (tokens), retryMs (-1: never), fullMs (until full), nextMs (until
  * one more token), delayMs, at (ms). Then now (ms).
  *
  * A key expires (PEXPIREAT, on the script's clock) when its bucket is full again.
@@ -172,8 +172,8 @@ local function decide(first, base, n, charge, now, reply)
       states[i] = models[i].charge(states[i], limits[i], costs[i])
       if models[i].add then models[i].add(KEYS[first + i], states[i]) end
     end
-    local reset_ms = report(models[i], states[i], limits[i], costs[i], admits[i], delay_ms, reply)
-    if charged then save(models[i], KEYS[first + i], states[i], reset_ms) end
+    local full_ms = report(models[i], states[i], limits[i], costs[i], admits[i], delay_ms, reply)
+    if charged then save(models[i], KEYS[first + i], states[i], full_ms) end
   end
 end
 

@@ -15,7 +15,10 @@ const CRC16_TABLE = (() => {
 /**
  * The Redis Cluster hash slot of a key: CRC16 of its hash tag (what lies between the first `{`
  * and the next `}`, when that is not empty) or else of the whole key, modulo 16384. Bucket keys
- * end in `{<digest of the identity>}`, so every bucket of one identity shares a slot.
+ * end in `{<digest of the identity>}`, so every bucket of one identity shares a slot. Not the
+ * `cluster-key-slot` package that ioredis 6 routes by: after an empty tag (`foo{}{bar}`) it hashes
+ * up to the next `}` (`{bar`), where Redis hashes the whole key, and would put keys that Redis
+ * puts in two slots in one script call.
  *
  * @example hashSlot('rl:per-user:tb:{6j_UO-HlfWLhY9rh}') === hashSlot('{6j_UO-HlfWLhY9rh}')
  */
@@ -34,4 +37,16 @@ export function hashSlot(key: string): number {
   let crc = 0;
   for (let i = start; i < end; i++) crc = ((crc << 8) ^ CRC16_TABLE[((crc >> 8) ^ bytes[i]) & 0xff]) & 0xffff;
   return crc % HASH_SLOTS;
+}
+
+/** Indexes of `keys` by hash slot: a single group, slot 0, on a single Redis (`cluster` false). */
+export function groupBySlot(keys: readonly string[], cluster: boolean): Map<number, number[]> {
+  const groups = new Map<number, number[]>();
+  keys.forEach((key, i) => {
+    const slot = cluster ? hashSlot(key) : 0;
+    const group = groups.get(slot);
+    if (group) group.push(i);
+    else groups.set(slot, [i]);
+  });
+  return groups;
 }

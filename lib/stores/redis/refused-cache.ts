@@ -1,4 +1,4 @@
-import type { Algorithm, Outcome } from '../../algorithms/algorithm.types.js';
+import { type Algorithm, type Outcome, WINDOW_ALGORITHMS } from '../../algorithms/algorithm.types.js';
 import type { RateLimitRequest } from '../rate-limit-store.interface.js';
 
 /** What Redis last said of a request, as far as a request like it is certainly refused. */
@@ -24,9 +24,6 @@ interface Policy {
 
 /** No call on the way behind one that lands. */
 const none = (): number => 0;
-
-/** Algorithms whose quota comes back no faster than `rps`; the others may bring back all of it at once. */
-const STEADY: ReadonlySet<Algorithm> = new Set<Algorithm>(['token_bucket', 'gcra', 'leaky_bucket']);
 
 /** Most refused keys remembered; the oldest go first. */
 const MAX_KEYS = 10_000;
@@ -203,11 +200,11 @@ function sameAs(policy: Policy, limit: RateLimitRequest['limit'], cost: number):
 /**
  * How many requests of the policy's cost its bucket can hold `elapsed` ms after the decision, at
  * the most. Before `nextMs` (less the rounding) it holds fewer than `remaining + 1` tokens; then
- * a bucket that refills at `rps` gains no faster, and any other may be full.
+ * a bucket that refills at `rps` gains no faster, and a window (`WINDOW_ALGORITHMS`) may be full.
  */
 function room({ algorithm, rps, burst, cost, outcome: { remaining, nextMs } }: Policy, elapsed: number): number {
   if (elapsed < nextMs - ROUNDING_MS) return Math.ceil((remaining + 1) / cost) - 1;
-  const tokens = STEADY.has(algorithm) ? Math.min(burst, remaining + 1 + ((elapsed - nextMs + ROUNDING_MS) * rps) / 1000) : burst;
+  const tokens = WINDOW_ALGORITHMS.has(algorithm) ? burst : Math.min(burst, remaining + 1 + ((elapsed - nextMs + ROUNDING_MS) * rps) / 1000);
   return Math.floor(tokens / cost);
 }
 
@@ -221,7 +218,7 @@ function agedOutcome(outcome: Outcome, elapsed: number): Outcome {
     allowed: outcome.allowed || retryMs === 0,
     remaining: outcome.remaining,
     retryMs,
-    resetMs: Math.max(0, outcome.resetMs - elapsed),
+    fullMs: Math.max(0, outcome.fullMs - elapsed),
     nextMs: Math.max(0, outcome.nextMs - elapsed),
     delayMs: 0,
   };

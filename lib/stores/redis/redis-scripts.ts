@@ -1,0 +1,65 @@
+import type { Cluster, Redis } from 'ioredis';
+import type { RateLimitRequest } from '../rate-limit-store.interface.js';
+import { DECIDE_LUA, REFUND_LUA } from './decide.lua.js';
+import type { RedisClock } from './redis-clock.js';
+import { type Answer, parseAnswer } from './script-reply.js';
+
+/** The names the scripts are defined under on the ioredis client. */
+const DECIDE = 'nestjsRateLimitDecide';
+const REFUND = 'nestjsRateLimitRefund';
+
+type ScriptCommand = (numKeys: number, ...args: string[]) => Promise<number[]>;
+
+/**
+ * The decide and refund scripts on one ioredis client, defined on it once as commands
+ * (`defineCommand`: a call is an EVALSHA, the script is sent whole only when Redis does not have
+ * it). Every call's ARGV[1] is the clock (see `RedisClock.scriptNow`).
+ */
+export class RedisScripts {
+  private readonly decideCommand: ScriptCommand;
+  private readonly refundCommand: ScriptCommand;
+
+  constructor(
+    private readonly client: Redis | Cluster,
+    private readonly clock: RedisClock,
+  ) {
+    this.decideCommand = this.define(DECIDE, DECIDE_LUA);
+    this.refundCommand = this.define(REFUND, REFUND_LUA);
+  }
+
+  /** Runs `DECIDE_LUA` on `keys`, with `args` after its clock (ARGV[2] on): its raw reply. */
+  decide(keys: readonly string[], args: readonly string[]): Promise<number[]> {
+    return this.run(this.decideCommand, DECIDE_LUA, keys, args);
+  }
+
+  /** Gives back what a decide call charged for requests of one hash slot (`at` from its reply). */
+  async refund(requests: readonly RateLimitRequest[], at: readonly number[]): Promise<Answer> {
+    const args: string[] = [];
+    requests.forEach(({ limit, cost }, i) => {
+      args.push(limit.algorithm, String(limit.rps), String(limit.burst), String(cost), String(at[i]));
+    });
+    const keys = requests.map((request) => request.key);
+    return parseAnswer(await this.run(this.refundCommand, REFUND_LUA, keys, args), 0, requests.length);
+  }
+
+  /**
+   * Runs a script by its SHA. ioredis sends it whole after a NOSCRIPT reply, but only once per
+   * connection until the next flush: calls that got NOSCRIPT together with a `SCRIPT FLUSH` between
+   * them would fail, so those are sent whole here.
+   */
+  private async run(command: ScriptCommand, lua: string, keys: readonly string[], args: readonly string[]): Promise<number[]> {
+    const now = this.clock.scriptNow();
+    try {
+      return await command(keys.length, ...keys, now, ...args);
+    } catch (error) {
+      if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT')) throw error;
+      return (await this.client.eval(lua, keys.length, ...keys, now, ...args)) as number[];
+    }
+  }
+
+  private define(name: string, lua: string): ScriptCommand {
+    const client = this.client as unknown as Record<string, ScriptCommand>;
+    if (typeof client[name] !== 'function') this.client.defineCommand(name, { lua });
+    return client[name].bind(this.client);
+  }
+}
