@@ -22,7 +22,7 @@ import { writeFile } from 'node:fs/promises';
 import { cpus, loadavg } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { Redis } from 'ioredis';
-import { ensureRedisServer, startRedisServer, stopRedisProcesses, stopRedisServer } from '../test/redis/redis-server.js';
+import { ensureRedisServer, startRedisServer, stopRedisProcesses, stopRedisServer } from '../test/support/redis/process.js';
 import type { BenchContext, Comparison } from './comparison.js';
 import { memoryDecisions, redisDecisions } from './decisions.js';
 import { httpThroughput, refusedFlood } from './http.js';
