@@ -1,11 +1,10 @@
-import { ALGORITHMS, type Algorithm } from '../algorithms/algorithm.types.js';
+import { ALGORITHMS, type Algorithm, WINDOW_ALGORITHMS } from '../algorithms/algorithm.types.js';
 import { invalidPolicy, invalidPolicyField, invalidPolicyValue } from '../rate-limit.messages.js';
 import type { KeySource, RateLimitPolicy, ResolvedPolicy } from './policy.types.js';
 
 const FIELDS = new Set<string>([
   'algorithm', 'rps', 'tokensPerSecond', 'burst', 'limit', 'window', 'cost', 'defaultCost', 'key', 'name',
 ]);
-const WINDOW_ALGORITHMS = new Set<Algorithm>(['fixed_window', 'sliding_window_log', 'sliding_window_counter']);
 const WINDOW_UNITS: Record<string, number> = { ms: 0.001, s: 1, m: 60, h: 3600, d: 86_400 };
 const WINDOW_PATTERN = /^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?$/;
 /** An RFC 9110 token: what an HTTP header name may be. */

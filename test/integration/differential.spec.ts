@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
 import type { Redis } from 'ioredis';
-import { ALGORITHMS, type Algorithm, type Held, type Outcome } from '../../lib/algorithms/algorithm.types.js';
+import { ALGORITHMS, type Algorithm, type Held, type Outcome, WINDOW_ALGORITHMS } from '../../lib/algorithms/algorithm.types.js';
 import { durationMs, windowMs } from '../../lib/algorithms/conversions.js';
 import { decideAll, expiresAt, modelOf } from '../../lib/algorithms/decide.js';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
@@ -50,7 +50,6 @@ interface Run {
 const RUNS = Number(process.env.RATE_LIMIT_PROPERTY_RUNS ?? 1_000);
 const SEED = process.env.RATE_LIMIT_PROPERTY_SEED === undefined ? undefined : Number(process.env.RATE_LIMIT_PROPERTY_SEED);
 
-const WINDOW_ALGORITHMS: ReadonlySet<Algorithm> = new Set(['fixed_window', 'sliding_window_log', 'sliding_window_counter']);
 const MIN_RPS = 0.001;
 const MAX_RPS = 1e6;
 /** A day and a bit: the longest window generated, ms. */
