@@ -18,7 +18,7 @@ const shared = {
   testEnvironment: 'node',
   rootDir: '.',
   extensionsToTreatAsEsm: ['.ts'],
-  transform: { '^.+\\.ts$': ['ts-jest', { useESM: true, isolatedModules: true }] },
+  transform: { '^.+\\.ts$': ['ts-jest', { useESM: true }] },
   moduleNameMapper: {
     '^nestjs-ratelimit$': '<rootDir>/lib/index.ts',
     '^(\\.{1,2}/.*)\\.js$': '$1',
