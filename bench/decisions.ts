@@ -30,7 +30,7 @@ const IN_FLIGHT = 256;
 /** Keys are `rl:bench:<1..KEY_SPACE>`, drawn uniformly. */
 const KEY_SPACE = 1_000_000;
 /** Our policy: 1000 tokens per second, bucket of 1000. */
-const LIMIT: RateLimitRequest['limit'] = { algorithm: 'token_bucket', rps: 1000, burst: 1000 };
+const RULE: RateLimitRequest['rule'] = { algorithm: 'token_bucket', rps: 1000, burst: 1000 };
 /** rate-limiter-flexible's: 1000 points per 1-second window. */
 const RLF_LIMIT = { points: 1000, duration: 1 };
 /**
@@ -80,7 +80,7 @@ async function drive(decide: Decide, seconds: number): Promise<Sample> {
 
 /** Each Decide adds one promise to the store's own call, the same for every contender. */
 function ours(store: RateLimitStore): Decide {
-  return (key) => store.consume([{ key, policy: 'bench', limit: LIMIT, cost: 1 }]).then((decisions) => decisions[0].allowed);
+  return (key) => store.consume([{ key, policy: 'bench', rule: RULE, cost: 1 }]).then((decisions) => decisions[0].allowed);
 }
 
 /** rate-limiter-flexible rejects with a `RateLimiterRes` when limited and with an `Error` when it cannot decide. */

@@ -56,8 +56,8 @@ export function invalidArgument(where: string, argument: string, value: unknown,
   return `Invalid argument to ${where}: "${argument}" ${expected}, got ${show(value)}`;
 }
 
-/** Two requests of one store call for the same bucket key that do not agree on its limit or their cost. */
-export function invalidRepeatedKey(where: string, first: number, second: number, key: string, field: 'limit' | 'cost'): string {
+/** Two requests of one store call for the same bucket key that do not agree on its rule or their cost. */
+export function invalidRepeatedKey(where: string, first: number, second: number, key: string, field: 'rule' | 'cost'): string {
   return `Invalid argument to ${where}: requests[${first}] and requests[${second}] are for the same key ${show(key)} with a different ${field}; a key is one bucket, decided once per call: give each key once`;
 }
 
@@ -124,7 +124,7 @@ export function shadowRefusal(policy: string, route: string, retryAfter: number)
 /** The 503 message when the store fails and `failMode` is `'closed'`. */
 export const storeUnavailable = 'Rate limiter unavailable. Try again later.';
 
-/** What is wrong with a list of policies where two share `name` (they would be one bucket under two limits). */
+/** What is wrong with a list of policies where two share `name` (they would be one bucket under two rules). */
 export function duplicatePolicyName(name: string): string {
   return `two policies are named "${name}"; give each policy its own "name"`;
 }
@@ -200,7 +200,7 @@ export function invalidRequests(where: string, requests: unknown): string {
 
 /** A request of a store call that is not an object. */
 export function invalidRequest(where: string, index: number, request: unknown): string {
-  return invalidArgument(where, `requests[${index}]`, request, 'must be a request such as { key, policy, limit, cost }');
+  return invalidArgument(where, `requests[${index}]`, request, 'must be a request such as { key, policy, rule, cost }');
 }
 
 /** A request of a store call whose key is not a string. */

@@ -205,7 +205,7 @@ export class RateLimiterService implements BeforeApplicationShutdown, OnApplicat
       if (!compiled) this.compiled.set(policy, (compiled = routePolicy(resolvePolicy(policy, 'RateLimiterService', 'default'), this.options)));
       return storeRequest(compiled, identity, cost);
     });
-    // a policy's name is its bucket: two of one name would be one bucket under two limits, as a route refuses
+    // a policy's name is its bucket: two of one name would be one bucket under two rules, as a route refuses
     for (let i = 1; i < requests.length; i++) {
       for (let j = 0; j < i; j++) {
         if (requests[j].policy === requests[i].policy) {

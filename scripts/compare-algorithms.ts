@@ -14,7 +14,7 @@ import { Redis } from 'ioredis';
 import { type Algorithm, ALGORITHMS, MemoryStore, type RateLimitDecision, type RateLimitRequest, RedisStore } from 'nestjs-ratelimit';
 import { ensureRedisServer, startRedisServer, stopRedisServer } from '../test/support/redis/process.js';
 
-type Limit = RateLimitRequest['limit'];
+type Rule = RateLimitRequest['rule'];
 
 /** The table's policy: limit 100 per 10 s, which is rps 10, burst 100. */
 const LIMIT = 100;
@@ -48,8 +48,8 @@ const REDIS_ROUNDS = 3;
 /** Replayed requests in flight at once (one connection keeps them in order). */
 const REDIS_BATCH = 500;
 
-/** A policy of `limit` per `windowMs`, as the module normalises `{ limit, window }`. */
-function limitOf(algorithm: Algorithm, limit: number, windowMs: number): Limit {
+/** The rule of a policy of `limit` per `windowMs`, as the module normalises `{ limit, window }`. */
+function ruleOf(algorithm: Algorithm, limit: number, windowMs: number): Rule {
   return { algorithm, rps: (limit * 1000) / windowMs, burst: limit };
 }
 
@@ -133,14 +133,14 @@ interface Replay {
 }
 
 /** Replays `trace` on a fresh `MemoryStore` whose clock the trace drives, each client on its own bucket. */
-function replayInMemory(trace: readonly Arrival[], limit: Limit): Replay {
+function replayInMemory(trace: readonly Arrival[], rule: Rule): Replay {
   let now = EPOCH;
   const store = new MemoryStore({ clock: () => now });
   const allowed = new Uint8Array(trace.length);
   let maxDelayMs = 0;
   trace.forEach(({ at, client }, i) => {
     now = EPOCH + at;
-    const [decision] = store.decide([{ key: keyOf(limit.algorithm, client), policy: 'compare', limit, cost: 1 }], true);
+    const [decision] = store.decide([{ key: keyOf(rule.algorithm, client), policy: 'compare', rule, cost: 1 }], true);
     allowed[i] = decision.allowed ? 1 : 0;
     maxDelayMs = Math.max(maxDelayMs, decision.delay * 1000);
   });
@@ -232,31 +232,31 @@ async function commandStats(redis: Redis): Promise<Map<string, { calls: number; 
   return stats;
 }
 
-/** A `RedisStore` on a clock the caller sets, taking one token of `limit` from one client's key at a time. */
+/** A `RedisStore` on a clock the caller sets, taking one token under `rule` from one client's key at a time. */
 interface RedisReplayer {
   clock: { now: number };
   consume(client: number): Promise<RateLimitDecision[]>;
 }
 
-function redisReplayer(redis: Redis, limit: Limit): RedisReplayer {
+function redisReplayer(redis: Redis, rule: Rule): RedisReplayer {
   const clock = { now: 0 };
   const store = new RedisStore({ client: redis, clock: () => clock.now, cacheRefusals: false });
-  const consume = (client: number) => store.consume([{ key: keyOf(limit.algorithm, client), policy: 'compare', limit, cost: 1 }]);
+  const consume = (client: number) => store.consume([{ key: keyOf(rule.algorithm, client), policy: 'compare', rule, cost: 1 }]);
   return { clock, consume };
 }
 
 /**
- * What `limit` costs in Redis: `MEMORY USAGE` of one key filled to its limit, then the first
+ * What `rule` costs in Redis: `MEMORY USAGE` of one key filled to its limit, then the first
  * `REDIS_REQUESTS` of `trace` replayed `REDIS_ROUNDS` times. The replays run on the trace's
  * clock, started at the next window boundary of the real time, so that windows fall as they do
  * in memory and the keys' expiry times (PEXPIREAT) lie ahead of Redis's own clock.
  */
-async function measureRedis(redis: Redis, limit: Limit, trace: readonly Arrival[], inMemory: Replay): Promise<RedisCost> {
-  const replayer = redisReplayer(redis, limit);
+async function measureRedis(redis: Redis, rule: Rule, trace: readonly Arrival[], inMemory: Replay): Promise<RedisCost> {
+  const replayer = redisReplayer(redis, rule);
   await redis.flushall();
   replayer.clock.now = Date.now();
-  for (let i = 0; i < limit.burst; i++) await replayer.consume(-1);
-  const fullKeyBytes = Number(await redis.call('MEMORY', 'USAGE', keyOf(limit.algorithm, -1), 'SAMPLES', '0'));
+  for (let i = 0; i < rule.burst; i++) await replayer.consume(-1);
+  const fullKeyBytes = Number(await redis.call('MEMORY', 'USAGE', keyOf(rule.algorithm, -1), 'SAMPLES', '0'));
 
   // The script is loaded by now, so every replayed call is one EVALSHA.
   const rounds: Omit<RedisCost, 'fullKeyBytes'>[] = [];
@@ -342,18 +342,18 @@ function differ({ share, moreAdmitted, moreRefused }: Disagreement, reference: s
 async function main(): Promise<void> {
   const started = performance.now();
   const indexOf = (algorithm: Algorithm) => ALGORITHMS.indexOf(algorithm);
-  const limits = ALGORITHMS.map((algorithm) => limitOf(algorithm, LIMIT, WINDOW_MS));
-  const largeLimits = ALGORITHMS.map((algorithm) => limitOf(algorithm, LARGE_LIMIT, WINDOW_MS));
+  const rules = ALGORITHMS.map((algorithm) => ruleOf(algorithm, LIMIT, WINDOW_MS));
+  const largeRules = ALGORITHMS.map((algorithm) => ruleOf(algorithm, LARGE_LIMIT, WINDOW_MS));
 
   const burst = burstTrace();
   const hammer = hammerTrace();
   const trace = exactnessTrace(LIMIT, WINDOW_MS);
   // Only replayed on Redis, so only as long as that replay.
   const largeTrace = exactnessTrace(LARGE_LIMIT, WINDOW_MS, REDIS_REQUESTS);
-  const bursts = limits.map((limit) => replayInMemory(burst, limit));
-  const hammers = limits.map((limit) => replayInMemory(hammer, limit));
-  const replays = limits.map((limit) => replayInMemory(trace, limit));
-  const largeReplays = largeLimits.map((limit) => replayInMemory(largeTrace, limit));
+  const bursts = rules.map((rule) => replayInMemory(burst, rule));
+  const hammers = rules.map((rule) => replayInMemory(hammer, rule));
+  const replays = rules.map((rule) => replayInMemory(trace, rule));
+  const largeReplays = largeRules.map((rule) => replayInMemory(largeTrace, rule));
   const log = replays[indexOf('sliding_window_log')];
   const counter = replays[indexOf('sliding_window_counter')];
 
@@ -361,8 +361,8 @@ async function main(): Promise<void> {
     const costs: RedisCost[] = [];
     const largeCosts: RedisCost[] = [];
     for (let i = 0; i < ALGORITHMS.length; i++) {
-      costs.push(await measureRedis(redis, limits[i], trace, replays[i]));
-      largeCosts.push(await measureRedis(redis, largeLimits[i], largeTrace, largeReplays[i]));
+      costs.push(await measureRedis(redis, rules[i], trace, replays[i]));
+      largeCosts.push(await measureRedis(redis, largeRules[i], largeTrace, largeReplays[i]));
     }
     const redisVersion = /redis_version:(\S+)/.exec(await redis.info('server'))?.[1] ?? 'unknown';
     return { costs, largeCosts, redisVersion };
@@ -427,8 +427,8 @@ async function main(): Promise<void> {
   ];
   for (const { limit, windowMs, load, loadNote } of variants) {
     const variant = exactnessTrace(limit, windowMs, TRACE_REQUESTS, load);
-    const variantCounter = replayInMemory(variant, limitOf('sliding_window_counter', limit, windowMs));
-    const variantLog = replayInMemory(variant, limitOf('sliding_window_log', limit, windowMs));
+    const variantCounter = replayInMemory(variant, ruleOf('sliding_window_counter', limit, windowMs));
+    const variantLog = replayInMemory(variant, ruleOf('sliding_window_log', limit, windowMs));
     out.push(`- limit ${whole(limit)} per ${windowMs / 1000} s${loadNote}: ${differ(versus(variantCounter, variantLog), 'the log')}`);
   }
   out.push('');

@@ -23,8 +23,11 @@ export const ALGORITHMS: readonly Algorithm[] = [
  */
 export const WINDOW_ALGORITHMS: ReadonlySet<Algorithm> = new Set<Algorithm>(['fixed_window', 'sliding_window_log', 'sliding_window_counter']);
 
-/** What an algorithm needs to know about a policy: plain data, the same for every store. */
-export interface Limit {
+/**
+ * The rule a bucket follows: its algorithm, its rate and its capacity. Plain data, the same for
+ * every store.
+ */
+export interface Rule {
   algorithm: Algorithm;
   /** Sustained rate, tokens per second (may be fractional). */
   rps: number;
@@ -76,28 +79,28 @@ export interface Held {
  */
 export interface AlgorithmModel<State extends Held> {
   /** The state as of `now` (refilled or expired, clock-safe). `undefined` is a key never seen or expired. */
-  current(state: State | undefined, now: number, limit: Limit): State;
+  current(state: State | undefined, now: number, rule: Rule): State;
   /** Whole tokens free in `state`, 0 to `burst`. */
-  remaining(state: State, limit: Limit): number;
+  remaining(state: State, rule: Rule): number;
   /**
    * Milliseconds until `need` tokens are free (`0 < need <= burst`): 0 when they are now.
    * Every time a decision reports comes from it: a request of `cost` is admitted when
    * `waitMs(cost)` is 0, `retryAfter` is `waitMs(cost)`, `t` is `waitMs(remaining + 1)`, and the
    * time until full, which is also the key's TTL, is `waitMs(burst)`.
    */
-  waitMs(state: State, limit: Limit, need: number): number;
+  waitMs(state: State, rule: Rule, need: number): number;
   /** The state after taking `cost`; only called when every policy admits the request. */
-  charge(state: State, limit: Limit, cost: number): State;
+  charge(state: State, rule: Rule, cost: number): State;
   /**
    * The state with what a charge of `cost` at `chargedAt` (the charged state's `at`) took given
    * back, as far as it still counts: a Redis Cluster request whose policies live in several hash
    * slots charges each slot, and gives back what the others took when one refuses. Never more
    * than the charge took, never past a full bucket.
    */
-  refund(state: State, limit: Limit, cost: number, chargedAt: number): State;
+  refund(state: State, rule: Rule, cost: number, chargedAt: number): State;
   /**
    * Milliseconds an admitted request waits before it proceeds, from the state before the
    * charge. Only queues (`leaky_bucket`) have it; the others never delay.
    */
-  delayMs?(state: State, limit: Limit): number;
+  delayMs?(state: State, rule: Rule): number;
 }

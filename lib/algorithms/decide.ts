@@ -1,4 +1,4 @@
-import type { Algorithm, AlgorithmModel, Held, Limit, Outcome } from './algorithm.types.js';
+import type { Algorithm, AlgorithmModel, Held, Outcome, Rule } from './algorithm.types.js';
 import { fixedWindow } from './fixed-window.js';
 import { gcra } from './gcra.js';
 import { leakyBucket } from './leaky-bucket.js';
@@ -17,14 +17,14 @@ export const MODELS: { readonly [A in Algorithm]: AlgorithmModel<any> } = {
 };
 
 /** The algorithm's model; policies are validated at start, so an unknown name is a bug. */
-export function modelOf(limit: Limit): AlgorithmModel<Held> {
-  return MODELS[limit.algorithm];
+export function modelOf(rule: Rule): AlgorithmModel<Held> {
+  return MODELS[rule.algorithm];
 }
 
-/** One policy's part of a request: its stored state, its limit and the cost. */
+/** One policy's part of a request: its stored state, its rule and the cost. */
 export interface Entry<State extends Held = Held> {
   state: State | undefined;
-  limit: Limit;
+  rule: Rule;
   cost: number;
 }
 
@@ -49,10 +49,10 @@ export function decideAll(entries: readonly Entry[], now: number, charge: boolea
   const admits: boolean[] = new Array(n);
   let allowed = true;
   for (let i = 0; i < n; i++) {
-    const { state, limit, cost } = entries[i];
-    const model = modelOf(limit);
-    current[i] = model.current(state, now, limit);
-    admits[i] = admitted(model, current[i], limit, cost);
+    const { state, rule, cost } = entries[i];
+    const model = modelOf(rule);
+    current[i] = model.current(state, now, rule);
+    admits[i] = admitted(model, current[i], rule, cost);
     allowed &&= admits[i];
   }
   const charged = allowed && charge;
@@ -60,28 +60,28 @@ export function decideAll(entries: readonly Entry[], now: number, charge: boolea
   const outcomes: Outcome[] = new Array(n);
   for (let i = 0; i < n; i++) {
     const entry = entries[i];
-    const model = modelOf(entry.limit);
-    const delayMs = allowed ? (model.delayMs?.(current[i], entry.limit) ?? 0) : 0;
-    if (charged) next[i] = model.charge(current[i], entry.limit, entry.cost);
+    const model = modelOf(entry.rule);
+    const delayMs = allowed ? (model.delayMs?.(current[i], entry.rule) ?? 0) : 0;
+    if (charged) next[i] = model.charge(current[i], entry.rule, entry.cost);
     outcomes[i] = report(model, next[i], entry, admits[i], delayMs);
   }
   return { allowed, outcomes, next };
 }
 
 /** Whether `cost` fits in `state` now; a cost above burst never does. */
-function admitted<S extends Held>(model: AlgorithmModel<S>, state: S, limit: Limit, cost: number): boolean {
-  return cost <= limit.burst && model.waitMs(state, limit, cost) === 0;
+function admitted<S extends Held>(model: AlgorithmModel<S>, state: S, rule: Rule, cost: number): boolean {
+  return cost <= rule.burst && model.waitMs(state, rule, cost) === 0;
 }
 
 /** The verdict `state` (charged or not) gives, every time derived from `waitMs`. */
-function report<S extends Held>(model: AlgorithmModel<S>, state: S, { limit, cost }: Entry, admits: boolean, delayMs: number): Outcome {
-  const remaining = model.remaining(state, limit);
+function report<S extends Held>(model: AlgorithmModel<S>, state: S, { rule, cost }: Entry, admits: boolean, delayMs: number): Outcome {
+  const remaining = model.remaining(state, rule);
   return {
     allowed: admits,
     remaining,
-    retryMs: admits ? 0 : cost > limit.burst ? -1 : model.waitMs(state, limit, cost),
-    fullMs: model.waitMs(state, limit, limit.burst),
-    nextMs: remaining >= limit.burst ? 0 : model.waitMs(state, limit, remaining + 1),
+    retryMs: admits ? 0 : cost > rule.burst ? -1 : model.waitMs(state, rule, cost),
+    fullMs: model.waitMs(state, rule, rule.burst),
+    nextMs: remaining >= rule.burst ? 0 : model.waitMs(state, rule, remaining + 1),
     delayMs,
     at: state.at,
   };
@@ -93,8 +93,8 @@ function report<S extends Held>(model: AlgorithmModel<S>, state: S, { limit, cos
  * went back, so such a key does not expire early). Never later, so every key's TTL stays within
  * the time from empty to full.
  */
-export function expiresAt<S extends Held>(model: AlgorithmModel<S>, state: S, limit: Limit): number {
-  return expiryAfter(state.at, model.waitMs(state, limit, limit.burst));
+export function expiresAt<S extends Held>(model: AlgorithmModel<S>, state: S, rule: Rule): number {
+  return expiryAfter(state.at, model.waitMs(state, rule, rule.burst));
 }
 
 /**

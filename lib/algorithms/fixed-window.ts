@@ -38,7 +38,7 @@ export const fixedWindow: AlgorithmModel<FixedWindowState> = {
     return state.count + need <= burst ? 0 : state.start + windowMs(rps, burst) - state.at;
   },
 
-  charge(state, _limit, cost) {
+  charge(state, _rule, cost) {
     return { start: state.start, count: state.count + cost, at: state.at };
   },
 

@@ -30,7 +30,7 @@ export const gcra: AlgorithmModel<GcraState> = {
     // A clock that goes backwards drains nothing, and `at` never moves back.
     const elapsed = Math.max(0, now - state.at);
     // A backlog written under a larger burst (the limit was lowered since) was a full one as of
-    // its `at`, and drains from there: no figure asks for more than the current limit's drain
+    // its `at`, and drains from there: no figure asks for more than the current rule's drain
     // time, and what a refusal reports still holds when nothing was written in between.
     const stored = Math.min(burst, state.backlog);
     // Empty once the whole ms its key expires after have passed, even where elapsed * rps / 1000
@@ -52,11 +52,11 @@ export const gcra: AlgorithmModel<GcraState> = {
     return state.backlog <= room ? 0 : durationMs(state.backlog - room, rps);
   },
 
-  charge(state, _limit, cost) {
+  charge(state, _rule, cost) {
     return { backlog: state.backlog + cost, at: state.at };
   },
 
-  refund(state, _limit, cost) {
+  refund(state, _rule, cost) {
     return { backlog: Math.max(0, state.backlog - cost), at: state.at };
   },
 };

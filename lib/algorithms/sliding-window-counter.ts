@@ -62,7 +62,7 @@ export const slidingWindowCounter: AlgorithmModel<SlidingWindowCounterState> = {
     return 2 * w - Math.floor(((burst - need) * w) / state.count) - elapsed;
   },
 
-  charge(state, _limit, cost) {
+  charge(state, _rule, cost) {
     return { start: state.start, previous: state.previous, count: state.count + cost, at: state.at };
   },
 

@@ -75,7 +75,7 @@ export const slidingWindowLog: AlgorithmModel<SlidingWindowLogState> = {
     return k <= 0 ? 0 : state.times[state.head + k - 1] + windowMs(rps, burst) - state.at;
   },
 
-  charge(state, _limit, cost) {
+  charge(state, _rule, cost) {
     const { head, count, at } = state;
     const end = head + count;
     let times = state.times as number[];
@@ -89,7 +89,7 @@ export const slidingWindowLog: AlgorithmModel<SlidingWindowLogState> = {
     return { times, head: first, count: times.length - first, at };
   },
 
-  refund(state, _limit, cost, chargedAt) {
+  refund(state, _rule, cost, chargedAt) {
     // Entries at the same ms are alike: drop that many of them (expired ones are gone already).
     const times = state.times.slice(state.head, state.head + state.count);
     for (let n = logEntries(cost); n > 0; n--) {

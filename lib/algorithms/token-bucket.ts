@@ -41,7 +41,7 @@ export const tokenBucket: AlgorithmModel<TokenBucketState> = {
     return state.tokens >= need ? 0 : durationMs(need - state.tokens, rps);
   },
 
-  charge(state, _limit, cost) {
+  charge(state, _rule, cost) {
     return { tokens: state.tokens - cost, at: state.at };
   },
 

@@ -3,10 +3,10 @@ import type { RateLimitDecision } from '../stores/rate-limit-store.interface.js'
 /** Header families the guard can send. */
 export type HeaderFamily = 'ietf' | 'legacy' | 'x-ratelimit';
 
-/** What the headers need of a policy: its name, capacity and rate. */
+/** What the headers need of a policy: its name, and its rule's capacity and rate. */
 export interface DescribedPolicy {
   name: string;
-  limit: { rps: number; burst: number };
+  rule: { rps: number; burst: number };
 }
 
 /**
@@ -28,7 +28,7 @@ export function headerPlan(families: readonly HeaderFamily[], policies: readonly
   if (families.length === 0 || policies.length === 0) return undefined;
   const ietf = families.includes('ietf');
   return {
-    policy: ietf ? policies.map(({ name, limit }) => `${sfString(name)};q=${limit.burst};w=${windowSeconds(limit)}`).join(', ') : undefined,
+    policy: ietf ? policies.map(({ name, rule }) => `${sfString(name)};q=${rule.burst};w=${windowSeconds(rule)}`).join(', ') : undefined,
     members: policies.map(({ name }) => `${sfString(name)};r=`),
     xRateLimit: families.includes('x-ratelimit'),
     legacy: families.includes('legacy'),

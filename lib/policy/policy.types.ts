@@ -1,5 +1,5 @@
 import type { ExecutionContext } from '@nestjs/common';
-import type { Algorithm, Limit } from '../algorithms/algorithm.types.js';
+import type { Algorithm, Rule } from '../algorithms/algorithm.types.js';
 
 /**
  * Where a policy takes the client's identity from.
@@ -65,10 +65,10 @@ export interface RateLimitPolicy {
   name?: string;
 }
 
-/** A policy after validation: everything defaulted, the limit in one form. */
+/** A policy after validation: everything defaulted, its rule in one form. */
 export interface ResolvedPolicy {
   name: string;
-  limit: Limit;
+  rule: Rule;
   cost: CostSource;
   defaultCost: number;
   /** `undefined`: use the module's `key`. */

@@ -162,7 +162,7 @@ export function resolvePolicy(policy: RateLimitPolicy, where: string, defaultNam
   }
   const name = policy.name === undefined ? defaultPolicyName(defaultName) : policy.name;
 
-  return { name, limit: { algorithm, rps, burst }, cost, defaultCost, key };
+  return { name, rule: { algorithm, rps, burst }, cost, defaultCost, key };
 }
 
 function resolveRate(

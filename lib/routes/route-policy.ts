@@ -1,4 +1,4 @@
-import type { Limit } from '../algorithms/algorithm.types.js';
+import type { Rule } from '../algorithms/algorithm.types.js';
 import { keyOf, keyPrefix } from '../keys/bucket-key.js';
 import type { CostSource, KeySource, ResolvedPolicy } from '../policy/policy.types.js';
 import type { RateLimitRequest } from '../stores/rate-limit-store.interface.js';
@@ -11,7 +11,8 @@ import type { RateLimitRequest } from '../stores/rate-limit-store.interface.js';
 export interface RoutePolicy {
   /** Its name, in headers and in its bucket keys. */
   readonly name: string;
-  readonly limit: Limit;
+  /** The rule its buckets follow. */
+  readonly rule: Rule;
   readonly cost: CostSource;
   /** Cost used when a header, query or function cost is unusable. */
   readonly defaultCost: number;
@@ -30,8 +31,8 @@ export interface RouteDefaults {
 }
 
 /** A validated policy as it applies to requests under the module's `prefix` and `key`. */
-export function routePolicy({ name, limit, cost, defaultCost, key }: ResolvedPolicy, defaults: RouteDefaults): RoutePolicy {
-  return { name, limit, cost, defaultCost, keys: key ?? defaults.key, keyPrefix: keyPrefix(defaults.prefix, name, limit.algorithm) };
+export function routePolicy({ name, rule, cost, defaultCost, key }: ResolvedPolicy, defaults: RouteDefaults): RoutePolicy {
+  return { name, rule, cost, defaultCost, keys: key ?? defaults.key, keyPrefix: keyPrefix(defaults.prefix, name, rule.algorithm) };
 }
 
 /**
@@ -40,5 +41,5 @@ export function routePolicy({ name, limit, cost, defaultCost, key }: ResolvedPol
  * code reaches the guard's bucket by the same identity.
  */
 export function storeRequest(policy: RoutePolicy, identity: string, cost: number): RateLimitRequest {
-  return { key: keyOf(policy.keyPrefix, identity), policy: policy.name, limit: policy.limit, cost };
+  return { key: keyOf(policy.keyPrefix, identity), policy: policy.name, rule: policy.rule, cost };
 }

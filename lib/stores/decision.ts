@@ -47,7 +47,7 @@ export function toDecision(request: RateLimitRequest, outcome: Outcome): RateLim
   const decision: RateLimitDecision = {
     allowed: outcome.allowed,
     policy: request.policy,
-    limit: request.limit.burst,
+    limit: request.rule.burst,
     remaining: outcome.remaining,
     resetAfter: ceilSeconds(outcome.nextMs),
     fullAfter: ceilSeconds(outcome.fullMs),

@@ -34,8 +34,8 @@ export interface DistinctRequests {
 
 /**
  * Checks the requests of a store call (`consume` or `peek`) and gives each bucket key once: a
- * key repeated with the same limit and cost is decided once, and each of its requests gets
- * that decision; one repeated with another limit or cost is refused. Two entries for one key
+ * key repeated with the same rule and cost is decided once, and each of its requests gets
+ * that decision; one repeated with another rule or cost is refused. Two entries for one key
  * would otherwise each read the bucket as it was and each write it back: charged once or twice
  * depending on the algorithm and the store, and in memory two rows for one key.
  *
@@ -74,9 +74,9 @@ export function distinctRequests(requests: readonly RateLimitRequest[], where: s
       continue;
     }
     const first = distinct[seen];
-    const { algorithm, rps, burst } = request.limit;
-    if (first.limit.algorithm !== algorithm || first.limit.rps !== rps || first.limit.burst !== burst) {
-      throw new TypeError(invalidRepeatedKey(where, given[seen], i, request.key, 'limit'));
+    const { algorithm, rps, burst } = request.rule;
+    if (first.rule.algorithm !== algorithm || first.rule.rps !== rps || first.rule.burst !== burst) {
+      throw new TypeError(invalidRepeatedKey(where, given[seen], i, request.key, 'rule'));
     }
     if (first.cost !== request.cost) throw new TypeError(invalidRepeatedKey(where, given[seen], i, request.key, 'cost'));
     positions[i] = seen;

@@ -1,4 +1,4 @@
-import type { Limit } from '../algorithms/algorithm.types.js';
+import type { Rule } from '../algorithms/algorithm.types.js';
 
 /**
  * One policy's verdict on one request. Times are whole seconds, rounded up.
@@ -33,7 +33,8 @@ export interface RateLimitRequest {
   key: string;
   /** The policy's name, for the decision. */
   policy: string;
-  limit: Limit;
+  /** The rule its bucket follows. */
+  rule: Rule;
   /** Tokens to take: a finite number > 0 (fractions allowed). */
   cost: number;
 }
@@ -60,13 +61,13 @@ export interface RateLimitStore {
    * nothing for a call that only reaches its server after that.
    *
    * A key given more than once in one call is one bucket, decided and charged once: when its
-   * requests agree (same limit, same cost), each gets that decision (under its own `policy`);
+   * requests agree (same rule, same cost), each gets that decision (under its own `policy`);
    * when they do not, the call is refused. A bad request (a cost that is not a finite number > 0,
-   * a key given twice with different limits or costs) rejects this call alone, with a
+   * a key given twice with different rules or costs) rejects this call alone, with a
    * `TypeError` or `RangeError` naming it and before anything is charged: never a
    * `RateLimitStoreError`, which says the store itself could not decide.
    *
-   * @example await store.consume([{ key: 'rl:api:tb:{...}', policy: 'api', limit: { algorithm: 'token_bucket', rps: 10, burst: 20 }, cost: 1 }])
+   * @example await store.consume([{ key: 'rl:api:tb:{...}', policy: 'api', rule: { algorithm: 'token_bucket', rps: 10, burst: 20 }, cost: 1 }])
    */
   consume(requests: readonly RateLimitRequest[], timeoutMs?: number): Promise<RateLimitDecision[]>;
   /**

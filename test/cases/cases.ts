@@ -1,4 +1,4 @@
-import type { Algorithm, Limit } from '../../lib/algorithms/algorithm.types.js';
+import type { Algorithm, Rule } from '../../lib/algorithms/algorithm.types.js';
 import { windowMs } from '../../lib/algorithms/conversions.js';
 import type { RateLimitDecision } from '../../lib/stores/rate-limit-store.interface.js';
 
@@ -7,17 +7,17 @@ export interface Step {
   at: number;
   cost?: number;
   /**
-   * The limit this request is decided under, when not the case's (the policy changed between
+   * The rule this request is decided under, when not the case's (the policy changed between
    * deploys and the bucket outlived the change). The same algorithm, so the same key.
    */
-  limit?: Limit;
+  rule?: Rule;
   expect: Partial<Omit<RateLimitDecision, 'policy' | 'limit'>>;
 }
 
 /** A case: one bucket, a sequence of requests at fixed instants. */
 export interface Case {
   name: string;
-  limit: Limit;
+  rule: Rule;
   steps: Step[];
 }
 
@@ -29,26 +29,26 @@ export interface Case {
  */
 export const CASE_EPOCH = 46_300 * 86_400_000;
 
-/** A limit of `algorithm`, as `rps` and `burst`. */
-export function limitOf(algorithm: Algorithm, rps: number, burst: number): Limit {
+/** A rule of `algorithm`, as `rps` and `burst`. */
+export function ruleOf(algorithm: Algorithm, rps: number, burst: number): Rule {
   return { algorithm, rps, burst };
 }
 
 /**
- * The longest a key of `limit` may live: the time from empty to full. For the window
+ * The longest a key of `rule` may live: the time from empty to full. For the window
  * algorithms the window, except the sliding window counter, whose count still weighs on the
  * next window, so two windows.
  */
-export function longestTtlMs(limit: Limit): number {
-  const w = windowMs(limit.rps, limit.burst);
-  switch (limit.algorithm) {
+export function longestTtlMs(rule: Rule): number {
+  const w = windowMs(rule.rps, rule.burst);
+  switch (rule.algorithm) {
     case 'fixed_window':
     case 'sliding_window_log':
       return w;
     case 'sliding_window_counter':
       return 2 * w;
     default:
-      return Math.ceil((limit.burst * 1000) / limit.rps);
+      return Math.ceil((rule.burst * 1000) / rule.rps);
   }
 }
 

@@ -1,7 +1,7 @@
-import type { Limit } from '../../lib/algorithms/algorithm.types.js';
+import type { Rule } from '../../lib/algorithms/algorithm.types.js';
 import type { Case } from './cases.js';
 
-const fw = (rps: number, burst: number): Limit => ({ algorithm: 'fixed_window', rps, burst });
+const fw = (rps: number, burst: number): Rule => ({ algorithm: 'fixed_window', rps, burst });
 
 /** 100000 tokens a day (a window of 86400 s). */
 const PER_DAY = 100_000 / 86_400;
@@ -15,7 +15,7 @@ export const FIXED_WINDOW_CASES: Case[] = [
   {
     name: 'a fresh window admits the limit and then refuses until it ends',
     // 3 per 3 s window
-    limit: fw(1, 3),
+    rule: fw(1, 3),
     steps: [
       { at: 0, expect: { allowed: true, remaining: 2, retryAfter: 0, resetAfter: 3, fullAfter: 3, delay: 0 } },
       { at: 1_000, expect: { allowed: true, remaining: 1, resetAfter: 2, fullAfter: 2 } },
@@ -29,7 +29,7 @@ export const FIXED_WINDOW_CASES: Case[] = [
   {
     name: 'windows are aligned to the clock, not to the first request',
     // 10 per 10 s window
-    limit: fw(1, 10),
+    rule: fw(1, 10),
     steps: [
       // the window [0 s, 10 s) ends 2.5 s later
       { at: 7_500, expect: { allowed: true, remaining: 9, resetAfter: 3, fullAfter: 3 } },
@@ -43,7 +43,7 @@ export const FIXED_WINDOW_CASES: Case[] = [
   {
     name: 'twice the limit passes across a window boundary',
     // 10 per 5 s window
-    limit: fw(2, 10),
+    rule: fw(2, 10),
     steps: [
       { at: 4_999, cost: 10, expect: { allowed: true, remaining: 0, fullAfter: 1 } },
       { at: 4_999, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
@@ -55,7 +55,7 @@ export const FIXED_WINDOW_CASES: Case[] = [
   },
   {
     name: 'a cost above what is left is refused and takes nothing',
-    limit: fw(1, 10),
+    rule: fw(1, 10),
     steps: [
       { at: 0, cost: 8, expect: { allowed: true, remaining: 2, fullAfter: 10 } },
       { at: 1_000, cost: 3, expect: { allowed: false, remaining: 2, retryAfter: 9 } },
@@ -67,7 +67,7 @@ export const FIXED_WINDOW_CASES: Case[] = [
   {
     name: 'a cost above the limit can never pass and takes nothing',
     // 5 per 1 s window
-    limit: fw(5, 5),
+    rule: fw(5, 5),
     steps: [
       { at: 0, cost: 6, expect: { allowed: false, remaining: 5, retryAfter: Infinity, resetAfter: 0, fullAfter: 0 } },
       { at: 0, cost: 5, expect: { allowed: true, remaining: 0, fullAfter: 1 } },
@@ -77,7 +77,7 @@ export const FIXED_WINDOW_CASES: Case[] = [
   {
     name: 'a clock that goes back into an earlier window stays in the stored one',
     // 2 per 2 s window
-    limit: fw(1, 2),
+    rule: fw(1, 2),
     steps: [
       { at: 10_000, cost: 2, expect: { allowed: true, remaining: 0, fullAfter: 2 } },
       // held at the start of [10 s, 12 s): its end is 2 s away
@@ -95,7 +95,7 @@ export const FIXED_WINDOW_CASES: Case[] = [
   {
     name: 'fractional rps with fractional costs',
     // 3 per 3 / 0.3 = 10 s window
-    limit: fw(0.3, 3),
+    rule: fw(0.3, 3),
     steps: [
       { at: 0, cost: 1.5, expect: { allowed: true, remaining: 1, resetAfter: 10, fullAfter: 10 } },
       // 2.5 taken: half a token left, shown as 0
@@ -108,7 +108,7 @@ export const FIXED_WINDOW_CASES: Case[] = [
   },
   {
     name: '100000 a day',
-    limit: fw(PER_DAY, 100_000),
+    rule: fw(PER_DAY, 100_000),
     steps: [
       { at: 0, cost: 99_999, expect: { allowed: true, remaining: 1, resetAfter: 86_400, fullAfter: 86_400 } },
       // noon
@@ -122,7 +122,7 @@ export const FIXED_WINDOW_CASES: Case[] = [
   {
     name: 'a very high rps: windows of 1 ms',
     // 1000 / 1e6 s = 1 ms
-    limit: fw(1_000_000, 1_000),
+    rule: fw(1_000_000, 1_000),
     steps: [
       { at: 0, cost: 1_000, expect: { allowed: true, remaining: 0, resetAfter: 1, fullAfter: 1 } },
       { at: 0, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
@@ -134,12 +134,12 @@ export const FIXED_WINDOW_CASES: Case[] = [
   {
     name: 'a count written under a larger limit is the smaller limit when the limit is lowered',
     // 100 per 10 s, then 20 per 10 s: the same windows
-    limit: fw(10, 100),
+    rule: fw(10, 100),
     steps: [
       { at: 0, cost: 100, expect: { allowed: true, remaining: 0, fullAfter: 10 } },
       // 100 taken is the whole of 20, not 80 more than it
-      { at: 5_000, limit: fw(2, 20), expect: { allowed: false, remaining: 0, retryAfter: 5, resetAfter: 5, fullAfter: 5 } },
-      { at: 10_000, limit: fw(2, 20), expect: { allowed: true, remaining: 19, fullAfter: 10 } },
+      { at: 5_000, rule: fw(2, 20), expect: { allowed: false, remaining: 0, retryAfter: 5, resetAfter: 5, fullAfter: 5 } },
+      { at: 10_000, rule: fw(2, 20), expect: { allowed: true, remaining: 19, fullAfter: 10 } },
     ],
   },
 ];

@@ -1,7 +1,7 @@
-import type { Limit } from '../../lib/algorithms/algorithm.types.js';
+import type { Rule } from '../../lib/algorithms/algorithm.types.js';
 import { type Case, monthlyBillionSteps, MONTHLY_BILLION_RPS, type Step } from './cases.js';
 
-const gc = (rps: number, burst: number): Limit => ({ algorithm: 'gcra', rps, burst });
+const gc = (rps: number, burst: number): Rule => ({ algorithm: 'gcra', rps, burst });
 
 /** 100000 tokens a day: one token every 864 ms (86400 s / 100000). */
 const PER_DAY = 100_000 / 86_400;
@@ -14,7 +14,7 @@ const PER_DAY = 100_000 / 86_400;
 export const GCRA_CASES: Case[] = [
   {
     name: 'a fresh key admits burst at once and then refuses',
-    limit: gc(1, 3),
+    rule: gc(1, 3),
     steps: [
       { at: 0, expect: { allowed: true, remaining: 2, retryAfter: 0, resetAfter: 1, fullAfter: 1, delay: 0 } },
       { at: 0, expect: { allowed: true, remaining: 1, resetAfter: 1, fullAfter: 2, delay: 0 } },
@@ -24,7 +24,7 @@ export const GCRA_CASES: Case[] = [
   },
   {
     name: 'the backlog drains continuously at rps',
-    limit: gc(2, 4),
+    rule: gc(2, 4),
     steps: [
       // backlog 4: one token back in 500 ms, all four in 2 s
       { at: 0, cost: 4, expect: { allowed: true, remaining: 0, resetAfter: 1, fullAfter: 2 } },
@@ -39,7 +39,7 @@ export const GCRA_CASES: Case[] = [
   },
   {
     name: 'a cost above what is left is refused and takes nothing',
-    limit: gc(1, 10),
+    rule: gc(1, 10),
     steps: [
       { at: 0, cost: 8, expect: { allowed: true, remaining: 2, fullAfter: 8 } },
       { at: 0, cost: 3, expect: { allowed: false, remaining: 2, retryAfter: 1 } },
@@ -52,7 +52,7 @@ export const GCRA_CASES: Case[] = [
   },
   {
     name: 'a cost above burst can never pass and takes nothing',
-    limit: gc(5, 5),
+    rule: gc(5, 5),
     steps: [
       { at: 0, cost: 6, expect: { allowed: false, remaining: 5, retryAfter: Infinity, resetAfter: 0, fullAfter: 0 } },
       { at: 0, cost: 5, expect: { allowed: true, remaining: 0, fullAfter: 1 } },
@@ -63,7 +63,7 @@ export const GCRA_CASES: Case[] = [
   },
   {
     name: 'a clock that goes backwards drains nothing and never moves the last update back',
-    limit: gc(1, 3),
+    rule: gc(1, 3),
     steps: [
       { at: 10_000, cost: 2, expect: { allowed: true, remaining: 1 } },
       // no drain going back, but the one token left is still there
@@ -76,7 +76,7 @@ export const GCRA_CASES: Case[] = [
   },
   {
     name: 'fractional rps with a fractional cost',
-    limit: gc(0.25, 2),
+    rule: gc(0.25, 2),
     steps: [
       // one token every 4 s
       { at: 0, cost: 2, expect: { allowed: true, remaining: 0, resetAfter: 4, fullAfter: 8 } },
@@ -93,7 +93,7 @@ export const GCRA_CASES: Case[] = [
   },
   {
     name: 'a fractional cost takes a fraction of a token; remaining counts whole tokens',
-    limit: gc(1, 2),
+    rule: gc(1, 2),
     steps: [
       // backlog 0.5: 1.5 tokens free, shown as 1
       { at: 0, cost: 0.5, expect: { allowed: true, remaining: 1, resetAfter: 1, fullAfter: 1 } },
@@ -105,7 +105,7 @@ export const GCRA_CASES: Case[] = [
   },
   {
     name: 'a drain that comes to a whole number of tokens is counted as that number',
-    limit: gc(2, 6),
+    rule: gc(2, 6),
     steps: [
       { at: 0, cost: 3, expect: { allowed: true, remaining: 3 } },
       // backlog 3 - 0.264 + 3 = 5.736
@@ -120,7 +120,7 @@ export const GCRA_CASES: Case[] = [
   },
   {
     name: '100000 a day',
-    limit: gc(PER_DAY, 100_000),
+    rule: gc(PER_DAY, 100_000),
     steps: [
       { at: 0, cost: 100_000, expect: { allowed: true, remaining: 0, resetAfter: 1, fullAfter: 86_400 } },
       { at: 0, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
@@ -132,7 +132,7 @@ export const GCRA_CASES: Case[] = [
   },
   {
     name: 'a very high rps: a microsecond per token',
-    limit: gc(1_000_000, 1_000),
+    rule: gc(1_000_000, 1_000),
     steps: [
       // the whole backlog drains in 1 ms
       { at: 0, cost: 1_000, expect: { allowed: true, remaining: 0, resetAfter: 1, fullAfter: 1 } },
@@ -145,7 +145,7 @@ export const GCRA_CASES: Case[] = [
   },
   {
     name: "the seeds' worked example: rps 10, burst 50, as the token bucket",
-    limit: gc(10, 50),
+    rule: gc(10, 50),
     steps: [
       ...Array.from({ length: 50 }, (_, i): Step => ({ at: 0, expect: { allowed: true, remaining: 49 - i, delay: 0 } })),
       { at: 0, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
@@ -155,20 +155,20 @@ export const GCRA_CASES: Case[] = [
   },
   {
     name: '1e9 tokens a month, spent, then a request every 2 ms for 10 s: exactly what comes back (3,858) is admitted',
-    limit: gc(MONTHLY_BILLION_RPS, 1e9),
+    rule: gc(MONTHLY_BILLION_RPS, 1e9),
     steps: monthlyBillionSteps(),
   },
   {
     name: 'a backlog written under a larger burst is the smaller burst when the limit is lowered',
     // 300 per 30 s, then 30 per 30 s
-    limit: gc(10, 300),
+    rule: gc(10, 300),
     steps: [
       // backlog 300: the key lives 30 s
       { at: 0, cost: 300, expect: { allowed: true, remaining: 0, fullAfter: 30 } },
       // a backlog of 300 is 270 more than 30 per 30 s can hold: 30, a token back in 1 s, not 271
-      { at: 0, limit: gc(1, 30), expect: { allowed: false, remaining: 0, retryAfter: 1, resetAfter: 1, fullAfter: 30 } },
-      { at: 1_000, limit: gc(1, 30), expect: { allowed: true, remaining: 0, fullAfter: 30 } },
-      { at: 1_000, limit: gc(1, 30), expect: { allowed: false, remaining: 0, retryAfter: 1 } },
+      { at: 0, rule: gc(1, 30), expect: { allowed: false, remaining: 0, retryAfter: 1, resetAfter: 1, fullAfter: 30 } },
+      { at: 1_000, rule: gc(1, 30), expect: { allowed: true, remaining: 0, fullAfter: 30 } },
+      { at: 1_000, rule: gc(1, 30), expect: { allowed: false, remaining: 0, retryAfter: 1 } },
     ],
   },
 ];

@@ -1,7 +1,7 @@
-import type { Limit } from '../../lib/algorithms/algorithm.types.js';
+import type { Rule } from '../../lib/algorithms/algorithm.types.js';
 import { type Case, monthlyBillionSteps, MONTHLY_BILLION_RPS } from './cases.js';
 
-const lb = (rps: number, burst: number): Limit => ({ algorithm: 'leaky_bucket', rps, burst });
+const lb = (rps: number, burst: number): Rule => ({ algorithm: 'leaky_bucket', rps, burst });
 
 /** 100000 tokens a day: one token leaves every 864 ms (86400 s / 100000). */
 const PER_DAY = 100_000 / 86_400;
@@ -14,7 +14,7 @@ const PER_DAY = 100_000 / 86_400;
 export const LEAKY_BUCKET_CASES: Case[] = [
   {
     name: 'a fresh queue takes burst requests, each waiting its turn, and then refuses',
-    limit: lb(10, 5),
+    rule: lb(10, 5),
     steps: [
       // one request leaves every 100 ms
       { at: 0, expect: { allowed: true, remaining: 4, retryAfter: 0, resetAfter: 1, fullAfter: 1, delay: 0 } },
@@ -31,7 +31,7 @@ export const LEAKY_BUCKET_CASES: Case[] = [
   },
   {
     name: 'a delay is rounded up to the millisecond',
-    limit: lb(3, 3),
+    rule: lb(3, 3),
     steps: [
       { at: 0, expect: { allowed: true, remaining: 2, delay: 0 } },
       // 1000 / 3 = 333.3 ms, 2000 / 3 = 666.7 ms
@@ -44,7 +44,7 @@ export const LEAKY_BUCKET_CASES: Case[] = [
   },
   {
     name: 'the queue drains continuously at rps',
-    limit: lb(2, 4),
+    rule: lb(2, 4),
     steps: [
       { at: 0, cost: 2, expect: { allowed: true, remaining: 2, delay: 0 } },
       { at: 0, cost: 2, expect: { allowed: true, remaining: 0, fullAfter: 2, delay: 1 } },
@@ -58,7 +58,7 @@ export const LEAKY_BUCKET_CASES: Case[] = [
   },
   {
     name: 'a cost above what is left is refused, takes nothing and waits for nothing',
-    limit: lb(1, 10),
+    rule: lb(1, 10),
     steps: [
       { at: 0, cost: 8, expect: { allowed: true, remaining: 2, fullAfter: 8, delay: 0 } },
       { at: 0, cost: 3, expect: { allowed: false, remaining: 2, retryAfter: 1, delay: 0 } },
@@ -70,7 +70,7 @@ export const LEAKY_BUCKET_CASES: Case[] = [
   },
   {
     name: 'a cost above burst can never pass and takes nothing',
-    limit: lb(5, 5),
+    rule: lb(5, 5),
     steps: [
       { at: 0, cost: 6, expect: { allowed: false, remaining: 5, retryAfter: Infinity, resetAfter: 0, fullAfter: 0, delay: 0 } },
       { at: 0, cost: 5, expect: { allowed: true, remaining: 0, delay: 0 } },
@@ -79,7 +79,7 @@ export const LEAKY_BUCKET_CASES: Case[] = [
   },
   {
     name: 'a clock that goes backwards drains nothing',
-    limit: lb(1, 3),
+    rule: lb(1, 3),
     steps: [
       { at: 10_000, cost: 2, expect: { allowed: true, remaining: 1, delay: 0 } },
       // nothing has left the queue of 2 going back
@@ -91,7 +91,7 @@ export const LEAKY_BUCKET_CASES: Case[] = [
   },
   {
     name: 'fractional rps with a fractional cost',
-    limit: lb(0.5, 2),
+    rule: lb(0.5, 2),
     steps: [
       // one token leaves every 2 s; queue 0.5 leaves 1.5 tokens, shown as 1
       { at: 0, cost: 0.5, expect: { allowed: true, remaining: 1, fullAfter: 1, delay: 0 } },
@@ -104,7 +104,7 @@ export const LEAKY_BUCKET_CASES: Case[] = [
   },
   {
     name: 'a drain that comes to a whole number of tokens is counted as that number',
-    limit: lb(2, 6),
+    rule: lb(2, 6),
     steps: [
       { at: 0, cost: 3, expect: { allowed: true, remaining: 3, delay: 0 } },
       // queue 3 - 0.264 = 2.736: 1368 ms ahead
@@ -119,7 +119,7 @@ export const LEAKY_BUCKET_CASES: Case[] = [
   },
   {
     name: '100000 a day: a delay of up to a day',
-    limit: lb(PER_DAY, 100_000),
+    rule: lb(PER_DAY, 100_000),
     steps: [
       // (fractional costs keep every delay off a whole ms: 0.3 token is 259.2 ms)
       { at: 0, cost: 0.3, expect: { allowed: true, remaining: 99_999, delay: 0 } },
@@ -134,7 +134,7 @@ export const LEAKY_BUCKET_CASES: Case[] = [
   },
   {
     name: 'a very high rps: a microsecond per token',
-    limit: lb(1_000_000, 1_000),
+    rule: lb(1_000_000, 1_000),
     steps: [
       { at: 0, expect: { allowed: true, remaining: 999, delay: 0 } },
       // 1 µs ahead, rounded up to 1 ms
@@ -147,18 +147,18 @@ export const LEAKY_BUCKET_CASES: Case[] = [
   },
   {
     name: '1e9 tokens a month, spent, then a request every 2 ms for 10 s: exactly what comes back (3,858) is admitted',
-    limit: lb(MONTHLY_BILLION_RPS, 1e9),
+    rule: lb(MONTHLY_BILLION_RPS, 1e9),
     steps: monthlyBillionSteps(),
   },
   {
     name: 'a queue written under a larger burst is the smaller burst when the limit is lowered',
-    limit: lb(10, 100),
+    rule: lb(10, 100),
     steps: [
       { at: 0, cost: 100, expect: { allowed: true, remaining: 0, fullAfter: 10 } },
       // a queue of 100 is 80 more than a queue of 20 holds: full, one leaves in 100 ms
-      { at: 0, limit: lb(10, 20), expect: { allowed: false, remaining: 0, retryAfter: 1, resetAfter: 1, fullAfter: 2, delay: 0 } },
+      { at: 0, rule: lb(10, 20), expect: { allowed: false, remaining: 0, retryAfter: 1, resetAfter: 1, fullAfter: 2, delay: 0 } },
       // 19 ahead, 1.9 s
-      { at: 100, limit: lb(10, 20), expect: { allowed: true, remaining: 0, fullAfter: 2, delay: 1.9 } },
+      { at: 100, rule: lb(10, 20), expect: { allowed: true, remaining: 0, fullAfter: 2, delay: 1.9 } },
     ],
   },
 ];

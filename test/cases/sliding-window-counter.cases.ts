@@ -1,7 +1,7 @@
-import type { Limit } from '../../lib/algorithms/algorithm.types.js';
+import type { Rule } from '../../lib/algorithms/algorithm.types.js';
 import type { Case } from './cases.js';
 
-const swc = (rps: number, burst: number): Limit => ({ algorithm: 'sliding_window_counter', rps, burst });
+const swc = (rps: number, burst: number): Rule => ({ algorithm: 'sliding_window_counter', rps, burst });
 
 /** 100000 tokens a day (a window of 86400 s). */
 const PER_DAY = 100_000 / 86_400;
@@ -17,7 +17,7 @@ export const SLIDING_WINDOW_COUNTER_CASES: Case[] = [
   {
     name: 'a fresh counter admits the limit, then one token per slid-out share',
     // 3 per 3 s window
-    limit: swc(1, 3),
+    rule: swc(1, 3),
     steps: [
       // a third token free again only once this window's 1 has slid out of the next: at 6 s
       { at: 0, expect: { allowed: true, remaining: 2, retryAfter: 0, resetAfter: 6, fullAfter: 6, delay: 0 } },
@@ -37,7 +37,7 @@ export const SLIDING_WINDOW_COUNTER_CASES: Case[] = [
   {
     name: "the previous window's count weighs less as the window slides",
     // 10 per 10 s window
-    limit: swc(1, 10),
+    rule: swc(1, 10),
     steps: [
       // next window, previous 10: 10 * (10000 - e) / 10000 + 1 <= 10 from e = 1000, i.e. 11 s
       { at: 5_000, cost: 10, expect: { allowed: true, remaining: 0, resetAfter: 6, fullAfter: 15 } },
@@ -57,7 +57,7 @@ export const SLIDING_WINDOW_COUNTER_CASES: Case[] = [
   },
   {
     name: 'admits where the exact log would refuse: a burst at the end of the previous window',
-    limit: swc(1, 10),
+    rule: swc(1, 10),
     steps: [
       { at: 9_000, cost: 10, expect: { allowed: true, remaining: 0 } },
       { at: 10_000, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
@@ -70,7 +70,7 @@ export const SLIDING_WINDOW_COUNTER_CASES: Case[] = [
   },
   {
     name: 'refuses where the exact log would admit: a burst at the start of the previous window',
-    limit: swc(1, 10),
+    rule: swc(1, 10),
     steps: [
       { at: 0, cost: 10, expect: { allowed: true, remaining: 0, fullAfter: 20 } },
       // the log's 10 entries of 0 s leave at exactly 10 s; the estimate is still 10
@@ -82,7 +82,7 @@ export const SLIDING_WINDOW_COUNTER_CASES: Case[] = [
   },
   {
     name: 'a cost above what is left is refused and takes nothing',
-    limit: swc(1, 10),
+    rule: swc(1, 10),
     steps: [
       // 3 more fit in the next window once 8 * (10000 - e) / 10000 <= 7: e = 1250, i.e. 11.25 s
       { at: 0, cost: 8, expect: { allowed: true, remaining: 2, resetAfter: 12, fullAfter: 20 } },
@@ -96,7 +96,7 @@ export const SLIDING_WINDOW_COUNTER_CASES: Case[] = [
   {
     name: 'a cost above the limit can never pass and takes nothing',
     // 5 per 1 s window
-    limit: swc(5, 5),
+    rule: swc(5, 5),
     steps: [
       { at: 0, cost: 6, expect: { allowed: false, remaining: 5, retryAfter: Infinity, resetAfter: 0, fullAfter: 0 } },
       { at: 0, cost: 5, expect: { allowed: true, remaining: 0, fullAfter: 2 } },
@@ -107,7 +107,7 @@ export const SLIDING_WINDOW_COUNTER_CASES: Case[] = [
   {
     name: 'a clock that goes back into an earlier window stays in the stored one',
     // 2 per 2 s window
-    limit: swc(1, 2),
+    rule: swc(1, 2),
     steps: [
       { at: 10_000, cost: 2, expect: { allowed: true, remaining: 0 } },
       // held at 10 s: 1 fits once 2 * (2000 - e) / 2000 <= 1 in the next window, at 13 s
@@ -125,7 +125,7 @@ export const SLIDING_WINDOW_COUNTER_CASES: Case[] = [
   {
     name: 'a request admitted on a clock gone back counts in the stored window',
     // 4 per 4 s window
-    limit: swc(1, 4),
+    rule: swc(1, 4),
     steps: [
       // full once these 2 have slid out of [16 s, 20 s)
       { at: 12_000, cost: 2, expect: { allowed: true, remaining: 2, fullAfter: 8 } },
@@ -139,7 +139,7 @@ export const SLIDING_WINDOW_COUNTER_CASES: Case[] = [
   {
     name: 'fractional rps with fractional costs',
     // 2 per 2 / 0.25 = 8 s window
-    limit: swc(0.25, 2),
+    rule: swc(0.25, 2),
     steps: [
       { at: 0, cost: 0.5, expect: { allowed: true, remaining: 1, resetAfter: 16, fullAfter: 16 } },
       // count 1.5; one more whole token once 1.5 * (8000 - e) / 8000 <= 1 in the next window:
@@ -156,7 +156,7 @@ export const SLIDING_WINDOW_COUNTER_CASES: Case[] = [
   },
   {
     name: '100000 a day',
-    limit: swc(PER_DAY, 100_000),
+    rule: swc(PER_DAY, 100_000),
     steps: [
       // one more once 100000 * (W - e) / W <= 99999 the next day, at e = 864 ms; full after two days
       { at: 0, cost: 100_000, expect: { allowed: true, remaining: 0, resetAfter: 86_401, fullAfter: 172_800 } },
@@ -171,7 +171,7 @@ export const SLIDING_WINDOW_COUNTER_CASES: Case[] = [
   {
     name: 'a very high rps: windows of 1 ms',
     // 1000 / 1e6 s = 1 ms
-    limit: swc(1_000_000, 1_000),
+    rule: swc(1_000_000, 1_000),
     steps: [
       { at: 0, cost: 1_000, expect: { allowed: true, remaining: 0, resetAfter: 1, fullAfter: 1 } },
       { at: 0, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
@@ -184,14 +184,14 @@ export const SLIDING_WINDOW_COUNTER_CASES: Case[] = [
   {
     name: 'counts written under a larger limit are the smaller limit when the limit is lowered',
     // 100 per 10 s, then 20 per 10 s: the same windows
-    limit: swc(10, 100),
+    rule: swc(10, 100),
     steps: [
       { at: 0, cost: 100, expect: { allowed: true, remaining: 0, fullAfter: 20 } },
       // a count of 20 (not 100) leaves room for one more once 1/20 of it has slid out, 500 ms
       // into the next window: 5.5 s
-      { at: 5_000, limit: swc(2, 20), expect: { allowed: false, remaining: 0, retryAfter: 6, resetAfter: 6, fullAfter: 15 } },
+      { at: 5_000, rule: swc(2, 20), expect: { allowed: false, remaining: 0, retryAfter: 6, resetAfter: 6, fullAfter: 15 } },
       // previous 20, 80 % of it inside: 16, so 4 left
-      { at: 12_000, limit: swc(2, 20), expect: { allowed: true, remaining: 3 } },
+      { at: 12_000, rule: swc(2, 20), expect: { allowed: true, remaining: 3 } },
     ],
   },
 ];

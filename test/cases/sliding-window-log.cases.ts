@@ -1,7 +1,7 @@
-import type { Limit } from '../../lib/algorithms/algorithm.types.js';
+import type { Rule } from '../../lib/algorithms/algorithm.types.js';
 import type { Case } from './cases.js';
 
-const swl = (rps: number, burst: number): Limit => ({ algorithm: 'sliding_window_log', rps, burst });
+const swl = (rps: number, burst: number): Rule => ({ algorithm: 'sliding_window_log', rps, burst });
 
 /** 100000 tokens a day (a window of 86400 s). */
 const PER_DAY = 100_000 / 86_400;
@@ -16,7 +16,7 @@ export const SLIDING_WINDOW_LOG_CASES: Case[] = [
   {
     name: 'a fresh log admits the limit and then refuses until the oldest entry leaves',
     // 3 per 3 s window
-    limit: swl(1, 3),
+    rule: swl(1, 3),
     steps: [
       { at: 0, expect: { allowed: true, remaining: 2, retryAfter: 0, resetAfter: 3, fullAfter: 3, delay: 0 } },
       // the oldest (0 s) leaves at 3 s, the newest (1 s) at 4 s
@@ -32,7 +32,7 @@ export const SLIDING_WINDOW_LOG_CASES: Case[] = [
   {
     name: 'a refused request waits for the k-th oldest entry and adds none',
     // 10 per 10 s window
-    limit: swl(1, 10),
+    rule: swl(1, 10),
     steps: [
       { at: 0, cost: 4, expect: { allowed: true, remaining: 6 } },
       // 4 entries of 0 s leave at 10 s, 6 of 3 s at 13 s
@@ -49,7 +49,7 @@ export const SLIDING_WINDOW_LOG_CASES: Case[] = [
   },
   {
     name: 'a cost above what is left is refused and takes nothing',
-    limit: swl(1, 5),
+    rule: swl(1, 5),
     steps: [
       { at: 0, cost: 3, expect: { allowed: true, remaining: 2, resetAfter: 5, fullAfter: 5 } },
       // one entry too many: the oldest (0 s) leaves at 5 s
@@ -63,7 +63,7 @@ export const SLIDING_WINDOW_LOG_CASES: Case[] = [
   {
     name: 'a cost above the limit can never pass and takes nothing',
     // 5 per 1 s window
-    limit: swl(5, 5),
+    rule: swl(5, 5),
     steps: [
       { at: 0, cost: 6, expect: { allowed: false, remaining: 5, retryAfter: Infinity, resetAfter: 0, fullAfter: 0 } },
       { at: 0, cost: 5, expect: { allowed: true, remaining: 0, fullAfter: 1 } },
@@ -73,7 +73,7 @@ export const SLIDING_WINDOW_LOG_CASES: Case[] = [
   },
   {
     name: 'a clock that goes back before the newest entry logs at that entry',
-    limit: swl(1, 3),
+    rule: swl(1, 3),
     steps: [
       { at: 10_000, expect: { allowed: true, remaining: 2 } },
       // logged at 10 s, not 5 s: it leaves at 13 s
@@ -88,7 +88,7 @@ export const SLIDING_WINDOW_LOG_CASES: Case[] = [
   {
     name: 'a refused request leaves the log as it was, even for a clock that then goes back',
     // 2 per 2 s window
-    limit: swl(1, 2),
+    rule: swl(1, 2),
     steps: [
       { at: 10_000, expect: { allowed: true, remaining: 1 } },
       { at: 11_000, expect: { allowed: true, remaining: 0 } },
@@ -101,7 +101,7 @@ export const SLIDING_WINDOW_LOG_CASES: Case[] = [
   {
     name: 'fractional rps with fractional costs: each takes a whole entry',
     // 2 per 2 / 0.25 = 8 s window
-    limit: swl(0.25, 2),
+    rule: swl(0.25, 2),
     steps: [
       { at: 0, cost: 0.5, expect: { allowed: true, remaining: 1, resetAfter: 8, fullAfter: 8 } },
       // two half tokens use the whole limit
@@ -114,7 +114,7 @@ export const SLIDING_WINDOW_LOG_CASES: Case[] = [
   },
   {
     name: '100000 a day',
-    limit: swl(PER_DAY, 100_000),
+    rule: swl(PER_DAY, 100_000),
     steps: [
       { at: 0, cost: 60_000, expect: { allowed: true, remaining: 40_000, resetAfter: 86_400, fullAfter: 86_400 } },
       // noon: the entries of midnight leave in half a day, these a day from now
@@ -128,7 +128,7 @@ export const SLIDING_WINDOW_LOG_CASES: Case[] = [
   {
     name: 'a very high rps: a window of 1 ms',
     // 1000 / 1e6 s = 1 ms
-    limit: swl(1_000_000, 1_000),
+    rule: swl(1_000_000, 1_000),
     steps: [
       { at: 0, cost: 1_000, expect: { allowed: true, remaining: 0, resetAfter: 1, fullAfter: 1 } },
       { at: 0, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
@@ -140,7 +140,7 @@ export const SLIDING_WINDOW_LOG_CASES: Case[] = [
   {
     name: 'no burst of twice the limit across a window boundary (unlike the fixed window)',
     // 10 per 5 s window
-    limit: swl(2, 10),
+    rule: swl(2, 10),
     steps: [
       { at: 4_999, cost: 10, expect: { allowed: true, remaining: 0 } },
       // where a fixed window would start afresh, the 10 entries of 4.999 s stay until 9.999 s
@@ -151,14 +151,14 @@ export const SLIDING_WINDOW_LOG_CASES: Case[] = [
   {
     name: 'a log written under a larger limit keeps its newest entries up to the smaller limit when the limit is lowered',
     // 100 per 10 s, then 20 per 10 s
-    limit: swl(10, 100),
+    rule: swl(10, 100),
     steps: [
       { at: 0, cost: 50, expect: { allowed: true, remaining: 50 } },
       { at: 4_000, cost: 50, expect: { allowed: true, remaining: 0 } },
       // the 20 newest entries, all of 4 s, count: each leaves at 14 s
-      { at: 5_000, limit: swl(2, 20), expect: { allowed: false, remaining: 0, retryAfter: 9, resetAfter: 9, fullAfter: 9 } },
-      { at: 10_000, limit: swl(2, 20), expect: { allowed: false, remaining: 0, retryAfter: 4, resetAfter: 4, fullAfter: 4 } },
-      { at: 14_000, limit: swl(2, 20), expect: { allowed: true, remaining: 19, fullAfter: 10 } },
+      { at: 5_000, rule: swl(2, 20), expect: { allowed: false, remaining: 0, retryAfter: 9, resetAfter: 9, fullAfter: 9 } },
+      { at: 10_000, rule: swl(2, 20), expect: { allowed: false, remaining: 0, retryAfter: 4, resetAfter: 4, fullAfter: 4 } },
+      { at: 14_000, rule: swl(2, 20), expect: { allowed: true, remaining: 19, fullAfter: 10 } },
     ],
   },
 ];

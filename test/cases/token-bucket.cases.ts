@@ -1,13 +1,13 @@
-import type { Limit } from '../../lib/algorithms/algorithm.types.js';
+import type { Rule } from '../../lib/algorithms/algorithm.types.js';
 import { type Case, monthlyBillionSteps, MONTHLY_BILLION_RPS, type Step } from './cases.js';
 
-const tb = (rps: number, burst: number): Limit => ({ algorithm: 'token_bucket', rps, burst });
+const tb = (rps: number, burst: number): Rule => ({ algorithm: 'token_bucket', rps, burst });
 
 /** The token bucket at fixed instants (see `index.ts`). */
 export const TOKEN_BUCKET_CASES: Case[] = [
   {
     name: 'a fresh bucket holds burst tokens and then refuses',
-    limit: tb(1, 3),
+    rule: tb(1, 3),
     steps: [
       { at: 0, expect: { allowed: true, remaining: 2, retryAfter: 0, resetAfter: 1, fullAfter: 1 } },
       { at: 0, expect: { allowed: true, remaining: 1, fullAfter: 2 } },
@@ -17,7 +17,7 @@ export const TOKEN_BUCKET_CASES: Case[] = [
   },
   {
     name: 'refills continuously at rps',
-    limit: tb(2, 4),
+    rule: tb(2, 4),
     steps: [
       { at: 0, cost: 4, expect: { allowed: true, remaining: 0, fullAfter: 2 } },
       { at: 250, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
@@ -28,7 +28,7 @@ export const TOKEN_BUCKET_CASES: Case[] = [
   },
   {
     name: 'a refill that comes to a whole number of tokens is counted as that number',
-    limit: tb(2, 6),
+    rule: tb(2, 6),
     steps: [
       { at: 0, cost: 3, expect: { allowed: true, remaining: 3 } },
       // 3 + 1.46 - 1 = 3.46
@@ -43,7 +43,7 @@ export const TOKEN_BUCKET_CASES: Case[] = [
   },
   {
     name: 'a refill never goes above burst',
-    limit: tb(10, 5),
+    rule: tb(10, 5),
     steps: [
       { at: 0, cost: 5, expect: { allowed: true, remaining: 0 } },
       { at: 100_000, expect: { allowed: true, remaining: 4, resetAfter: 1, fullAfter: 1 } },
@@ -51,7 +51,7 @@ export const TOKEN_BUCKET_CASES: Case[] = [
   },
   {
     name: 'a cost above the tokens is refused and takes nothing',
-    limit: tb(1, 10),
+    rule: tb(1, 10),
     steps: [
       { at: 0, cost: 8, expect: { allowed: true, remaining: 2, fullAfter: 8 } },
       { at: 0, cost: 3, expect: { allowed: false, remaining: 2, retryAfter: 1 } },
@@ -62,7 +62,7 @@ export const TOKEN_BUCKET_CASES: Case[] = [
   },
   {
     name: 'a cost above burst can never pass and takes nothing',
-    limit: tb(5, 5),
+    rule: tb(5, 5),
     steps: [
       { at: 0, cost: 6, expect: { allowed: false, remaining: 5, retryAfter: Infinity, resetAfter: 0, fullAfter: 0 } },
       { at: 0, cost: 5, expect: { allowed: true, remaining: 0 } },
@@ -71,7 +71,7 @@ export const TOKEN_BUCKET_CASES: Case[] = [
   },
   {
     name: 'a clock that goes backwards adds no quota',
-    limit: tb(1, 2),
+    rule: tb(1, 2),
     steps: [
       { at: 10_000, cost: 2, expect: { allowed: true, remaining: 0 } },
       { at: 5_000, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
@@ -83,7 +83,7 @@ export const TOKEN_BUCKET_CASES: Case[] = [
   },
   {
     name: 'fractional rps refills a fraction of a token per second',
-    limit: tb(0.1, 2),
+    rule: tb(0.1, 2),
     steps: [
       { at: 0, cost: 2, expect: { allowed: true, remaining: 0, resetAfter: 10, fullAfter: 20 } },
       { at: 5_000, expect: { allowed: false, remaining: 0, retryAfter: 5, resetAfter: 5, fullAfter: 15 } },
@@ -93,7 +93,7 @@ export const TOKEN_BUCKET_CASES: Case[] = [
   },
   {
     name: 'fractional rps below one token per second, with a fractional cost',
-    limit: tb(0.5, 1),
+    rule: tb(0.5, 1),
     steps: [
       { at: 0, cost: 0.5, expect: { allowed: true, remaining: 0, fullAfter: 1 } },
       { at: 0, cost: 0.5, expect: { allowed: true, remaining: 0, fullAfter: 2 } },
@@ -103,7 +103,7 @@ export const TOKEN_BUCKET_CASES: Case[] = [
   },
   {
     name: "the seeds' worked example: rps 10, burst 50",
-    limit: tb(10, 50),
+    rule: tb(10, 50),
     steps: [
       ...Array.from({ length: 50 }, (_, i): Step => ({ at: 0, expect: { allowed: true, remaining: 49 - i } })),
       { at: 0, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
@@ -112,18 +112,18 @@ export const TOKEN_BUCKET_CASES: Case[] = [
   },
   {
     name: '1e9 tokens a month, spent, then a request every 2 ms for 10 s: exactly what comes back (3,858) is admitted',
-    limit: tb(MONTHLY_BILLION_RPS, 1e9),
+    rule: tb(MONTHLY_BILLION_RPS, 1e9),
     steps: monthlyBillionSteps(),
   },
   {
     name: 'a bucket filled under a larger burst holds the smaller one when the limit is lowered',
-    limit: tb(10, 100),
+    rule: tb(10, 100),
     steps: [
       { at: 0, cost: 10, expect: { allowed: true, remaining: 90 } },
       // 90 tokens, 20 at most under 20 at 0.5 a second
-      { at: 0, limit: tb(0.5, 20), expect: { allowed: true, remaining: 19, resetAfter: 2, fullAfter: 2 } },
-      { at: 0, limit: tb(0.5, 20), cost: 19, expect: { allowed: true, remaining: 0, fullAfter: 40 } },
-      { at: 0, limit: tb(0.5, 20), expect: { allowed: false, remaining: 0, retryAfter: 2, fullAfter: 40 } },
+      { at: 0, rule: tb(0.5, 20), expect: { allowed: true, remaining: 19, resetAfter: 2, fullAfter: 2 } },
+      { at: 0, rule: tb(0.5, 20), cost: 19, expect: { allowed: true, remaining: 0, fullAfter: 40 } },
+      { at: 0, rule: tb(0.5, 20), expect: { allowed: false, remaining: 0, retryAfter: 2, fullAfter: 40 } },
     ],
   },
 ];

@@ -150,9 +150,9 @@ describe.each(ADAPTERS)('a leaky_bucket wait on %s', (adapter) => {
       expect(handled.map((h) => h.n)).toEqual(['a']);
 
       // b, c and d gave their turns back: the queue holds only a (about 1 of 4), so 3 are free
-      const limit = { algorithm: 'leaky_bucket' as const, rps: 4 / 3600, burst: 4 };
+      const rule = { algorithm: 'leaky_bucket' as const, rps: 4 / 3600, burst: 4 };
       const key = bucketKey(prefix, 'slow', 'leaky_bucket', `api-key:${apiKey}`);
-      const [decision] = await store.peek([{ key, policy: 'slow', limit, cost: 1 }]);
+      const [decision] = await store.peek([{ key, policy: 'slow', rule, cost: 1 }]);
       expect(decision.remaining).toBe(3);
     });
   });

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import type { Limit } from '../../lib/algorithms/algorithm.types.js';
+import type { Rule } from '../../lib/algorithms/algorithm.types.js';
 import { RateLimiterService } from '../../lib/rate-limiter.service.js';
 import { resolveOptions } from '../../lib/rate-limit-options.js';
 import { RateLimitStoreError } from '../../lib/stores/rate-limit-store.error.js';
@@ -32,19 +32,19 @@ beforeEach(() => {
   scriptCalls = 0;
 });
 
-const TIGHT: Limit = { algorithm: 'token_bucket', rps: 0.001, burst: 1 };
-const LOOSE: Limit = { algorithm: 'token_bucket', rps: 0.001, burst: 1_000 };
+const TIGHT: Rule = { algorithm: 'token_bucket', rps: 0.001, burst: 1 };
+const LOOSE: Rule = { algorithm: 'token_bucket', rps: 0.001, burst: 1_000 };
 
-function request(key: string, limit: Limit, cost = 1): RateLimitRequest {
-  return { key, policy: key, limit, cost };
+function request(key: string, rule: Rule, cost = 1): RateLimitRequest {
+  return { key, policy: key, rule, cost };
 }
 
 describe('RedisStore batching', () => {
   it('decides 1,000 requests made at once on one bucket in at most 16 calls, admitting exactly its burst', async () => {
     const store = new RedisStore({ client: redis, cacheRefusals: false });
     const key = `rl:batch:${randomUUID()}`;
-    const limit: Limit = { algorithm: 'fixed_window', rps: 0.01, burst: 100 };
-    const decisions = await Promise.all(Array.from({ length: 1_000 }, () => store.consume([request(key, limit)])));
+    const rule: Rule = { algorithm: 'fixed_window', rps: 0.01, burst: 100 };
+    const decisions = await Promise.all(Array.from({ length: 1_000 }, () => store.consume([request(key, rule)])));
     expect(decisions.filter(([decision]) => decision.allowed)).toHaveLength(100);
     // one call per 64 keys at most, and never one per request
     expect(scriptCalls).toBeGreaterThanOrEqual(Math.ceil(1_000 / 64));

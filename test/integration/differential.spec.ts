@@ -9,7 +9,7 @@ import { toDecision } from '../../lib/stores/decision.js';
 import { MemoryStore } from '../../lib/stores/memory/memory.store.js';
 import type { RateLimitDecision, RateLimitRequest } from '../../lib/stores/rate-limit-store.interface.js';
 import { RedisStore } from '../../lib/stores/redis/redis.store.js';
-import { CASE_EPOCH, limitOf } from '../cases/index.js';
+import { CASE_EPOCH, ruleOf } from '../cases/index.js';
 import { connectTestRedis } from '../support/redis/test-redis.js';
 
 /**
@@ -22,7 +22,7 @@ import { connectTestRedis } from '../support/redis/test-redis.js';
  * its seed; `RATE_LIMIT_PROPERTY_SEED` replays that seed.
  */
 
-/** A policy of a run: its name (part of its bucket keys) and its limit. */
+/** A policy of a run: its name (part of its bucket keys) and its rule. */
 interface Policy {
   name: string;
   algorithm: Algorithm;
@@ -73,9 +73,9 @@ class Model {
   consume(requests: readonly RateLimitRequest[], now: number): RateLimitDecision[] {
     const verdict = decideAll(this.entries(requests), now, true);
     if (verdict.allowed) {
-      requests.forEach(({ key, limit }, i) => {
+      requests.forEach(({ key, rule }, i) => {
         const state = verdict.next[i];
-        this.buckets.set(key, { state, fullAt: expiresAt(modelOf(limit), state, limit) });
+        this.buckets.set(key, { state, fullAt: expiresAt(modelOf(rule), state, rule) });
       });
     }
     return verdict.outcomes.map((outcome, i) => toDecision(requests[i], outcome));
@@ -90,14 +90,14 @@ class Model {
   }
 
   private entries(requests: readonly RateLimitRequest[]) {
-    return requests.map(({ key, limit, cost }) => ({ state: this.buckets.get(key)?.state, limit, cost }));
+    return requests.map(({ key, rule, cost }) => ({ state: this.buckets.get(key)?.state, rule, cost }));
   }
 }
 
 function requestsOf({ identity, cost, policies: names }: Step, policies: readonly Policy[], prefix: string): RateLimitRequest[] {
   return names.map((name) => {
     const { algorithm, rps, burst } = policies.find((p) => p.name === name)!;
-    return { key: bucketKey(prefix, name, algorithm, identity), policy: name, limit: limitOf(algorithm, rps, burst), cost };
+    return { key: bucketKey(prefix, name, algorithm, identity), policy: name, rule: ruleOf(algorithm, rps, burst), cost };
   });
 }
 
@@ -126,7 +126,7 @@ const rpsSeed = fc.oneof(
   { weight: 1, arbitrary: fc.constantFrom(0.001, 0.01, 1, 10, 60, 3600, 86_400).map((seconds) => ({ seconds })) },
 );
 
-function limitArbitrary(algorithm: fc.Arbitrary<Algorithm>): fc.Arbitrary<Omit<Policy, 'name'>> {
+function ruleArbitrary(algorithm: fc.Arbitrary<Algorithm>): fc.Arbitrary<Omit<Policy, 'name'>> {
   return fc.record({ algorithm, burst: burstSeed, rps: rpsSeed }).map(({ algorithm, burst: b, rps: r }) => {
     const most = Math.min(b.most, algorithm === 'sliding_window_log' ? LARGEST_LOG_BURST : LARGEST_BURST);
     const burst = Math.round(logScale(1, most, b.u));
@@ -234,12 +234,12 @@ function traceOf(seeds: readonly StepSeed[], policies: readonly Policy[]): Step[
 function runArbitrary(algorithm: Algorithm): fc.Arbitrary<Run> {
   return fc
     .record({
-      first: limitArbitrary(fc.constant(algorithm)),
-      others: fc.array(limitArbitrary(fc.constantFrom(...ALGORITHMS)), { maxLength: POLICY_NAMES.length - 1 }),
+      first: ruleArbitrary(fc.constant(algorithm)),
+      others: fc.array(ruleArbitrary(fc.constantFrom(...ALGORITHMS)), { maxLength: POLICY_NAMES.length - 1 }),
       steps: fc.array(stepSeed, { minLength: 1, maxLength: 30, size: 'medium' }),
     })
     .map(({ first, others, steps }) => {
-      const policies = [first, ...others].map((limit, i) => ({ name: POLICY_NAMES[i], ...limit }));
+      const policies = [first, ...others].map((rule, i) => ({ name: POLICY_NAMES[i], ...rule }));
       return { policies, trace: traceOf(steps, policies) };
     });
 }

@@ -1,7 +1,7 @@
 import { jest } from '@jest/globals';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
-import type { Limit } from '../../lib/algorithms/algorithm.types.js';
+import type { Rule } from '../../lib/algorithms/algorithm.types.js';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
 import { MemoryStore } from '../../lib/stores/memory/memory.store.js';
 
@@ -11,7 +11,7 @@ const gc = runInNewContext('gc') as () => void;
 const KEYS = 1_000_000;
 const MAX_KEYS = 100_000;
 /** One token per 100 s: every charged bucket stays limited, so the bound is held by eviction. */
-const LIMIT: Limit = { algorithm: 'token_bucket', rps: 0.01, burst: 10 };
+const RULE: Rule = { algorithm: 'token_bucket', rps: 0.01, burst: 10 };
 
 function heapUsed(): number {
   gc();
@@ -34,7 +34,7 @@ describe('MemoryStore under a million keys', () => {
     let timers = 0;
     for (let i = 0; i < KEYS; i++) {
       const key = bucketKey('rl:', 'default', 'token_bucket', `ip:10.${i >> 16}.${(i >> 8) & 255}.${i & 255}`);
-      store.decide([{ key, policy: 'default', limit: LIMIT, cost: 1 }], true);
+      store.decide([{ key, policy: 'default', rule: RULE, cost: 1 }], true);
       largest = Math.max(largest, store.size);
       timers = Math.max(timers, jest.getTimerCount());
       if (i % 10 === 0) now += 1;

@@ -7,7 +7,7 @@ import { type RedisServer, startRedisServer, stopRedisServer } from '../support/
 const KEYS = 100_000;
 const BATCH = 1_000;
 /** A bucket that refills in 1,000 s: no key expires while it is measured. */
-const LIMIT = { rps: 0.01, burst: 10 };
+const RULE = { rps: 0.01, burst: 10 };
 
 /**
  * Redis memory per bucket, for each algorithm: 100,000 clients make one request each through
@@ -32,14 +32,14 @@ describe('Redis memory per bucket', () => {
   async function bytesPerKey(algorithm: Algorithm): Promise<{ perKey: number; key: string; value: string }> {
     await client.flushall();
     const store = new RedisStore({ client, cacheRefusals: false });
-    const limit = { algorithm, ...LIMIT };
+    const rule = { algorithm, ...RULE };
     const before = await usedMemory();
     let admitted = 0;
     for (let i = 0; i < KEYS; i += BATCH) {
       const calls = [];
       for (let j = i; j < i + BATCH; j++) {
         const key = bucketKey('rl:', 'default', algorithm, `ip:10.${j >> 16}.${(j >> 8) & 255}.${j & 255}`);
-        calls.push(store.consume([{ key, policy: 'default', limit, cost: 1 }], 10_000));
+        calls.push(store.consume([{ key, policy: 'default', rule, cost: 1 }], 10_000));
       }
       for (const [decision] of await Promise.all(calls)) if (decision.allowed) admitted++;
     }

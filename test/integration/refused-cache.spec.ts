@@ -7,7 +7,7 @@ import { bucketKey } from '../../lib/keys/bucket-key.js';
 import type { RateLimitRequest } from '../../lib/stores/rate-limit-store.interface.js';
 import { RedisStore } from '../../lib/stores/redis/redis.store.js';
 import { RefusedCache } from '../../lib/stores/redis/refused-cache.js';
-import { CASE_EPOCH, limitOf } from '../cases/index.js';
+import { CASE_EPOCH, ruleOf } from '../cases/index.js';
 import { connectTestRedis } from '../support/redis/test-redis.js';
 
 const RUNS = Number(process.env.RATE_LIMIT_PROPERTY_RUNS ?? 300);
@@ -54,7 +54,7 @@ describe('the refused-key cache of RedisStore (real Redis)', () => {
     let answered = 0;
     let refused = 0;
     await fc.assert(
-      fc.asyncProperty(fc.tuple(policy, policy), fc.array(step, { minLength: 10, maxLength: 40 }), async (limits, steps) => {
+      fc.asyncProperty(fc.tuple(policy, policy), fc.array(step, { minLength: 10, maxLength: 40 }), async (rules, steps) => {
         const prefix = `rl-cache-${randomUUID()}:`;
         let now = CASE_EPOCH;
         const clock = () => now;
@@ -64,8 +64,8 @@ describe('the refused-key cache of RedisStore (real Redis)', () => {
         for (const { instance, dt, identity, policies, cost } of steps) {
           now += dt;
           const requests: RateLimitRequest[] = policies.map((i) => {
-            const limit = limitOf(limits[i].algorithm, limits[i].rps, limits[i].burst);
-            return { key: bucketKey(prefix, `p${i}`, limit.algorithm, `${i}:${identity}`), policy: `p${i}`, limit, cost };
+            const rule = ruleOf(rules[i].algorithm, rules[i].rps, rules[i].burst);
+            return { key: bucketKey(prefix, `p${i}`, rule.algorithm, `${i}:${identity}`), policy: `p${i}`, rule, cost };
           });
           const wouldAdmit = (await truth.peek(requests)).every((d) => d.allowed);
           const hitsBefore = hits;
@@ -108,7 +108,7 @@ describe('the refused-key cache of RedisStore (real Redis)', () => {
       return outcomes;
     });
     await fc.assert(
-      fc.asyncProperty(fc.tuple(policy, policy), fc.array(flood, { minLength: 5, maxLength: 25 }), async (limits, steps) => {
+      fc.asyncProperty(fc.tuple(policy, policy), fc.array(flood, { minLength: 5, maxLength: 25 }), async (rules, steps) => {
         const run = randomUUID();
         let now = CASE_EPOCH;
         const clock = () => now;
@@ -116,8 +116,8 @@ describe('the refused-key cache of RedisStore (real Redis)', () => {
         const alone = new RedisStore({ client: redis, clock, cacheRefusals: false });
         const requestsOf = (prefix: string, policies: readonly number[], cost: number): RateLimitRequest[] =>
           policies.map((i) => {
-            const limit = limitOf(limits[i].algorithm, limits[i].rps, limits[i].burst);
-            return { key: bucketKey(prefix, `p${i}`, limit.algorithm, `${i}:flood`), policy: `p${i}`, limit, cost };
+            const rule = ruleOf(rules[i].algorithm, rules[i].rps, rules[i].burst);
+            return { key: bucketKey(prefix, `p${i}`, rule.algorithm, `${i}:flood`), policy: `p${i}`, rule, cost };
           });
         for (const { dt, together, policies, cost } of steps) {
           now += dt;

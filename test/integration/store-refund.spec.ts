@@ -1,11 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import type { Cluster, Redis } from 'ioredis';
-import { ALGORITHMS, type Limit } from '../../lib/algorithms/algorithm.types.js';
+import { ALGORITHMS, type Rule } from '../../lib/algorithms/algorithm.types.js';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
 import { MemoryStore } from '../../lib/stores/memory/memory.store.js';
 import type { RateLimitRequest, RateLimitStore } from '../../lib/stores/rate-limit-store.interface.js';
 import { RedisStore } from '../../lib/stores/redis/redis.store.js';
-import { CASE_EPOCH, limitOf } from '../cases/index.js';
+import { CASE_EPOCH, ruleOf } from '../cases/index.js';
 import { connectTestCluster, connectTestRedis } from '../support/redis/test-redis.js';
 
 let redis: Redis;
@@ -34,10 +34,10 @@ const stores = [
   ['RedisStore (Redis Cluster)', clocked((clock) => new RedisStore({ client: cluster, clock }))],
 ] as const;
 
-const request = (name: string, limit: Limit, identity: string, cost = 1): RateLimitRequest => ({
-  key: bucketKey(prefix, name, limit.algorithm, identity),
+const request = (name: string, rule: Rule, identity: string, cost = 1): RateLimitRequest => ({
+  key: bucketKey(prefix, name, rule.algorithm, identity),
   policy: name,
-  limit,
+  rule,
   cost,
 });
 
@@ -47,8 +47,8 @@ describe.each(stores)('%s refund', (_storeName, makeStore) => {
   it.each(ALGORITHMS.map((a) => [a]))('gives a %s charge (and the other policy\'s) back: the buckets are as if it never came', async (algorithm) => {
     const { store, setNow } = makeStore();
     const id = randomUUID();
-    const limit = limitOf(algorithm, 2, 6);
-    const pair = (who: string, cost: number) => [request('a', limit, `user:${who}`, cost), request('b', limitOf('token_bucket', 2, 6), `ip:${who}`, cost)];
+    const rule = ruleOf(algorithm, 2, 6);
+    const pair = (who: string, cost: number) => [request('a', rule, `user:${who}`, cost), request('b', ruleOf('token_bucket', 2, 6), `ip:${who}`, cost)];
     // the same history on two identities, then one more charge on the first, given back (all
     // within one window: 3 s, aligned to the clock like CASE_EPOCH)
     for (const [at, cost] of [[0, 1], [500, 1], [1_000, 2]]) {
@@ -70,8 +70,8 @@ describe.each(stores)('%s refund', (_storeName, makeStore) => {
     const { store, setNow } = makeStore();
     const id = randomUUID();
     // two identities: on the Cluster two hash slots, where the admitting slot charges and is given back at once
-    const tight = request('tight', limitOf('fixed_window', 1, 1), `user:${id}`);
-    const loose = request('loose', limitOf('token_bucket', 1, 10), `ip:${id}`);
+    const tight = request('tight', ruleOf('fixed_window', 1, 1), `user:${id}`);
+    const loose = request('loose', ruleOf('token_bucket', 1, 10), `ip:${id}`);
     setNow(0);
     await store.consume([tight, loose]);
     const refused = await store.consume([tight, loose]);
@@ -83,7 +83,7 @@ describe.each(stores)('%s refund', (_storeName, makeStore) => {
   it('gives nothing back for a charge whose fixed window has ended, nor for a refused request', async () => {
     const { store, setNow } = makeStore();
     const id = randomUUID();
-    const window = request('w', limitOf('fixed_window', 2, 4), `user:${id}`); // a 2 s window
+    const window = request('w', ruleOf('fixed_window', 2, 4), `user:${id}`); // a 2 s window
     setNow(0);
     const first = await store.consume([{ ...window, cost: 3 }]);
     const refused = await store.consume([{ ...window, cost: 2 }]);
@@ -98,7 +98,7 @@ describe.each(stores)('%s refund', (_storeName, makeStore) => {
 
   it('gives a sliding_window_log charge back from the ms it was taken, leaving the entries of other times', async () => {
     const { store, setNow } = makeStore();
-    const log = request('log', limitOf('sliding_window_log', 1, 4), `user:${randomUUID()}`); // a 4 s window
+    const log = request('log', ruleOf('sliding_window_log', 1, 4), `user:${randomUUID()}`); // a 4 s window
     setNow(0);
     await store.consume([log]);
     setNow(1_000);

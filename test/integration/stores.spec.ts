@@ -1,12 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import type { Cluster, Redis } from 'ioredis';
-import { ALGORITHMS, type Algorithm, type Limit } from '../../lib/algorithms/algorithm.types.js';
+import { ALGORITHMS, type Algorithm, type Rule } from '../../lib/algorithms/algorithm.types.js';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
 import { MemoryStore } from '../../lib/stores/memory/memory.store.js';
 import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from '../../lib/stores/rate-limit-store.interface.js';
 import { hashSlot } from '../../lib/stores/redis/hash-slot.js';
 import { RedisStore } from '../../lib/stores/redis/redis.store.js';
-import { CASE_EPOCH, CASES, limitOf, longestTtlMs } from '../cases/index.js';
+import { CASE_EPOCH, CASES, longestTtlMs, ruleOf } from '../cases/index.js';
 import { connectTestCluster, connectTestRedis, ttlsUnder } from '../support/redis/test-redis.js';
 
 /** A store whose clock the test sets (ms after `CASE_EPOCH`) before each step. */
@@ -20,8 +20,8 @@ interface Clocked {
 let redis: Redis;
 let cluster: Cluster;
 const prefix = `rl-test-${randomUUID()}:`;
-/** Every Redis key a test charged: its limit and the latest time (test clock, ms) it was charged. */
-const written = new Map<string, { limit: Limit; at: number }>();
+/** Every Redis key a test charged: its rule and the latest time (test clock, ms) it was charged. */
+const written = new Map<string, { rule: Rule; at: number }>();
 
 beforeAll(async () => {
   [redis, cluster] = await Promise.all([connectTestRedis(), connectTestCluster()]);
@@ -38,7 +38,7 @@ function clocked(make: (clock: () => number) => RateLimitStore): () => Clocked {
       const decisions = await store.consume(requests);
       if (store instanceof RedisStore && decisions.every((d) => d.allowed)) {
         // the latest time a key has seen: the models count its expiry from there, clock gone back or not
-        for (const { key, limit } of requests) written.set(key, { limit, at: Math.max(now, written.get(key)?.at ?? 0) });
+        for (const { key, rule } of requests) written.set(key, { rule, at: Math.max(now, written.get(key)?.at ?? 0) });
       }
       return decisions;
     };
@@ -54,21 +54,21 @@ const stores: Array<[string, () => Clocked]> = [
   ['RedisStore (Redis Cluster)', clocked((clock) => new RedisStore({ client: cluster, clock, cacheRefusals: false }))],
 ];
 
-const request = (name: string, limit: Limit, identity: string, cost = 1): RateLimitRequest => ({
-  key: bucketKey(prefix, name, limit.algorithm, identity),
+const request = (name: string, rule: Rule, identity: string, cost = 1): RateLimitRequest => ({
+  key: bucketKey(prefix, name, rule.algorithm, identity),
   policy: name,
-  limit,
+  rule,
   cost,
 });
 
 describe.each(stores)('%s', (storeName, makeStore) => {
   describe.each(CASES)('%s table', (_algorithm, cases) => {
-    it.each(cases)('$name', async ({ name, limit, steps }) => {
+    it.each(cases)('$name', async ({ name, rule, steps }) => {
       const { setNow, consume } = makeStore();
-      const req = request('case', limit, `${storeName}:${name}`);
-      for (const [step, { at, cost = 1, limit: changed = limit, expect: expected }] of steps.entries()) {
+      const req = request('case', rule, `${storeName}:${name}`);
+      for (const [step, { at, cost = 1, rule: changed = rule, expect: expected }] of steps.entries()) {
         setNow(at);
-        const [decision] = await consume([{ ...req, limit: changed, cost }]);
+        const [decision] = await consume([{ ...req, rule: changed, cost }]);
         expect({ step, ...decision }).toMatchObject({ step, ...expected });
       }
     });
@@ -79,8 +79,8 @@ describe.each(stores)('%s', (storeName, makeStore) => {
       const { store, setNow, consume } = makeStore();
       setNow(1_000);
       const id = randomUUID();
-      const tight = request('tight', limitOf(tightAlgorithm, 1, 2), `api-key:${id}`);
-      const loose = request('loose', limitOf(looseAlgorithm, 100, 1000), `ip:${id}`);
+      const tight = request('tight', ruleOf(tightAlgorithm, 1, 2), `api-key:${id}`);
+      const loose = request('loose', ruleOf(looseAlgorithm, 100, 1000), `ip:${id}`);
       const both = async () => (await consume([tight, loose])).map((d) => [d.allowed, d.remaining]);
       expect(await both()).toEqual([[true, 1], [true, 999]]);
       expect(await both()).toEqual([[true, 0], [true, 998]]);
@@ -99,7 +99,7 @@ describe.each(stores)('%s', (storeName, makeStore) => {
   it.each(ALGORITHMS.map((a) => [a]))('%s: peeks without charging and resets to full', async (algorithm) => {
     const { store, setNow, consume } = makeStore();
     setNow(0);
-    const req = request('peek', limitOf(algorithm, 1, 3), randomUUID(), 2);
+    const req = request('peek', ruleOf(algorithm, 1, 3), randomUUID(), 2);
     await consume([req]);
     expect((await store.peek([req]))[0]).toMatchObject({ allowed: false, remaining: 1 });
     expect((await store.peek([req]))[0].remaining).toBe(1);
@@ -120,18 +120,18 @@ describe.each(stores)('%s: what a call carries', (storeName, makeStore) => {
   it.each(ALGORITHMS.map((a) => [a]))('%s: decides a key given twice in one call once, charging it once', async (algorithm) => {
     const { store, setNow, consume } = makeStore();
     setNow(1_000);
-    const req = request('twice', limitOf(algorithm, 1, 5), randomUUID(), 2);
+    const req = request('twice', ruleOf(algorithm, 1, 5), randomUUID(), 2);
     const decisions = await consume([req, { ...req, policy: 'again' }]);
     expect(decisions.map((d) => [d.policy, d.allowed, d.remaining])).toEqual([['twice', true, 3], ['again', true, 3]]);
     expect((await store.peek([req, req])).map((d) => d.remaining)).toEqual([3, 3]);
   });
 
-  it('refuses a key given twice with a different limit or cost, charging nothing', async () => {
+  it('refuses a key given twice with a different rule or cost, charging nothing', async () => {
     const { store, setNow } = makeStore();
     setNow(1_000);
-    const req = request('conflict', limitOf('token_bucket', 1, 5), randomUUID());
-    const other = request('other', limitOf('token_bucket', 1, 5), randomUUID());
-    for (const second of [{ ...req, limit: limitOf('token_bucket', 1, 6) }, { ...req, cost: 2 }]) {
+    const req = request('conflict', ruleOf('token_bucket', 1, 5), randomUUID());
+    const other = request('other', ruleOf('token_bucket', 1, 5), randomUUID());
+    for (const second of [{ ...req, rule: ruleOf('token_bucket', 1, 6) }, { ...req, cost: 2 }]) {
       const error = await rejection(store.consume([req, other, second]));
       expect(error).toBeInstanceOf(TypeError);
       expect(error?.message).toMatch(`${where('consume')} requests[0] and requests[2] are for the same key`);
@@ -148,8 +148,8 @@ describe.each(stores)('%s: what a call carries', (storeName, makeStore) => {
   ])('rejects a call with a cost of %s, before it reaches the store, charging nothing', async (_name, cost, type) => {
     const { store, setNow } = makeStore();
     setNow(1_000);
-    const good = request('good', limitOf('sliding_window_log', 1, 5), randomUUID());
-    const bad = { ...request('bad', limitOf('sliding_window_log', 1, 5), randomUUID()), cost: cost as number };
+    const good = request('good', ruleOf('sliding_window_log', 1, 5), randomUUID());
+    const bad = { ...request('bad', ruleOf('sliding_window_log', 1, 5), randomUUID()), cost: cost as number };
     for (const method of ['consume', 'peek'] as const) {
       const error = await rejection(store[method]([good, bad]));
       expect(error).toBeInstanceOf(type);
@@ -169,16 +169,16 @@ describe('RedisStore keys', () => {
     expect(keys.length).toBeGreaterThan(CASES.length);
     for (const [server, key] of keys) {
       // every key left is one a test charged (a refused or peeked request, or a refund to full, writes nothing)
-      const { limit, at } = written.get(key)!;
+      const { rule, at } = written.get(key)!;
       const lives = (await server.pexpiretime(key)) - at;
-      expect({ key, lives: lives > 0 && lives <= longestTtlMs(limit) }).toEqual({ key, lives: true });
+      expect({ key, lives: lives > 0 && lives <= longestTtlMs(rule) }).toEqual({ key, lives: true });
     }
   });
 
   it('puts the buckets of one identity in one Cluster hash slot, and of two identities (here) in two', async () => {
-    const perKey = request('tight', limitOf('token_bucket', 1, 2), 'api-key:abc');
-    const sameIdentity = request('other', limitOf('gcra', 5, 5), 'api-key:abc');
-    const perIp = request('loose', limitOf('token_bucket', 1, 2), 'ip:1.2.3.4');
+    const perKey = request('tight', ruleOf('token_bucket', 1, 2), 'api-key:abc');
+    const sameIdentity = request('other', ruleOf('gcra', 5, 5), 'api-key:abc');
+    const perIp = request('loose', ruleOf('token_bucket', 1, 2), 'ip:1.2.3.4');
     expect(hashSlot(perKey.key)).toBe(hashSlot(sameIdentity.key));
     expect(hashSlot(perKey.key)).not.toBe(hashSlot(perIp.key));
     // the same slots Redis works out, braces or not
@@ -196,7 +196,7 @@ describe('RedisStore keys', () => {
     ['sliding_window_counter', 5_000, 10_000], // until this window's count has slid out of the next
   ])('%s: sets the TTL to the time until full, on the real clock', async (algorithm, least, most) => {
     const store = new RedisStore({ client: redis });
-    const req = request('ttl', limitOf(algorithm, 10, 50), randomUUID(), 20);
+    const req = request('ttl', ruleOf(algorithm, 10, 50), randomUUID(), 20);
     await store.consume([req]);
     const ttl = await redis.pttl(req.key);
     expect(ttl).toBeGreaterThan(least);
@@ -205,7 +205,7 @@ describe('RedisStore keys', () => {
 
   it('uses Redis TIME when no test clock is given, and reloads the script after SCRIPT FLUSH', async () => {
     const store = new RedisStore({ client: redis });
-    const req = request('flush', limitOf('token_bucket', 1, 2), randomUUID());
+    const req = request('flush', ruleOf('token_bucket', 1, 2), randomUUID());
     expect((await store.consume([req]))[0]).toMatchObject({ allowed: true, remaining: 1 });
     await redis.script('FLUSH');
     expect((await store.consume([req]))[0]).toMatchObject({ allowed: true, remaining: 0 });

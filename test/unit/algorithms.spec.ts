@@ -1,18 +1,18 @@
 import fc from 'fast-check';
-import { ALGORITHMS, type Held, type Limit } from '../../lib/algorithms/algorithm.types.js';
+import { ALGORITHMS, type Held, type Rule } from '../../lib/algorithms/algorithm.types.js';
 import { decideAll, expiresAt, MODELS } from '../../lib/algorithms/decide.js';
 import { tokenBucket } from '../../lib/algorithms/token-bucket.js';
 import { toDecision } from '../../lib/stores/decision.js';
-import { CASE_EPOCH, CASES, limitOf, longestTtlMs, monthlyBillionSteps } from '../cases/index.js';
+import { CASE_EPOCH, CASES, longestTtlMs, monthlyBillionSteps, ruleOf } from '../cases/index.js';
 
 describe.each(CASES)('%s (pure, fixed instants)', (_algorithm, cases) => {
-  describe.each(cases)('$name', ({ limit, steps }) => {
+  describe.each(cases)('$name', ({ rule, steps }) => {
     it('decides every step as the table says', () => {
       let state: Held | undefined;
-      steps.forEach(({ at, cost = 1, limit: changed = limit, expect: expected }, step) => {
-        const verdict = decideAll([{ state, limit: changed, cost }], CASE_EPOCH + at, true);
+      steps.forEach(({ at, cost = 1, rule: changed = rule, expect: expected }, step) => {
+        const verdict = decideAll([{ state, rule: changed, cost }], CASE_EPOCH + at, true);
         if (verdict.allowed) state = verdict.next[0];
-        const decision = toDecision({ key: 'k', policy: 'p', limit: changed, cost }, verdict.outcomes[0]);
+        const decision = toDecision({ key: 'k', policy: 'p', rule: changed, cost }, verdict.outcomes[0]);
         expect({ step, ...decision }).toMatchObject({ step, ...expected });
       });
     });
@@ -20,13 +20,13 @@ describe.each(CASES)('%s (pure, fixed instants)', (_algorithm, cases) => {
 });
 
 describe.each(ALGORITHMS.map((algorithm) => [algorithm]))('%s (pure)', (algorithm) => {
-  const tight = limitOf(algorithm, 1, 2);
-  const loose = limitOf('token_bucket', 100, 100);
+  const tight = ruleOf(algorithm, 1, 2);
+  const loose = ruleOf('token_bucket', 100, 100);
 
   it('charges no policy when one refuses, and every policy when all admit', () => {
     let states: Array<Held | undefined> = [undefined, undefined];
     const request = () => {
-      const verdict = decideAll([{ state: states[0], limit: tight, cost: 1 }, { state: states[1], limit: loose, cost: 1 }], CASE_EPOCH, true);
+      const verdict = decideAll([{ state: states[0], rule: tight, cost: 1 }, { state: states[1], rule: loose, cost: 1 }], CASE_EPOCH, true);
       if (verdict.allowed) states = verdict.next;
       return verdict.outcomes.map((o) => [o.allowed, o.remaining]);
     };
@@ -37,55 +37,55 @@ describe.each(ALGORITHMS.map((algorithm) => [algorithm]))('%s (pure)', (algorith
   });
 
   it('only looks when not charging', () => {
-    const verdict = decideAll([{ state: undefined, limit: tight, cost: 2 }], CASE_EPOCH, false);
+    const verdict = decideAll([{ state: undefined, rule: tight, cost: 2 }], CASE_EPOCH, false);
     expect(verdict.outcomes[0]).toMatchObject({ allowed: true, remaining: 2 });
-    expect(decideAll([{ state: verdict.next[0], limit: tight, cost: 2 }], CASE_EPOCH, true).allowed).toBe(true);
+    expect(decideAll([{ state: verdict.next[0], rule: tight, cost: 2 }], CASE_EPOCH, true).allowed).toBe(true);
   });
 
   it('keeps remaining within [0, burst] and the key within the time from empty to full, whatever the clock does', () => {
-    const limit: Limit = limitOf(algorithm, 3, 4);
+    const rule: Rule = ruleOf(algorithm, 3, 4);
     const model = MODELS[algorithm];
     let state: Held | undefined;
     let latest = 0;
     for (const at of [1_000, 900, 5_000, 4_000, 5_001, 0, 5_001, 5_002, 9_000, 2_000]) {
-      const verdict = decideAll([{ state, limit, cost: 1 }], CASE_EPOCH + at, true);
+      const verdict = decideAll([{ state, rule, cost: 1 }], CASE_EPOCH + at, true);
       if (verdict.allowed) {
         state = verdict.next[0];
         latest = Math.max(latest, CASE_EPOCH + at);
         // counted from the latest time the key has seen, which a clock gone back does not undo
-        const lives = expiresAt(model, state, limit) - latest;
+        const lives = expiresAt(model, state, rule) - latest;
         expect(lives).toBeGreaterThanOrEqual(1);
-        expect(lives).toBeLessThanOrEqual(longestTtlMs(limit));
+        expect(lives).toBeLessThanOrEqual(longestTtlMs(rule));
       }
       expect(verdict.outcomes[0].remaining).toBeGreaterThanOrEqual(0);
-      expect(verdict.outcomes[0].remaining).toBeLessThanOrEqual(limit.burst);
+      expect(verdict.outcomes[0].remaining).toBeLessThanOrEqual(rule.burst);
     }
   });
 });
 
-describe.each(ALGORITHMS.map((algorithm) => [algorithm]))('%s (pure, limit changed between requests)', (algorithm) => {
+describe.each(ALGORITHMS.map((algorithm) => [algorithm]))('%s (pure, rule changed between requests)', (algorithm) => {
   // larger and smaller bursts, faster and slower rates, longer and shorter windows
-  const limits = [limitOf(algorithm, 10, 100), limitOf(algorithm, 1, 30), limitOf(algorithm, 2, 20), limitOf(algorithm, 0.5, 5)];
+  const rules = [ruleOf(algorithm, 10, 100), ruleOf(algorithm, 1, 30), ruleOf(algorithm, 2, 20), ruleOf(algorithm, 0.5, 5)];
 
-  it('reports remaining within [0, burst] and every time within what the current limit can need', () => {
+  it('reports remaining within [0, burst] and every time within what the current rule can need', () => {
     const steps = fc.array(
-      fc.record({ after: fc.integer({ min: 0, max: 5_000 }), cost: fc.integer({ min: 1, max: 100 }), limit: fc.nat(limits.length - 1) }),
+      fc.record({ after: fc.integer({ min: 0, max: 5_000 }), cost: fc.integer({ min: 1, max: 100 }), rule: fc.nat(rules.length - 1) }),
       { maxLength: 30 },
     );
     fc.assert(
       fc.property(steps, (history) => {
         let state: Held | undefined;
         let now = CASE_EPOCH;
-        for (const [step, { after, cost, limit: which }] of history.entries()) {
+        for (const [step, { after, cost, rule: which }] of history.entries()) {
           now += after;
-          const limit = limits[which];
-          const verdict = decideAll([{ state, limit, cost }], now, true);
+          const rule = rules[which];
+          const verdict = decideAll([{ state, rule, cost }], now, true);
           if (verdict.allowed) state = verdict.next[0];
           const { remaining, retryMs, fullMs, nextMs, delayMs } = verdict.outcomes[0];
-          // the time from empty to full, the longest any key of this limit lives
-          const longest = longestTtlMs(limit);
+          // the time from empty to full, the longest any key of this rule lives
+          const longest = longestTtlMs(rule);
           const within = (ms: number) => ms >= 0 && ms <= longest;
-          expect({ step, remaining: remaining >= 0 && remaining <= limit.burst }).toEqual({ step, remaining: true });
+          expect({ step, remaining: remaining >= 0 && remaining <= rule.burst }).toEqual({ step, remaining: true });
           expect({ step, retryMs: retryMs === -1 || within(retryMs) }).toEqual({ step, retryMs: true });
           expect({ step, fullMs: within(fullMs), nextMs: within(nextMs), delayMs: within(delayMs) }).toEqual({
             step,
@@ -95,7 +95,7 @@ describe.each(ALGORITHMS.map((algorithm) => [algorithm]))('%s (pure, limit chang
           });
           // and what a refusal says holds: the same request, that much later, is admitted
           if (retryMs > 0) {
-            const later = decideAll([{ state, limit, cost }], now + retryMs, false).outcomes[0];
+            const later = decideAll([{ state, rule, cost }], now + retryMs, false).outcomes[0];
             expect({ step, admittedAfterRetry: later.allowed }).toEqual({ step, admittedAfterRetry: true });
           }
         }
@@ -107,17 +107,17 @@ describe.each(ALGORITHMS.map((algorithm) => [algorithm]))('%s (pure, limit chang
 
 describe('tokenBucket', () => {
   it('never lets `at` move backwards', () => {
-    const limit = limitOf('token_bucket', 3, 4);
-    let state = tokenBucket.current(undefined, 1_000, limit);
-    for (const now of [900, 5_000, 4_000, 5_001, 0]) state = tokenBucket.current(state, now, limit);
+    const rule = ruleOf('token_bucket', 3, 4);
+    let state = tokenBucket.current(undefined, 1_000, rule);
+    for (const now of [900, 5_000, 4_000, 5_001, 0]) state = tokenBucket.current(state, now, rule);
     expect(state.at).toBe(5_001);
   });
 
   it('lives until full again', () => {
-    const limit = limitOf('token_bucket', 10, 50);
-    expect(expiresAt(tokenBucket, { tokens: 0, at: 0 }, limit)).toBe(5_000);
-    expect(expiresAt(tokenBucket, { tokens: 49.5, at: 0 }, limit)).toBe(50);
-    expect(expiresAt(tokenBucket, { tokens: 50, at: 0 }, limit)).toBe(1);
+    const rule = ruleOf('token_bucket', 10, 50);
+    expect(expiresAt(tokenBucket, { tokens: 0, at: 0 }, rule)).toBe(5_000);
+    expect(expiresAt(tokenBucket, { tokens: 49.5, at: 0 }, rule)).toBe(50);
+    expect(expiresAt(tokenBucket, { tokens: 50, at: 0 }, rule)).toBe(1);
   });
 });
 

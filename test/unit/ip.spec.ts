@@ -1,5 +1,5 @@
 import type { ExecutionContext } from '@nestjs/common';
-import type { Limit } from '../../lib/algorithms/algorithm.types.js';
+import type { Rule } from '../../lib/algorithms/algorithm.types.js';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
 import { resolveIdentity } from '../../lib/keys/identity.js';
 import { normalizeIp } from '../../lib/keys/ip.js';
@@ -57,13 +57,13 @@ describe('normalizeIp with an ipv6Subnet', () => {
 describe('IP buckets, from req.ip to the store', () => {
   const context = {} as ExecutionContext;
   const options = { apiKeyHeader: 'x-api-key', ipv6Subnet: 64 };
-  const limit: Limit = { algorithm: 'token_bucket', rps: 0.001, burst: 5 };
+  const rule: Rule = { algorithm: 'token_bucket', rps: 0.001, burst: 5 };
   const keyOf = (ip: string | undefined, keyOptions = options) =>
     bucketKey('rl:', 'per-ip', 'token_bucket', resolveIdentity(['ip'], { ip, headers: {} }, context, keyOptions));
   /** Sends one request per address through a store; returns how many were admitted. */
   const admitted = (ips: readonly (string | undefined)[]) => {
     const store = new MemoryStore({ clock: () => 1_000 });
-    return ips.filter((ip) => store.decide([{ key: keyOf(ip), policy: 'per-ip', limit, cost: 1 }], true)[0].allowed).length;
+    return ips.filter((ip) => store.decide([{ key: keyOf(ip), policy: 'per-ip', rule, cost: 1 }], true)[0].allowed).length;
   };
 
   it('puts 10,000 addresses of one /64 in one bucket', () => {

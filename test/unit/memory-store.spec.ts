@@ -1,23 +1,23 @@
 import { jest } from '@jest/globals';
 import fc from 'fast-check';
-import { ALGORITHMS, type Limit } from '../../lib/algorithms/algorithm.types.js';
+import { ALGORITHMS, type Rule } from '../../lib/algorithms/algorithm.types.js';
 import { kthSmallest } from '../../lib/stores/memory/kth-smallest.js';
 import { MemoryStore } from '../../lib/stores/memory/memory.store.js';
 
 /** Refills one token per 1,000 s: a charged bucket stays limited for the whole test. */
-const SLOW: Limit = { algorithm: 'token_bucket', rps: 0.001, burst: 2 };
+const SLOW: Rule = { algorithm: 'token_bucket', rps: 0.001, burst: 2 };
 /** Full again 1 s after a charge. */
-const FAST: Limit = { algorithm: 'token_bucket', rps: 1, burst: 1 };
+const FAST: Rule = { algorithm: 'token_bucket', rps: 1, burst: 1 };
 
 describe('MemoryStore bound (clock pinned)', () => {
   let now: number;
   const clock = () => now;
   beforeEach(() => (now = 1_000_000));
 
-  const take = (store: MemoryStore, key: string, limit = SLOW, cost = 1) =>
-    store.decide([{ key, policy: 'p', limit, cost }], true)[0];
-  const remaining = (store: MemoryStore, key: string, limit = SLOW) =>
-    store.decide([{ key, policy: 'p', limit, cost: 1 }], false)[0].remaining;
+  const take = (store: MemoryStore, key: string, rule = SLOW, cost = 1) =>
+    store.decide([{ key, policy: 'p', rule, cost }], true)[0];
+  const remaining = (store: MemoryStore, key: string, rule = SLOW) =>
+    store.decide([{ key, policy: 'p', rule, cost: 1 }], false)[0].remaining;
 
   it('holds at most maxKeys buckets, freeing 1 % of them when full', () => {
     const store = new MemoryStore({ clock, maxKeys: 1_000 });
@@ -61,8 +61,8 @@ describe('MemoryStore bound (clock pinned)', () => {
     now += 1;
     const both = store.decide(
       [
-        { key: 'a', policy: 'p', limit: SLOW, cost: 1 },
-        { key: 'c', policy: 'q', limit: SLOW, cost: 1 },
+        { key: 'a', policy: 'p', rule: SLOW, cost: 1 },
+        { key: 'c', policy: 'q', rule: SLOW, cost: 1 },
       ],
       true,
     );
@@ -110,8 +110,8 @@ describe('MemoryStore requests (clock pinned)', () => {
   afterEach(() => jest.useRealTimers());
 
   /** Full again 10 s after one token is taken, so a bucket charged twice lives longer than one charged once. */
-  const TENTH: Limit = { algorithm: 'token_bucket', rps: 0.1, burst: 2 };
-  const req = (key: string, limit: Limit, cost: unknown = 1) => ({ key, policy: key, limit, cost: cost as number });
+  const TENTH: Rule = { algorithm: 'token_bucket', rps: 0.1, burst: 2 };
+  const req = (key: string, rule: Rule, cost: unknown = 1) => ({ key, policy: key, rule, cost: cost as number });
   const COST = 'must be a finite number > 0 (the tokens the request takes)';
 
   /** The error `promise` rejects with; the call that made it must not have thrown. */
@@ -137,8 +137,8 @@ describe('MemoryStore requests (clock pinned)', () => {
   });
 
   it.each<[string, ReturnType<typeof req>, string]>([
-    ['limit', req('k', { algorithm: 'token_bucket', rps: 1, burst: 100 }), 'limit'],
-    ['algorithm', req('k', { ...TENTH, algorithm: 'gcra' }), 'limit'],
+    ['rule', req('k', { algorithm: 'token_bucket', rps: 1, burst: 100 }), 'rule'],
+    ['algorithm', req('k', { ...TENTH, algorithm: 'gcra' }), 'rule'],
     ['cost', req('k', TENTH, 2), 'cost'],
   ])('refuses a key given twice with a different %s, storing nothing', async (_what, second, field) => {
     const store = new MemoryStore({ clock });
@@ -165,11 +165,11 @@ describe('MemoryStore requests (clock pinned)', () => {
   ])('rejects a cost of %s clearly, on every algorithm, charging nothing', async (_name, cost, type, shown) => {
     const store = new MemoryStore({ clock });
     for (const algorithm of ALGORITHMS) {
-      const limit: Limit = { algorithm, rps: 1, burst: 5 };
+      const rule: Rule = { algorithm, rps: 1, burst: 5 };
       for (const charge of [true, false]) {
         let promise!: Promise<unknown>;
         // the request's other policy is fine: the call as a whole is refused
-        const requests = [req(`ok:${algorithm}`, limit), { ...req(algorithm, limit), cost: cost as number }];
+        const requests = [req(`ok:${algorithm}`, rule), { ...req(algorithm, rule), cost: cost as number }];
         expect(() => (promise = charge ? store.consume(requests) : store.peek(requests))).not.toThrow();
         const error = await rejection(promise);
         expect(error).toBeInstanceOf(type);
@@ -186,7 +186,7 @@ describe('MemoryStore requests (clock pinned)', () => {
     expect((await rejection(promise))?.message).toBe('Invalid argument to MemoryStore.consume: "requests" must be a list of requests, got undefined');
     expect(() => (promise = store.peek([null as never]))).not.toThrow();
     expect((await rejection(promise))?.message).toBe(
-      'Invalid argument to MemoryStore.peek: "requests[0]" must be a request such as { key, policy, limit, cost }, got null',
+      'Invalid argument to MemoryStore.peek: "requests[0]" must be a request such as { key, policy, rule, cost }, got null',
     );
     expect(() => (promise = store.consume([req(5 as never, SLOW)]))).not.toThrow();
     expect((await rejection(promise))?.message).toBe('Invalid argument to MemoryStore.consume: "requests[0].key" must be a string, got 5');
@@ -218,7 +218,7 @@ describe('MemoryStore sweep timer (fake timers)', () => {
   it('runs one timer while it holds buckets, drops expired ones with it, and stops when empty', async () => {
     const store = new MemoryStore({ clock: () => now });
     expect(jest.getTimerCount()).toBe(0);
-    for (let i = 0; i < 100; i++) await store.consume([{ key: `k${i}`, policy: 'p', limit: FAST, cost: 1 }]);
+    for (let i = 0; i < 100; i++) await store.consume([{ key: `k${i}`, policy: 'p', rule: FAST, cost: 1 }]);
     expect(jest.getTimerCount()).toBe(1);
     jest.advanceTimersByTime(1_000);
     expect(store.size).toBe(100); // the pinned clock has not moved: nothing expired
@@ -231,7 +231,7 @@ describe('MemoryStore sweep timer (fake timers)', () => {
 
   it('clears its timer on close', async () => {
     const store = new MemoryStore({ clock: () => now });
-    await store.consume([{ key: 'k', policy: 'p', limit: SLOW, cost: 1 }]);
+    await store.consume([{ key: 'k', policy: 'p', rule: SLOW, cost: 1 }]);
     expect(jest.getTimerCount()).toBe(1);
     await store.close();
     expect(jest.getTimerCount()).toBe(0);
@@ -245,7 +245,7 @@ describe('MemoryStore sweep timer (real timers)', () => {
     const before = timeouts();
     const store = new MemoryStore();
     try {
-      await store.consume([{ key: 'k', policy: 'p', limit: SLOW, cost: 1 }]);
+      await store.consume([{ key: 'k', policy: 'p', rule: SLOW, cost: 1 }]);
       expect(timeouts()).toBe(before);
     } finally {
       await store.close();

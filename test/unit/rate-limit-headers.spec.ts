@@ -17,8 +17,8 @@ import type { RateLimitDecision } from '../../lib/stores/rate-limit-store.interf
 const NOW_MS = 1_767_225_600_250;
 const NOW_S = 1_767_225_601;
 
-const PER_USER: DescribedPolicy = { name: 'per-user', limit: { rps: 5, burst: 10 } };
-const PER_IP: DescribedPolicy = { name: 'per-ip', limit: { rps: 1000 / 3600, burst: 1000 } };
+const PER_USER: DescribedPolicy = { name: 'per-user', rule: { rps: 5, burst: 10 } };
+const PER_IP: DescribedPolicy = { name: 'per-ip', rule: { rps: 1000 / 3600, burst: 1000 } };
 
 /** A decision of `policy`, admitted unless told otherwise. */
 function decision(policy: string, fields: Partial<RateLimitDecision> = {}): RateLimitDecision {
@@ -54,7 +54,7 @@ describe('headerPlan', () => {
   });
 
   it('quotes a name with " or \\ as an RFC 8941 sf-string', () => {
-    const plan = headerPlan(['ietf'], [{ name: 'a"b\\c', limit: { rps: 1, burst: 1 } }]);
+    const plan = headerPlan(['ietf'], [{ name: 'a"b\\c', rule: { rps: 1, burst: 1 } }]);
     expect(plan?.policy).toBe('"a\\"b\\\\c";q=1;w=1');
     expect(plan?.members).toEqual(['"a\\"b\\\\c";r=']);
   });
@@ -201,14 +201,14 @@ describe('windowSeconds', () => {
     [{ rps: 4, burst: 10 }, 3],
     [{ rps: 10, burst: 15 }, 2],
     [{ rps: 0.001, burst: 1 }, 1000],
-  ])('rounds %p up to %p s', (limit, seconds) => {
-    expect(windowSeconds(limit)).toBe(seconds);
+  ])('rounds %p up to %p s', (rule, seconds) => {
+    expect(windowSeconds(rule)).toBe(seconds);
   });
 
   it.each([
     [{ rps: 10, burst: 5 }],
     [{ rps: 1e6, burst: 1 }],
-  ])('is at least 1 (%p)', (limit) => {
-    expect(windowSeconds(limit)).toBe(1);
+  ])('is at least 1 (%p)', (rule) => {
+    expect(windowSeconds(rule)).toBe(1);
   });
 });

@@ -35,7 +35,7 @@ describe('RateLimiterService arguments (memory store, clock pinned)', () => {
       const decisions = await limiter.consume('user:42', policies).catch(() => undefined);
       admitted.push(decisions?.every((decision) => decision.allowed) ?? false);
     }
-    // one bucket under two limits admitted all 30; each policy with its own name admits 5
+    // one bucket under two rules admitted all 30; each policy with its own name admits 5
     expect(admitted.filter(Boolean)).toHaveLength(0);
     await expect(limiter.consume('user:42', policies)).rejects.toThrow(
       'Invalid @RateLimit policy on RateLimiterService: two policies are named "default"; give each policy its own "name"',

@@ -1,22 +1,22 @@
 import fc from 'fast-check';
 import { ALGORITHMS, type Held } from '../../lib/algorithms/algorithm.types.js';
 import { decideAll, MODELS } from '../../lib/algorithms/decide.js';
-import { CASE_EPOCH, limitOf } from '../cases/index.js';
+import { CASE_EPOCH, ruleOf } from '../cases/index.js';
 
 /** What a state lets through: remaining and the wait for every whole need. */
 function capacity(algorithm: (typeof ALGORITHMS)[number], state: Held, burst: number) {
   const model = MODELS[algorithm];
-  const limit = limitOf(algorithm, 2, burst);
+  const rule = ruleOf(algorithm, 2, burst);
   return {
-    remaining: model.remaining(state, limit),
-    waits: Array.from({ length: burst }, (_, i) => model.waitMs(state, limit, i + 1)),
+    remaining: model.remaining(state, rule),
+    waits: Array.from({ length: burst }, (_, i) => model.waitMs(state, rule, i + 1)),
   };
 }
 
 describe.each(ALGORITHMS.map((algorithm) => [algorithm]))('%s refund', (algorithm) => {
   const model = MODELS[algorithm];
   const burst = 6;
-  const limit = limitOf(algorithm, 2, burst);
+  const rule = ruleOf(algorithm, 2, burst);
 
   it('given back at once, a charge leaves the bucket as it was before, after any history', () => {
     const history = fc.array(fc.record({ after: fc.integer({ min: 0, max: 2_000 }), cost: fc.integer({ min: 1, max: 3 }) }), {
@@ -28,14 +28,14 @@ describe.each(ALGORITHMS.map((algorithm) => [algorithm]))('%s refund', (algorith
         let now = CASE_EPOCH;
         for (const step of steps) {
           now += step.after;
-          const verdict = decideAll([{ state, limit, cost: step.cost }], now, true);
+          const verdict = decideAll([{ state, rule, cost: step.cost }], now, true);
           if (verdict.allowed) state = verdict.next[0];
         }
-        const before = model.current(state, now, limit);
-        const verdict = decideAll([{ state, limit, cost }], now, true);
+        const before = model.current(state, now, rule);
+        const verdict = decideAll([{ state, rule, cost }], now, true);
         fc.pre(verdict.allowed);
         const charged = verdict.next[0];
-        const refunded = model.refund(model.current(charged, now, limit), limit, cost, charged.at);
+        const refunded = model.refund(model.current(charged, now, rule), rule, cost, charged.at);
         // equal, up to the rounding of a fractional backlog or tokens (x + c - c): 1 ms at most
         const [got, want] = [capacity(algorithm, refunded, burst), capacity(algorithm, before, burst)];
         expect(got.remaining).toBe(want.remaining);
@@ -46,40 +46,40 @@ describe.each(ALGORITHMS.map((algorithm) => [algorithm]))('%s refund', (algorith
   });
 
   it('never gives back more than the charge took, nor past a full bucket', () => {
-    const charged = model.charge(model.current(undefined, CASE_EPOCH, limit), limit, 2);
+    const charged = model.charge(model.current(undefined, CASE_EPOCH, rule), rule, 2);
     // a refund of more than was charged, and a second refund of the same charge
-    const once = model.refund(charged, limit, 5, charged.at);
-    const twice = model.refund(once, limit, 2, charged.at);
-    expect(model.remaining(once, limit)).toBe(burst);
-    expect(model.remaining(twice, limit)).toBe(burst);
+    const once = model.refund(charged, rule, 5, charged.at);
+    const twice = model.refund(once, rule, 2, charged.at);
+    expect(model.remaining(once, rule)).toBe(burst);
+    expect(model.remaining(twice, rule)).toBe(burst);
   });
 });
 
 describe('refund of a charge whose window has ended', () => {
   it('fixed_window gives nothing back in the next window', () => {
-    const limit = limitOf('fixed_window', 2, 4); // window 2 s
+    const rule = ruleOf('fixed_window', 2, 4); // window 2 s
     const model = MODELS.fixed_window;
-    const charged = model.charge(model.current(undefined, CASE_EPOCH, limit), limit, 3);
-    const later = model.current(model.charge(model.current(charged, CASE_EPOCH + 2_000, limit), limit, 1), CASE_EPOCH + 2_000, limit);
-    expect(model.remaining(model.refund(later, limit, 3, charged.at), limit)).toBe(3);
+    const charged = model.charge(model.current(undefined, CASE_EPOCH, rule), rule, 3);
+    const later = model.current(model.charge(model.current(charged, CASE_EPOCH + 2_000, rule), rule, 1), CASE_EPOCH + 2_000, rule);
+    expect(model.remaining(model.refund(later, rule, 3, charged.at), rule)).toBe(3);
   });
 
   it('sliding_window_counter gives it back from the previous window, then not at all', () => {
-    const limit = limitOf('sliding_window_counter', 2, 4); // window 2 s
+    const rule = ruleOf('sliding_window_counter', 2, 4); // window 2 s
     const model = MODELS.sliding_window_counter;
-    const charged = model.charge(model.current(undefined, CASE_EPOCH, limit), limit, 3);
-    const next = model.current(charged, CASE_EPOCH + 2_000, limit);
+    const charged = model.charge(model.current(undefined, CASE_EPOCH, rule), rule, 3);
+    const next = model.current(charged, CASE_EPOCH + 2_000, rule);
     expect(next.previous).toBe(3);
-    expect(model.refund(next, limit, 3, charged.at)).toMatchObject({ previous: 0, count: 0 });
-    const gone = model.current(charged, CASE_EPOCH + 4_000, limit);
-    expect(model.refund(gone, limit, 3, charged.at)).toEqual(gone);
+    expect(model.refund(next, rule, 3, charged.at)).toMatchObject({ previous: 0, count: 0 });
+    const gone = model.current(charged, CASE_EPOCH + 4_000, rule);
+    expect(model.refund(gone, rule, 3, charged.at)).toEqual(gone);
   });
 
   it('sliding_window_log drops only entries taken at the charge time', () => {
-    const limit = limitOf('sliding_window_log', 2, 4);
+    const rule = ruleOf('sliding_window_log', 2, 4);
     const model = MODELS.sliding_window_log;
-    const first = model.charge(model.current(undefined, CASE_EPOCH, limit), limit, 1);
-    const second = model.charge(model.current(first, CASE_EPOCH + 10, limit), limit, 2);
-    expect(model.refund(second, limit, 2, CASE_EPOCH + 10)).toMatchObject({ times: [CASE_EPOCH] });
+    const first = model.charge(model.current(undefined, CASE_EPOCH, rule), rule, 1);
+    const second = model.charge(model.current(first, CASE_EPOCH + 10, rule), rule, 2);
+    expect(model.refund(second, rule, 2, CASE_EPOCH + 10)).toMatchObject({ times: [CASE_EPOCH] });
   });
 });

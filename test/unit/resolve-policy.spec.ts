@@ -26,32 +26,32 @@ describe('resolvePolicy', () => {
   it('fills in the defaults', () => {
     expect(resolve({ rps: 10, burst: 50 })).toEqual({
       name: 'CatsController.find',
-      limit: { algorithm: 'token_bucket', rps: 10, burst: 50 },
+      rule: { algorithm: 'token_bucket', rps: 10, burst: 50 },
       cost: 1,
       defaultCost: 1,
       key: undefined,
     });
-    expect(windowSeconds(resolve({ rps: 10, burst: 50 }).limit)).toBe(5);
-    expect(resolve({ rps: 2.5 }).limit.burst).toBe(3);
-    expect(resolve({ rps: 0.1 }).limit.burst).toBe(1);
-    expect(resolve({ tokensPerSecond: 4, burst: 8 }).limit).toEqual({ algorithm: 'token_bucket', rps: 4, burst: 8 });
+    expect(windowSeconds(resolve({ rps: 10, burst: 50 }).rule)).toBe(5);
+    expect(resolve({ rps: 2.5 }).rule.burst).toBe(3);
+    expect(resolve({ rps: 0.1 }).rule.burst).toBe(1);
+    expect(resolve({ tokensPerSecond: 4, burst: 8 }).rule).toEqual({ algorithm: 'token_bucket', rps: 4, burst: 8 });
   });
 
   it.each(['token_bucket', 'leaky_bucket', 'fixed_window', 'sliding_window_log', 'sliding_window_counter', 'gcra'])(
     'accepts %s, from rps 0.001 to 1e6 and windows up to a day',
     (algorithm) => {
-      expect(resolve({ algorithm, rps: 0.001, burst: 1 }).limit).toEqual({ algorithm, rps: 0.001, burst: 1 });
-      expect(resolve({ algorithm, rps: 1e6, burst: 1000 }).limit).toEqual({ algorithm, rps: 1e6, burst: 1000 });
-      expect(windowSeconds(resolve({ algorithm, limit: 100_000, window: '1d' }).limit)).toBe(86_400);
+      expect(resolve({ algorithm, rps: 0.001, burst: 1 }).rule).toEqual({ algorithm, rps: 0.001, burst: 1 });
+      expect(resolve({ algorithm, rps: 1e6, burst: 1000 }).rule).toEqual({ algorithm, rps: 1e6, burst: 1000 });
+      expect(windowSeconds(resolve({ algorithm, limit: 100_000, window: '1d' }).rule)).toBe(86_400);
     },
   );
 
   it('reads limit per window as rps = limit / window and burst = limit', () => {
     expect(resolve({ limit: 100, window: '1m', key: 'api-key' })).toMatchObject({
-      limit: { rps: 100 / 60, burst: 100 },
+      rule: { rps: 100 / 60, burst: 100 },
       key: ['api-key'],
     });
-    expect(windowSeconds(resolve({ limit: 100, window: '1m' }).limit)).toBe(60);
+    expect(windowSeconds(resolve({ limit: 100, window: '1m' }).rule)).toBe(60);
   });
 
   it.each([

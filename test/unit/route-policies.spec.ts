@@ -132,14 +132,14 @@ describe('RoutePolicies', () => {
   it('lets a handler policy replace a module policy of the same name, in the place of the one it replaces', () => {
     const policies = of(routes, CatsController, 'replaced');
     expect(names(policies)).toEqual(['global', 'shared', 'per-class', 'CatsController.replaced']);
-    expect(policies[1]).toMatchObject({ limit: { algorithm: 'token_bucket', rps: 2, burst: 4 }, keys: ['api-key'] });
+    expect(policies[1]).toMatchObject({ rule: { algorithm: 'token_bucket', rps: 2, burst: 4 }, keys: ['api-key'] });
   });
 
   it('lets a handler policy replace a class policy of the same name', () => {
     const policies = of(routes, CatsController, 'tighter');
     expect(names(policies)).toEqual(['global', 'shared', 'per-class']);
-    expect(policies[2].limit).toEqual({ algorithm: 'token_bucket', rps: 1, burst: 1 });
-    expect(of(routes, CatsController, 'find')[2].limit).toEqual({ algorithm: 'token_bucket', rps: 10, burst: 10 });
+    expect(policies[2].rule).toEqual({ algorithm: 'token_bucket', rps: 1, burst: 1 });
+    expect(of(routes, CatsController, 'find')[2].rule).toEqual({ algorithm: 'token_bucket', rps: 10, burst: 10 });
   });
 
   it('exempts a route from every policy with @SkipRateLimit() on the handler', () => {
@@ -217,7 +217,7 @@ describe('routePolicy and storeRequest', () => {
   it('keeps what the policy says and settles the rest from the module', () => {
     expect(routePolicy(resolved, options)).toEqual({
       name: 'exports',
-      limit: { algorithm: 'leaky_bucket', rps: 2, burst: 6 },
+      rule: { algorithm: 'leaky_bucket', rps: 2, burst: 6 },
       cost: 'header:x-weight',
       defaultCost: 3,
       keys: ['user'],
@@ -226,12 +226,12 @@ describe('routePolicy and storeRequest', () => {
     expect(routePolicy({ ...resolved, key: undefined }, options).keys).toEqual(['api-key']);
   });
 
-  it("builds the store request: the identity's bucket under the policy, its limit and the cost", () => {
+  it("builds the store request: the identity's bucket under the policy, its rule and the cost", () => {
     const policy = routePolicy(resolved, options);
     expect(storeRequest(policy, 'user:42', 2.5)).toEqual({
       key: bucketKey('x:', 'exports', 'leaky_bucket', 'user:42'),
       policy: 'exports',
-      limit: { algorithm: 'leaky_bucket', rps: 2, burst: 6 },
+      rule: { algorithm: 'leaky_bucket', rps: 2, burst: 6 },
       cost: 2.5,
     });
     expect(storeRequest(policy, 'user:43', 1).key).not.toBe(storeRequest(policy, 'user:42', 1).key);

@@ -1,4 +1,4 @@
-import type { Held, Limit } from '../../algorithms/algorithm.types.js';
+import type { Held, Rule } from '../../algorithms/algorithm.types.js';
 import { PACKED_STATES, PACKED_WIDTH } from './packed-state.js';
 
 /** Doubles per bucket: when it expires, then its packed state. */
@@ -49,15 +49,15 @@ export class BucketTable {
   }
 
   /** The state in a row, `undefined` when there is none or it expired (the row is rewritten or freed after the decision). */
-  read(row: number | undefined, limit: Limit, now: number): Held | undefined {
+  read(row: number | undefined, rule: Rule, now: number): Held | undefined {
     if (row === undefined || this.rows[row * ROW] <= now) return undefined;
-    return PACKED_STATES[limit.algorithm].read(this.rows, row * ROW + 1, this.extras.get(row));
+    return PACKED_STATES[rule.algorithm].read(this.rows, row * ROW + 1, this.extras.get(row));
   }
 
   /** Stores a state in its row, to expire at `expiry` (ms on the store's clock). */
-  write(row: number, limit: Limit, state: Held, expiry: number): void {
+  write(row: number, rule: Rule, state: Held, expiry: number): void {
     this.rows[row * ROW] = expiry;
-    const extra = PACKED_STATES[limit.algorithm].write(state, this.rows, row * ROW + 1);
+    const extra = PACKED_STATES[rule.algorithm].write(state, this.rows, row * ROW + 1);
     if (extra !== undefined) this.extras.set(row, extra);
   }
 

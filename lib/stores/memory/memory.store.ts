@@ -88,7 +88,7 @@ export class MemoryStore implements RateLimitStore {
    * decided once (see `RateLimitStore.consume`).
    *
    * @throws TypeError or RangeError for a bad request (a cost that is not a finite number > 0, a
-   * key given twice with different limits or costs), before anything is read or charged
+   * key given twice with different rules or costs), before anything is read or charged
    */
   decide(given: readonly RateLimitRequest[], charge: boolean): RateLimitDecision[] {
     const { requests, positions } = distinctRequests(given, charge ? 'MemoryStore.consume' : 'MemoryStore.peek');
@@ -106,7 +106,7 @@ export class MemoryStore implements RateLimitStore {
     for (let i = 0; i < n; i++) {
       const request = requests[i];
       rows[i] = this.table.rowOf(request.key);
-      entries[i] = { state: this.table.read(rows[i], request.limit, now), limit: request.limit, cost: request.cost };
+      entries[i] = { state: this.table.read(rows[i], request.rule, now), rule: request.rule, cost: request.cost };
     }
     const verdict = decideAll(entries, now, charge);
     if (verdict.allowed && charge) this.write(requests, rows, verdict, now);
@@ -122,11 +122,11 @@ export class MemoryStore implements RateLimitStore {
     // room is made around the request's own rows, so `rows` stays right
     if (added > 0 && this.table.size + added > this.maxKeys) makeRoom(this.table, this.maxKeys, added, rows, now);
     for (let i = 0; i < requests.length; i++) {
-      const { key, limit } = requests[i];
+      const { key, rule } = requests[i];
       const row = rows[i] ?? this.table.allocate(key);
       const state = verdict.next[i];
       // the report's fullMs is waitMs(burst) of the charged state: expiresAt without working it out again
-      this.table.write(row, limit, state, expiryAfter(state.at, verdict.outcomes[i].fullMs));
+      this.table.write(row, rule, state, expiryAfter(state.at, verdict.outcomes[i].fullMs));
     }
     if (this.sweepTimer === undefined) this.scheduleSweep();
   }
@@ -159,13 +159,13 @@ export class MemoryStore implements RateLimitStore {
     for (const decision of decisions) {
       const charge = chargeOf(decision);
       if (charge === undefined) continue;
-      const { key, limit, cost } = charge.request;
+      const { key, rule, cost } = charge.request;
       const row = this.table.rowOf(key);
-      const state = this.table.read(row, limit, now);
+      const state = this.table.read(row, rule, now);
       if (state === undefined) continue;
-      const model = modelOf(limit);
-      const refunded = model.refund(model.current(state, now, limit), limit, cost, charge.at);
-      this.table.write(row!, limit, refunded, expiresAt(model, refunded, limit));
+      const model = modelOf(rule);
+      const refunded = model.refund(model.current(state, now, rule), rule, cost, charge.at);
+      this.table.write(row!, rule, refunded, expiresAt(model, refunded, rule));
     }
     return Promise.resolve();
   }

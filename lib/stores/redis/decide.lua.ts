@@ -57,27 +57,27 @@ local MODELS = {
   gcra = gcra,
 }
 
-local function load(m, key, now, limit)
-  if m.load then return m.load(key, now, limit) end
-  return m.current(m.decode(redis.call('GET', key)), now, limit)
+local function load(m, key, now, rule)
+  if m.load then return m.load(key, now, rule) end
+  return m.current(m.decode(redis.call('GET', key)), now, rule)
 end
 
 -- algorithms/decide.ts admitted
-local function admitted(m, s, limit, cost)
-  return cost <= limit.burst and m.wait_ms(s, limit, cost) == 0
+local function admitted(m, s, rule, cost)
+  return cost <= rule.burst and m.wait_ms(s, rule, cost) == 0
 end
 
 -- algorithms/decide.ts report, plus the state's time (a refund needs to know when a charge was),
 -- appended to the reply; returns fullMs, waitMs(burst): when the bucket is full again
-local function report(m, s, limit, cost, admits, delay_ms, reply)
-  local remaining = m.remaining(s, limit)
+local function report(m, s, rule, cost, admits, delay_ms, reply)
+  local remaining = m.remaining(s, rule)
   local retry_ms = 0
   if not admits then
-    if cost > limit.burst then retry_ms = -1 else retry_ms = m.wait_ms(s, limit, cost) end
+    if cost > rule.burst then retry_ms = -1 else retry_ms = m.wait_ms(s, rule, cost) end
   end
-  local full_ms = m.wait_ms(s, limit, limit.burst)
+  local full_ms = m.wait_ms(s, rule, rule.burst)
   local next_ms = 0
-  if remaining < limit.burst then next_ms = m.wait_ms(s, limit, remaining + 1) end
+  if remaining < rule.burst then next_ms = m.wait_ms(s, rule, remaining + 1) end
   local k = reply.n
   reply[k + 1], reply[k + 2], reply[k + 3], reply[k + 4] = admits and 1 or 0, remaining, retry_ms, full_ms
   reply[k + 5], reply[k + 6], reply[k + 7] = next_ms, delay_ms, s.at
@@ -116,7 +116,8 @@ local function clock(given)
   return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 end
 
-local function limit_at(base)
+-- the rule of the policy whose arguments follow ARGV[base]: rps and burst (its algorithm picks the model)
+local function rule_at(base)
   return { rps = tonumber(ARGV[base + 2]), burst = tonumber(ARGV[base + 3]) }
 end
 `;
@@ -148,7 +149,7 @@ end
  */
 export const DECIDE_LUA = `${SHARED_LUA}
 -- every request's policies, one request at a time (each fills the first n of each)
-local models, limits, costs, states, admits = {}, {}, {}, {}, {}
+local models, rules, costs, states, admits = {}, {}, {}, {}, {}
 
 -- algorithms/decide.ts decideAll, for the n policies whose keys follow KEYS[first] and whose
 -- arguments follow ARGV[base]
@@ -157,22 +158,22 @@ local function decide(first, base, n, charge, now, reply)
   for i = 1, n do
     local at = base + (i - 1) * ${DECIDE_ARGS}
     models[i] = MODELS[ARGV[at + 1]]
-    limits[i] = limit_at(at)
+    rules[i] = rule_at(at)
     costs[i] = tonumber(ARGV[at + 4])
-    states[i] = load(models[i], KEYS[first + i], now, limits[i])
-    admits[i] = admitted(models[i], states[i], limits[i], costs[i])
+    states[i] = load(models[i], KEYS[first + i], now, rules[i])
+    admits[i] = admitted(models[i], states[i], rules[i], costs[i])
     allowed = allowed and admits[i]
   end
 
   local charged = allowed and charge
   for i = 1, n do
     local delay_ms = 0
-    if allowed and models[i].delay_ms then delay_ms = models[i].delay_ms(states[i], limits[i]) end
+    if allowed and models[i].delay_ms then delay_ms = models[i].delay_ms(states[i], rules[i]) end
     if charged then
-      states[i] = models[i].charge(states[i], limits[i], costs[i])
+      states[i] = models[i].charge(states[i], rules[i], costs[i])
       if models[i].add then models[i].add(KEYS[first + i], states[i]) end
     end
-    local full_ms = report(models[i], states[i], limits[i], costs[i], admits[i], delay_ms, reply)
+    local full_ms = report(models[i], states[i], rules[i], costs[i], admits[i], delay_ms, reply)
     if charged then save(models[i], KEYS[first + i], states[i], full_ms) end
   end
 end
@@ -219,10 +220,10 @@ local reply = { n = 0 }
 for i = 1, #KEYS do
   local base = 1 + (i - 1) * ${REFUND_ARGS}
   local m = MODELS[ARGV[base + 1]]
-  local limit = limit_at(base)
+  local rule = rule_at(base)
   local cost = tonumber(ARGV[base + 4])
-  local s = m.refund(load(m, KEYS[i], now, limit), limit, cost, tonumber(ARGV[base + 5]))
-  save(m, KEYS[i], s, report(m, s, limit, cost, true, 0, reply))
+  local s = m.refund(load(m, KEYS[i], now, rule), rule, cost, tonumber(ARGV[base + 5]))
+  save(m, KEYS[i], s, report(m, s, rule, cost, true, 0, reply))
 end
 append(reply, now)
 reply.n = nil

@@ -18,39 +18,39 @@ function fixed_window.encode(s)
 end
 
 -- fixedWindow.current
-function fixed_window.current(state, now, limit)
-  local w = window_ms(limit.rps, limit.burst)
+function fixed_window.current(state, now, rule)
+  local w = window_ms(rule.rps, rule.burst)
   -- a clock that goes back into an earlier window stays in the stored one: no fresh quota
   local at = now
   if state ~= nil then at = math.max(now, state.start) end
   local start = math.floor(at / w) * w
   -- a count written under a larger limit (the limit was lowered) is the whole limit now
   local count = 0
-  if state ~= nil and state.start == start then count = math.min(limit.burst, state.count) end
+  if state ~= nil and state.start == start then count = math.min(rule.burst, state.count) end
   return { start = start, count = count, at = at }
 end
 
 -- fixedWindow.remaining
-function fixed_window.remaining(s, limit)
-  return math.floor(limit.burst - s.count)
+function fixed_window.remaining(s, rule)
+  return math.floor(rule.burst - s.count)
 end
 
 -- fixedWindow.waitMs
-function fixed_window.wait_ms(s, limit, need)
+function fixed_window.wait_ms(s, rule, need)
   -- a new window starts empty, and need <= burst, so the window's end always suffices
-  if s.count + need <= limit.burst then return 0 end
-  return s.start + window_ms(limit.rps, limit.burst) - s.at
+  if s.count + need <= rule.burst then return 0 end
+  return s.start + window_ms(rule.rps, rule.burst) - s.at
 end
 
 -- fixedWindow.charge
-function fixed_window.charge(s, limit, cost)
+function fixed_window.charge(s, rule, cost)
   return { start = s.start, count = s.count + cost, at = s.at }
 end
 
 -- fixedWindow.refund
-function fixed_window.refund(s, limit, cost, charged_at)
+function fixed_window.refund(s, rule, cost, charged_at)
   -- a charge in a window that has ended no longer counts: nothing to give back
-  local w = window_ms(limit.rps, limit.burst)
+  local w = window_ms(rule.rps, rule.burst)
   if s.start ~= math.floor(charged_at / w) * w then return s end
   return { start = s.start, count = math.max(0, s.count - cost), at = s.at }
 end

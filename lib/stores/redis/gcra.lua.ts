@@ -20,39 +20,39 @@ function gcra.encode(s)
 end
 
 -- gcra.current
-function gcra.current(state, now, limit)
+function gcra.current(state, now, rule)
   if state == nil then return { backlog = 0, at = now } end
   -- a clock that goes backwards drains nothing, and at never moves back
   local elapsed = math.max(0, now - state.at)
   -- a backlog written under a larger burst (the limit was lowered since) was a full one as of
   -- its at, and drains from there
-  local stored = math.min(limit.burst, state.backlog)
+  local stored = math.min(rule.burst, state.backlog)
   -- empty once the whole ms its key expires after have passed, even a rounding step short
-  local backlog = whole_if_near(math.max(0, stored - (elapsed * limit.rps) / 1000), limit.burst)
-  if elapsed >= duration_ms(stored, limit.rps) then backlog = 0 end
+  local backlog = whole_if_near(math.max(0, stored - (elapsed * rule.rps) / 1000), rule.burst)
+  if elapsed >= duration_ms(stored, rule.rps) then backlog = 0 end
   return { backlog = backlog, at = math.max(state.at, now) }
 end
 
 -- gcra.remaining
-function gcra.remaining(s, limit)
-  return math.floor(limit.burst - s.backlog)
+function gcra.remaining(s, rule)
+  return math.floor(rule.burst - s.backlog)
 end
 
 -- gcra.waitMs
-function gcra.wait_ms(s, limit, need)
+function gcra.wait_ms(s, rule, need)
   -- until the backlog has drained to what leaves room for need (for burst: to 0, exactly)
-  local room = limit.burst - need
+  local room = rule.burst - need
   if s.backlog <= room then return 0 end
-  return duration_ms(s.backlog - room, limit.rps)
+  return duration_ms(s.backlog - room, rule.rps)
 end
 
 -- gcra.charge
-function gcra.charge(s, limit, cost)
+function gcra.charge(s, rule, cost)
   return { backlog = s.backlog + cost, at = s.at }
 end
 
 -- gcra.refund
-function gcra.refund(s, limit, cost, charged_at)
+function gcra.refund(s, rule, cost, charged_at)
   return { backlog = math.max(0, s.backlog - cost), at = s.at }
 end
 
@@ -60,8 +60,8 @@ end
 local leaky_bucket = setmetatable({}, { __index = gcra })
 
 -- leakyBucket.delayMs
-function leaky_bucket.delay_ms(s, limit)
+function leaky_bucket.delay_ms(s, rule)
   -- s is the queue before this request joins it: it leaves once those ahead have
-  return duration_ms(s.backlog, limit.rps)
+  return duration_ms(s.backlog, rule.rps)
 end
 `;

@@ -35,8 +35,8 @@ export class RedisScripts {
   /** Gives back what a decide call charged for requests of one hash slot (`at` from its reply). */
   async refund(requests: readonly RateLimitRequest[], at: readonly number[]): Promise<Answer> {
     const args: string[] = [];
-    requests.forEach(({ limit, cost }, i) => {
-      args.push(limit.algorithm, String(limit.rps), String(limit.burst), String(cost), String(at[i]));
+    requests.forEach(({ rule, cost }, i) => {
+      args.push(rule.algorithm, String(rule.rps), String(rule.burst), String(cost), String(at[i]));
     });
     const keys = requests.map((request) => request.key);
     return parseAnswer(await this.run(this.refundCommand, REFUND_LUA, keys, args), 0, requests.length);

@@ -7,7 +7,7 @@ interface Refusal {
   decidedAt: number;
   /** Local time until which a request like it is certainly refused, ms. */
   until: number;
-  /** Every policy of the request, by bucket key: its limit, cost and outcome. */
+  /** Every policy of the request, by bucket key: its rule, cost and outcome. */
   policies: Map<string, Policy>;
   /** Requests let through to Redis together since this answer came (see `lookupTogether`). */
   letThrough: number;
@@ -52,7 +52,7 @@ const MAX_AGE_MS = 5_000;
  * has run out.
  *
  * A request is answered from here only when one of its keys is cached as refused and every
- * policy of the request, with the same limit and cost, was part of the request Redis answered,
+ * policy of the request, with the same rule and cost, was part of the request Redis answered,
  * so the answer carries every policy's headers.
  */
 export class RefusedCache {
@@ -87,9 +87,9 @@ export class RefusedCache {
     if (refusal === undefined) return undefined;
     const elapsed = now - refusal.decidedAt;
     const rooms: number[] = [];
-    for (const { key, limit, cost } of requests) {
+    for (const { key, rule, cost } of requests) {
       const policy = refusal.policies.get(key);
-      if (policy === undefined || !sameAs(policy, limit, cost)) return undefined;
+      if (policy === undefined || !sameAs(policy, rule, cost)) return undefined;
       rooms.push(room(policy, elapsed));
     }
     if (refusal.letThrough < Math.min(...rooms)) {
@@ -127,9 +127,9 @@ export class RefusedCache {
         continue;
       }
       policies ??= new Map(
-        requests.map(({ key, limit, cost }, j) => [
+        requests.map(({ key, rule, cost }, j) => [
           key,
-          { algorithm: limit.algorithm, rps: limit.rps, burst: limit.burst, cost, outcome: asRefused(outcomes[j], cost, charged) },
+          { algorithm: rule.algorithm, rps: rule.rps, burst: rule.burst, cost, outcome: asRefused(outcomes[j], cost, charged) },
         ]),
       );
       // contended only (wait 0): refused by nothing, but the next requests wait for the calls behind
@@ -165,9 +165,9 @@ export class RefusedCache {
   /** The refusal's outcomes, `elapsed` ms on, when it covers exactly these requests. */
   private replay(refusal: Refusal, requests: readonly RateLimitRequest[], elapsed: number): Outcome[] | undefined {
     const outcomes: Outcome[] = [];
-    for (const { key, limit, cost } of requests) {
+    for (const { key, rule, cost } of requests) {
       const policy = refusal.policies.get(key);
-      if (policy === undefined || !sameAs(policy, limit, cost)) return undefined;
+      if (policy === undefined || !sameAs(policy, rule, cost)) return undefined;
       outcomes.push(agedOutcome(policy.outcome, elapsed));
     }
     return outcomes;
@@ -193,8 +193,8 @@ function asRefused(outcome: Outcome, cost: number, charged: boolean): Outcome {
 }
 
 /** Whether a remembered policy is the one a request has now. */
-function sameAs(policy: Policy, limit: RateLimitRequest['limit'], cost: number): boolean {
-  return policy.algorithm === limit.algorithm && policy.rps === limit.rps && policy.burst === limit.burst && policy.cost === cost;
+function sameAs(policy: Policy, rule: RateLimitRequest['rule'], cost: number): boolean {
+  return policy.algorithm === rule.algorithm && policy.rps === rule.rps && policy.burst === rule.burst && policy.cost === cost;
 }
 
 /**

@@ -24,50 +24,50 @@ local function previous_scaled(s, w)
 end
 
 -- slidingWindowCounter.current
-function sliding_window_counter.current(state, now, limit)
-  local w = window_ms(limit.rps, limit.burst)
+function sliding_window_counter.current(state, now, rule)
+  local w = window_ms(rule.rps, rule.burst)
   -- a clock that goes back into an earlier window stays in the stored one: no fresh quota
   local at = now
   if state ~= nil then at = math.max(now, state.start) end
   local start = math.floor(at / w) * w
   if state == nil then return { start = start, previous = 0, count = 0, at = at } end
   -- counts written under a larger limit (the limit was lowered) are the whole limit now
-  local b = limit.burst
+  local b = rule.burst
   if state.start == start then return { start = start, previous = math.min(b, state.previous), count = math.min(b, state.count), at = at } end
   if state.start + w == start then return { start = start, previous = math.min(b, state.count), count = 0, at = at } end
   return { start = start, previous = 0, count = 0, at = at }
 end
 
 -- slidingWindowCounter.remaining
-function sliding_window_counter.remaining(s, limit)
-  local w = window_ms(limit.rps, limit.burst)
-  return math.max(0, math.floor(((limit.burst - s.count) * w - previous_scaled(s, w)) / w))
+function sliding_window_counter.remaining(s, rule)
+  local w = window_ms(rule.rps, rule.burst)
+  return math.max(0, math.floor(((rule.burst - s.count) * w - previous_scaled(s, w)) / w))
 end
 
 -- slidingWindowCounter.waitMs
-function sliding_window_counter.wait_ms(s, limit, need)
-  local w = window_ms(limit.rps, limit.burst)
+function sliding_window_counter.wait_ms(s, rule, need)
+  local w = window_ms(rule.rps, rule.burst)
   local elapsed = s.at - s.start
   -- what this window's count leaves for the previous window's weight
-  local room = limit.burst - s.count - need
+  local room = rule.burst - s.count - need
   if room >= 0 then
     if previous_scaled(s, w) <= room * w then return 0 end
     -- it fits later in this window, once enough of the previous window's weight (> 0) has slid out...
     return math.max(1, w - math.floor((room * w) / s.previous) - elapsed)
   end
   -- ...or only in the next one, once enough of this window's count (> burst - need >= 0) has
-  return 2 * w - math.floor(((limit.burst - need) * w) / s.count) - elapsed
+  return 2 * w - math.floor(((rule.burst - need) * w) / s.count) - elapsed
 end
 
 -- slidingWindowCounter.charge
-function sliding_window_counter.charge(s, limit, cost)
+function sliding_window_counter.charge(s, rule, cost)
   return { start = s.start, previous = s.previous, count = s.count + cost, at = s.at }
 end
 
 -- slidingWindowCounter.refund
-function sliding_window_counter.refund(s, limit, cost, charged_at)
+function sliding_window_counter.refund(s, rule, cost, charged_at)
   -- the charge counts in the window it was taken in, then in the next one as previous
-  local w = window_ms(limit.rps, limit.burst)
+  local w = window_ms(rule.rps, rule.burst)
   local charged = math.floor(charged_at / w) * w
   if s.start == charged then
     return { start = s.start, previous = s.previous, count = math.max(0, s.count - cost), at = s.at }

@@ -17,38 +17,38 @@ local function log_entries(cost)
 end
 
 -- slidingWindowLog.current, reading the set
-function sliding_window_log.load(key, now, limit)
+function sliding_window_log.load(key, now, rule)
   local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]
   -- a clock that goes back before the newest entry expires nothing and logs at that entry
   local at = now
   if newest then at = math.max(now, tonumber(newest)) end
-  local cutoff = string.format('%d', at - window_ms(limit.rps, limit.burst))
+  local cutoff = string.format('%d', at - window_ms(rule.rps, rule.burst))
   -- expired entries are skipped here, and dropped only by add: a refused request (or a peek)
   -- leaves the set as it was, as the pure model stores nothing for it
   local expired = redis.call('ZCOUNT', key, '-inf', cutoff)
   local total = redis.call('ZCARD', key)
   -- a log written under a larger limit (the limit was lowered) keeps its newest burst entries
-  expired = math.max(expired, total - limit.burst)
+  expired = math.max(expired, total - rule.burst)
   return { key = key, count = total - expired, expired = expired, at = at, added = 0 }
 end
 
 -- slidingWindowLog.remaining
-function sliding_window_log.remaining(s, limit)
-  return limit.burst - s.count
+function sliding_window_log.remaining(s, rule)
+  return rule.burst - s.count
 end
 
 -- slidingWindowLog.waitMs
-function sliding_window_log.wait_ms(s, limit, need)
+function sliding_window_log.wait_ms(s, rule, need)
   -- the request fits once the k oldest entries have left the window
-  local k = s.count + log_entries(need) - limit.burst
+  local k = s.count + log_entries(need) - rule.burst
   if k <= 0 then return 0 end
   local rank = s.expired + k - 1
   local entry = redis.call('ZRANGE', s.key, rank, rank, 'WITHSCORES')
-  return tonumber(entry[2]) + window_ms(limit.rps, limit.burst) - s.at
+  return tonumber(entry[2]) + window_ms(rule.rps, rule.burst) - s.at
 end
 
 -- slidingWindowLog.charge (add writes the entries)
-function sliding_window_log.charge(s, limit, cost)
+function sliding_window_log.charge(s, rule, cost)
   local n = log_entries(cost)
   return { key = s.key, count = s.count + n, expired = s.expired, at = s.at, added = n }
 end
@@ -75,7 +75,7 @@ end
 
 -- slidingWindowLog.refund: drops the newest-numbered entries at charged_at, so those left stay
 -- numbered 1..n and add's next numbers stay unique (entries at one ms are otherwise alike)
-function sliding_window_log.refund(s, limit, cost, charged_at)
+function sliding_window_log.refund(s, rule, cost, charged_at)
   local at = string.format('%d', charged_at)
   local members = redis.call('ZRANGEBYSCORE', s.key, at, at)
   local numbers = {}
@@ -90,6 +90,6 @@ function sliding_window_log.refund(s, limit, cost, charged_at)
     end
   end
   if #drop > 0 then redis.call('ZREM', s.key, unpack(drop)) end
-  return sliding_window_log.load(s.key, s.at, limit)
+  return sliding_window_log.load(s.key, s.at, rule)
 end
 `;

@@ -52,9 +52,9 @@ export class SlotBatches {
       setImmediate(() => this.send(slot, opened));
     }
     batch.args.push(String(requests.length), charge ? '1' : '0', this.clock.deadline(slot, sentAt, timeoutMs));
-    for (const { key, limit, cost } of requests) {
+    for (const { key, rule, cost } of requests) {
       batch.keys.push(key);
-      batch.args.push(limit.algorithm, String(limit.rps), String(limit.burst), String(cost));
+      batch.args.push(rule.algorithm, String(rule.rps), String(rule.burst), String(cost));
     }
     const reply = new Promise<Reply | undefined>((resolve, reject) => batch.waiting.push({ count: requests.length, resolve, reject }));
     if (batch.keys.length >= MAX_BATCH_KEYS) this.send(slot, batch);

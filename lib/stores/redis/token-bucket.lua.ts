@@ -19,35 +19,35 @@ function token_bucket.encode(s)
 end
 
 -- tokenBucket.current
-function token_bucket.current(state, now, limit)
-  if state == nil then return { tokens = limit.burst, at = now } end
+function token_bucket.current(state, now, rule)
+  if state == nil then return { tokens = rule.burst, at = now } end
   -- a clock that goes backwards adds nothing, and at never moves back
   local elapsed = math.max(0, now - state.at)
   -- full once the whole ms its key expires after have passed, even a rounding step short, and
   -- at once when it holds more than burst (written under a larger one)
-  local tokens = whole_if_near(math.min(limit.burst, state.tokens + (elapsed * limit.rps) / 1000), limit.burst)
-  if elapsed >= duration_ms(limit.burst - state.tokens, limit.rps) then tokens = limit.burst end
+  local tokens = whole_if_near(math.min(rule.burst, state.tokens + (elapsed * rule.rps) / 1000), rule.burst)
+  if elapsed >= duration_ms(rule.burst - state.tokens, rule.rps) then tokens = rule.burst end
   return { tokens = tokens, at = math.max(state.at, now) }
 end
 
 -- tokenBucket.remaining
-function token_bucket.remaining(s, limit)
+function token_bucket.remaining(s, rule)
   return math.floor(s.tokens)
 end
 
 -- tokenBucket.waitMs
-function token_bucket.wait_ms(s, limit, need)
+function token_bucket.wait_ms(s, rule, need)
   if s.tokens >= need then return 0 end
-  return duration_ms(need - s.tokens, limit.rps)
+  return duration_ms(need - s.tokens, rule.rps)
 end
 
 -- tokenBucket.charge
-function token_bucket.charge(s, limit, cost)
+function token_bucket.charge(s, rule, cost)
   return { tokens = s.tokens - cost, at = s.at }
 end
 
 -- tokenBucket.refund
-function token_bucket.refund(s, limit, cost, charged_at)
-  return { tokens = math.min(limit.burst, s.tokens + cost), at = s.at }
+function token_bucket.refund(s, rule, cost, charged_at)
+  return { tokens = math.min(rule.burst, s.tokens + cost), at = s.at }
 end
 `;
