@@ -1,4 +1,4 @@
-export { type Algorithm, ALGORITHMS } from './algorithms/algorithm.types.js';
+export { type Algorithm, ALGORITHMS, type Rule } from './algorithms/algorithm.types.js';
 export type { Departure, RateLimitContext } from './contexts/rate-limit-context.js';
 export type { HeaderFamily } from './headers/rate-limit-headers.js';
 export type { LimitedRequest } from './keys/identity.js';
