@@ -1,5 +1,6 @@
 export { type Algorithm, ALGORITHMS, type Rule } from './algorithms/algorithm.types.js';
 export type { Departure, RateLimitContext } from './contexts/rate-limit-context.js';
+export { RateLimitContexts } from './contexts/rate-limit-contexts.js';
 export type { HeaderFamily } from './headers/rate-limit-headers.js';
 export type { LimitedRequest } from './keys/identity.js';
 export type { CostSource, KeySource, RateLimitPolicy } from './policy/policy.types.js';
@@ -7,9 +8,10 @@ export { InvalidPolicyError } from './policy/resolve-policy.js';
 export { RateLimit, SkipRateLimit } from './rate-limit.decorator.js';
 export { RateLimitExceededException, RateLimitUnavailableException } from './rate-limit.exception.js';
 export { RateLimitGuard } from './rate-limit.guard.js';
+export { RateLimitInterceptor } from './rate-limit.interceptor.js';
 export { RateLimitModule } from './rate-limit.module.js';
 export type { RateLimitModuleAsyncOptions } from './rate-limit.module-definition.js';
-export type { FailMode, RateLimitModuleOptions } from './rate-limit-options.interface.js';
+export type { ContextType, FailMode, RateLimitModuleOptions } from './rate-limit-options.interface.js';
 export { RateLimiterService } from './rate-limiter.service.js';
 export type { RoutePolicy } from './routes/route-policy.js';
 export { MemoryStore, type MemoryStoreOptions } from './stores/memory/memory.store.js';

@@ -6,6 +6,9 @@ import type { RedisOption } from './stores/store-owner.js';
 /** What happens when the store fails or takes longer than `timeout`. */
 export type FailMode = 'open' | 'closed' | 'local';
 
+/** A kind of Nest context (`context.getType()`) the module can limit. */
+export type ContextType = 'http' | 'graphql' | 'ws' | 'rpc';
+
 /**
  * Options of `RateLimitModule.forRoot()` (every one optional).
  *
@@ -40,6 +43,20 @@ export interface RateLimitModuleOptions {
   timeout?: number;
   /** `'shadow'` decides, sends headers and never blocks. Default `'enforce'`. */
   mode?: 'enforce' | 'shadow';
-  /** Register `RateLimitGuard` as a global guard. Default `true`. */
+  /**
+   * Register the limiter globally (as `runAs` says). Default `true`; with `false`, use
+   * `@UseGuards(RateLimitGuard)` or `@UseInterceptors(RateLimitInterceptor)` where wanted.
+   */
   guard?: boolean;
+  /**
+   * How the limiter is registered globally: `'guard'` (`RateLimitGuard`, before the controller's
+   * own guards) or `'interceptor'` (`RateLimitInterceptor`, after every guard, so `key: 'user'`
+   * sees the user an auth guard sets). Default `'guard'`.
+   */
+  runAs?: 'guard' | 'interceptor';
+  /**
+   * The kinds of context limited: HTTP routes, GraphQL operations, gateway messages,
+   * microservice messages. Any other passes untouched. Default `['http', 'graphql', 'ws', 'rpc']`.
+   */
+  contexts?: ContextType[];
 }

@@ -10,7 +10,7 @@ import {
   resolvePolicy,
 } from './policy/resolve-policy.js';
 import { invalidOption, invalidOptions, invalidOptionsObject } from './rate-limit.messages.js';
-import type { FailMode, RateLimitModuleOptions } from './rate-limit-options.interface.js';
+import type { ContextType, FailMode, RateLimitModuleOptions } from './rate-limit-options.interface.js';
 import type { RateLimitStore } from './stores/rate-limit-store.interface.js';
 import { isRedisClient } from './stores/store-owner.js';
 import { MAX_TIMER_MS } from './utils/wake-queue.js';
@@ -30,13 +30,17 @@ export interface ResolvedOptions {
   timeout: number;
   mode: 'enforce' | 'shadow';
   guard: boolean;
+  runAs: 'guard' | 'interceptor';
+  contexts: readonly ContextType[];
 }
 
 const HEADER_FAMILIES: readonly HeaderFamily[] = ['ietf', 'legacy', 'x-ratelimit'];
 const FAIL_MODES: readonly FailMode[] = ['open', 'closed', 'local'];
+const CONTEXT_TYPES: readonly ContextType[] = ['http', 'graphql', 'ws', 'rpc'];
 /** Every option there is: any other key is a typo, refused rather than ignored. */
 const OPTIONS = new Set<string>([
-  'store', 'redis', 'prefix', 'policies', 'key', 'apiKeyHeader', 'ipv6Subnet', 'headers', 'failMode', 'timeout', 'mode', 'guard',
+  'store', 'redis', 'prefix', 'policies', 'key', 'apiKeyHeader', 'ipv6Subnet', 'headers', 'failMode', 'timeout', 'mode',
+  'guard', 'runAs', 'contexts',
 ]);
 /** Longest `prefix`, characters: it is in every bucket key, as the policy name is (see `MAX_NAME_LENGTH`). */
 const MAX_PREFIX_LENGTH = MAX_NAME_LENGTH;
@@ -69,6 +73,8 @@ export function resolveOptions(options: RateLimitModuleOptions | undefined): Res
     timeout = 100,
     mode = 'enforce',
     guard = true,
+    runAs = 'guard',
+    contexts = CONTEXT_TYPES,
     policies = [],
   } = options;
 
@@ -90,6 +96,10 @@ export function resolveOptions(options: RateLimitModuleOptions | undefined): Res
   }
   if (mode !== 'enforce' && mode !== 'shadow') fail('mode', mode, `must be 'enforce' or 'shadow'`);
   if (typeof guard !== 'boolean') fail('guard', guard, 'must be true or false');
+  if (runAs !== 'guard' && runAs !== 'interceptor') fail('runAs', runAs, `must be 'guard' or 'interceptor'`);
+  if (!Array.isArray(contexts) || !contexts.every((type) => CONTEXT_TYPES.includes(type))) {
+    fail('contexts', contexts, `must be a list of 'http', 'graphql', 'ws', 'rpc'`);
+  }
   if (!Array.isArray(policies)) fail('policies', policies, 'must be a list of policies');
   if (options.store !== undefined && options.redis !== undefined) {
     throw new Error(invalidOptions('"store" and "redis" are both given; give one ("redis" is a shortcut that makes a RedisStore)'));
@@ -128,6 +138,8 @@ export function resolveOptions(options: RateLimitModuleOptions | undefined): Res
     timeout,
     mode,
     guard,
+    runAs,
+    contexts: [...new Set(contexts)],
   };
 }
 

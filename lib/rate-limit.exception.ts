@@ -18,20 +18,27 @@ export class RateLimitExceededException extends HttpException {
     /** Tokens the request asked that policy for. */
     readonly cost = 1,
   ) {
-    const never = !Number.isFinite(decision.retryAfter);
-    super(
-      {
-        statusCode: HttpStatus.TOO_MANY_REQUESTS,
-        error: 'Too Many Requests',
-        message: never
-          ? costExceedsBurst(decision.policy, cost, decision.limit)
-          : limitExceeded(decision.policy, decision.retryAfter),
-        policy: decision.policy,
-        retryAfter: never ? null : decision.retryAfter,
-      },
-      HttpStatus.TOO_MANY_REQUESTS,
-    );
+    super({ statusCode: HttpStatus.TOO_MANY_REQUESTS, error: 'Too Many Requests', ...refusal(decision, cost) }, HttpStatus.TOO_MANY_REQUESTS);
   }
+}
+
+/** What every context tells a refused client, in its own form: the message, the policy and when to retry. */
+export interface Refusal {
+  message: string;
+  /** The policy that frees up last. */
+  policy: string;
+  /** Seconds until the request would be admitted; `null` when its cost exceeds the policy's capacity. */
+  retryAfter: number | null;
+}
+
+/** The refusal of a request that took `cost` of the policy that `decision` describes. */
+export function refusal(decision: RateLimitDecision, cost: number): Refusal {
+  const never = !Number.isFinite(decision.retryAfter);
+  return {
+    message: never ? costExceedsBurst(decision.policy, cost, decision.limit) : limitExceeded(decision.policy, decision.retryAfter),
+    policy: decision.policy,
+    retryAfter: never ? null : decision.retryAfter,
+  };
 }
 
 /** 503 Service Unavailable: the store failed and `failMode` is `'closed'`. */

@@ -6,7 +6,7 @@ import { resolveCost } from './keys/cost.js';
 import { type LimitedRequest, resolveIdentity } from './keys/identity.js';
 import { RATE_LIMIT_OPTIONS } from './rate-limit.constants.js';
 import { RateLimitUnavailableException } from './rate-limit.exception.js';
-import { shadowRefusal } from './rate-limit.messages.js';
+import { shadowRefusal, userNotYetSet } from './rate-limit.messages.js';
 import type { ResolvedOptions } from './rate-limit-options.js';
 import { RateLimiterService } from './rate-limiter.service.js';
 import { type RoutePolicy, storeRequest } from './routes/route-policy.js';
@@ -19,18 +19,23 @@ import type { RateLimitDecision, RateLimitRequest } from './stores/rate-limit-st
  * asks the store for one all-or-nothing decision, sets the rate-limit headers, then lets the
  * request through (after its turn in the queue, for a `leaky_bucket`) or ends it with the
  * refusal. What is particular to a kind of request (reading it, writing headers, the form of a
- * refusal: a 429 for HTTP) is its context's seam (`RateLimitContext`); a kind without one is let
- * through. Registered globally by `RateLimitModule` unless `guard: false`; then use it as
- * `@UseGuards(RateLimitGuard)`.
+ * refusal: a 429 for HTTP, a field error for GraphQL) is its context's seam (`RateLimitContext`);
+ * a kind without one is let through. A request or message is charged once, however many times the
+ * guard runs on it. Registered globally by `RateLimitModule` unless `guard: false` or
+ * `runAs: 'interceptor'`; then use it as `@UseGuards(RateLimitGuard)`.
  *
  * Its steps are `protected` so an app can subclass it (e.g. to key by tenant) instead of forking.
  *
  * Order matters for `key: 'user'`: the guard reads `req.user`, so the app's auth guard must run
- * first (register it before this module's guard, or use `guard: false` and `@UseGuards(Auth, RateLimitGuard)`).
+ * first (register it globally before this module, or use `runAs: 'interceptor'`).
  */
 @Injectable()
 export class RateLimitGuard implements CanActivate {
   protected readonly logger = new Logger('RateLimitGuard');
+  /** What each request or message has been charged, by its context's target (see `RateLimitContext.target`). */
+  private readonly charges = new WeakMap<object, Charge[]>();
+  /** Whether a `'user'` key that found no user on a request with `Authorization` has been warned of (once). */
+  private userNotYetSetWarned = false;
   /** Each route's header plan, by its (cached) list of policies; `null`: no headers. */
   private readonly plans = new WeakMap<readonly RoutePolicy[], HeaderPlan | null>();
 
@@ -42,12 +47,49 @@ export class RateLimitGuard implements CanActivate {
   ) {}
 
   async canActivate(context: ExecutionContext): Promise<boolean> {
-    const seam = this.contexts.for(context.getType());
+    const type = context.getType();
+    const seam = this.contexts.for(type) ?? (await this.contexts.load(type));
     if (seam === undefined) return true;
     const policies = this.routes.forRoute(context.getClass(), context.getHandler() as () => unknown);
     if (policies.length === 0) return true;
+    const request = seam.request(context);
+    if (request === undefined) return true;
 
-    const requests = await this.buildRequests(policies, seam.request(context), context, seam);
+    // once per request or message: a second run (a global guard and @UseGuards, the next field of
+    // a GraphQL request) shares the first's verdict for the policies the first decided
+    const target = seam.target?.(context) ?? context.getArgs();
+    const charges = this.charges.get(target);
+    if (charges === undefined) {
+      const verdict = this.enforce(policies, request, context, seam);
+      this.charges.set(target, [{ policies, verdict }]);
+      return verdict;
+    }
+    const verdicts = new Set<Promise<boolean>>();
+    const fresh = policies.filter((policy) => {
+      const charge = charges.find((earlier) => earlier.policies.some(({ keyPrefix }) => keyPrefix === policy.keyPrefix));
+      if (charge !== undefined) verdicts.add(charge.verdict);
+      return charge === undefined;
+    });
+    if (fresh.length > 0) {
+      const verdict = this.enforce(fresh, request, context, seam);
+      charges.push({ policies: fresh, verdict });
+      verdicts.add(verdict);
+    }
+    await Promise.all(verdicts);
+    return true;
+  }
+
+  /**
+   * Decides a request under its policies and answers: `true` to let it through (after its turn,
+   * for a `leaky_bucket`), or the context's refusal thrown.
+   */
+  protected async enforce(
+    policies: readonly RoutePolicy[],
+    request: LimitedRequest,
+    context: ExecutionContext,
+    seam: RateLimitContext,
+  ): Promise<boolean> {
+    const requests = await this.buildRequests(policies, request, context, seam);
     let decisions: RateLimitDecision[];
     try {
       decisions = await this.limiter.decide(requests, true);
@@ -80,11 +122,22 @@ export class RateLimitGuard implements CanActivate {
     const requests: RateLimitRequest[] = [];
     for (const policy of policies) {
       const identity = this.resolveIdentity(policy, request, context);
+      if (!this.userNotYetSetWarned && request.headers.authorization !== undefined) this.checkUser(policy, identity, context);
       if (seam.limitedByIp !== undefined && identity.startsWith('ip:')) seam.limitedByIp(request);
       const cost = this.resolveCost(policy, request, context);
       requests.push(storeRequest(policy, identity, typeof cost === 'number' ? cost : await cost));
     }
     return requests;
+  }
+
+  /**
+   * Warns once when a `'user'` key found no user on a request that carries `Authorization`: the
+   * app's auth guard has most likely not run yet (see `runAs`).
+   */
+  private checkUser(policy: RoutePolicy, identity: string, context: ExecutionContext): void {
+    if (identity.startsWith('user:') || !policy.keys.includes('user')) return;
+    this.userNotYetSetWarned = true;
+    this.logger.warn(userNotYetSet(routeName(context)));
   }
 
   /** The identity a policy limits this request as (see `KeySource`). */
@@ -124,7 +177,7 @@ export class RateLimitGuard implements CanActivate {
    * policy and the route), so what enforcing would block can be counted before switching.
    */
   protected onShadowRefusal(refused: RateLimitDecision, context: ExecutionContext): void {
-    this.logger.warn(shadowRefusal(refused.policy, `${context.getClass().name}.${context.getHandler().name}`, refused.retryAfter));
+    this.logger.warn(shadowRefusal(refused.policy, routeName(context), refused.retryAfter));
   }
 
   /**
@@ -155,4 +208,15 @@ export class RateLimitGuard implements CanActivate {
     }
     return true;
   }
+}
+
+/** A route's verdict under some of its policies, kept for the next run of the guard on the same request. */
+interface Charge {
+  readonly policies: readonly RoutePolicy[];
+  readonly verdict: Promise<boolean>;
+}
+
+/** `Controller.handler`, as messages name a route. */
+function routeName(context: ExecutionContext): string {
+  return `${context.getClass().name}.${context.getHandler().name}`;
 }

@@ -105,6 +105,22 @@ export function forwardedForIgnored(address: string): string {
   );
 }
 
+/** Logged once when a `'user'` key finds no user on a request that carries `Authorization`. */
+export function userNotYetSet(route: string): string {
+  return (
+    `A request to ${route} carried Authorization, but its 'user' key found no req.user, so it was limited by ` +
+    `the next key source (often its IP). Nest runs global guards before a controller's own, so the app's auth ` +
+    `guard had not run yet: use RateLimitModule.forRoot({ runAs: 'interceptor' }), which runs after every ` +
+    `guard, or register the auth guard globally before this module. (Logged once.)`
+  );
+}
+
+/** Logged once when a resolver's GraphQL context holds no HTTP request to read keys from. */
+export const graphqlWithoutRequest =
+  `A GraphQL resolver's context holds no HTTP request (Apollo: context.req; Mercurius: context.reply), so ` +
+  `its operations share one bucket per policy whatever their client. If the GraphQL module sets its own ` +
+  `"context", keep the request in it: context: ({ req, res }) => ({ req, res, ... }). (Logged once.)`;
+
 /** The 429 message. */
 export function limitExceeded(policy: string, retryAfter: number): string {
   return `Rate limit exceeded for policy "${policy}". Try again in ${retryAfter} second${retryAfter === 1 ? '' : 's'}.`;

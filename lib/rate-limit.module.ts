@@ -1,9 +1,9 @@
-import { type CanActivate, type DynamicModule, Module, type OnModuleInit } from '@nestjs/common';
-import { APP_GUARD, DiscoveryModule } from '@nestjs/core';
-import { HttpRateLimitContext } from './contexts/http.context.js';
+import { type CanActivate, type DynamicModule, Module, type NestInterceptor, type OnModuleInit } from '@nestjs/common';
+import { APP_GUARD, APP_INTERCEPTOR, DiscoveryModule } from '@nestjs/core';
 import { RateLimitContexts } from './contexts/rate-limit-contexts.js';
 import { RATE_LIMIT_OPTIONS } from './rate-limit.constants.js';
 import { RateLimitGuard } from './rate-limit.guard.js';
+import { RateLimitInterceptor } from './rate-limit.interceptor.js';
 import { invalidAsyncOptions } from './rate-limit.messages.js';
 import {
   RATE_LIMIT_MODULE_OPTIONS,
@@ -17,12 +17,15 @@ import { RoutePolicies } from './routes/route-policies.js';
 import { RateLimitStore } from './stores/rate-limit-store.interface.js';
 import { StoreOwner } from './stores/store-owner.js';
 
-/** Stands in for the global guard when `guard: false`. */
+/** Stands in for the global guard when `guard: false` or `runAs: 'interceptor'`. */
 const letThrough: CanActivate = { canActivate: () => true };
+/** Stands in for the global interceptor when `guard: false` or `runAs: 'guard'`. */
+const passOn: NestInterceptor = { intercept: (_context, next) => next.handle() };
 
 /**
  * Rate limiting for the whole app: validates the options and every `@RateLimit` policy at
- * start, provides `RateLimiterService` (global) and registers `RateLimitGuard` as a global guard.
+ * start, provides `RateLimiterService` (global) and registers `RateLimitGuard` as a global guard
+ * (or `RateLimitInterceptor` as a global interceptor, with `runAs: 'interceptor'`).
  * A start that fails (a bad policy) closes what the module opened, so a Redis client it created
  * does not keep the process alive.
  *
@@ -57,16 +60,30 @@ const letThrough: CanActivate = { canActivate: () => true };
     },
     RoutePolicies,
     RateLimiterService,
-    HttpRateLimitContext,
     RateLimitContexts,
     RateLimitGuard,
+    RateLimitInterceptor,
     {
       provide: APP_GUARD,
-      useFactory: (options: ResolvedOptions, guard: RateLimitGuard) => (options.guard ? guard : letThrough),
+      useFactory: ({ guard, runAs }: ResolvedOptions, rateLimit: RateLimitGuard) => (guard && runAs === 'guard' ? rateLimit : letThrough),
       inject: [RATE_LIMIT_OPTIONS, RateLimitGuard],
     },
+    {
+      provide: APP_INTERCEPTOR,
+      useFactory: ({ guard, runAs }: ResolvedOptions, rateLimit: RateLimitInterceptor) =>
+        guard && runAs === 'interceptor' ? rateLimit : passOn,
+      inject: [RATE_LIMIT_OPTIONS, RateLimitInterceptor],
+    },
   ],
-  exports: [RateLimiterService, RateLimitGuard, RateLimitStore, RATE_LIMIT_OPTIONS, RoutePolicies, RateLimitContexts],
+  exports: [
+    RateLimiterService,
+    RateLimitGuard,
+    RateLimitInterceptor,
+    RateLimitStore,
+    RATE_LIMIT_OPTIONS,
+    RoutePolicies,
+    RateLimitContexts,
+  ],
 })
 export class RateLimitModule extends RateLimitConfigurableModule implements OnModuleInit {
   constructor(

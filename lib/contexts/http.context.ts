@@ -40,6 +40,11 @@ export class HttpRateLimitContext implements RateLimitContext {
     return context.getArgByIndex<LimitedRequest>(0);
   }
 
+  /** The request object: an interceptor's arguments are another list than the guards'. */
+  target(context: ExecutionContext): object {
+    return context.getArgByIndex<object>(0);
+  }
+
   setHeader(context: ExecutionContext, name: string, value: string): void {
     this.adapterHost.httpAdapter.setHeader(context.getArgByIndex(1), name, value);
   }

@@ -3,14 +3,21 @@ import type { LimitedRequest } from '../keys/identity.js';
 import type { RateLimitDecision } from '../stores/rate-limit-store.interface.js';
 
 /**
- * What the guard needs of one kind of Nest context (`context.getType()`: `'http'` today): the
- * request its key and cost sources read, where its headers go, and the errors that answer in the
- * transport's own form. The decision path (policies, store, all-or-nothing, fail modes, shadow,
- * `leaky_bucket` waits) is one and the same for every kind; only this seam differs.
+ * What the guard needs of one kind of Nest context (`context.getType()`: `'http'`, `'graphql'`,
+ * `'ws'`, `'rpc'`): the request its key and cost sources read, where its headers go, and the
+ * errors that answer in the transport's own form. The decision path (policies, store,
+ * all-or-nothing, fail modes, shadow, `leaky_bucket` waits) is one and the same for every kind;
+ * only this seam differs. An app replaces one with `RateLimitContexts.use(type, seam)`.
  */
 export interface RateLimitContext {
-  /** The request as key and cost sources read it. */
-  request(context: ExecutionContext): LimitedRequest;
+  /** The request as key and cost sources read it; `undefined`: this one is not limited (a GraphQL subscription). */
+  request(context: ExecutionContext): LimitedRequest | undefined;
+  /**
+   * What the guard charges once, however many times it runs on it (a global guard and
+   * `@UseGuards` together, the fields of one GraphQL request): an object that lives as long as
+   * the request or message. Default: the handler's arguments (`context.getArgs()`).
+   */
+  target?(context: ExecutionContext): object;
   /** Sets a rate-limit header on the answer (a transport without headers ignores it). */
   setHeader(context: ExecutionContext, name: string, value: string): void;
   /** The error a refused request ends with; `decision` is the policy that frees up last. */

@@ -1,21 +1,64 @@
-import { Injectable } from '@nestjs/common';
+import { Inject, Injectable } from '@nestjs/common';
+import { HttpAdapterHost } from '@nestjs/core';
+import { RATE_LIMIT_OPTIONS } from '../rate-limit.constants.js';
+import type { ContextType } from '../rate-limit-options.interface.js';
+import { GraphqlRateLimitContext } from './graphql.context.js';
 import { HttpRateLimitContext } from './http.context.js';
 import type { RateLimitContext } from './rate-limit-context.js';
 
 /**
- * The seam for each kind of Nest context the module limits, by `context.getType()`. A kind with
- * no seam is not limited: the guard lets its requests through.
+ * Makes the seam of a kind of context. Those of gateways and microservices are imported on first
+ * use: they build `WsException`s and `RpcException`s, and `@nestjs/websockets` and
+ * `@nestjs/microservices` are optional peers that an app without gateways or microservices lacks.
+ */
+const SEAMS: Record<ContextType, (adapterHost: HttpAdapterHost) => RateLimitContext | Promise<RateLimitContext>> = {
+  http: (adapterHost) => new HttpRateLimitContext(adapterHost),
+  graphql: (adapterHost) => new GraphqlRateLimitContext(adapterHost),
+  ws: async () => new (await import('./ws.context.js')).WsRateLimitContext(),
+  rpc: async () => new (await import('./rpc.context.js')).RpcRateLimitContext(),
+};
+
+/**
+ * The seam for each kind of Nest context the module limits, by `context.getType()`: the kinds in
+ * the module's `contexts` option, made on first use. A kind with no seam is not limited: the
+ * guard lets its requests through.
+ *
+ * @example
+ * // an app's own seam for microservices (say, to read identity from message headers)
+ * app.get(RateLimitContexts).use('rpc', new TenantRpcContext());
  */
 @Injectable()
 export class RateLimitContexts {
-  private readonly byType: ReadonlyMap<string, RateLimitContext>;
+  private readonly seams = new Map<string, RateLimitContext>();
+  private readonly pending = new Map<string, Promise<RateLimitContext>>();
 
-  constructor(http: HttpRateLimitContext) {
-    this.byType = new Map([['http', http]]);
+  constructor(
+    @Inject(RATE_LIMIT_OPTIONS) private readonly options: { contexts: readonly ContextType[] },
+    private readonly adapterHost: HttpAdapterHost,
+  ) {}
+
+  /** The seam of a kind of context once it is made; `undefined` before, and for kinds not limited. */
+  for(type: string): RateLimitContext | undefined {
+    return this.seams.get(type);
   }
 
-  /** The seam of a kind of context, or `undefined` when the module does not limit it. */
-  for(type: string): RateLimitContext | undefined {
-    return this.byType.get(type);
+  /** The seam of a kind of context, made now if it is limited and not made yet; `undefined` when it is not limited. */
+  async load(type: string): Promise<RateLimitContext | undefined> {
+    const made = this.seams.get(type);
+    if (made !== undefined || !this.options.contexts.includes(type as ContextType)) return made;
+    let pending = this.pending.get(type);
+    if (pending === undefined) {
+      pending = Promise.resolve(SEAMS[type as ContextType](this.adapterHost));
+      this.pending.set(type, pending);
+    }
+    const seam = await pending;
+    // a seam the app set with use() while this one was on its way wins
+    if (!this.seams.has(type)) this.seams.set(type, seam);
+    return this.seams.get(type);
+  }
+
+  /** Limits a kind of context through the app's own seam, in place of the module's (and whatever `contexts` says). */
+  use(type: string, seam: RateLimitContext): void {
+    this.seams.set(type, seam);
   }
 }

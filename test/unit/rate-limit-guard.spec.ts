@@ -1,6 +1,6 @@
 import { jest } from '@jest/globals';
 import { Controller, type ExecutionContext, Get, Logger, type Type } from '@nestjs/common';
-import { type DiscoveryService, MetadataScanner } from '@nestjs/core';
+import { type DiscoveryService, type HttpAdapterHost, MetadataScanner } from '@nestjs/core';
 import { ExecutionContextHost } from '@nestjs/core/helpers/execution-context-host.js';
 import {
   type Departure,
@@ -17,7 +17,6 @@ import {
   type RateLimitStore,
   type RoutePolicy,
 } from '../../lib/index.js';
-import type { HttpRateLimitContext } from '../../lib/contexts/http.context.js';
 import { RateLimitContexts } from '../../lib/contexts/rate-limit-contexts.js';
 import { headerValue } from '../../lib/keys/identity.js';
 import { resolveOptions } from '../../lib/rate-limit-options.js';
@@ -106,7 +105,9 @@ function setup(options: RateLimitModuleOptions = {}, store: RateLimitStore = new
   const seam = new FakeContext();
   const routes = new RoutePolicies(resolved, { getControllers: () => [] } as unknown as DiscoveryService, new MetadataScanner());
   const limiter = new RateLimiterService(resolved, store);
-  const guard = new Guard(resolved, routes, limiter, new RateLimitContexts(seam as unknown as HttpRateLimitContext));
+  const contexts = new RateLimitContexts(resolved, {} as HttpAdapterHost);
+  contexts.use('http', seam);
+  const guard = new Guard(resolved, routes, limiter, contexts);
   return { guard, seam, limiter, store };
 }
 
@@ -139,8 +140,8 @@ function guarded(...args: Parameters<typeof setup>) {
 }
 
 describe('RateLimitGuard: which requests it limits', () => {
-  it('lets a kind of context without a seam through untouched', async () => {
-    const { guard, seam, store } = guarded({ policies: [{ rps: 1 }] });
+  it('lets a kind of context not in `contexts` through untouched', async () => {
+    const { guard, seam, store } = guarded({ policies: [{ rps: 1 }], contexts: ['http'] });
     const context = http(PlainController);
     context.setType('rpc');
     expect(await guard.canActivate(context)).toBe(true);

@@ -1,0 +1,19 @@
+import { type CallHandler, type ExecutionContext, Injectable, type NestInterceptor } from '@nestjs/common';
+import type { Observable } from 'rxjs';
+import { RateLimitGuard } from './rate-limit.guard.js';
+
+/**
+ * `RateLimitGuard`'s engine as an interceptor: the same policies, store, headers and refusals,
+ * but run after every guard, so an auth guard has set `req.user` when a `'user'` key reads it.
+ * Registered globally by `RateLimitModule` with `runAs: 'interceptor'`; or put it where wanted
+ * with `@UseInterceptors(RateLimitInterceptor)` (and `guard: false`).
+ */
+@Injectable()
+export class RateLimitInterceptor implements NestInterceptor {
+  constructor(private readonly guard: RateLimitGuard) {}
+
+  async intercept(context: ExecutionContext, next: CallHandler): Promise<Observable<unknown>> {
+    await this.guard.canActivate(context);
+    return next.handle();
+  }
+}
