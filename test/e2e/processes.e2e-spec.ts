@@ -18,16 +18,15 @@
  */
 import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { mkdir, mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { Agent, type ClientRequest, request } from 'node:http';
 import { tmpdir } from 'node:os';
-import { dirname, join, relative } from 'node:path';
+import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
 import { Cluster, type Redis } from 'ioredis';
-import ts from 'typescript';
 import { type Algorithm, ALGORITHMS } from '../../lib/index.js';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
+import { buildApp } from '../support/processes/build-app.js';
 import { connectTestCluster, connectTestRedis, testClusterNodes, testRedisUrl } from '../support/redis/test-redis.js';
 
 const PROCESSES = 2;
@@ -40,49 +39,6 @@ const TRIALS = 20;
 /** Longest a trial may take before it fails (it takes a fraction of a second). */
 const TRIAL_DEADLINE_MS = 20_000;
 const LOCALHOST_IDENTITY = 'ip:127.0.0.1';
-
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-
-// ---------------------------------------------------------------------------------------------
-// Building the app: `lib/` and the fixture, transpiled file by file to ESM (as ts-jest does for
-// the suites, decorator metadata included), into a temporary directory that resolves packages
-// through a symlink to this repository's node_modules. `npm test` type-checks the sources.
-
-async function buildApp(outDir: string): Promise<string> {
-  const config = ts.readConfigFile(join(ROOT, 'tsconfig.json'), ts.sys.readFile);
-  if (config.error) throw new Error(ts.flattenDiagnosticMessageText(config.error.messageText, '\n'));
-  const { options } = ts.parseJsonConfigFileContent(config.config, ts.sys, ROOT);
-  const compilerOptions: ts.CompilerOptions = {
-    ...options,
-    // ESM output whatever the file (transpileModule does not read package.json's "type")
-    module: ts.ModuleKind.ES2022,
-    moduleResolution: ts.ModuleResolutionKind.Bundler,
-    declaration: false,
-    sourceMap: false,
-    inlineSourceMap: true,
-    noEmit: false,
-  };
-  const libFiles = (await readdir(join(ROOT, 'lib'), { recursive: true }))
-    .filter((file) => file.endsWith('.ts') && !file.endsWith('.d.ts') && !file.endsWith('.spec.ts'))
-    .map((file) => join(ROOT, 'lib', file));
-  const entry = join(ROOT, 'test', 'support', 'processes', 'limited-app.ts');
-  for (const file of [...libFiles, entry]) {
-    const { outputText, diagnostics = [] } = ts.transpileModule(await readFile(file, 'utf8'), {
-      compilerOptions,
-      fileName: file,
-      reportDiagnostics: true,
-    });
-    if (diagnostics.length > 0) {
-      throw new Error(`${file}: ${diagnostics.map((d) => ts.flattenDiagnosticMessageText(d.messageText, '\n')).join('; ')}`);
-    }
-    const out = join(outDir, relative(ROOT, file)).replace(/\.ts$/, '.js');
-    await mkdir(dirname(out), { recursive: true });
-    await writeFile(out, outputText);
-  }
-  await writeFile(join(outDir, 'package.json'), '{ "type": "module" }\n');
-  await symlink(join(ROOT, 'node_modules'), join(outDir, 'node_modules'), 'dir');
-  return join(outDir, relative(ROOT, entry)).replace(/\.ts$/, '.js');
-}
 
 // ---------------------------------------------------------------------------------------------
 // App processes.
@@ -417,7 +373,7 @@ let buildDir: string | undefined;
 beforeAll(async () => {
   const started = performance.now();
   buildDir = await mkdtemp(join(tmpdir(), 'rl-processes-'));
-  entry = await buildApp(buildDir);
+  entry = await buildApp(buildDir, 'test/support/processes/limited-app.ts');
   summaries.push(`built limited-app in ${Math.round(performance.now() - started)} ms`);
 }, 60_000);
 
