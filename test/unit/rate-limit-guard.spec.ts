@@ -8,6 +8,7 @@ import {
   MemoryStore,
   RateLimit,
   RateLimitGuard,
+  RateLimitInterceptor,
   type RateLimitContext,
   type RateLimitDecision,
   type RateLimitModuleOptions,
@@ -17,6 +18,7 @@ import {
   type RateLimitStore,
   type RoutePolicy,
 } from '../../lib/index.js';
+import { of } from 'rxjs';
 import { RateLimitContexts } from '../../lib/contexts/rate-limit-contexts.js';
 import { headerValue } from '../../lib/keys/identity.js';
 import { resolveOptions } from '../../lib/rate-limit-options.js';
@@ -377,5 +379,125 @@ describe('RateLimitGuard: a leaky_bucket turn', () => {
     expect(await rejection(waiting)).toBeInstanceOf(Unavailable);
     expect(seam.headers.at(-1)).toEqual(['Retry-After', '1']);
     expect(await remaining(limiter)).toBe(2);
+  });
+});
+
+describe('RateLimitGuard: once per request, however many times it runs', () => {
+  const PAIR: RateLimitPolicy = { name: 'pair', rps: 0.001, burst: 2 };
+
+  /** A controller under a class policy, with two handlers (a GraphQL query's two root fields). */
+  @RateLimit(PAIR)
+  @Controller('fields')
+  class FieldsController {
+    @Get('a')
+    a() {
+      return 'a';
+    }
+    @RateLimit({ name: 'b-only', rps: 0.001, burst: 5 })
+    @Get('b')
+    b() {
+      return 'b';
+    }
+  }
+
+  /** A context for `handler` whose target is `request`, as one GraphQL request's fields share theirs. */
+  function field(handler: 'a' | 'b', request: LimitedRequest): ExecutionContextHost {
+    return new ExecutionContextHost([request, {}], FieldsController, FieldsController.prototype[handler]);
+  }
+
+  /** What is left of `policy`'s bucket for the test's IP. */
+  async function left(limiter: RateLimiterService, policy: RateLimitPolicy): Promise<number> {
+    return (await limiter.peek(`ip:${IP}`, policy))[0].remaining;
+  }
+
+  /** A seam whose target is the request, as the HTTP and GraphQL seams' are. */
+  function byRequest(seam: FakeContext): FakeContext {
+    return Object.assign(seam, { target: (context: ExecutionContext) => context.getArgByIndex(0) });
+  }
+
+  it('charges a request once when it runs twice on the same context (a global guard and @UseGuards)', async () => {
+    const { guard, limiter } = guarded();
+    const route = routeWith([PAIR]);
+    const context = http(route);
+    expect(await guard.canActivate(context)).toBe(true);
+    expect(await guard.canActivate(context)).toBe(true);
+    expect(await left(limiter, PAIR)).toBe(1);
+  });
+
+  it('answers a second run with the first refusal, charging nothing more', async () => {
+    const { guard, limiter } = guarded();
+    const route = routeWith([PAIR]);
+    await guard.canActivate(http(route));
+    await guard.canActivate(http(route));
+    const context = http(route);
+    const first = await rejection(guard.canActivate(context));
+    expect(first).toBeInstanceOf(Refused);
+    expect(await rejection(guard.canActivate(context))).toBe(first);
+    expect(await left(limiter, PAIR)).toBe(0);
+  });
+
+  it('charges the fields of one request once per policy: a field adds only the policies not yet charged', async () => {
+    const { guard, seam, limiter } = guarded();
+    byRequest(seam);
+    const request = { ip: IP, headers: {} };
+    // resolved together, as GraphQL runs a query's root fields
+    expect(await Promise.all([guard.canActivate(field('a', request)), guard.canActivate(field('b', request))])).toEqual([true, true]);
+    expect(await left(limiter, PAIR)).toBe(1);
+    expect(await left(limiter, { name: 'b-only', rps: 0.001, burst: 5 })).toBe(4);
+
+    const next = { ip: IP, headers: {} };
+    expect(await guard.canActivate(field('a', next))).toBe(true);
+    expect(await guard.canActivate(field('a', next))).toBe(true);
+    expect(await left(limiter, PAIR)).toBe(0);
+  });
+
+  it('lets through, uncharged, a request the seam does not limit', async () => {
+    const { guard, seam, store } = guarded();
+    seam.request = () => undefined as unknown as LimitedRequest;
+    expect(await guard.canActivate(http(routeWith([PAIR])))).toBe(true);
+    expect((store as MemoryStore).size).toBe(0);
+    expect(seam.headers).toEqual([]);
+  });
+});
+
+describe("RateLimitGuard: a 'user' key before the auth guard", () => {
+  const PER_USER: RateLimitPolicy = { name: 'per-user', rps: 1, burst: 10, key: ['user', 'ip'] };
+  const warning =
+    "A request to ThingsController.find carried Authorization, but its 'user' key found no req.user, so it was limited by " +
+    "the next key source (often its IP). Nest runs global guards before a controller's own, so the app's auth guard had " +
+    "not run yet: use RateLimitModule.forRoot({ runAs: 'interceptor' }), which runs after every guard, or register the " +
+    'auth guard globally before this module. (Logged once.)';
+
+  it('warns once, naming the route, when Authorization comes and no user is set', async () => {
+    const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+    const { guard } = guarded();
+    const route = routeWith([PER_USER]);
+    for (let i = 0; i < 3; i++) await guard.canActivate(http(route, { headers: { authorization: 'Bearer x' } }));
+    expect(warn.mock.calls).toEqual([[warning]]);
+  });
+
+  it('stays quiet when the user is set, when no Authorization comes, and for keys without user', async () => {
+    const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+    const { guard } = guarded();
+    const authorized = { headers: { authorization: 'Bearer x' } };
+    await guard.canActivate(http(routeWith([PER_USER]), { ...authorized, user: { id: 7 } }));
+    await guard.canActivate(http(routeWith([PER_USER])));
+    await guard.canActivate(http(routeWith([{ ...PER_USER, key: 'ip' }]), authorized));
+    expect(warn).not.toHaveBeenCalled();
+  });
+});
+
+describe('RateLimitInterceptor', () => {
+  const ONE: RateLimitPolicy = { name: 'one', rps: 0.001, burst: 1 };
+  const handled = of('handled');
+
+  it("runs the handler of an admitted request, and ends a refused one with the seam's refusal without it", async () => {
+    const { guard } = guarded();
+    const interceptor = new RateLimitInterceptor(guard);
+    const route = routeWith([ONE]);
+    const handle = jest.fn(() => handled);
+    expect(await interceptor.intercept(http(route), { handle })).toBe(handled);
+    expect(await rejection(interceptor.intercept(http(route), { handle }))).toBeInstanceOf(Refused);
+    expect(handle).toHaveBeenCalledTimes(1);
   });
 });

@@ -29,10 +29,11 @@ async function main(): Promise<void> {
   const rpc = process.env.WITH_RPC === '1' ? await import('@nestjs/microservices') : undefined;
   const controllers: (new () => unknown)[] = [LimitedController];
   if (rpc !== undefined) {
+    const { MessagePattern } = rpc;
     @Controller()
     class LimitedMessages {
       @RateLimit({ rps: 0.001, burst: 1 })
-      @rpc.MessagePattern('take')
+      @MessagePattern('take')
       take() {
         return 'taken';
       }
