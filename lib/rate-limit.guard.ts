@@ -32,8 +32,12 @@ import type { RateLimitDecision, RateLimitRequest } from './stores/rate-limit-st
 @Injectable()
 export class RateLimitGuard implements CanActivate {
   protected readonly logger = new Logger('RateLimitGuard');
-  /** What each request or message has been charged, by its context's target (see `RateLimitContext.target`). */
-  private readonly charges = new WeakMap<object, Charge[]>();
+  /**
+   * What each request or message has been charged, by its context's target (see
+   * `RateLimitContext.target`). Shared by every instance: Nest makes one guard for `APP_GUARD`
+   * and another in each module that names it in `@UseGuards`, and both run on the same message.
+   */
+  private static readonly charges = new WeakMap<object, Charge[]>();
   /** Whether a `'user'` key that found no user on a request with `Authorization` has been warned of (once). */
   private userNotYetSetWarned = false;
   /** Each route's header plan, by its (cached) list of policies; `null`: no headers. */
@@ -58,10 +62,10 @@ export class RateLimitGuard implements CanActivate {
     // once per request or message: a second run (a global guard and @UseGuards, the next field of
     // a GraphQL request) shares the first's verdict for the policies the first decided
     const target = seam.target?.(context) ?? context.getArgs();
-    const charges = this.charges.get(target);
+    const charges = RateLimitGuard.charges.get(target);
     if (charges === undefined) {
       const verdict = this.enforce(policies, request, context, seam);
-      this.charges.set(target, [{ policies, verdict }]);
+      RateLimitGuard.charges.set(target, [{ policies, verdict }]);
       return verdict;
     }
     const verdicts = new Set<Promise<boolean>>();
