@@ -3,6 +3,7 @@ import { RateLimitModule, type RateLimitModuleOptions } from 'nestjs-ratelimit';
 import { AccountController } from './account.controller.js';
 import { ApiController } from './api.controller.js';
 import { CatalogController } from './catalog.controller.js';
+import { EchoGateway } from './echo.gateway.js';
 import { HealthController } from './health.controller.js';
 
 const logger = new Logger('RateLimit');
@@ -20,8 +21,8 @@ export function rateLimitOptions(): RateLimitModuleOptions {
   return {
     // Unset: each process counts on its own. Set: every instance shares Redis's buckets.
     redis,
-    // A generous backstop for every route not skipped, one bucket per client across all routes,
-    // so no single client can take the whole app whatever the per-route limits say.
+    // A generous backstop for every route and gateway message not skipped, one bucket per client
+    // across all of them, so no single client can take the whole app whatever the per-route limits say.
     policies: [{ name: 'global', rps: 100, burst: 200 }],
   };
 }
@@ -29,5 +30,6 @@ export function rateLimitOptions(): RateLimitModuleOptions {
 @Module({
   imports: [RateLimitModule.forRootAsync({ useFactory: rateLimitOptions })],
   controllers: [HealthController, CatalogController, ApiController, AccountController],
+  providers: [EchoGateway],
 })
 export class AppModule {}

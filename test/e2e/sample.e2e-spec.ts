@@ -2,11 +2,12 @@ import { randomUUID } from 'node:crypto';
 import type { INestApplication } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { MemoryStore, RateLimitStore, RedisStore } from 'nestjs-ratelimit';
+import { io, type Socket } from 'socket.io-client';
 import { AppModule } from '../../sample/app.module.js';
 import { testRedisUrl } from '../support/redis/test-redis.js';
 
 /**
- * The sample app over real HTTP (Express), once per store. Every request carries an API key
+ * The sample app over real HTTP (Express) and socket.io, once per store. Every request carries an API key
  * unique to this run: the sample's policies fall back to the API key before the IP, so buckets
  * left in Redis by other runs or suites never meet these ones, and nothing needs flushing.
  *
@@ -38,6 +39,24 @@ function expectAbout(actual: number, expected: number): void {
   expect(actual).toBeLessThanOrEqual(expected + 1);
 }
 
+/** What the gateway answers a message with: its echo, or the 'exception' event of a refusal. */
+interface Answer {
+  event: 'echo' | 'exception';
+  data: unknown;
+}
+
+/** Sends one 'echo' message and waits for the answer to it (socket.io keeps a connection's order). */
+function echo(socket: Socket, text: string): Promise<Answer> {
+  return new Promise((resolve) => {
+    const answer = (event: Answer['event']) => (data: unknown) => {
+      socket.off('echo').off('exception');
+      resolve({ event, data });
+    };
+    socket.on('echo', answer('echo')).on('exception', answer('exception'));
+    socket.emit('echo', text);
+  });
+}
+
 const stores: Array<[string, (() => string) | undefined, Function]> = [
   ['memory store', undefined, MemoryStore],
   ['Redis store (REDIS_URL)', testRedisUrl, RedisStore],
@@ -51,6 +70,17 @@ describe.each(stores)('sample app, %s', (_name, redisUrl, storeType) => {
     const response = await fetch(`${base}${path}`, { method: init.method ?? 'GET', headers: init.headers });
     const text = await response.text();
     return { status: response.status, headers: response.headers, body: text ? JSON.parse(text) : undefined };
+  }
+
+  /** A socket.io client of the sample's gateway, once connected; `headers` go in its handshake. */
+  const sockets: Socket[] = [];
+  function connect(headers: Record<string, string>): Promise<Socket> {
+    const socket = io(base, { transports: ['websocket'], extraHeaders: headers, reconnection: false });
+    sockets.push(socket);
+    return new Promise((resolve, reject) => {
+      socket.once('connect', () => resolve(socket));
+      socket.once('connect_error', reject);
+    });
   }
 
   beforeAll(async () => {
@@ -70,6 +100,7 @@ describe.each(stores)('sample app, %s', (_name, redisUrl, storeType) => {
   });
 
   afterAll(async () => {
+    for (const socket of sockets) socket.disconnect();
     await app?.close();
   });
 
@@ -204,5 +235,26 @@ describe.each(stores)('sample app, %s', (_name, redisUrl, storeType) => {
     const retryAfter = Number(attempts[5].headers.get('retry-after'));
     expect(retryAfter).toBeGreaterThan(14 * 60);
     expect(retryAfter).toBeLessThanOrEqual(15 * 60);
+  });
+
+  it('limits the echo gateway per API key of the socket.io handshake; a refusal is the exception event', async () => {
+    const alice = await connect({ 'x-api-key': apiKey('echo-alice') });
+    const bob = await connect({ 'x-api-key': apiKey('echo-bob') });
+
+    // burst 5 at 1 message/s: the sixth or so in a row is refused
+    const answers: Answer[] = [];
+    while (answers.length < 20 && answers.at(-1)?.event !== 'exception') answers.push(await echo(alice, `hello ${answers.length}`));
+    const echoed = answers.slice(0, -1);
+    expect(echoed.length).toBeGreaterThanOrEqual(5);
+    expect(echoed.length).toBeLessThanOrEqual(6);
+    expect(echoed).toEqual(echoed.map((_, i) => ({ event: 'echo', data: `hello ${i}` })));
+    expect(answers.at(-1)).toEqual({
+      event: 'exception',
+      data: { status: 'error', statusCode: 429, message: expect.any(String), policy: 'EchoGateway.echo', retryAfter: 1 },
+    });
+
+    // the refused client stays connected, and another API key has a bucket of its own
+    expect(alice.connected).toBe(true);
+    expect(await echo(bob, 'hi')).toEqual({ event: 'echo', data: 'hi' });
   });
 });
