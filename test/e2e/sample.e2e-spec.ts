@@ -7,7 +7,7 @@ import { AppModule } from '../../sample/app.module.js';
 import { testRedisUrl } from '../support/redis/test-redis.js';
 
 /**
- * The sample app over real HTTP (Express) and socket.io, once per store. Every request carries an API key
+ * The sample app over real HTTP (Express, GraphQL on Apollo) and socket.io, once per store. Every request carries an API key
  * unique to this run: the sample's policies fall back to the API key before the IP, so buckets
  * left in Redis by other runs or suites never meet these ones, and nothing needs flushing.
  *
@@ -66,10 +66,19 @@ describe.each(stores)('sample app, %s', (_name, redisUrl, storeType) => {
   let app: INestApplication;
   let base: string;
 
-  async function call(path: string, init: { method?: string; headers?: Record<string, string> } = {}): Promise<Reply> {
-    const response = await fetch(`${base}${path}`, { method: init.method ?? 'GET', headers: init.headers });
+  async function call(path: string, init: { method?: string; headers?: Record<string, string>; body?: string } = {}): Promise<Reply> {
+    const response = await fetch(`${base}${path}`, { method: init.method ?? 'GET', headers: init.headers, body: init.body });
     const text = await response.text();
     return { status: response.status, headers: response.headers, body: text ? JSON.parse(text) : undefined };
+  }
+
+  /** A GraphQL query, sent as Apollo takes it (a JSON POST). */
+  function query(document: string, headers: Record<string, string>): Promise<Reply> {
+    return call('/graphql', {
+      method: 'POST',
+      headers: { ...headers, 'content-type': 'application/json' },
+      body: JSON.stringify({ query: document }),
+    });
   }
 
   /** A socket.io client of the sample's gateway, once connected; `headers` go in its handshake. */
@@ -235,6 +244,57 @@ describe.each(stores)('sample app, %s', (_name, redisUrl, storeType) => {
     const retryAfter = Number(attempts[5].headers.get('retry-after'));
     expect(retryAfter).toBeGreaterThan(14 * 60);
     expect(retryAfter).toBeLessThanOrEqual(15 * 60);
+  });
+
+  it('answers the catalog over GraphQL with the headers of every policy, charging a request once for both root fields', async () => {
+    const reply = await query('{ products(first: 2) { id name } product(id: "1") { name } }', { 'x-api-key': apiKey('graphql') });
+    expect(reply.status).toBe(200);
+    expect(reply.body).toEqual({
+      data: { products: [{ id: '1', name: 'Teapot' }, { id: '2', name: 'Kettle' }], product: { name: 'Teapot' } },
+    });
+    expect(reply.headers.get('ratelimit-policy')).toBe(
+      '"global";q=200;w=2, "CatalogResolver";q=50;w=5, "CatalogResolver.products";q=100;w=5',
+    );
+    // two root fields under the class's policy, one charge; 'products' costs what it asks for
+    expect(remaining(reply, 'global')).toBe(199);
+    expect(remaining(reply, 'CatalogResolver')).toBe(49);
+    expect(remaining(reply, 'CatalogResolver.products')).toBe(98);
+  });
+
+  it('refuses a GraphQL query over its budget with a RATE_LIMITED error, and one over the bucket for good', async () => {
+    const headers = { 'x-api-key': apiKey('graphql-cost') };
+    const page = '{ products(first: 100) { id } }';
+
+    const spending = await query(page, headers);
+    expect(spending.body).toEqual({ data: { products: [{ id: '1' }, { id: '2' }] } });
+    expect(remaining(spending, 'CatalogResolver.products')).toBe(0);
+
+    // 100 more tokens at 20 a second: seconds away
+    const refused = await query(page, headers);
+    expect(refused.status).toBe(200);
+    expect(refused.body).toMatchObject({
+      data: null,
+      errors: [
+        {
+          message: expect.any(String),
+          path: ['products'],
+          extensions: { code: 'RATE_LIMITED', policy: 'CatalogResolver.products', retryAfter: expect.any(Number) },
+        },
+      ],
+    });
+    // the headers are on the HTTP response, and agree with the error
+    const { retryAfter } = (refused.body as { errors: Array<{ extensions: { retryAfter: number } }> }).errors[0].extensions;
+    expect(retryAfter).toBeGreaterThanOrEqual(1);
+    expect(retryAfter).toBeLessThanOrEqual(5);
+    expect(Number(refused.headers.get('retry-after'))).toBe(retryAfter);
+    expectAbout(Number(refused.headers.get('x-ratelimit-remaining')), 0);
+
+    // more than the bucket holds: never admitted, so no Retry-After
+    const never = await query('{ products(first: 101) { id } }', headers);
+    expect(never.body).toMatchObject({
+      errors: [{ extensions: { code: 'RATE_LIMITED', policy: 'CatalogResolver.products', retryAfter: null } }],
+    });
+    expect(never.headers.get('retry-after')).toBeNull();
   });
 
   it('limits the echo gateway per API key of the socket.io handshake; a refusal is the exception event', async () => {
