@@ -6,6 +6,8 @@ import { RateLimit } from 'nestjs-ratelimit';
  * connections apart by the x-api-key header of their handshake, else by their address. A refused
  * message never reaches the handler: the client gets Nest's 'exception' event
  * (`{ status: 'error', statusCode: 429, message, policy, retryAfter }`) and stays connected.
+ * NestJS 12 runs the module's global guard on gateways; NestJS 11 would need
+ * `@UseGuards(RateLimitGuard)` on the class.
  */
 @WebSocketGateway()
 export class EchoGateway {

@@ -7,9 +7,10 @@ import { AppModule } from '../../sample/app.module.js';
 import { testRedisUrl } from '../support/redis/test-redis.js';
 
 /**
- * The sample app over real HTTP (Express, GraphQL on Apollo) and socket.io, once per store. Every request carries an API key
- * unique to this run: the sample's policies fall back to the API key before the IP, so buckets
- * left in Redis by other runs or suites never meet these ones, and nothing needs flushing.
+ * The sample app over real HTTP (Express, GraphQL on Apollo) and socket.io, once per store. Every
+ * request and connection carries an API key unique to this run: the sample's policies fall back to
+ * the API key before the IP, so buckets left in Redis by other runs or suites never meet these
+ * ones, and nothing needs flushing.
  *
  * Where a test reads a remaining count after an earlier request, it allows one token of refill:
  * the buckets keep filling (5 tokens/s on the API routes) while requests travel.
@@ -45,7 +46,10 @@ interface Answer {
   data: unknown;
 }
 
-/** Sends one 'echo' message and waits for the answer to it (socket.io keeps a connection's order). */
+/**
+ * Sends one 'echo' message and waits for its answer. One at a time: of messages sent together, a
+ * refusal may be answered before the echoes of earlier ones.
+ */
 function echo(socket: Socket, text: string): Promise<Answer> {
   return new Promise((resolve) => {
     const answer = (event: Answer['event']) => (data: unknown) => {
