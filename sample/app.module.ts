@@ -1,8 +1,12 @@
+import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
 import { Logger, Module } from '@nestjs/common';
+import { GraphQLModule } from '@nestjs/graphql';
 import { RateLimitModule, type RateLimitModuleOptions } from 'nestjs-ratelimit';
 import { AccountController } from './account.controller.js';
 import { ApiController } from './api.controller.js';
 import { CatalogController } from './catalog.controller.js';
+import { CatalogResolver } from './catalog.resolver.js';
+import { EchoGateway } from './echo.gateway.js';
 import { HealthController } from './health.controller.js';
 
 const logger = new Logger('RateLimit');
@@ -20,14 +24,20 @@ export function rateLimitOptions(): RateLimitModuleOptions {
   return {
     // Unset: each process counts on its own. Set: every instance shares Redis's buckets.
     redis,
-    // A generous backstop for every route not skipped, one bucket per client across all routes,
-    // so no single client can take the whole app whatever the per-route limits say.
+    // A generous backstop for every route, GraphQL request and gateway message not skipped, one
+    // bucket per client across all of them, so no single client can take the whole app whatever
+    // the per-route limits say.
     policies: [{ name: 'global', rps: 100, burst: 200 }],
   };
 }
 
 @Module({
-  imports: [RateLimitModule.forRootAsync({ useFactory: rateLimitOptions })],
+  imports: [
+    RateLimitModule.forRootAsync({ useFactory: rateLimitOptions }),
+    // the schema is built from the resolvers' decorators, in memory (nothing written to disk)
+    GraphQLModule.forRoot<ApolloDriverConfig>({ driver: ApolloDriver, autoSchemaFile: true }),
+  ],
   controllers: [HealthController, CatalogController, ApiController, AccountController],
+  providers: [CatalogResolver, EchoGateway],
 })
 export class AppModule {}

@@ -1,10 +1,6 @@
 import { Controller, Get, NotFoundException, Param } from '@nestjs/common';
 import { RateLimit } from 'nestjs-ratelimit';
-
-const PRODUCTS = [
-  { id: '1', name: 'Teapot', price: 18 },
-  { id: '2', name: 'Kettle', price: 35 },
-];
+import { PRODUCTS } from './products.js';
 
 /** Public, anonymous routes: with no API key, clients are told apart by IP. */
 @Controller('catalog')

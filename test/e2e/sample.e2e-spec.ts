@@ -2,13 +2,15 @@ import { randomUUID } from 'node:crypto';
 import type { INestApplication } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { MemoryStore, RateLimitStore, RedisStore } from 'nestjs-ratelimit';
+import { io, type Socket } from 'socket.io-client';
 import { AppModule } from '../../sample/app.module.js';
 import { testRedisUrl } from '../support/redis/test-redis.js';
 
 /**
- * The sample app over real HTTP (Express), once per store. Every request carries an API key
- * unique to this run: the sample's policies fall back to the API key before the IP, so buckets
- * left in Redis by other runs or suites never meet these ones, and nothing needs flushing.
+ * The sample app over real HTTP (Express, GraphQL on Apollo) and socket.io, once per store. Every
+ * request and connection carries an API key unique to this run: the sample's policies fall back to
+ * the API key before the IP, so buckets left in Redis by other runs or suites never meet these
+ * ones, and nothing needs flushing.
  *
  * Where a test reads a remaining count after an earlier request, it allows one token of refill:
  * the buckets keep filling (5 tokens/s on the API routes) while requests travel.
@@ -38,6 +40,27 @@ function expectAbout(actual: number, expected: number): void {
   expect(actual).toBeLessThanOrEqual(expected + 1);
 }
 
+/** What the gateway answers a message with: its echo, or the 'exception' event of a refusal. */
+interface Answer {
+  event: 'echo' | 'exception';
+  data: unknown;
+}
+
+/**
+ * Sends one 'echo' message and waits for its answer. One at a time: of messages sent together, a
+ * refusal may be answered before the echoes of earlier ones.
+ */
+function echo(socket: Socket, text: string): Promise<Answer> {
+  return new Promise((resolve) => {
+    const answer = (event: Answer['event']) => (data: unknown) => {
+      socket.off('echo').off('exception');
+      resolve({ event, data });
+    };
+    socket.on('echo', answer('echo')).on('exception', answer('exception'));
+    socket.emit('echo', text);
+  });
+}
+
 const stores: Array<[string, (() => string) | undefined, Function]> = [
   ['memory store', undefined, MemoryStore],
   ['Redis store (REDIS_URL)', testRedisUrl, RedisStore],
@@ -47,10 +70,30 @@ describe.each(stores)('sample app, %s', (_name, redisUrl, storeType) => {
   let app: INestApplication;
   let base: string;
 
-  async function call(path: string, init: { method?: string; headers?: Record<string, string> } = {}): Promise<Reply> {
-    const response = await fetch(`${base}${path}`, { method: init.method ?? 'GET', headers: init.headers });
+  async function call(path: string, init: { method?: string; headers?: Record<string, string>; body?: string } = {}): Promise<Reply> {
+    const response = await fetch(`${base}${path}`, { method: init.method ?? 'GET', headers: init.headers, body: init.body });
     const text = await response.text();
     return { status: response.status, headers: response.headers, body: text ? JSON.parse(text) : undefined };
+  }
+
+  /** A GraphQL query, sent as Apollo takes it (a JSON POST). */
+  function query(document: string, headers: Record<string, string>): Promise<Reply> {
+    return call('/graphql', {
+      method: 'POST',
+      headers: { ...headers, 'content-type': 'application/json' },
+      body: JSON.stringify({ query: document }),
+    });
+  }
+
+  /** A socket.io client of the sample's gateway, once connected; `headers` go in its handshake. */
+  const sockets: Socket[] = [];
+  function connect(headers: Record<string, string>): Promise<Socket> {
+    const socket = io(base, { transports: ['websocket'], extraHeaders: headers, reconnection: false });
+    sockets.push(socket);
+    return new Promise((resolve, reject) => {
+      socket.once('connect', () => resolve(socket));
+      socket.once('connect_error', reject);
+    });
   }
 
   beforeAll(async () => {
@@ -70,6 +113,7 @@ describe.each(stores)('sample app, %s', (_name, redisUrl, storeType) => {
   });
 
   afterAll(async () => {
+    for (const socket of sockets) socket.disconnect();
     await app?.close();
   });
 
@@ -204,5 +248,77 @@ describe.each(stores)('sample app, %s', (_name, redisUrl, storeType) => {
     const retryAfter = Number(attempts[5].headers.get('retry-after'));
     expect(retryAfter).toBeGreaterThan(14 * 60);
     expect(retryAfter).toBeLessThanOrEqual(15 * 60);
+  });
+
+  it('answers the catalog over GraphQL with the headers of every policy, charging a request once for both root fields', async () => {
+    const reply = await query('{ products(first: 2) { id name } product(id: "1") { name } }', { 'x-api-key': apiKey('graphql') });
+    expect(reply.status).toBe(200);
+    expect(reply.body).toEqual({
+      data: { products: [{ id: '1', name: 'Teapot' }, { id: '2', name: 'Kettle' }], product: { name: 'Teapot' } },
+    });
+    expect(reply.headers.get('ratelimit-policy')).toBe(
+      '"global";q=200;w=2, "CatalogResolver";q=50;w=5, "CatalogResolver.products";q=100;w=5',
+    );
+    // two root fields under the class's policy, one charge; 'products' costs what it asks for
+    expect(remaining(reply, 'global')).toBe(199);
+    expect(remaining(reply, 'CatalogResolver')).toBe(49);
+    expect(remaining(reply, 'CatalogResolver.products')).toBe(98);
+  });
+
+  it('refuses a GraphQL query over its budget with a RATE_LIMITED error, and one over the bucket for good', async () => {
+    const headers = { 'x-api-key': apiKey('graphql-cost') };
+    const page = '{ products(first: 100) { id } }';
+
+    const spending = await query(page, headers);
+    expect(spending.body).toEqual({ data: { products: [{ id: '1' }, { id: '2' }] } });
+    expect(remaining(spending, 'CatalogResolver.products')).toBe(0);
+
+    // 100 more tokens at 20 a second: seconds away
+    const refused = await query(page, headers);
+    expect(refused.status).toBe(200);
+    expect(refused.body).toMatchObject({
+      data: null,
+      errors: [
+        {
+          message: expect.any(String),
+          path: ['products'],
+          extensions: { code: 'RATE_LIMITED', policy: 'CatalogResolver.products', retryAfter: expect.any(Number) },
+        },
+      ],
+    });
+    // the headers are on the HTTP response, and agree with the error
+    const { retryAfter } = (refused.body as { errors: Array<{ extensions: { retryAfter: number } }> }).errors[0].extensions;
+    expect(retryAfter).toBeGreaterThanOrEqual(1);
+    expect(retryAfter).toBeLessThanOrEqual(5);
+    expect(Number(refused.headers.get('retry-after'))).toBe(retryAfter);
+    expectAbout(Number(refused.headers.get('x-ratelimit-remaining')), 0);
+
+    // more than the bucket holds: never admitted, so no Retry-After
+    const never = await query('{ products(first: 101) { id } }', headers);
+    expect(never.body).toMatchObject({
+      errors: [{ extensions: { code: 'RATE_LIMITED', policy: 'CatalogResolver.products', retryAfter: null } }],
+    });
+    expect(never.headers.get('retry-after')).toBeNull();
+  });
+
+  it('limits the echo gateway per API key of the socket.io handshake; a refusal is the exception event', async () => {
+    const alice = await connect({ 'x-api-key': apiKey('echo-alice') });
+    const bob = await connect({ 'x-api-key': apiKey('echo-bob') });
+
+    // burst 5 at 1 message/s: the sixth or so in a row is refused
+    const answers: Answer[] = [];
+    while (answers.length < 20 && answers.at(-1)?.event !== 'exception') answers.push(await echo(alice, `hello ${answers.length}`));
+    const echoed = answers.slice(0, -1);
+    expect(echoed.length).toBeGreaterThanOrEqual(5);
+    expect(echoed.length).toBeLessThanOrEqual(6);
+    expect(echoed).toEqual(echoed.map((_, i) => ({ event: 'echo', data: `hello ${i}` })));
+    expect(answers.at(-1)).toEqual({
+      event: 'exception',
+      data: { status: 'error', statusCode: 429, message: expect.any(String), policy: 'EchoGateway.echo', retryAfter: 1 },
+    });
+
+    // the refused client stays connected, and another API key has a bucket of its own
+    expect(alice.connected).toBe(true);
+    expect(await echo(bob, 'hi')).toEqual({ event: 'echo', data: 'hi' });
   });
 });
