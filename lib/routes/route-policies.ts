@@ -12,8 +12,9 @@ type Handler = (...args: unknown[]) => unknown;
 /**
  * The policies that apply to each route: the module's, the controller's and the handler's (a
  * handler policy replaces a class or module policy of the same name), less the skipped ones.
- * Worked out once per route and cached; at start every controller is read, so a bad policy
- * fails `app.init()` with a message naming the controller and the handler.
+ * Worked out once per route and cached; at start every controller is read, and every provider
+ * that declares policies (a gateway, a resolver), so a bad policy fails `app.init()` with a
+ * message naming the class and the handler.
  *
  * A `@SkipRateLimit` name that is not a string fails start too. One that names no policy there
  * only logs a warning: module policies may differ between environments (none in a test module),
@@ -31,13 +32,15 @@ export class RoutePolicies {
   ) {}
 
   /**
-   * Reads every controller's policies: `RateLimitModule` calls it at start, so a bad one fails
-   * `app.init()`.
+   * Reads the policies of every controller (HTTP routes, microservice handlers) and of every
+   * provider that declares some (gateways, resolvers): `RateLimitModule` calls it at start, so a
+   * bad one fails `app.init()`.
    *
-   * @throws InvalidPolicyError naming the controller and handler
+   * @throws InvalidPolicyError naming the class and handler
    */
   compileAll(): void {
-    for (const wrapper of this.discovery.getControllers()) {
+    const declaring = this.discovery.getProviders().filter(({ metatype }) => this.declaresPolicies(metatype));
+    for (const wrapper of [...this.discovery.getControllers(), ...declaring]) {
       const controller = wrapper.metatype as Type | undefined;
       if (!controller?.prototype) continue;
       // a name skipped on the class is looked for among the policies of all its routes
@@ -48,6 +51,17 @@ export class RoutePolicies {
       }
       this.checkSkipped(`${controller.name} (class)`, Reflect.getMetadata(RATE_LIMIT_SKIP, controller), named);
     }
+  }
+
+  /**
+   * Whether a provider's class carries `@RateLimit` or `@SkipRateLimit`, itself or on a method: the
+   * others (services, factories) handle no requests, and reading them would only cost memory.
+   */
+  private declaresPolicies(metatype: unknown): boolean {
+    const prototype = typeof metatype === 'function' ? (metatype.prototype as Record<string, Function> | undefined) : undefined;
+    if (prototype === undefined) return false;
+    const declares = (target: object) => Reflect.hasMetadata(RATE_LIMIT_POLICIES, target) || Reflect.hasMetadata(RATE_LIMIT_SKIP, target);
+    return declares(metatype as Function) || this.scanner.getAllMethodNames(prototype).some((method) => declares(prototype[method]));
   }
 
   /** The policies of a route, in order: module, class, handler. */
