@@ -115,6 +115,16 @@ export function userNotYetSet(route: string): string {
   );
 }
 
+/** Logged once when a socket.io handshake carries `X-Forwarded-For`: a gateway's `ip` is always the connection's address. */
+export function gatewayForwardedFor(address: string): string {
+  return (
+    `A socket.io handshake carried X-Forwarded-For, but a gateway client's address is its connection's own ` +
+    `(${address}): behind a proxy, 'ip' keys are the proxy's address and every client behind it shares one ` +
+    `bucket. Key gateway messages by 'user', 'api-key' or a function (for instance of the address the proxy ` +
+    `sets, read from client.handshake.headers, when the app trusts it). (Logged once.)`
+  );
+}
+
 /** Logged once when a resolver's GraphQL context holds no HTTP request to read keys from. */
 export const graphqlWithoutRequest =
   `A GraphQL resolver's context holds no HTTP request (Apollo: context.req; Mercurius: context.reply), so ` +

@@ -1,37 +1,48 @@
-import type { ExecutionContext } from '@nestjs/common';
+import { type ExecutionContext, Logger } from '@nestjs/common';
 import { WsException } from '@nestjs/websockets';
 import type { LimitedRequest } from '../keys/identity.js';
 import { refusal } from '../rate-limit.exception.js';
-import { clientClosedRequest, storeUnavailable } from '../rate-limit.messages.js';
+import { clientClosedRequest, gatewayForwardedFor, storeUnavailable } from '../rate-limit.messages.js';
 import type { RateLimitDecision } from '../stores/rate-limit-store.interface.js';
 import { withoutStack } from '../utils/without-stack.js';
 import type { Departure, RateLimitContext } from './rate-limit-context.js';
 
-/** A gateway's client: a socket.io `Socket` (with its handshake) or a ws `WebSocket` (with its Node socket). */
+/**
+ * A gateway's client, the first argument of its handlers: a socket.io `Socket`, which keeps its
+ * handshake (the connection's address and the headers and query of the request that opened it),
+ * or a ws `WebSocket`, which keeps only its Node socket (`_socket`: ws has no public accessor
+ * for the remote address, and keeps nothing of the upgrade request).
+ */
 interface WsClient {
   handshake?: { address?: string; headers?: LimitedRequest['headers']; query?: Record<string, unknown> };
   _socket?: { remoteAddress?: string };
+  /** Where an app's `handleConnection` keeps the user: socket.io's `client.data`, or the client itself. */
   data?: { user?: LimitedRequest['user'] };
   user?: LimitedRequest['user'];
-  /** socket.io */
+  /** socket.io: the client has gone. */
   disconnected?: boolean;
-  /** ws: 2 closing, 3 closed */
+  /** ws: 2 closing, 3 closed. */
   readyState?: number;
   once(event: string, listener: () => void): unknown;
   off(event: string, listener: () => void): unknown;
 }
 
-/** ws keeps no headers of the upgrade request. */
+/** ws keeps no headers of the upgrade request: `api-key` and `header:` keys yield nothing there. */
 const NO_HEADERS = Object.freeze({});
 
 /**
  * WebSocket gateway messages, on socket.io and ws: keys read the connection (its address, the
  * socket.io handshake's headers, `client.data.user ?? client.user`), there are no headers to set,
- * and a refusal is a `WsException`, which Nest answers with its `exception` event
- * (`{ status: 'error', message, statusCode: 429, policy, retryAfter }`) while the connection stays
- * open. The guard runs on a message's arguments, so a global guard and `@UseGuards` charge it once.
+ * and a refusal is a `WsException`, which Nest's gateway filter sends the client as its
+ * `exception` event (socket.io), or as the frame `{"event":"exception","data":{...}}` (ws), with
+ * `{ status: 'error', message, statusCode: 429, policy, retryAfter }`, without logging it; the
+ * connection stays open. What the guard charges once is the message's argument list (the
+ * default target), which Nest makes per message and hands to every guard.
  */
 export class WsRateLimitContext implements RateLimitContext {
+  private readonly logger = new Logger('RateLimitGuard');
+  private forwardedForChecked = false;
+
   request(context: ExecutionContext): LimitedRequest {
     const client = context.getArgByIndex<WsClient>(0);
     const handshake = client.handshake;
@@ -55,18 +66,32 @@ export class WsRateLimitContext implements RateLimitContext {
     return withoutStack(() => new WsException({ status: 'error', statusCode: 503, message: storeUnavailable, retryAfter: 1 }));
   }
 
-  /** Watches the connection: socket.io's `disconnect`, ws's `close`. */
+  /**
+   * Watches the connection: socket.io's `disconnect`, ws's `close`. A message whose client has
+   * gone ends with an `exception` that no one receives.
+   */
   departure(context: ExecutionContext): Departure {
     const client = context.getArgByIndex<WsClient>(0);
     const event = client.handshake === undefined ? 'close' : 'disconnect';
     const gone = new AbortController();
     const leave = (): void => gone.abort();
     client.once(event, leave);
+    // a client that left while the store decided: its event has been and gone
     if (client.disconnected === true || (client.readyState ?? 0) > 1) gone.abort();
     return {
       signal: gone.signal,
       gone: () => withoutStack(() => new WsException({ status: 'error', statusCode: 499, message: clientClosedRequest })),
       end: () => void client.off(event, leave),
     };
+  }
+
+  /**
+   * Warns once when a socket.io handshake carries `X-Forwarded-For`: a gateway has no trusted
+   * proxy setting, so its `ip` is always the connection's address, the proxy's behind one.
+   */
+  limitedByIp(request: LimitedRequest): void {
+    if (this.forwardedForChecked || request.headers['x-forwarded-for'] === undefined) return;
+    this.forwardedForChecked = true;
+    this.logger.warn(gatewayForwardedFor(request.ip ?? 'unknown'));
   }
 }
