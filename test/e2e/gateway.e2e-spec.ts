@@ -21,8 +21,10 @@ import { costExceedsBurst, gatewayForwardedFor, limitExceeded, storeUnavailable 
 import { connectTestRedis } from '../support/redis/test-redis.js';
 import { GATEWAY_ADAPTERS, type GatewayApp, type GatewayClient, startGatewayApp } from '../support/gateway-apps.js';
 
-/** One token per 1000 s: a bucket emptied in a test stays empty for the rest of it. */
-const TINY = 0.001;
+/** One token per 10 000 s: a bucket emptied in a test stays empty, and says so, for the rest of it. */
+const TINY = 0.0001;
+/** Seconds until an emptied bucket of rate `TINY` admits one more (within a test's first 10 s). */
+const EMPTIED = 10_000;
 const LIMITED: RateLimitPolicy = { name: 'limited', rps: TINY, burst: 2, key: ['user', 'api-key'] };
 /** Four an hour, queued: the first passes at once, the second waits 15 minutes. */
 const QUEUED: RateLimitPolicy = { name: 'queued', algorithm: 'leaky_bucket', limit: 4, window: '1h', key: 'ip' };
@@ -159,14 +161,14 @@ describe.each(GATEWAY_ADAPTERS)('a gateway on %s', (adapter) => {
       const contexts = gateway.app.get(RateLimitContexts);
       expect(contexts.for('ws')).toBeUndefined();
 
-      expect(await askTimes(client, 'limited', 3)).toEqual([reply('limited', 1), reply('limited', 2), refused('limited', 1000)]);
+      expect(await askTimes(client, 'limited', 3)).toEqual([reply('limited', 1), reply('limited', 2), refused('limited', EMPTIED)]);
       expect(gateway.app.get(LimitedGateway).ran.limited).toBe(2);
       expect(contexts.for('ws')).toBeInstanceOf(WsRateLimitContext);
 
       // the connection answers afterwards: another handler runs, the limited one stays refused
       expect(client.open).toBe(true);
       expect(await client.ask('free')).toEqual(reply('free', 1));
-      expect(await client.ask('limited')).toEqual(refused('limited', 1000));
+      expect(await client.ask('limited')).toEqual(refused('limited', EMPTIED));
       expect(gateway.app.get(LimitedGateway).ran.limited).toBe(2);
       // a refusal is an answer, not an error: Nest logs nothing for it
       expect(gateway.logged.error).toEqual([]);
@@ -181,7 +183,7 @@ describe.each(GATEWAY_ADAPTERS)('a gateway on %s', (adapter) => {
     it('charges a message once with the global guard and @UseGuards(RateLimitGuard) on the gateway together', async () => {
       const gateway = await start(GuardedGateway);
       const client = await gateway.connect({ headers: { 'x-api-key': apiKey() } });
-      expect(await askTimes(client, 'limited', 3)).toEqual([reply('limited', 1), reply('limited', 2), refused('limited', 1000)]);
+      expect(await askTimes(client, 'limited', 3)).toEqual([reply('limited', 1), reply('limited', 2), refused('limited', EMPTIED)]);
       expect(gateway.app.get(GuardedGateway).ran.limited).toBe(2);
       expect(gateway.logged.error).toEqual([]);
     });
@@ -189,13 +191,13 @@ describe.each(GATEWAY_ADAPTERS)('a gateway on %s', (adapter) => {
     it('limits with @UseGuards(RateLimitGuard) alone (guard: false), as on NestJS 11', async () => {
       const gateway = await start(GuardedGateway, { guard: false });
       const client = await gateway.connect({ headers: { 'x-api-key': apiKey() } });
-      expect(await askTimes(client, 'limited', 3)).toEqual([reply('limited', 1), reply('limited', 2), refused('limited', 1000)]);
+      expect(await askTimes(client, 'limited', 3)).toEqual([reply('limited', 1), reply('limited', 2), refused('limited', EMPTIED)]);
     });
 
     it('limits with runAs: interceptor', async () => {
       const gateway = await start(LimitedGateway, { runAs: 'interceptor' });
       const client = await gateway.connect({ headers: { 'x-api-key': apiKey() } });
-      expect(await askTimes(client, 'limited', 3)).toEqual([reply('limited', 1), reply('limited', 2), refused('limited', 1000)]);
+      expect(await askTimes(client, 'limited', 3)).toEqual([reply('limited', 1), reply('limited', 2), refused('limited', EMPTIED)]);
       expect(gateway.app.get(LimitedGateway).ran.limited).toBe(2);
     });
 
@@ -203,11 +205,11 @@ describe.each(GATEWAY_ADAPTERS)('a gateway on %s', (adapter) => {
       const gateway = await start(LimitedGateway);
       const ann = await gateway.connect({ headers: { 'x-user': 'ann' } });
       const bob = await gateway.connect({ headers: { 'x-user': 'bob' } });
-      expect(await askTimes(ann, 'limited', 3)).toEqual([reply('limited', 1), reply('limited', 2), refused('limited', 1000)]);
+      expect(await askTimes(ann, 'limited', 3)).toEqual([reply('limited', 1), reply('limited', 2), refused('limited', EMPTIED)]);
       expect(await askTimes(bob, 'limited', 2)).toEqual([reply('limited', 3), reply('limited', 4)]);
       // a second connection of the same user shares its bucket
       const annAgain = await gateway.connect({ headers: { 'x-user': 'ann' } });
-      expect(await annAgain.ask('limited')).toEqual(refused('limited', 1000));
+      expect(await annAgain.ask('limited')).toEqual(refused('limited', EMPTIED));
     });
 
     it('limits a client that gives no user or key by its remote address', async () => {
@@ -223,7 +225,7 @@ describe.each(GATEWAY_ADAPTERS)('a gateway on %s', (adapter) => {
         const gateway = await start(LimitedGateway);
         const first = await gateway.connect({ headers: { 'x-api-key': apiKey() } });
         const second = await gateway.connect({ headers: { 'x-api-key': apiKey() } });
-        expect(await askTimes(first, 'limited', 3)).toEqual([reply('limited', 1), reply('limited', 2), refused('limited', 1000)]);
+        expect(await askTimes(first, 'limited', 3)).toEqual([reply('limited', 1), reply('limited', 2), refused('limited', EMPTIED)]);
         expect(await askTimes(second, 'limited', 2)).toEqual([reply('limited', 3), reply('limited', 4)]);
       });
 
@@ -241,7 +243,7 @@ describe.each(GATEWAY_ADAPTERS)('a gateway on %s', (adapter) => {
         const first = await gateway.connect({ headers: { 'x-api-key': apiKey() } });
         const second = await gateway.connect({ headers: { 'x-api-key': apiKey() } });
         expect(await askTimes(first, 'limited', 2)).toEqual([reply('limited', 1), reply('limited', 2)]);
-        expect(await second.ask('limited')).toEqual(refused('limited', 1000));
+        expect(await second.ask('limited')).toEqual(refused('limited', EMPTIED));
       });
     }
 
