@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Client } from 'graphql-ws';
 import type { Redis } from 'ioredis';
 import { connectTestRedis } from '../support/redis/test-redis.js';
-import { type GraphqlApp, GRAPHQL_SUITES, startGraphqlApp } from '../support/graphql-apps.js';
+import { type GraphqlApp, GRAPHQL_SUITES, startGraphqlApp, storeOptions } from '../support/graphql-apps.js';
 
 let redis: Redis;
 beforeAll(async () => {
@@ -30,7 +30,7 @@ describe.each(GRAPHQL_SUITES)('GraphQL over graphql-ws on %s, %s store', (driver
     return client;
   };
   beforeAll(async () => {
-    gql = await startGraphqlApp(driver, store, redis);
+    gql = await startGraphqlApp(driver, storeOptions(store, redis));
   });
   afterAll(async () => {
     await Promise.all(clients.map((client) => client.dispose()));

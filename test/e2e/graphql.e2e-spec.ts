@@ -1,7 +1,16 @@
 import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
+import { RedisStore } from '../../lib/index.js';
 import { connectTestRedis } from '../support/redis/test-redis.js';
-import { type GraphqlApp, type GraphqlError, type GraphqlResponse, GRAPHQL_SUITES, startGraphqlApp } from '../support/graphql-apps.js';
+import {
+  DRIVERS,
+  type GraphqlApp,
+  type GraphqlError,
+  type GraphqlResponse,
+  GRAPHQL_SUITES,
+  startGraphqlApp,
+  storeOptions,
+} from '../support/graphql-apps.js';
 
 let redis: Redis;
 beforeAll(async () => {
@@ -21,7 +30,7 @@ const rateLimitHeaders = ({ headers }: GraphqlResponse) =>
 /** A stack trace's frame, as `Error.stack` writes one: `at fn (file:line:col)`. */
 const STACK_FRAME = /\bat .*:\d+:\d+/;
 
-/** The refusal every refused field gets: its error, nothing more. */
+/** Every field of `fields` refused by `policy`, and nothing else: status 200, each field null with its error. */
 function expectRefused(response: GraphqlResponse, fields: string[], policy: string, retryAfter: 'positive' | null): void {
   expect(response.status).toBe(200);
   expect(response.body.data).toEqual(Object.fromEntries(fields.map((field) => [field, null])));
@@ -31,6 +40,7 @@ function expectRefused(response: GraphqlResponse, fields: string[], policy: stri
   for (const error of errors) expectRefusal(error, policy, retryAfter);
 }
 
+/** One field's refusal: RATE_LIMITED, the policy, retryAfter, a message naming the policy, no stack frame. */
 function expectRefusal(error: GraphqlError, policy: string, retryAfter: 'positive' | null): void {
   expect(error.extensions).toMatchObject({ code: 'RATE_LIMITED', policy });
   if (retryAfter === null) expect(error.extensions?.retryAfter).toBeNull();
@@ -45,7 +55,7 @@ function expectRefusal(error: GraphqlError, policy: string, retryAfter: 'positiv
 describe.each(GRAPHQL_SUITES)('GraphQL on %s, %s store', (driver, store) => {
   let gql: GraphqlApp;
   beforeAll(async () => {
-    gql = await startGraphqlApp(driver, store, redis);
+    gql = await startGraphqlApp(driver, storeOptions(store, redis));
   });
   afterAll(() => gql.close());
   // a refusal is an answer, not a fault: Nest logs no error for one
@@ -191,5 +201,28 @@ describe.each(GRAPHQL_SUITES)('GraphQL on %s, %s store', (driver, store) => {
       expect(answer.body.errors?.length).toBeGreaterThan(0);
       expect(answer.headers['x-ratelimit-limit']).toBeUndefined();
     });
+  });
+});
+
+describe.each(DRIVERS)('GraphQL on %s when the store cannot decide', (driver) => {
+  it("failMode 'closed': each field gets RATE_LIMIT_UNAVAILABLE, the answer Retry-After: 1", async () => {
+    // a client that has quit: every command fails at once ("Connection is closed")
+    const closed = await connectTestRedis();
+    await closed.quit();
+    const gql = await startGraphqlApp(driver, { store: new RedisStore({ client: closed }), failMode: 'closed' });
+    try {
+      const answer = await gql.post('{ books authors }', { headers: apiKey() });
+      expect(answer.status).toBe(200);
+      expect(answer.body.data).toEqual({ books: null, authors: null });
+      expect(answer.body.errors?.map(({ path, extensions }) => ({ path, code: extensions?.code, retryAfter: extensions?.retryAfter }))).toEqual([
+        { path: ['books'], code: 'RATE_LIMIT_UNAVAILABLE', retryAfter: 1 },
+        { path: ['authors'], code: 'RATE_LIMIT_UNAVAILABLE', retryAfter: 1 },
+      ]);
+      expect(JSON.stringify(answer.body)).not.toMatch(STACK_FRAME);
+      expect(answer.headers['retry-after']).toBe('1');
+      expect(gql.logger.errors).toEqual([]);
+    } finally {
+      await gql.close();
+    }
   });
 });

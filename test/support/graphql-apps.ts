@@ -188,13 +188,15 @@ export interface GraphqlError {
   extensions?: Record<string, unknown>;
 }
 
-/**
- * Builds an app of the given driver with `RateLimitModule.forRoot` on the given store (Redis: the
- * caller's client, a prefix of the app's own) and listens on a free loopback port.
- */
-export async function startGraphqlApp(driver: DriverName, store: StoreName, redis: Redis): Promise<GraphqlApp> {
-  const options: RateLimitModuleOptions =
-    store === 'memory' ? { store: new MemoryStore() } : { store: new RedisStore({ client: redis }), prefix: `rl-e2e-graphql-${randomUUID()}:` };
+/** The module options of a store: Redis on the caller's client, under a prefix of the app's own. */
+export function storeOptions(store: StoreName, redis: Redis): RateLimitModuleOptions {
+  return store === 'memory'
+    ? { store: new MemoryStore() }
+    : { store: new RedisStore({ client: redis }), prefix: `rl-e2e-graphql-${randomUUID()}:` };
+}
+
+/** Builds an app of the given driver with `RateLimitModule.forRoot(options)` and listens on a free loopback port. */
+export async function startGraphqlApp(driver: DriverName, options: RateLimitModuleOptions): Promise<GraphqlApp> {
   @Module({
     imports: [RateLimitModule.forRoot(options), driver === 'apollo' ? apolloModule() : mercuriusModule()],
     providers: [Ticker, CatalogResolver, SearchResolver, BookResolver],
