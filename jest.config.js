@@ -18,7 +18,13 @@ const shared = {
   testEnvironment: 'node',
   rootDir: '.',
   extensionsToTreatAsEsm: ['.ts'],
-  transform: { '^.+\\.ts$': ['ts-jest', { useESM: true }] },
+  transform: {
+    '^.+\\.ts$': ['ts-jest', { useESM: true }],
+    // an ES module that a CommonJS package requires (Mercurius's @fastify/static): Jest's require
+    // takes ES modules only from Node 24.9 on, so it is made CommonJS here
+    '/node_modules/@fastify/static/node_modules/content-disposition/.+\\.js$': ['ts-jest', { tsconfig: { allowJs: true, module: 'commonjs' } }],
+  },
+  transformIgnorePatterns: ['^(?!.*/@fastify/static/node_modules/content-disposition/).*/node_modules/'],
   moduleNameMapper: {
     '^nestjs-ratelimit$': '<rootDir>/lib/index.ts',
     '^(\\.{1,2}/.*)\\.js$': '$1',
