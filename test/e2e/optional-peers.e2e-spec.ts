@@ -52,9 +52,10 @@ async function run(name: string, env: Record<string, string>): Promise<Run> {
   return { printed, log: lines.map((line) => (line.startsWith('{') ? JSON.parse(line) : line)) };
 }
 
-/** The optional peers the module's own files (not Nest's, not the app's) asked for. */
+/** The optional peers (packages, not their files) the module's own files (not Nest's, not the app's) asked for. */
 function importedByModule(lines: Run['log']): string[] {
-  return lines.flatMap((line) => (typeof line === 'object' && line.parent.includes('/lib/') ? [line.specifier] : []));
+  const packages = lines.flatMap((line) => (typeof line === 'object' && line.parent.includes('/lib/') ? [line.specifier] : []));
+  return [...new Set(packages.map((specifier) => specifier.split('/').slice(0, specifier.startsWith('@') ? 2 : 1).join('/')))];
 }
 
 describe('optional peers', () => {
