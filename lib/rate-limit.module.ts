@@ -1,4 +1,4 @@
-import { type CanActivate, type DynamicModule, Module, type NestInterceptor, type OnModuleInit } from '@nestjs/common';
+import { type DynamicModule, Module, type OnModuleInit } from '@nestjs/common';
 import { APP_GUARD, APP_INTERCEPTOR, DiscoveryModule } from '@nestjs/core';
 import { RateLimitContexts } from './contexts/rate-limit-contexts.js';
 import { RATE_LIMIT_OPTIONS } from './rate-limit.constants.js';
@@ -16,11 +16,6 @@ import { RateLimiterService } from './rate-limiter.service.js';
 import { RoutePolicies } from './routes/route-policies.js';
 import { RateLimitStore } from './stores/rate-limit-store.interface.js';
 import { StoreOwner } from './stores/store-owner.js';
-
-/** Stands in for the global guard when `guard: false` or `runAs: 'interceptor'`. */
-const letThrough: CanActivate = { canActivate: () => true };
-/** Stands in for the global interceptor when `guard: false` or `runAs: 'guard'`. */
-const passOn: NestInterceptor = { intercept: (_context, next) => next.handle() };
 
 /**
  * Rate limiting for the whole app: validates the options and every `@RateLimit` policy at
@@ -65,13 +60,15 @@ const passOn: NestInterceptor = { intercept: (_context, next) => next.handle() }
     RateLimitInterceptor,
     {
       provide: APP_GUARD,
-      useFactory: ({ guard, runAs }: ResolvedOptions, rateLimit: RateLimitGuard) => (guard && runAs === 'guard' ? rateLimit : letThrough),
+      // nothing (Nest skips a global enhancer whose factory gives none) unless registered as the guard
+      useFactory: ({ guard, runAs }: ResolvedOptions, rateLimit: RateLimitGuard) => (guard && runAs === 'guard' ? rateLimit : null),
       inject: [RATE_LIMIT_OPTIONS, RateLimitGuard],
     },
     {
+      // likewise: an interceptor that only passed requests on would still cost every request its turn
       provide: APP_INTERCEPTOR,
       useFactory: ({ guard, runAs }: ResolvedOptions, rateLimit: RateLimitInterceptor) =>
-        guard && runAs === 'interceptor' ? rateLimit : passOn,
+        guard && runAs === 'interceptor' ? rateLimit : null,
       inject: [RATE_LIMIT_OPTIONS, RateLimitInterceptor],
     },
   ],
