@@ -2,9 +2,10 @@ import { randomUUID } from 'node:crypto';
 import { jest } from '@jest/globals';
 import fc from 'fast-check';
 import type { Redis } from 'ioredis';
-import { ALGORITHMS } from '../../lib/algorithms/algorithm.types.js';
+import { ALGORITHMS, type Algorithm } from '../../lib/algorithms/algorithm.types.js';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
-import type { RateLimitRequest } from '../../lib/stores/rate-limit-store.interface.js';
+import { MemoryStore } from '../../lib/stores/memory/memory.store.js';
+import type { RateLimitDecision, RateLimitRequest } from '../../lib/stores/rate-limit-store.interface.js';
 import { RedisStore } from '../../lib/stores/redis/redis.store.js';
 import { RefusedCache } from '../../lib/stores/redis/refused-cache.js';
 import { CASE_EPOCH, ruleOf } from '../cases/index.js';
@@ -137,4 +138,86 @@ describe('the refused-key cache of RedisStore (real Redis)', () => {
     console.log(`refused-key cache, requests going on together: ${refusedTogether} refused in the process, none wrongly`);
     expect(refusedTogether).toBeGreaterThan(RUNS / 10);
   }, 30_000 + RUNS * 100);
+});
+
+/** A request of the costly kind: its policies (algorithm, rps, burst) and its cost, the same for each. */
+interface Costly {
+  policies: ReadonlyArray<readonly [Algorithm, number, number]>;
+  cost: number;
+  /** A request of cost 1 this many ms before the first: the bucket is then part refilled, a window part gone. */
+  oneBeforeMs?: number;
+}
+
+/**
+ * Requests whose cost is over 1, for each algorithm: a cost that empties the bucket at once, a
+ * fractional one that takes two requests, the fractional one with a faster token bucket beside it
+ * (the slower policy then says when the request fits), and a cost of 3 after one of 1 earlier.
+ */
+const COSTLY: Array<[string, Costly]> = ALGORITHMS.flatMap((algorithm): Array<[string, Costly]> => [
+  [`${algorithm}, cost 100 of 100 at 20/s`, { policies: [[algorithm, 20, 100]], cost: 100 }],
+  [`${algorithm}, cost 2.5 of 5 at 2/s`, { policies: [[algorithm, 2, 5]], cost: 2.5 }],
+  [`${algorithm} at 0.5/s and a token bucket at 20/s, cost 2.5 of 5`, { policies: [[algorithm, 0.5, 5], ['token_bucket', 20, 5]], cost: 2.5 }],
+  [`${algorithm}, cost 3 of 5 at 0.5/s, 1.5 s after a cost of 1`, { policies: [[algorithm, 0.5, 5]], cost: 3, oneBeforeMs: 1_500 }],
+]);
+
+describe('the refused-key cache of RedisStore on requests of cost over 1 (real Redis)', () => {
+  it.each(COSTLY)('%s: answers what Redis and the memory store answer', async (_, { policies, cost, oneBeforeMs }) => {
+    const run = randomUUID();
+    let now = CASE_EPOCH;
+    const clock = () => now;
+    const stores = {
+      memory: new MemoryStore({ clock }),
+      uncached: new RedisStore({ client: redis, clock, cacheRefusals: false }),
+      cached: new RedisStore({ client: redis, clock }),
+    };
+    // each store its own buckets
+    const requestsOf = (store: string, cost: number): RateLimitRequest[] =>
+      policies.map(([algorithm, rps, burst], i) => {
+        const rule = ruleOf(algorithm, rps, burst);
+        return { key: bucketKey(`rl-costly-${run}-${store}:`, `p${i}`, algorithm, 'costly'), policy: `p${i}`, rule, cost };
+      });
+    const seen = ({ policy, allowed, retryAfter, remaining }: RateLimitDecision) => ({ policy, allowed, retryAfter, remaining });
+    const consume = async (ofCost = cost) => {
+      const [memory, uncached, cached] = await Promise.all(
+        Object.entries(stores).map(async ([name, store]) => (await store.consume(requestsOf(name, ofCost))).map(seen)),
+      );
+      return { memory, uncached, cached };
+    };
+
+    if (oneBeforeMs !== undefined) {
+      now -= oneBeforeMs;
+      await consume(1);
+      now += oneBeforeMs;
+    }
+
+    // at one instant: until the bucket refuses, then the same request again
+    let refusals = 0;
+    let waitMs = 0;
+    for (let step = 0; refusals < 2; step++) {
+      const answerable = stores.cached.cached(requestsOf('cached', cost)) !== undefined;
+      const { memory, uncached, cached } = await consume();
+      expect({ step, uncached, cached }).toEqual({ step, uncached: memory, cached: memory });
+      if (memory.every((decision) => decision.allowed)) continue;
+      refusals++;
+      waitMs = Math.max(...memory.map((decision) => decision.retryAfter)) * 1_000;
+      // the first refusal is answered without Redis where the charge before it times it: everywhere
+      // but the sliding window counter, whose outcome tells when a cost of its whole burst fits,
+      // not less; the repeat, from what Redis said of the refusal, everywhere
+      const timed = policies.every(([algorithm, , burst]) => algorithm !== 'sliding_window_counter' || cost === burst);
+      expect({ refusals, answerable }).toEqual({ refusals, answerable: refusals === 1 ? timed : true });
+    }
+
+    // a second later, a second less to wait (`remaining` left out: a cached answer keeps the one Redis said)
+    now += 1_000;
+    const later = await consume();
+    const timing = (decisions: ReturnType<typeof seen>[]) => decisions.map(({ policy, allowed, retryAfter }) => ({ policy, allowed, retryAfter }));
+    expect({ uncached: timing(later.uncached), cached: timing(later.cached) }).toEqual({ uncached: timing(later.memory), cached: timing(later.memory) });
+
+    // once the wait is over, admitted everywhere
+    now = CASE_EPOCH + waitMs;
+    const after = await consume();
+    expect(after.memory.every((decision) => decision.allowed)).toBe(true);
+    expect({ uncached: after.uncached, cached: after.cached }).toEqual({ uncached: after.memory, cached: after.memory });
+    await Promise.all(Object.values(stores).map((store) => store.close()));
+  });
 });

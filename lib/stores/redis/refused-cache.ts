@@ -1,5 +1,6 @@
 import { type Algorithm, type Outcome, WINDOW_ALGORITHMS } from '../../algorithms/algorithm.types.js';
 import type { RateLimitRequest } from '../rate-limit-store.interface.js';
+import { waitForCost } from './wait-for-cost.js';
 
 /** What Redis last said of a request, as far as a request like it is certainly refused. */
 interface Refusal {
@@ -20,6 +21,8 @@ interface Policy {
   burst: number;
   cost: number;
   outcome: Outcome;
+  /** Whether the cache knows how long the policy refuses a request like it: else only Redis answers one. */
+  timed: boolean;
 }
 
 /** No call on the way behind one that lands. */
@@ -45,7 +48,8 @@ const MAX_AGE_MS = 5_000;
  * `retryMs`, a request of the same cost on the same buckets cannot fit before then (what other
  * instances charge meanwhile only takes more), less the 1 ms a wait's rounding up may add. An
  * admitted request teaches as much: when it left fewer whole tokens than its cost, the next one
- * like it cannot fit before `nextMs`, the time until one more whole token. The wait counts from
+ * like it cannot fit before `cost` tokens are there, which its outcome times where it can (see
+ * `waitForCost`); where it cannot, requests like it go to Redis. The wait counts from
  * when Redis decided, as the local clock saw it at the earliest (see `RedisStore`), so a refusal
  * is never reused for longer than Redis would refuse. Only a `reset` brings quota back early: the
  * store forgets its own resets' keys; another instance's reset is seen once the cached refusal
@@ -109,13 +113,16 @@ export class RefusedCache {
    * key it passed (quota was there) is no longer refused, unless what is left would not cover
    * one more after the `behind(key)` calls still on their way on it: then it is remembered as
    * contended (a flood is about to run out), so that the requests that follow wait for those calls.
+   * A key whose wait the outcome does not tell is remembered as contended only: requests on it go
+   * to Redis.
    */
   remember(requests: readonly RateLimitRequest[], outcomes: readonly Outcome[], decidedAt: number, behind: (key: string) => number = none): void {
     const charged = outcomes.every((outcome) => outcome.allowed);
+    const waits = requests.map(({ rule, cost }, i) => waitAfter(outcomes[i], rule, cost, charged));
     let policies: Refusal['policies'] | undefined;
     for (let i = 0; i < requests.length; i++) {
       const { key, cost } = requests[i];
-      const wait = waitAfter(outcomes[i], cost, charged);
+      const wait = waits[i];
       if (wait === 0 && !(charged && (behind(key) + 1) * cost > outcomes[i].remaining)) {
         // quota was there: a refusal of this key is over (and its remaining stale); it lingers as a mark
         const refusal = this.refusals.get(key);
@@ -129,11 +136,11 @@ export class RefusedCache {
       policies ??= new Map(
         requests.map(({ key, rule, cost }, j) => [
           key,
-          { algorithm: rule.algorithm, rps: rule.rps, burst: rule.burst, cost, outcome: asRefused(outcomes[j], cost, charged) },
+          { algorithm: rule.algorithm, rps: rule.rps, burst: rule.burst, cost, outcome: asRefused(outcomes[j], waits[j]), timed: waits[j] !== undefined },
         ]),
       );
-      // contended only (wait 0): refused by nothing, but the next requests wait for the calls behind
-      const until = decidedAt + (wait < 0 ? MAX_AGE_MS : wait === 0 ? 0 : Math.min(wait - ROUNDING_MS, MAX_AGE_MS));
+      // contended only (wait 0 or not known): refused by nothing here, but the next requests wait for the calls behind
+      const until = decidedAt + (wait === undefined || wait === 0 ? 0 : wait < 0 ? MAX_AGE_MS : Math.min(wait - ROUNDING_MS, MAX_AGE_MS));
       this.refusals.delete(key); // re-inserted last: the Map's order is the eviction order
       this.refusals.set(key, { decidedAt, until, policies, letThrough: 0 });
       if (this.refusals.size > MAX_KEYS) this.refusals.delete(this.refusals.keys().next().value as string);
@@ -162,12 +169,12 @@ export class RefusedCache {
     this.refusals.clear();
   }
 
-  /** The refusal's outcomes, `elapsed` ms on, when it covers exactly these requests. */
+  /** The refusal's outcomes, `elapsed` ms on, when it covers exactly these requests and times every policy. */
   private replay(refusal: Refusal, requests: readonly RateLimitRequest[], elapsed: number): Outcome[] | undefined {
     const outcomes: Outcome[] = [];
     for (const { key, rule, cost } of requests) {
       const policy = refusal.policies.get(key);
-      if (policy === undefined || !sameAs(policy, rule, cost)) return undefined;
+      if (policy === undefined || !policy.timed || !sameAs(policy, rule, cost)) return undefined;
       outcomes.push(agedOutcome(policy.outcome, elapsed));
     }
     return outcomes;
@@ -175,20 +182,18 @@ export class RefusedCache {
 }
 
 /**
- * Milliseconds from the decision until a request like this one (same cost) can pass the policy,
- * at the least: 0 when it could pass at once, -1 when it never can. A refused policy says so
- * itself. After a charge, a policy that left `remaining` whole tokens surely refuses a cost of
- * `remaining + 1` or more until one more whole token is there (`nextMs`); a cost below that may
- * fit in the fraction of a token left.
+ * Milliseconds from the decision until a request like this one (same cost) can pass the policy:
+ * 0 when it could pass at once, -1 when it never can, `undefined` when the cache cannot tell. A
+ * refused policy says so itself; after a charge, the charged outcome tells (`waitForCost`).
  */
-function waitAfter(outcome: Outcome, cost: number, charged: boolean): number {
+function waitAfter(outcome: Outcome, rule: RateLimitRequest['rule'], cost: number, charged: boolean): number | undefined {
   if (!outcome.allowed) return outcome.retryMs;
-  return charged && cost >= outcome.remaining + 1 ? outcome.nextMs : 0;
+  return charged ? waitForCost(rule, cost, outcome) : 0;
 }
 
-/** The outcome a request like this one gets from the policy at the decision: refused while `waitAfter` says so. */
-function asRefused(outcome: Outcome, cost: number, charged: boolean): Outcome {
-  const retryMs = waitAfter(outcome, cost, charged);
+/** The outcome a request like this one gets from the policy at the decision: refused for `wait` ms, if timed. */
+function asRefused(outcome: Outcome, wait: number | undefined): Outcome {
+  const retryMs = wait ?? 0;
   return { ...outcome, allowed: retryMs === 0, retryMs, delayMs: 0 };
 }
 
