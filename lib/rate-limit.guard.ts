@@ -9,6 +9,7 @@ import { RateLimitUnavailableException } from './rate-limit.exception.js';
 import { shadowRefusal, userNotYetSet } from './rate-limit.messages.js';
 import type { ResolvedOptions } from './rate-limit-options.js';
 import { RateLimiterService } from './rate-limiter.service.js';
+import { chargeOnce } from './routes/charges.js';
 import { type RoutePolicy, storeRequest } from './routes/route-policy.js';
 import { RoutePolicies } from './routes/route-policies.js';
 import { RateLimitStoreError } from './stores/rate-limit-store.error.js';
@@ -32,12 +33,6 @@ import type { RateLimitDecision, RateLimitRequest } from './stores/rate-limit-st
 @Injectable()
 export class RateLimitGuard implements CanActivate {
   protected readonly logger = new Logger('RateLimitGuard');
-  /**
-   * What each request or message has been charged, by its context's target (see
-   * `RateLimitContext.target`). Shared by every instance: Nest makes one guard for `APP_GUARD`
-   * and another in each module that names it in `@UseGuards`, and both run on the same message.
-   */
-  private static readonly charges = new WeakMap<object, Charge[]>();
   /** Whether a `'user'` key that found no user on a request with `Authorization` has been warned of (once). */
   private userNotYetSetWarned = false;
   /** Each route's header plan, by its (cached) list of policies; `null`: no headers. */
@@ -50,10 +45,21 @@ export class RateLimitGuard implements CanActivate {
     protected readonly contexts: RateLimitContexts,
   ) {}
 
-  async canActivate(context: ExecutionContext): Promise<boolean> {
+  /** `true` at once for what is not limited; else the verdict of `enforce`, shared by every run on one request. */
+  canActivate(context: ExecutionContext): boolean | Promise<boolean> {
     const type = context.getType();
-    const seam = this.contexts.for(type) ?? (await this.contexts.load(type));
-    if (seam === undefined) return true;
+    const seam = this.contexts.for(type);
+    return seam === undefined ? this.limitOnceLoaded(type, context) : this.limit(seam, context);
+  }
+
+  /** The first request of a kind of context: its seam is made first (or it is not limited). */
+  private async limitOnceLoaded(type: string, context: ExecutionContext): Promise<boolean> {
+    const seam = await this.contexts.load(type);
+    return seam === undefined ? true : this.limit(seam, context);
+  }
+
+  /** The route's policies for the request in `context`, charged once per target. */
+  private limit(seam: RateLimitContext, context: ExecutionContext): boolean | Promise<boolean> {
     const policies = this.routes.forRoute(context.getClass(), context.getHandler() as () => unknown);
     if (policies.length === 0) return true;
     const request = seam.request(context);
@@ -62,25 +68,7 @@ export class RateLimitGuard implements CanActivate {
     // once per request or message: a second run (a global guard and @UseGuards, the next field of
     // a GraphQL request) shares the first's verdict for the policies the first decided
     const target = seam.target?.(context) ?? context.getArgs();
-    const charges = RateLimitGuard.charges.get(target);
-    if (charges === undefined) {
-      const verdict = this.enforce(policies, request, context, seam);
-      RateLimitGuard.charges.set(target, [{ policies, verdict }]);
-      return verdict;
-    }
-    const verdicts = new Set<Promise<boolean>>();
-    const fresh = policies.filter((policy) => {
-      const charge = charges.find((earlier) => earlier.policies.some(({ keyPrefix }) => keyPrefix === policy.keyPrefix));
-      if (charge !== undefined) verdicts.add(charge.verdict);
-      return charge === undefined;
-    });
-    if (fresh.length > 0) {
-      const verdict = this.enforce(fresh, request, context, seam);
-      charges.push({ policies: fresh, verdict });
-      verdicts.add(verdict);
-    }
-    await Promise.all(verdicts);
-    return true;
+    return chargeOnce(target, policies, (fresh) => this.enforce(fresh, request, context, seam));
   }
 
   /**
@@ -212,12 +200,6 @@ export class RateLimitGuard implements CanActivate {
     }
     return true;
   }
-}
-
-/** A route's verdict under some of its policies, kept for the next run of the guard on the same request. */
-interface Charge {
-  readonly policies: readonly RoutePolicy[];
-  readonly verdict: Promise<boolean>;
 }
 
 /** `Controller.handler`, as messages name a route. */

@@ -15,7 +15,8 @@ export interface RateLimitContext {
   /**
    * What the guard charges once, however many times it runs on it (a global guard and
    * `@UseGuards` together, the fields of one GraphQL request): an object that lives as long as
-   * the request or message. Default: the handler's arguments (`context.getArgs()`).
+   * the request or message, and that the guard can mark (not frozen). Default: the handler's
+   * arguments (`context.getArgs()`).
    */
   target?(context: ExecutionContext): object;
   /** Sets a rate-limit header on the answer (a transport without headers ignores it). */

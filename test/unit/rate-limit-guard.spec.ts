@@ -119,8 +119,8 @@ function http(controller: Type, request: Partial<LimitedRequest> = {}): Executio
 }
 
 /** What `act` rejects with. */
-async function rejection(act: Promise<unknown>): Promise<unknown> {
-  return act.then(
+async function rejection(act: unknown): Promise<unknown> {
+  return Promise.resolve(act).then(
     () => {
       throw new Error('nothing was thrown');
     },
