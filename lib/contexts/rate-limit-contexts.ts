@@ -5,17 +5,19 @@ import type { ContextType } from '../rate-limit-options.interface.js';
 import { GraphqlRateLimitContext } from './graphql.context.js';
 import { HttpRateLimitContext } from './http.context.js';
 import type { RateLimitContext } from './rate-limit-context.js';
+import { RpcRateLimitContext } from './rpc.context.js';
+import { WsRateLimitContext } from './ws.context.js';
 
 /**
- * Makes the seam of a kind of context. Those of gateways and microservices are imported on first
- * use: they build `WsException`s and `RpcException`s, and `@nestjs/websockets` and
- * `@nestjs/microservices` are optional peers that an app without gateways or microservices lacks.
+ * Makes the seam of a kind of context. Those of gateways and microservices import
+ * `@nestjs/websockets` and `@nestjs/microservices` as they are made: optional peers, which an
+ * app without gateways or microservices lacks.
  */
 const SEAMS: Record<ContextType, (adapterHost: HttpAdapterHost) => RateLimitContext | Promise<RateLimitContext>> = {
   http: (adapterHost) => new HttpRateLimitContext(adapterHost),
   graphql: (adapterHost) => new GraphqlRateLimitContext(adapterHost),
-  ws: async () => new (await import('./ws.context.js')).WsRateLimitContext(),
-  rpc: async () => new (await import('./rpc.context.js')).RpcRateLimitContext(),
+  ws: () => WsRateLimitContext.load(),
+  rpc: () => RpcRateLimitContext.load(),
 };
 
 /**

@@ -1,7 +1,5 @@
 import { type ExecutionContext, IntrinsicException } from '@nestjs/common';
-import { RpcException } from '@nestjs/microservices';
-import { PATTERN_HANDLER_METADATA } from '@nestjs/microservices/constants.js';
-import { PatternHandler } from '@nestjs/microservices/enums/pattern-handler.enum.js';
+import type { RpcException } from '@nestjs/microservices';
 import type { LimitedRequest } from '../keys/identity.js';
 import { refusal } from '../rate-limit.exception.js';
 import { storeUnavailable } from '../rate-limit.messages.js';
@@ -40,6 +38,23 @@ class RateLimitDroppedEvent extends IntrinsicException {
  * global guard and `@UseGuards` charge it once.
  */
 export class RpcRateLimitContext implements RateLimitContext {
+  /** The seam, with `@nestjs/microservices` (an optional peer) imported now: the first message is here. */
+  static async load(): Promise<RpcRateLimitContext> {
+    const [{ RpcException }, { PATTERN_HANDLER_METADATA }, { PatternHandler }] = await Promise.all([
+      import('@nestjs/microservices'),
+      import('@nestjs/microservices/constants.js'),
+      import('@nestjs/microservices/enums/pattern-handler.enum.js'),
+    ]);
+    const isEvent = (handler: Function): boolean => Reflect.getMetadata(PATTERN_HANDLER_METADATA, handler) === PatternHandler.EVENT;
+    return new RpcRateLimitContext(RpcException, isEvent);
+  }
+
+  private constructor(
+    private readonly Exception: typeof RpcException,
+    /** Whether a handler is an `@EventPattern`'s (else a `@MessagePattern`'s). */
+    private readonly isEvent: (handler: Function) => boolean,
+  ) {}
+
   request(): LimitedRequest {
     return MESSAGE;
   }
@@ -58,7 +73,7 @@ export class RpcRateLimitContext implements RateLimitContext {
 
   /** The error a message ends with: an `RpcException` for its caller, or an event dropped. */
   private answer(error: RpcError, context: ExecutionContext): Error {
-    const event = Reflect.getMetadata(PATTERN_HANDLER_METADATA, context.getHandler()) === PatternHandler.EVENT;
-    return withoutStack(() => (event ? new RateLimitDroppedEvent(error) : new RpcException(error)));
+    const event = this.isEvent(context.getHandler());
+    return withoutStack(() => (event ? new RateLimitDroppedEvent(error) : new this.Exception(error)));
   }
 }

@@ -1,5 +1,5 @@
 import { type ExecutionContext, Logger } from '@nestjs/common';
-import { WsException } from '@nestjs/websockets';
+import type { WsException } from '@nestjs/websockets';
 import type { LimitedRequest } from '../keys/identity.js';
 import { refusal } from '../rate-limit.exception.js';
 import { clientClosedRequest, gatewayForwardedFor, storeUnavailable } from '../rate-limit.messages.js';
@@ -43,6 +43,13 @@ export class WsRateLimitContext implements RateLimitContext {
   private readonly logger = new Logger('RateLimitGuard');
   private forwardedForChecked = false;
 
+  /** The seam, with `@nestjs/websockets` (an optional peer) imported now: the first gateway message is here. */
+  static async load(): Promise<WsRateLimitContext> {
+    return new WsRateLimitContext((await import('@nestjs/websockets')).WsException);
+  }
+
+  private constructor(private readonly Exception: typeof WsException) {}
+
   request(context: ExecutionContext): LimitedRequest {
     const client = context.getArgByIndex<WsClient>(0);
     const handshake = client.handshake;
@@ -59,11 +66,11 @@ export class WsRateLimitContext implements RateLimitContext {
   }
 
   refusal(decision: RateLimitDecision, cost: number): Error {
-    return withoutStack(() => new WsException({ status: 'error', statusCode: 429, ...refusal(decision, cost) }));
+    return withoutStack(() => new this.Exception({ status: 'error', statusCode: 429, ...refusal(decision, cost) }));
   }
 
   unavailable(): Error {
-    return withoutStack(() => new WsException({ status: 'error', statusCode: 503, message: storeUnavailable, retryAfter: 1 }));
+    return withoutStack(() => new this.Exception({ status: 'error', statusCode: 503, message: storeUnavailable, retryAfter: 1 }));
   }
 
   /**
@@ -80,7 +87,7 @@ export class WsRateLimitContext implements RateLimitContext {
     if (client.disconnected === true || (client.readyState ?? 0) > 1) gone.abort();
     return {
       signal: gone.signal,
-      gone: () => withoutStack(() => new WsException({ status: 'error', statusCode: 499, message: clientClosedRequest })),
+      gone: () => withoutStack(() => new this.Exception({ status: 'error', statusCode: 499, message: clientClosedRequest })),
       end: () => void client.off(event, leave),
     };
   }
