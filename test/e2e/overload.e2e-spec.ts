@@ -121,7 +121,9 @@ describe.each(ADAPTERS)('one hot key offered 4x its limit through 1-3 ms of late
     expect(admitted).toBeLessThanOrEqual(BURST + Math.ceil(RPS * lasted));
     // and not fewer than what refilled while they were offered (a cache that refused too long)
     expect(admitted).toBeGreaterThanOrEqual(BURST + Math.floor(RPS * offeredFor * 0.95));
-    expect(fromRedis / refused).toBeLessThan(0.01);
+    // without the cache every refusal is a call (1.0); alone this measures 0.0006-0.003, and under the
+    // whole suite's load on 2 cores up to 0.026 (event-loop stalls let cached waits run out in a batch)
+    expect(fromRedis / refused).toBeLessThan(0.05);
   }, 30_000);
 });
 
