@@ -4,6 +4,7 @@ import { RateLimitContexts } from './contexts/rate-limit-contexts.js';
 import { type HeaderPlan, headerPlan, limiting, rateLimitHeaders } from './headers/rate-limit-headers.js';
 import { resolveCost } from './keys/cost.js';
 import { type LimitedRequest, resolveIdentity } from './keys/identity.js';
+import { resolveTier } from './keys/tier.js';
 import { RATE_LIMIT_OPTIONS } from './rate-limit.constants.js';
 import { RateLimitUnavailableException } from './rate-limit.exception.js';
 import { shadowRefusal, userNotYetSet } from './rate-limit.messages.js';
@@ -117,7 +118,8 @@ export class RateLimitGuard implements CanActivate {
       if (!this.userNotYetSetWarned && request.headers.authorization !== undefined) this.checkUser(policy, identity, context);
       if (seam.limitedByIp !== undefined && identity.startsWith('ip:')) seam.limitedByIp(request);
       const cost = this.resolveCost(policy, request, context);
-      requests.push(storeRequest(policy, identity, typeof cost === 'number' ? cost : await cost));
+      const tier = policy.tiers === undefined ? undefined : await this.resolveTier(policy, request, context, seam);
+      requests.push(storeRequest(policy, identity, typeof cost === 'number' ? cost : await cost, tier));
     }
     return requests;
   }
@@ -140,6 +142,21 @@ export class RateLimitGuard implements CanActivate {
   /** Tokens this request takes under a policy (see `CostSource`); an unusable cost is `defaultCost`. */
   protected resolveCost(policy: RoutePolicy, request: LimitedRequest, context: ExecutionContext): number | Promise<number> {
     return resolveCost(policy.cost, policy.defaultCost, request, context);
+  }
+
+  /**
+   * The tier a tiered policy limits this request as (see `TierSource`); `undefined`, or a name
+   * the policy has no tier of, is its `defaultTier`. A tier function runs once per request,
+   * however many policies read it.
+   */
+  protected resolveTier(
+    policy: RoutePolicy,
+    request: LimitedRequest,
+    context: ExecutionContext,
+    seam: RateLimitContext,
+  ): string | undefined | Promise<string | undefined> {
+    if (policy.tiers === undefined) return undefined;
+    return resolveTier(policy.tiers.source, request, context, seam.target?.(context) ?? context.getArgs());
   }
 
   /** Sets the configured header families for the decisions. */

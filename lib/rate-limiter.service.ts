@@ -65,19 +65,25 @@ export class RateLimiterService implements BeforeApplicationShutdown, OnApplicat
    * Takes `cost` tokens (a finite number > 0, default 1) from every policy's bucket for
    * `identity`, or from none. Async, as are `peek` and `reset`: a bad argument rejects the
    * promise, never throws.
+   *
+   * `tier` is the tier of the policies with `tiers` (the guard works it out from their `tier`;
+   * here the caller names it): a tier a policy does not have, or none, is its `defaultTier`.
+   * Policies without tiers ignore it.
+   *
+   * @example await limiter.consume(`api-key:${key}`, apiPolicy, 1, account.plan)
    */
-  async consume(identity: string, policies: RateLimitPolicy | RateLimitPolicy[], cost = 1): Promise<RateLimitDecision[]> {
-    return this.decide(this.requests('RateLimiterService.consume', identity, policies, cost), true);
+  async consume(identity: string, policies: RateLimitPolicy | RateLimitPolicy[], cost = 1, tier?: string): Promise<RateLimitDecision[]> {
+    return this.decide(this.requests('RateLimiterService.consume', identity, policies, cost, tier), true);
   }
 
   /** What `consume` would decide, without taking anything. */
-  async peek(identity: string, policies: RateLimitPolicy | RateLimitPolicy[], cost = 1): Promise<RateLimitDecision[]> {
-    return this.decide(this.requests('RateLimiterService.peek', identity, policies, cost), false);
+  async peek(identity: string, policies: RateLimitPolicy | RateLimitPolicy[], cost = 1, tier?: string): Promise<RateLimitDecision[]> {
+    return this.decide(this.requests('RateLimiterService.peek', identity, policies, cost, tier), false);
   }
 
-  /** Forgets the buckets of `identity` for these policies: they are full again. */
-  async reset(identity: string, policies: RateLimitPolicy | RateLimitPolicy[]): Promise<void> {
-    const keys = this.requests('RateLimiterService.reset', identity, policies, 1).map((request) => request.key);
+  /** Forgets the buckets of `identity` for these policies (a tiered one's: of `tier`, as for `consume`): they are full again. */
+  async reset(identity: string, policies: RateLimitPolicy | RateLimitPolicy[], tier?: string): Promise<void> {
+    const keys = this.requests('RateLimiterService.reset', identity, policies, 1, tier).map((request) => request.key);
     await this.bounded(this.store.reset(keys));
     await this.local?.reset(keys);
   }
@@ -195,15 +201,22 @@ export class RateLimiterService implements BeforeApplicationShutdown, OnApplicat
    * One store request per policy. `where` names the call in messages.
    *
    * @throws InvalidPolicyError for a bad policy or two with one name; TypeError or RangeError for
-   * a bad identity or cost
+   * a bad identity, cost or tier
    */
-  private requests(where: string, identity: string, policies: RateLimitPolicy | RateLimitPolicy[], cost: number): RateLimitRequest[] {
+  private requests(
+    where: string,
+    identity: string,
+    policies: RateLimitPolicy | RateLimitPolicy[],
+    cost: number,
+    tier: string | undefined,
+  ): RateLimitRequest[] {
     if (typeof identity !== 'string') throw new TypeError(invalidArgument(where, 'identity', identity, "must be a string such as 'user:42'"));
+    if (tier !== undefined && typeof tier !== 'string') throw new TypeError(invalidArgument(where, 'tier', tier, "must be a tier's name, a string"));
     checkCost(cost, where, 'cost');
     const requests = (Array.isArray(policies) ? policies : [policies]).map((policy) => {
       let compiled = this.compiled.get(policy);
       if (!compiled) this.compiled.set(policy, (compiled = routePolicy(resolvePolicy(policy, 'RateLimiterService', 'default'), this.options)));
-      return storeRequest(compiled, identity, cost);
+      return storeRequest(compiled, identity, cost, tier);
     });
     // a policy's name is its bucket: two of one name would be one bucket under two rules, as a route refuses
     for (let i = 1; i < requests.length; i++) {

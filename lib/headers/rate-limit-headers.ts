@@ -3,10 +3,11 @@ import type { RateLimitDecision } from '../stores/rate-limit-store.interface.js'
 /** Header families the guard can send. */
 export type HeaderFamily = 'ietf' | 'legacy' | 'x-ratelimit';
 
-/** What the headers need of a policy: its name, and its rule's capacity and rate. */
+/** What the headers need of a policy: its name, and its rule's capacity and rate (each tier's, for a tiered one). */
 export interface DescribedPolicy {
   name: string;
   rule: { rps: number; burst: number };
+  tiers?: { byName: ReadonlyMap<string, { rule: { rps: number; burst: number } }> } | undefined;
 }
 
 /**
@@ -15,8 +16,13 @@ export interface DescribedPolicy {
  * fills in its numbers.
  */
 export interface HeaderPlan {
-  /** `RateLimit-Policy`, `undefined` without `'ietf'`. */
+  /** `RateLimit-Policy` (with every tiered policy at its default tier), `undefined` without `'ietf'`. */
   policy: string | undefined;
+  /**
+   * With `'ietf'` and a tiered policy: per policy, its `RateLimit-Policy` member, by tier for a
+   * tiered one, so a request only picks its tiers' members. `undefined` on an untiered route.
+   */
+  tiered: Array<string | ReadonlyMap<string, string>> | undefined;
   /** Per policy, `"<name>";r=`: its `RateLimit` member up to the remaining. */
   members: string[];
   xRateLimit: boolean;
@@ -27,8 +33,15 @@ export interface HeaderPlan {
 export function headerPlan(families: readonly HeaderFamily[], policies: readonly DescribedPolicy[]): HeaderPlan | undefined {
   if (families.length === 0 || policies.length === 0) return undefined;
   const ietf = families.includes('ietf');
+  const member = (name: string, rule: { rps: number; burst: number }) => `${sfString(name)};q=${rule.burst};w=${windowSeconds(rule)}`;
+  const tiered = ietf && policies.some(({ tiers }) => tiers !== undefined);
   return {
-    policy: ietf ? policies.map(({ name, rule }) => `${sfString(name)};q=${rule.burst};w=${windowSeconds(rule)}`).join(', ') : undefined,
+    policy: ietf ? policies.map(({ name, rule }) => member(name, rule)).join(', ') : undefined,
+    tiered: tiered
+      ? policies.map(({ name, rule, tiers }) =>
+          tiers === undefined ? member(name, rule) : new Map([...tiers.byName].map(([tier, { rule }]) => [tier, member(name, rule)])),
+        )
+      : undefined,
     members: policies.map(({ name }) => `${sfString(name)};r=`),
     xRateLimit: families.includes('x-ratelimit'),
     legacy: families.includes('legacy'),
@@ -58,7 +71,7 @@ export function rateLimitHeaders(plan: HeaderPlan, decisions: readonly RateLimit
       const d = decisions[i];
       members += `${i === 0 ? '' : ', '}${plan.members[i]}${d.remaining};t=${d.resetAfter}`;
     }
-    headers.push(['RateLimit-Policy', plan.policy], ['RateLimit', members]);
+    headers.push(['RateLimit-Policy', plan.tiered === undefined ? plan.policy : tieredPolicy(plan.tiered, decisions, plan.policy)], ['RateLimit', members]);
   }
   if (!plan.xRateLimit && !plan.legacy) return headers;
   const closest = limiting(decisions);
@@ -98,6 +111,19 @@ export function limiting(decisions: readonly RateLimitDecision[]): RateLimitDeci
     if (tighter) closest = decision;
   }
   return closest;
+}
+
+/** `RateLimit-Policy` with each tiered policy's member for the tier it decided in (the default tier's when its store named none). */
+function tieredPolicy(tiered: ReadonlyArray<string | ReadonlyMap<string, string>>, decisions: readonly RateLimitDecision[], byDefault: string): string {
+  let value = '';
+  for (let i = 0; i < tiered.length; i++) {
+    const member = tiered[i];
+    const tier = decisions[i].tier;
+    const chosen = typeof member === 'string' ? member : tier === undefined ? undefined : member.get(tier);
+    if (chosen === undefined) return byDefault;
+    value += `${i === 0 ? '' : ', '}${chosen}`;
+  }
+  return value;
 }
 
 /**

@@ -30,11 +30,12 @@ export function bucketKey(prefix: string, policyName: string, algorithm: Algorit
 }
 
 /**
- * What every bucket key of one policy starts with, `<prefix><policy name>:<algorithm tag>:{`:
- * worked out once per policy, so a request only adds its digest.
+ * What every bucket key of one policy starts with, `<prefix><policy name>:<algorithm tag>:{`, and
+ * for one tier of a tiered policy `<prefix><policy name>:<algorithm tag>:<tier>:{`: worked out
+ * once per policy, so a request only adds its digest.
  */
-export function keyPrefix(prefix: string, policyName: string, algorithm: Algorithm): string {
-  return `${prefix}${policyName}:${ALGORITHM_TAGS[algorithm]}:{`;
+export function keyPrefix(prefix: string, policyName: string, algorithm: Algorithm, tier?: string): string {
+  return tier === undefined ? `${prefix}${policyName}:${ALGORITHM_TAGS[algorithm]}:{` : `${prefix}${policyName}:${ALGORITHM_TAGS[algorithm]}:${tier}:{`;
 }
 
 /** The bucket key of `identity` under a policy's `keyPrefix`. */

@@ -33,6 +33,21 @@ export type CostSource =
   | ((context: ExecutionContext) => number | Promise<number>);
 
 /**
+ * Where a tiered policy reads a request's tier: `'user:<field>'` is `req.user[field]` (as the
+ * app's auth set it, say a JWT claim), or a function of the execution context (sync or async).
+ * A value that names no tier, `undefined`, or a function that throws: the policy's `defaultTier`.
+ *
+ * @example tier: 'user:plan'
+ * @example tier: async (ctx) => (await plans.of(ctx.switchToHttp().getRequest().user))?.tier
+ */
+export type TierSource =
+  | `user:${string}`
+  | ((context: ExecutionContext) => string | undefined | Promise<string | undefined>);
+
+/** The limit fields one tier sets, as a policy says them. */
+export type TierLimits = Pick<RateLimitPolicy, 'algorithm' | 'rps' | 'tokensPerSecond' | 'burst' | 'limit' | 'window'>;
+
+/**
  * One rate limit, as written in `@RateLimit(...)` or the module's `policies`.
  * Say it as `rps` + `burst` or as `limit` per `window`, not both.
  *
@@ -63,6 +78,17 @@ export interface RateLimitPolicy {
    * `Controller` on a class (one bucket shared by its routes), `'default'` in the module options.
    */
   name?: string;
+  /**
+   * Limits per tier name, in place of the policy's own (`algorithm`, `rps`/`burst` or
+   * `limit`/`window`): each tier has its own buckets. Needs `tier` and `defaultTier`.
+   *
+   * @example tiers: { free: { rps: 10, burst: 20 }, enterprise: { algorithm: 'sliding_window_counter', limit: 100_000, window: '1h' } }
+   */
+  tiers?: Record<string, TierLimits>;
+  /** Which tier of `tiers` a request is limited by (see `TierSource`). */
+  tier?: TierSource;
+  /** The tier of a request whose `tier` names none of `tiers`. */
+  defaultTier?: string;
 }
 
 /** A policy after validation: everything defaulted, its rule in one form. */
@@ -73,4 +99,13 @@ export interface ResolvedPolicy {
   defaultCost: number;
   /** `undefined`: use the module's `key`. */
   key: readonly KeySource[] | undefined;
+  /** With `tiers`: each tier's rule (`rule` is the default tier's). */
+  tiers?: ResolvedTiers;
+}
+
+/** A tiered policy's tiers after validation. */
+export interface ResolvedTiers {
+  rules: ReadonlyMap<string, Rule>;
+  source: TierSource;
+  defaultTier: string;
 }

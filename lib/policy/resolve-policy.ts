@@ -1,9 +1,11 @@
-import { ALGORITHMS, type Algorithm, WINDOW_ALGORITHMS } from '../algorithms/algorithm.types.js';
+import { ALGORITHMS, type Algorithm, type Rule, WINDOW_ALGORITHMS } from '../algorithms/algorithm.types.js';
 import { invalidPolicy, invalidPolicyField, invalidPolicyValue } from '../rate-limit.messages.js';
-import type { KeySource, RateLimitPolicy, ResolvedPolicy } from './policy.types.js';
+import type { CostSource, KeySource, RateLimitPolicy, ResolvedPolicy, ResolvedTiers, TierLimits } from './policy.types.js';
+import { resolveTiers, TIER_FIELDS } from './resolve-tiers.js';
 
 const FIELDS = new Set<string>([
   'algorithm', 'rps', 'tokensPerSecond', 'burst', 'limit', 'window', 'cost', 'defaultCost', 'key', 'name',
+  ...TIER_FIELDS,
 ]);
 const WINDOW_UNITS: Record<string, number> = { ms: 0.001, s: 1, m: 60, h: 3600, d: 86_400 };
 const WINDOW_PATTERN = /^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?$/;
@@ -123,17 +125,6 @@ export function resolvePolicy(policy: RateLimitPolicy, where: string, defaultNam
     }
   }
 
-  // A field set to null is a value, and refused as one: only a field left out takes its default.
-  const algorithm: Algorithm = policy.algorithm === undefined ? 'token_bucket' : policy.algorithm;
-  if (!ALGORITHMS.includes(algorithm)) {
-    fail('algorithm', algorithm, `must be one of ${ALGORITHMS.map((a) => `'${a}'`).join(', ')}`);
-  }
-
-  const { rps, burst, capacity } = resolveRate(policy, fail, conflict);
-  if (WINDOW_ALGORITHMS.has(algorithm) && (burst * 1000) / rps < 1) {
-    conflict(`"${algorithm}" counts in windows of whole milliseconds, and burst / rps = ${burst} / ${rps} s is under 1 ms; lower "rps" or raise "burst"`);
-  }
-
   const cost = policy.cost === undefined ? 1 : policy.cost;
   if (typeof cost === 'string' && cost.startsWith('header:') && !isHeaderName(cost.slice('header:'.length))) {
     fail('cost', cost, `must be 'header:<name>' with an HTTP header name such as 'header:x-request-weight': ${HEADER_NAME_CHARS}`);
@@ -142,15 +133,20 @@ export function resolvePolicy(policy: RateLimitPolicy, where: string, defaultNam
   if (!(isPositive(cost) || typeof cost === 'function' || (typeof cost === 'string' && /^(header|query):/.test(cost)))) {
     fail('cost', cost, `must be a positive number, 'header:<name>', 'query:<name>' or a function`);
   }
-  // A cost above the capacity is refused on every request, forever: surely not what was meant.
-  if (typeof cost === 'number' && cost > burst) {
-    conflict(`"cost" ${cost} is more than "${capacity}" ${burst}, so no request could ever pass; lower "cost" or raise "${capacity}"`);
-  }
   const defaultCost = policy.defaultCost === undefined ? 1 : policy.defaultCost;
   if (!isPositive(defaultCost)) fail('defaultCost', defaultCost, 'must be a positive number');
-  if (typeof cost !== 'number' && defaultCost > burst) {
-    conflict(`"defaultCost" ${defaultCost} is more than "${capacity}" ${burst}, so every request without a usable cost would be refused; lower "defaultCost" or raise "${capacity}"`);
-  }
+
+  // a tiered policy has a rule per tier, each checked as a policy's own, in messages that name the tier
+  const tiered = resolveTiers(policy, fail, conflict);
+  const tiers: ResolvedTiers | undefined = tiered && {
+    rules: new Map(tiered.limits.map(([tier, limits]) => {
+      const failIn: Fail = (field, value, expected) => fail(`tiers.${tier}.${field}`, value, expected);
+      return [tier, resolveRule(limits, cost, defaultCost, failIn, (problem) => conflict(`tier "${tier}": ${problem}`))];
+    })),
+    source: tiered.source,
+    defaultTier: tiered.defaultTier,
+  };
+  const rule = tiers === undefined ? resolveRule(policy, cost, defaultCost, fail, conflict) : tiers.rules.get(tiers.defaultTier)!;
 
   const key = policy.key === undefined ? undefined : resolveKeySources(policy.key, fail);
 
@@ -162,11 +158,37 @@ export function resolvePolicy(policy: RateLimitPolicy, where: string, defaultNam
   }
   const name = policy.name === undefined ? defaultPolicyName(defaultName) : policy.name;
 
-  return { name, rule: { algorithm, rps, burst }, cost, defaultCost, key };
+  return tiers === undefined ? { name, rule, cost, defaultCost, key } : { name, rule, cost, defaultCost, key, tiers };
+}
+
+/**
+ * A policy's (or a tier's) limits as a rule, checked against its cost.
+ *
+ * @throws InvalidPolicyError through `fail` or `conflict`
+ */
+function resolveRule(limits: TierLimits, cost: CostSource, defaultCost: number, fail: Fail, conflict: (problem: string) => never): Rule {
+  // A field set to null is a value, and refused as one: only a field left out takes its default.
+  const algorithm: Algorithm = limits.algorithm === undefined ? 'token_bucket' : limits.algorithm;
+  if (!ALGORITHMS.includes(algorithm)) {
+    fail('algorithm', algorithm, `must be one of ${ALGORITHMS.map((a) => `'${a}'`).join(', ')}`);
+  }
+
+  const { rps, burst, capacity } = resolveRate(limits, fail, conflict);
+  if (WINDOW_ALGORITHMS.has(algorithm) && (burst * 1000) / rps < 1) {
+    conflict(`"${algorithm}" counts in windows of whole milliseconds, and burst / rps = ${burst} / ${rps} s is under 1 ms; lower "rps" or raise "burst"`);
+  }
+  // A cost above the capacity is refused on every request, forever: surely not what was meant.
+  if (typeof cost === 'number' && cost > burst) {
+    conflict(`"cost" ${cost} is more than "${capacity}" ${burst}, so no request could ever pass; lower "cost" or raise "${capacity}"`);
+  }
+  if (typeof cost !== 'number' && defaultCost > burst) {
+    conflict(`"defaultCost" ${defaultCost} is more than "${capacity}" ${burst}, so every request without a usable cost would be refused; lower "defaultCost" or raise "${capacity}"`);
+  }
+  return { algorithm, rps, burst };
 }
 
 function resolveRate(
-  policy: RateLimitPolicy,
+  policy: TierLimits,
   fail: Fail,
   conflict: (problem: string) => never,
 ): { rps: number; burst: number; capacity: 'burst' | 'limit' } {

@@ -1,6 +1,6 @@
 import type { Rule } from '../algorithms/algorithm.types.js';
 import { keyOf, keyPrefix } from '../keys/bucket-key.js';
-import type { CostSource, KeySource, ResolvedPolicy } from '../policy/policy.types.js';
+import type { CostSource, KeySource, ResolvedPolicy, TierSource } from '../policy/policy.types.js';
 import type { RateLimitRequest } from '../stores/rate-limit-store.interface.js';
 
 /**
@@ -11,14 +11,33 @@ import type { RateLimitRequest } from '../stores/rate-limit-store.interface.js';
 export interface RoutePolicy {
   /** Its name, in headers and in its bucket keys. */
   readonly name: string;
-  /** The rule its buckets follow. */
+  /** The rule its buckets follow (a tiered policy's: its default tier's). */
   readonly rule: Rule;
   readonly cost: CostSource;
   /** Cost used when a header, query or function cost is unusable. */
   readonly defaultCost: number;
   /** Identity sources, tried in order until one yields. */
   readonly keys: readonly KeySource[];
-  /** What its bucket keys start with (see `keyPrefix`). */
+  /** What its bucket keys start with (see `keyPrefix`; a tiered policy's: its default tier's). */
+  readonly keyPrefix: string;
+  /** A tiered policy's tiers; `undefined` for a policy without. */
+  readonly tiers: RouteTiers | undefined;
+}
+
+/** The tiers of a tiered policy as they apply to requests. */
+export interface RouteTiers {
+  /** Where a request's tier is read. */
+  readonly source: TierSource;
+  /** Each tier by name. */
+  readonly byName: ReadonlyMap<string, RouteTier>;
+  /** The tier of a request whose source names none. */
+  readonly byDefault: RouteTier;
+}
+
+/** One tier of a policy: its rule and the start of its own bucket keys. */
+export interface RouteTier {
+  readonly name: string;
+  readonly rule: Rule;
   readonly keyPrefix: string;
 }
 
@@ -31,15 +50,30 @@ export interface RouteDefaults {
 }
 
 /** A validated policy as it applies to requests under the module's `prefix` and `key`. */
-export function routePolicy({ name, rule, cost, defaultCost, key }: ResolvedPolicy, defaults: RouteDefaults): RoutePolicy {
-  return { name, rule, cost, defaultCost, keys: key ?? defaults.key, keyPrefix: keyPrefix(defaults.prefix, name, rule.algorithm) };
+export function routePolicy({ name, rule, cost, defaultCost, key, tiers }: ResolvedPolicy, defaults: RouteDefaults): RoutePolicy {
+  if (tiers === undefined) {
+    return { name, rule, cost, defaultCost, keys: key ?? defaults.key, keyPrefix: keyPrefix(defaults.prefix, name, rule.algorithm), tiers: undefined };
+  }
+  const byName = new Map<string, RouteTier>();
+  for (const [tier, { algorithm, rps, burst }] of tiers.rules) {
+    byName.set(tier, { name: tier, rule: { algorithm, rps, burst }, keyPrefix: keyPrefix(defaults.prefix, name, algorithm, tier) });
+  }
+  const byDefault = byName.get(tiers.defaultTier)!;
+  return {
+    name, rule: byDefault.rule, cost, defaultCost, keys: key ?? defaults.key, keyPrefix: byDefault.keyPrefix,
+    tiers: { source: tiers.source, byName, byDefault },
+  };
 }
 
 /**
- * What a store decides for one policy of one request: the bucket of `identity` under the policy,
- * and the tokens to take. The guard and `RateLimiterService` both build their requests with it, so
- * code reaches the guard's bucket by the same identity.
+ * What a store decides for one policy of one request: the bucket of `identity` under the policy
+ * (under its tier `tier` for a tiered policy: a tier it does not have, or none, is its default
+ * tier; the tier of a policy without tiers is ignored), and the tokens to take. The guard and
+ * `RateLimiterService` both build their requests with it, so code reaches the guard's bucket by
+ * the same identity.
  */
-export function storeRequest(policy: RoutePolicy, identity: string, cost: number): RateLimitRequest {
-  return { key: keyOf(policy.keyPrefix, identity), policy: policy.name, rule: policy.rule, cost };
+export function storeRequest(policy: RoutePolicy, identity: string, cost: number, tier?: string): RateLimitRequest {
+  if (policy.tiers === undefined) return { key: keyOf(policy.keyPrefix, identity), policy: policy.name, rule: policy.rule, cost };
+  const { name, rule, keyPrefix } = (tier === undefined ? undefined : policy.tiers.byName.get(tier)) ?? policy.tiers.byDefault;
+  return { key: keyOf(keyPrefix, identity), policy: policy.name, rule, cost, tier: name };
 }

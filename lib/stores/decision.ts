@@ -54,6 +54,7 @@ export function toDecision(request: RateLimitRequest, outcome: Outcome): RateLim
     retryAfter: outcome.allowed ? 0 : outcome.retryMs < 0 ? Infinity : Math.max(1, ceilSeconds(outcome.retryMs)),
     delay: outcome.delayMs / 1000,
   };
+  if (request.tier !== undefined) decision.tier = request.tier;
   if (outcome.allowed && outcome.at !== undefined) ChargeOf.stamp(decision, { request, at: outcome.at });
   return decision;
 }

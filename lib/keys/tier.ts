@@ -1,0 +1,47 @@
+import type { ExecutionContext } from '@nestjs/common';
+import type { TierSource } from '../policy/policy.types.js';
+import type { LimitedRequest } from './identity.js';
+
+/**
+ * Where a request keeps the tiers its tier functions named: on its target (the object the guard
+ * charges once, see `RateLimitContext.target`; a symbol property costs next to nothing), so
+ * every policy that reads one function, and every run of the guard on one request, shares one call.
+ */
+const TIERS = Symbol('nestjs-ratelimit tiers');
+
+type Named = string | undefined | Promise<string | undefined>;
+
+interface WithTiers {
+  [TIERS]?: Map<TierSource, Named>;
+}
+
+/**
+ * The tier a request names through `source`, or `undefined` when it names none: `'user:<field>'`
+ * reads `req.user[field]`; a function is called once per `target` (its answer, or its promise,
+ * kept for the other policies that read it). A string or a finite number names a tier; anything
+ * else, and a function that throws or rejects, names none (the policy's `defaultTier` applies).
+ */
+export function resolveTier(source: TierSource, request: LimitedRequest, context: ExecutionContext, target: object): Named {
+  if (typeof source !== 'function') return tierName((request.user as Record<string, unknown> | null | undefined)?.[source.slice('user:'.length)]);
+  const memo = ((target as WithTiers)[TIERS] ??= new Map());
+  if (memo.has(source)) return memo.get(source);
+  const named = callTier(source, context);
+  memo.set(source, named);
+  return named;
+}
+
+function callTier(source: Extract<TierSource, Function>, context: ExecutionContext): Named {
+  let raw: unknown;
+  try {
+    raw = source(context);
+  } catch {
+    return undefined;
+  }
+  if (typeof (raw as PromiseLike<unknown> | undefined)?.then !== 'function') return tierName(raw);
+  return Promise.resolve(raw).then(tierName, () => undefined);
+}
+
+function tierName(value: unknown): string | undefined {
+  if (typeof value === 'string') return value.length > 0 ? value : undefined;
+  return typeof value === 'number' && Number.isFinite(value) ? String(value) : undefined;
+}
