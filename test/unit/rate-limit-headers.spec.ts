@@ -140,6 +140,36 @@ describe('rateLimitHeaders', () => {
   });
 });
 
+describe('headers of a tiered policy', () => {
+  const API: DescribedPolicy = {
+    name: 'api',
+    rule: { rps: 1, burst: 2 },
+    tiers: { byName: new Map([['free', { rule: { rps: 1, burst: 2 } }], ['pro', { rule: { rps: 100 / 3600, burst: 100 } }]]) },
+  };
+  const plan = headerPlan(['ietf', 'x-ratelimit'], [PER_USER, API])!;
+
+  it('plans each tier\'s RateLimit-Policy member, and keeps the plan of an untiered route as it was', () => {
+    expect(plan.tiered).toEqual(['"per-user";q=10;w=2', new Map([['free', '"api";q=2;w=2'], ['pro', '"api";q=100;w=3600']])]);
+    expect(plan.policy).toBe('"per-user";q=10;w=2, "api";q=2;w=2');
+    expect(headerPlan(['ietf'], [PER_USER])?.tiered).toBeUndefined();
+    expect(headerPlan(['x-ratelimit'], [API])?.tiered).toBeUndefined();
+  });
+
+  it("sends the numbers of the tier each decision names, the default tier's when it names none", () => {
+    const decisions = (tier: string | undefined) => [
+      decision('per-user', { limit: 10, remaining: 9 }),
+      decision('api', { limit: tier === 'pro' ? 100 : 2, remaining: 1, ...(tier === undefined ? {} : { tier }) }),
+    ];
+    expect(rateLimitHeaders(plan, decisions('pro'), NOW_MS).slice(0, 3)).toEqual([
+      ['RateLimit-Policy', '"per-user";q=10;w=2, "api";q=100;w=3600'],
+      ['RateLimit', '"per-user";r=9;t=1, "api";r=1;t=1'],
+      ['X-RateLimit-Limit', '100'],
+    ]);
+    expect(rateLimitHeaders(plan, decisions('free'), NOW_MS)[0]).toEqual(['RateLimit-Policy', '"per-user";q=10;w=2, "api";q=2;w=2']);
+    expect(rateLimitHeaders(plan, decisions(undefined), NOW_MS)[0]).toEqual(['RateLimit-Policy', '"per-user";q=10;w=2, "api";q=2;w=2']);
+  });
+});
+
 describe('limiting', () => {
   it('without a refusal, picks the lowest remaining / limit', () => {
     const tight = decision('b', { limit: 100, remaining: 5 });

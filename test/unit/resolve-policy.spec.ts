@@ -54,6 +54,46 @@ describe('resolvePolicy', () => {
     expect(windowSeconds(resolve({ limit: 100, window: '1m' }).rule)).toBe(60);
   });
 
+  it("resolves each tier to its rule, as a policy's own, and takes the default tier's as the policy's rule", () => {
+    const planOf = () => 'pro';
+    const resolved = resolve({
+      name: 'api',
+      key: 'api-key',
+      tier: planOf,
+      tiers: {
+        free: { rps: 10, burst: 20 },
+        pro: { algorithm: 'gcra', rps: 100 },
+        enterprise: { algorithm: 'sliding_window_counter', limit: 100_000, window: '1h' },
+      },
+      defaultTier: 'free',
+    });
+    expect(resolved).toEqual({
+      name: 'api',
+      rule: { algorithm: 'token_bucket', rps: 10, burst: 20 },
+      cost: 1,
+      defaultCost: 1,
+      key: ['api-key'],
+      tiers: {
+        rules: new Map([
+          ['free', { algorithm: 'token_bucket', rps: 10, burst: 20 }],
+          ['pro', { algorithm: 'gcra', rps: 100, burst: 100 }],
+          ['enterprise', { algorithm: 'sliding_window_counter', rps: 100_000 / 3600, burst: 100_000 }],
+        ]),
+        source: planOf,
+        defaultTier: 'free',
+      },
+    });
+    expect(resolve({ rps: 1 })).not.toHaveProperty('tiers');
+  });
+
+  it('checks every tier against the cost, naming the tier', () => {
+    const tiered = { tier: 'user:plan', defaultTier: 'free', cost: 'header:x-weight', defaultCost: 4 } as const;
+    expect(resolve({ ...tiered, tiers: { free: { rps: 1, burst: 4 } } }).tiers?.rules.get('free')?.burst).toBe(4);
+    expect(() => resolve({ ...tiered, tiers: { free: { rps: 1, burst: 4 }, tiny: { rps: 1, burst: 3 } } })).toThrow(
+      'Invalid @RateLimit policy on CatsController.find: tier "tiny": "defaultCost" 4 is more than "burst" 3, so every request without a usable cost would be refused; lower "defaultCost" or raise "burst"',
+    );
+  });
+
   it.each([
     [{ rps: 1, tokensPerSecond: 2 }, '"rps" and "tokensPerSecond" are the same setting; give one'],
     [{}, 'give "rps" (and "burst") or "limit" and "window"'],

@@ -236,4 +236,34 @@ describe('routePolicy and storeRequest', () => {
     });
     expect(storeRequest(policy, 'user:43', 1).key).not.toBe(storeRequest(policy, 'user:42', 1).key);
   });
+
+  it('gives a tiered policy a rule and a key prefix per tier, the default tier\'s as its own', () => {
+    const tiered = resolveOptions({
+      policies: [{ name: 'api', tier: 'user:plan', tiers: { free: { rps: 1, burst: 2 }, pro: { algorithm: 'gcra', rps: 5, burst: 5 } }, defaultTier: 'free' }],
+    }).policies[0];
+    const policy = routePolicy(tiered, options);
+    expect(policy).toMatchObject({ name: 'api', rule: { algorithm: 'token_bucket', rps: 1, burst: 2 }, keyPrefix: 'x:api:tb:free:{' });
+    expect(policy.tiers?.source).toBe('user:plan');
+    expect([...policy.tiers!.byName.values()]).toEqual([
+      { name: 'free', rule: { algorithm: 'token_bucket', rps: 1, burst: 2 }, keyPrefix: 'x:api:tb:free:{' },
+      { name: 'pro', rule: { algorithm: 'gcra', rps: 5, burst: 5 }, keyPrefix: 'x:api:gcra:pro:{' },
+    ]);
+    expect(policy.tiers?.byDefault).toBe(policy.tiers?.byName.get('free'));
+    expect(routePolicy(resolved, options).tiers).toBeUndefined();
+  });
+
+  it("builds a tiered policy's store request in the tier's bucket, under its rule; an unknown tier or none is the default", () => {
+    const tiered = resolveOptions({
+      policies: [{ name: 'api', tier: 'user:plan', tiers: { free: { rps: 1, burst: 2 }, pro: { algorithm: 'gcra', rps: 5, burst: 5 } }, defaultTier: 'free' }],
+    }).policies[0];
+    const policy = routePolicy(tiered, options);
+    const digest = storeRequest(routePolicy(resolved, options), 'user:42', 1).key.slice('x:exports:lb:'.length);
+    expect(storeRequest(policy, 'user:42', 1, 'pro')).toEqual({
+      key: `x:api:gcra:pro:${digest}`, policy: 'api', rule: { algorithm: 'gcra', rps: 5, burst: 5 }, cost: 1, tier: 'pro',
+    });
+    const free = { key: `x:api:tb:free:${digest}`, policy: 'api', rule: { algorithm: 'token_bucket', rps: 1, burst: 2 }, cost: 1, tier: 'free' };
+    for (const unknown of [undefined, 'gold', 'constructor', '__proto__']) expect(storeRequest(policy, 'user:42', 1, unknown)).toEqual(free);
+    // a policy without tiers ignores a tier
+    expect(storeRequest(routePolicy(resolved, options), 'user:42', 1, 'pro')).toEqual(storeRequest(routePolicy(resolved, options), 'user:42', 1));
+  });
 });

@@ -120,6 +120,9 @@ const limiter = (call: (service: RateLimiterService) => Promise<unknown>) => asy
 /** The message a `MemoryStore` call makes. */
 const memory = (call: (store: MemoryStore) => Promise<unknown>) => () => thrown(() => call(new MemoryStore()));
 const TB = { algorithm: 'token_bucket', rps: 1, burst: 5 } as const;
+/** A tiered policy that holds, for rows to spoil one field of. */
+const TIERED = { tiers: { free: { rps: 1, burst: 2 }, pro: { rps: 5, burst: 10 } }, tier: 'user:plan', defaultTier: 'free' } as const;
+const TIERS = 'must be an object of limits by tier name, such as { free: { rps: 10, burst: 20 } }';
 const CALL_COST = 'must be a finite number > 0 (the tokens the request takes)';
 
 /** Just enough of an ioredis client to pass for one. */
@@ -138,7 +141,7 @@ const ROWS: Row[] = [
   // policies, through @RateLimit and module start
   ['a number for a policy', policy(5), `${ON_HANDLER} a policy must be an object such as { rps: 10, burst: 20 }, got 5`],
   ['@RateLimit([])', policy([]), `${ON_HANDLER} @RateLimit([]) lists no policy; give at least one (@SkipRateLimit() exempts a route)`],
-  ['a misspelt field', policy({ rps: 1, brust: 5 }), `${ON_HANDLER} "brust" is not a policy field (the fields are algorithm, rps, tokensPerSecond, burst, limit, window, cost, defaultCost, key, name), got 5`],
+  ['a misspelt field', policy({ rps: 1, brust: 5 }), `${ON_HANDLER} "brust" is not a policy field (the fields are algorithm, rps, tokensPerSecond, burst, limit, window, cost, defaultCost, key, name, tiers, tier, defaultTier), got 5`],
   ['algorithm in the wrong case', policy({ algorithm: 'Token_Bucket', rps: 1 }), `${ON_HANDLER} "algorithm" must be one of 'token_bucket', 'leaky_bucket', 'fixed_window', 'sliding_window_log', 'sliding_window_counter', 'gcra', got "Token_Bucket"`],
   ['algorithm null', policy({ algorithm: null, rps: 1 }), `${ON_HANDLER} "algorithm" must be one of 'token_bucket', 'leaky_bucket', 'fixed_window', 'sliding_window_log', 'sliding_window_counter', 'gcra', got null`],
   ['algorithm a number', policy({ algorithm: 1, rps: 1 }), `${ON_HANDLER} "algorithm" must be one of 'token_bucket', 'leaky_bucket', 'fixed_window', 'sliding_window_log', 'sliding_window_counter', 'gcra', got 1`],
@@ -193,6 +196,30 @@ const ROWS: Row[] = [
   ['name a number', policy({ rps: 1, name: 5 }), `${ON_HANDLER} "name" ${NAME}, got 5`],
   ['a bad policy in a list', policy([{ rps: 1 }, { limit: 0, window: 60 }]), 'Invalid @RateLimit policy on BadController.find [1]: "limit" must be a whole number >= 1, got 0'],
   ['two unnamed policies in a list', policy([{ rps: 1 }, { limit: 5, window: 60 }]), `${ON_HANDLER} two policies are named "BadController.find"; give each policy its own "name"`],
+
+  // tiers
+  ['tier without tiers', policy({ rps: 1, tier: 'user:plan' }), `${ON_HANDLER} "tier" goes with "tiers", the limits of each tier`],
+  ['defaultTier without tiers', policy({ rps: 1, defaultTier: 'free' }), `${ON_HANDLER} "defaultTier" goes with "tiers", the limits of each tier`],
+  ['tiers empty', policy({ tiers: {}, tier: 'user:plan', defaultTier: 'free' }), `${ON_HANDLER} "tiers" ${TIERS}, got {}`],
+  ['tiers a list', policy({ tiers: [{ rps: 1 }], tier: 'user:plan', defaultTier: '0' }), `${ON_HANDLER} "tiers" ${TIERS}, got [{"rps":1}]`],
+  ['limits beside tiers', policy({ rps: 5, ...TIERED }), `${ON_HANDLER} "rps" is given beside "tiers"; give the limits in each tier`],
+  ['an algorithm beside tiers', policy({ algorithm: 'gcra', ...TIERED }), `${ON_HANDLER} "algorithm" is given beside "tiers"; give the limits in each tier`],
+  ['tiers without tier', policy({ ...TIERED, tier: undefined }), `${ON_HANDLER} "tiers" needs a "tier": 'user:<field>' or a function naming a request's tier`],
+  ['tier a bare field', policy({ ...TIERED, tier: 'plan' }), `${ON_HANDLER} "tier" must be 'user:<field>' or a function naming a request's tier, got "plan"`],
+  ['tier without a field', policy({ ...TIERED, tier: 'user:' }), `${ON_HANDLER} "tier" must be 'user:<field>' or a function naming a request's tier, got "user:"`],
+  ['defaultTier missing', policy({ ...TIERED, defaultTier: undefined }), `${ON_HANDLER} "defaultTier" must name one of the tiers (free, pro), got undefined`],
+  ['defaultTier naming no tier', policy({ ...TIERED, defaultTier: 'basic' }), `${ON_HANDLER} "defaultTier" must name one of the tiers (free, pro), got "basic"`],
+  ['defaultTier naming an Object method', policy({ ...TIERED, defaultTier: 'toString' }), `${ON_HANDLER} "defaultTier" must name one of the tiers (free, pro), got "toString"`],
+  ['a tier named with a brace', policy({ ...TIERED, tiers: { 'a{b}': { rps: 1 } }, defaultTier: 'a{b}' }), `${ON_HANDLER} "tiers" must name each tier with 1 to 64 visible ASCII characters, without spaces or braces, got "a{b}"`],
+  ['a tier named empty', policy({ ...TIERED, tiers: { '': { rps: 1 } }, defaultTier: '' }), `${ON_HANDLER} "tiers" must name each tier with 1 to 64 visible ASCII characters, without spaces or braces, got ""`],
+  ['a tier a number', policy({ ...TIERED, tiers: { free: 10 } }), `${ON_HANDLER} "tiers.free" must be an object of limits such as { rps: 10, burst: 20 }, got 10`],
+  ['a tier with a key', policy({ ...TIERED, tiers: { free: { rps: 1, key: 'ip' } } }), `${ON_HANDLER} "tiers.free.key" is not a tier field (the fields are algorithm, rps, tokensPerSecond, burst, limit, window), got "ip"`],
+  ['a tier with burst 0, on the class', policy({ ...TIERED, tiers: { free: { rps: 1 }, pro: { rps: 5, burst: 0 } } }, 'class'), `${ON_CLASS} "tiers.pro.burst" must be a whole number >= 1, got 0`],
+  ['a tier with an unknown algorithm', policy({ ...TIERED, tiers: { free: { algorithm: 'bucket', rps: 1 } } }), `${ON_HANDLER} "tiers.free.algorithm" must be one of 'token_bucket', 'leaky_bucket', 'fixed_window', 'sliding_window_log', 'sliding_window_counter', 'gcra', got "bucket"`],
+  ['a tier with no rate', policy({ ...TIERED, tiers: { free: { rps: 1 }, pro: {} } }), `${ON_HANDLER} tier "pro": give "rps" (and "burst") or "limit" and "window"`],
+  ['a tier with a bad window', policy({ ...TIERED, tiers: { free: { limit: 5, window: '1M' } } }), `${ON_HANDLER} "tiers.free.window" ${WINDOW}, got "1M"`],
+  ['cost above a tier\'s limit', policy({ ...TIERED, cost: 6, tiers: { free: { limit: 5, window: '1m' }, pro: { rps: 10, burst: 50 } } }), `${ON_HANDLER} tier "free": "cost" 6 is more than "limit" 5, so no request could ever pass; lower "cost" or raise "limit"`],
+  ['a module policy with a bad tier', options({ policies: [{ ...TIERED, tiers: { free: { rps: 0 } } }] }), `${ON_MODULE} "tiers.free.rps" must be a positive number (tokens per second), got 0`],
 
   // @SkipRateLimit
   ['a number skipped', () => thrown(() => start([RateLimitModule.forRoot()], [skipping([5], 'handler')])), 'Invalid @SkipRateLimit on SkipController.find: policy names must be non-empty strings, got 5'],
@@ -270,6 +297,7 @@ const ROWS: Row[] = [
   ['RateLimiterService: a bad policy', limiter((l) => l.peek('user:1', { rps: 0 })), 'Invalid @RateLimit policy on RateLimiterService: "rps" must be a positive number (tokens per second), got 0'],
   ['RateLimiterService: cost NaN', limiter((l) => l.consume('user:1', { rps: 1 }, NaN)), `Invalid argument to RateLimiterService.consume: "cost" ${CALL_COST}, got NaN`],
   ['RateLimiterService: cost a string', limiter((l) => l.peek('user:1', { rps: 1 }, '2' as never)), `Invalid argument to RateLimiterService.peek: "cost" ${CALL_COST}, got "2"`],
+  ['RateLimiterService: tier a number', limiter((l) => l.consume('user:1', TIERED as RateLimitPolicy, 1, 2 as never)), `Invalid argument to RateLimiterService.consume: "tier" must be a tier's name, a string, got 2`],
   ['RateLimiterService: identity a number', limiter((l) => l.reset(42 as never, { rps: 1 })), `Invalid argument to RateLimiterService.reset: "identity" must be a string such as 'user:42', got 42`],
   ['MemoryStore: requests not a list', memory((m) => m.consume({ key: 'k' } as never)), 'Invalid argument to MemoryStore.consume: "requests" must be a list of requests, got {"key":"k"}'],
   ['MemoryStore: a request null', memory((m) => m.peek([null as never])), 'Invalid argument to MemoryStore.peek: "requests[0]" must be a request such as { key, policy, rule, cost }, got null'],
