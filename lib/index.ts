@@ -3,7 +3,7 @@ export type { Departure, RateLimitContext } from './contexts/rate-limit-context.
 export { RateLimitContexts } from './contexts/rate-limit-contexts.js';
 export type { HeaderFamily } from './headers/rate-limit-headers.js';
 export type { LimitedRequest } from './keys/identity.js';
-export type { CostSource, KeySource, RateLimitPolicy } from './policy/policy.types.js';
+export type { CostSource, KeySource, RateLimitPolicy, TierLimits, TierSource } from './policy/policy.types.js';
 export { InvalidPolicyError } from './policy/resolve-policy.js';
 export { RateLimit, SkipRateLimit } from './rate-limit.decorator.js';
 export { RateLimitExceededException, RateLimitUnavailableException } from './rate-limit.exception.js';
@@ -13,7 +13,7 @@ export { RateLimitModule } from './rate-limit.module.js';
 export type { RateLimitModuleAsyncOptions } from './rate-limit.module-definition.js';
 export type { ContextType, FailMode, RateLimitModuleOptions } from './rate-limit-options.interface.js';
 export { RateLimiterService } from './rate-limiter.service.js';
-export type { RoutePolicy } from './routes/route-policy.js';
+export type { RoutePolicy, RouteTier, RouteTiers } from './routes/route-policy.js';
 export { MemoryStore, type MemoryStoreOptions } from './stores/memory/memory.store.js';
 export { RateLimitStoreError } from './stores/rate-limit-store.error.js';
 export { type RateLimitDecision, type RateLimitRequest, RateLimitStore } from './stores/rate-limit-store.interface.js';

@@ -86,6 +86,27 @@ describe('RateLimiterService arguments (memory store, clock pinned)', () => {
     expect((await limiter.consume('user:42', policy, 1))[0].remaining).toBe(4);
   });
 
+  it("decides a tiered policy in the tier it is given, the default tier's for an unknown one or none, the same buckets as the guard's", async () => {
+    const api = { name: 'api', tier: 'user:plan', tiers: { free: { limit: 2, window: '1m' }, pro: { limit: 5, window: '1m' } }, defaultTier: 'free' } as const;
+    const global = { name: 'global', limit: 100, window: '1m' };
+    const admitted = async (tier: string | undefined, times: number) => {
+      const decisions = [];
+      for (let i = 0; i < times; i++) decisions.push(await limiter.consume('user:42', [api, global], 1, tier));
+      return decisions.filter((pair) => pair.every((decision) => decision.allowed)).length;
+    };
+    expect(await admitted('pro', 7)).toBe(5);
+    expect(await admitted('free', 3)).toBe(2);
+    expect(await admitted('gold', 1)).toBe(0);
+    expect(await admitted(undefined, 1)).toBe(0);
+    const [pro, untiered] = await limiter.peek('user:42', [api, global], 1, 'pro');
+    expect(pro).toMatchObject({ allowed: false, policy: 'api', tier: 'pro', limit: 5 });
+    expect(untiered).not.toHaveProperty('tier');
+    // reset forgets the bucket of the tier given, and only that one
+    await limiter.reset('user:42', api, 'pro');
+    expect(await admitted('pro', 1)).toBe(1);
+    expect(await admitted('free', 1)).toBe(0);
+  });
+
   it('takes a fractional cost', async () => {
     expect((await limiter.consume('user:42', { name: 'p', rps: 1, burst: 5 }, 0.5))[0]).toMatchObject({ allowed: true, remaining: 4 });
   });
