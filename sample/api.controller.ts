@@ -1,13 +1,33 @@
-import { Controller, Get, Headers, Post } from '@nestjs/common';
+import { Controller, type ExecutionContext, Get, Headers, Post } from '@nestjs/common';
 import { RateLimit } from 'nestjs-ratelimit';
 
 /**
+ * A partner's plan, as the app's own account lookup finds it from the API key (for the demo,
+ * keys named pro-... and enterprise-...). Async, as a database lookup is: the module calls it
+ * once per request, and a key of no known plan is on the default tier.
+ */
+async function planOf(context: ExecutionContext): Promise<string | undefined> {
+  const apiKey = context.switchToHttp().getRequest<{ headers: Record<string, string | undefined> }>().headers['x-api-key'];
+  return /^(pro|enterprise)-/.exec(apiKey ?? '')?.[1];
+}
+
+/**
  * The partner API. The class-level policy is one bucket per API key (header x-api-key) shared by
- * every route here, so a partner's quota covers the whole API, not each route apart. A request
- * without a key falls back to its IP.
+ * every route here, so a partner's quota covers the whole API, not each route apart; its size is
+ * the partner's plan. A request without a key falls back to its IP, on the free tier.
  */
 @Controller('api')
-@RateLimit({ name: 'api', rps: 5, burst: 20, key: 'api-key' })
+@RateLimit({
+  name: 'api',
+  key: 'api-key',
+  tier: planOf,
+  tiers: {
+    free: { rps: 5, burst: 20 },
+    pro: { rps: 50, burst: 200 },
+    enterprise: { algorithm: 'sliding_window_counter', limit: 100_000, window: '1h' },
+  },
+  defaultTier: 'free',
+})
 export class ApiController {
   @Get('orders')
   orders(@Headers('x-api-key') apiKey?: string): { apiKey: string | null; orders: unknown[] } {

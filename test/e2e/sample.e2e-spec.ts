@@ -198,6 +198,25 @@ describe.each(stores)('sample app, %s', (_name, redisUrl, storeType) => {
     expect(other.body).toEqual({ apiKey: apiKey('bob'), orders: [] });
   });
 
+  it("sizes a partner's API bucket by its plan: free, pro and enterprise, each with its numbers", async () => {
+    const pro = await call('/api/orders', { headers: { 'x-api-key': apiKey('pro') } });
+    expect(pro.headers.get('ratelimit-policy')).toBe('"global";q=200;w=2, "api";q=200;w=4');
+    expect(remaining(pro, 'api')).toBe(199);
+    const enterprise = await call('/api/orders', { headers: { 'x-api-key': apiKey('enterprise') } });
+    expect(enterprise.headers.get('ratelimit-policy')).toBe('"global";q=200;w=2, "api";q=100000;w=3600');
+    expect(remaining(enterprise, 'api')).toBe(99_999);
+
+    // 40 at once: a pro partner's burst holds them all, a free one's (20, refilling 5 a second) does not
+    const burst = async (key: string) => {
+      const replies = await Promise.all(Array.from({ length: 40 }, () => call('/api/orders', { headers: { 'x-api-key': key } })));
+      return replies.filter(({ status }) => status === 200).length;
+    };
+    expect(await burst(apiKey('pro-burst'))).toBe(40);
+    const free = await burst(apiKey('free-burst'));
+    expect(free).toBeGreaterThanOrEqual(20);
+    expect(free).toBeLessThan(40);
+  });
+
   it('charges the reports route the tokens named by x-request-weight', async () => {
     const key = { 'x-api-key': apiKey('reports') };
     const post = (weight?: string): Promise<Reply> =>
