@@ -24,7 +24,8 @@ export interface RateLimitDecision {
    */
   retryAfter: number;
   /** Seconds the request waits before it proceeds (`leaky_bucket` only; else 0). */
-  delay: number;  /** The tier the request was limited as, for a policy with `tiers`; absent otherwise. */
+  delay: number;
+  /** The tier the request was limited as, for a policy with `tiers`; absent otherwise. */
   tier?: string;
 }
 
@@ -37,7 +38,8 @@ export interface RateLimitRequest {
   /** The rule its bucket follows. */
   rule: Rule;
   /** Tokens to take: a finite number > 0 (fractions allowed). */
-  cost: number;  /** The tier of a policy with `tiers` (its bucket's rule and key are the tier's), for the decision. */
+  cost: number;
+  /** The tier of a policy with `tiers` (its bucket's rule and key are the tier's), for the decision. */
   tier?: string;
 }
 
