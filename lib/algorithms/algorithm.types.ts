@@ -33,6 +33,12 @@ export interface Rule {
   rps: number;
   /** Capacity in tokens, a whole number >= 1. */
   burst: number;
+  /**
+   * Milliseconds a refusal of this rule blocks its bucket for (a whole number >= 1), whatever
+   * refills meanwhile; absent: no block. A rule with a block keeps its buckets under keys of
+   * their own (see `keyPrefix`), so no bucket is ever read under both kinds of rule.
+   */
+  blockMs?: number;
 }
 
 /**
@@ -68,6 +74,11 @@ export interface Held {
    * key's expiry, count from here.
    */
   at: number;
+  /**
+   * Integer ms: when the block a refusal started ends (see `Rule.blockMs`); 0, or a time already
+   * past, when none holds. Every model carries it through unchanged: only `decideAll` sets it.
+   */
+  blockedUntil: number;
 }
 
 /**

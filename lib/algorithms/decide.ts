@@ -33,8 +33,16 @@ export interface Verdict<State extends Held = Held> {
   /** True when every policy admits the request. */
   allowed: boolean;
   outcomes: Outcome[];
-  /** The states to store when `allowed` and charging (else nothing is written). */
+  /**
+   * Each policy's state after the request: charged when `allowed` and charging, else as read,
+   * except where a block starts. All are stored when `allowed` and charging.
+   */
   next: State[];
+  /**
+   * For a refused request that is charging, which policies start a block with it (their `next`
+   * states are stored, the others are not); `undefined` when none does.
+   */
+  blocks: boolean[] | undefined;
 }
 
 /**
@@ -42,6 +50,11 @@ export interface Verdict<State extends Held = Held> {
  * is admitted only when every policy admits it, and only then is any bucket charged. With
  * `charge` false it only looks (peek). The Redis script (`stores/redis/decide.lua.ts`) runs the
  * same two passes in one atomic call.
+ *
+ * A refused request takes no tokens, but a policy with a block (`Rule.blockMs`) that refuses it
+ * itself starts its block then: not one that admitted it while another refused (its client did
+ * nothing it forbids), nor one already blocking (retrying does not lengthen a block), nor for a
+ * cost above burst (refused as never admittable, not as too many), nor on a peek.
  */
 export function decideAll(entries: readonly Entry[], now: number, charge: boolean): Verdict {
   const n = entries.length;
@@ -56,45 +69,74 @@ export function decideAll(entries: readonly Entry[], now: number, charge: boolea
     allowed &&= admits[i];
   }
   const charged = allowed && charge;
-  const next: Held[] = charged ? new Array(n) : current;
+  let next: Held[] = charged ? new Array(n) : current;
+  let blocks: boolean[] | undefined;
   const outcomes: Outcome[] = new Array(n);
   for (let i = 0; i < n; i++) {
     const entry = entries[i];
     const model = modelOf(entry.rule);
     const delayMs = allowed ? (model.delayMs?.(current[i], entry.rule) ?? 0) : 0;
     if (charged) next[i] = model.charge(current[i], entry.rule, entry.cost);
+    else if (charge && startsBlock(current[i], entry, admits[i])) {
+      if (next === current) next = current.slice();
+      next[i] = block(current[i], entry.rule);
+      (blocks ??= new Array<boolean>(n).fill(false))[i] = true;
+    }
     outcomes[i] = report(model, next[i], entry, admits[i], delayMs);
   }
-  return { allowed, outcomes, next };
+  return { allowed, outcomes, next, blocks };
 }
 
-/** Whether `cost` fits in `state` now; a cost above burst never does. */
+/** Whether `cost` fits in `state` now: never during a block, nor for a cost above burst. */
 function admitted<S extends Held>(model: AlgorithmModel<S>, state: S, rule: Rule, cost: number): boolean {
-  return cost <= rule.burst && model.waitMs(state, rule, cost) === 0;
+  return cost <= rule.burst && blockLeftMs(state, rule) === 0 && model.waitMs(state, rule, cost) === 0;
 }
 
-/** The verdict `state` (charged or not) gives, every time derived from `waitMs`. */
+/**
+ * Milliseconds until the block `state` holds ends, 0 when none holds. Only a rule with a block
+ * reads one (its keys are the only ones that hold one).
+ */
+export function blockLeftMs(state: Held, rule: Rule): number {
+  return rule.blockMs === undefined ? 0 : Math.max(0, state.blockedUntil - state.at);
+}
+
+/** Whether a refusal by this policy starts its block (see `decideAll`). */
+function startsBlock(state: Held, { rule, cost }: Entry, admits: boolean): boolean {
+  return !admits && rule.blockMs !== undefined && cost <= rule.burst && blockLeftMs(state, rule) === 0;
+}
+
+/** `state` blocked for the rule's `blockMs` from its time on. Lua: `block`. */
+function block<S extends Held>(state: S, rule: Rule): S {
+  return { ...state, blockedUntil: state.at + rule.blockMs! };
+}
+
+/**
+ * The verdict `state` (charged or not) gives, every time derived from `waitMs`. During a block
+ * nothing is left, and every time is at least the block's: a request is admitted, another token
+ * comes, and the bucket is full (so the key lives) no sooner than the block ends.
+ */
 function report<S extends Held>(model: AlgorithmModel<S>, state: S, { rule, cost }: Entry, admits: boolean, delayMs: number): Outcome {
-  const remaining = model.remaining(state, rule);
+  const blockMs = blockLeftMs(state, rule);
+  const remaining = blockMs > 0 ? 0 : model.remaining(state, rule);
   return {
     allowed: admits,
     remaining,
-    retryMs: admits ? 0 : cost > rule.burst ? -1 : model.waitMs(state, rule, cost),
-    fullMs: model.waitMs(state, rule, rule.burst),
-    nextMs: remaining >= rule.burst ? 0 : model.waitMs(state, rule, remaining + 1),
+    retryMs: admits ? 0 : cost > rule.burst ? -1 : Math.max(blockMs, model.waitMs(state, rule, cost)),
+    fullMs: Math.max(blockMs, model.waitMs(state, rule, rule.burst)),
+    nextMs: remaining >= rule.burst ? 0 : Math.max(blockMs, model.waitMs(state, rule, remaining + 1)),
     delayMs,
     at: state.at,
   };
 }
 
 /**
- * When a charged state can be dropped, ms on the clock: once the bucket is full again, when it is
- * the same as an absent key, counted from the state's own time (later than `now` when the clock
- * went back, so such a key does not expire early). Never later, so every key's TTL stays within
- * the time from empty to full.
+ * When a charged state can be dropped, ms on the clock: once the bucket is full again and no
+ * block holds, when it is the same as an absent key, counted from the state's own time (later
+ * than `now` when the clock went back, so such a key does not expire early). Never later, so
+ * every key's TTL stays within the later of the time from empty to full and the block's end.
  */
 export function expiresAt<S extends Held>(model: AlgorithmModel<S>, state: S, rule: Rule): number {
-  return expiryAfter(state.at, model.waitMs(state, rule, rule.burst));
+  return expiryAfter(state.at, Math.max(blockLeftMs(state, rule), model.waitMs(state, rule, rule.burst)));
 }
 
 /**

@@ -9,6 +9,8 @@ export interface FixedWindowState {
   count: number;
   /** The time the state is as of (not stored): `now`, or `start` if the clock went back before it. */
   at: number;
+  /** When a block ends, integer ms (see `Held`). */
+  blockedUntil: number;
 }
 
 /**
@@ -26,7 +28,7 @@ export const fixedWindow: AlgorithmModel<FixedWindowState> = {
     const start = Math.floor(at / w) * w;
     // A count written under a larger limit (the limit was lowered) is the whole limit now.
     const count = state !== undefined && state.start === start ? Math.min(burst, state.count) : 0;
-    return { start, count, at };
+    return { start, count, at, blockedUntil: state === undefined ? 0 : state.blockedUntil };
   },
 
   remaining(state, { burst }) {
@@ -39,13 +41,13 @@ export const fixedWindow: AlgorithmModel<FixedWindowState> = {
   },
 
   charge(state, _rule, cost) {
-    return { start: state.start, count: state.count + cost, at: state.at };
+    return { start: state.start, count: state.count + cost, at: state.at, blockedUntil: state.blockedUntil };
   },
 
   refund(state, { rps, burst }, cost, chargedAt) {
     // A charge in a window that has ended no longer counts: nothing to give back.
     const w = windowMs(rps, burst);
     if (state.start !== Math.floor(chargedAt / w) * w) return state;
-    return { start: state.start, count: Math.max(0, state.count - cost), at: state.at };
+    return { start: state.start, count: Math.max(0, state.count - cost), at: state.at, blockedUntil: state.blockedUntil };
   },
 };

@@ -13,6 +13,8 @@ export interface GcraState {
   backlog: number;
   /** When `backlog` was last brought up to date, integer ms. Never moves backwards. */
   at: number;
+  /** When a block ends, integer ms (see `Held`). */
+  blockedUntil: number;
 }
 
 /**
@@ -26,7 +28,7 @@ export interface GcraState {
  */
 export const gcra: AlgorithmModel<GcraState> = {
   current(state, now, { rps, burst }) {
-    if (state === undefined) return { backlog: 0, at: now };
+    if (state === undefined) return { backlog: 0, at: now, blockedUntil: 0 };
     // A clock that goes backwards drains nothing, and `at` never moves back.
     const elapsed = Math.max(0, now - state.at);
     // A backlog written under a larger burst (the limit was lowered since) was a full one as of
@@ -39,6 +41,7 @@ export const gcra: AlgorithmModel<GcraState> = {
     return {
       backlog: drained ? 0 : wholeIfNear(Math.max(0, stored - (elapsed * rps) / 1000), burst),
       at: Math.max(state.at, now),
+      blockedUntil: state.blockedUntil,
     };
   },
 
@@ -53,10 +56,10 @@ export const gcra: AlgorithmModel<GcraState> = {
   },
 
   charge(state, _rule, cost) {
-    return { backlog: state.backlog + cost, at: state.at };
+    return { backlog: state.backlog + cost, at: state.at, blockedUntil: state.blockedUntil };
   },
 
   refund(state, _rule, cost) {
-    return { backlog: Math.max(0, state.backlog - cost), at: state.at };
+    return { backlog: Math.max(0, state.backlog - cost), at: state.at, blockedUntil: state.blockedUntil };
   },
 };

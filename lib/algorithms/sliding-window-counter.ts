@@ -11,6 +11,8 @@ export interface SlidingWindowCounterState {
   count: number;
   /** The time the state is as of (not stored): `now`, or `start` if the clock went back before it. */
   at: number;
+  /** When a block ends, integer ms (see `Held`). */
+  blockedUntil: number;
 }
 
 /**
@@ -36,11 +38,12 @@ export const slidingWindowCounter: AlgorithmModel<SlidingWindowCounterState> = {
     // A clock that goes back into an earlier window stays in the stored one: no fresh quota.
     const at = state === undefined ? now : Math.max(now, state.start);
     const start = Math.floor(at / w) * w;
-    if (state === undefined) return { start, previous: 0, count: 0, at };
+    if (state === undefined) return { start, previous: 0, count: 0, at, blockedUntil: 0 };
+    const { blockedUntil } = state;
     // Counts written under a larger limit (the limit was lowered) are the whole limit now.
-    if (state.start === start) return { start, previous: Math.min(burst, state.previous), count: Math.min(burst, state.count), at };
-    if (state.start + w === start) return { start, previous: Math.min(burst, state.count), count: 0, at };
-    return { start, previous: 0, count: 0, at };
+    if (state.start === start) return { start, previous: Math.min(burst, state.previous), count: Math.min(burst, state.count), at, blockedUntil };
+    if (state.start + w === start) return { start, previous: Math.min(burst, state.count), count: 0, at, blockedUntil };
+    return { start, previous: 0, count: 0, at, blockedUntil };
   },
 
   remaining(state, { rps, burst }) {
@@ -63,7 +66,7 @@ export const slidingWindowCounter: AlgorithmModel<SlidingWindowCounterState> = {
   },
 
   charge(state, _rule, cost) {
-    return { start: state.start, previous: state.previous, count: state.count + cost, at: state.at };
+    return { start: state.start, previous: state.previous, count: state.count + cost, at: state.at, blockedUntil: state.blockedUntil };
   },
 
   refund(state, { rps, burst }, cost, chargedAt) {

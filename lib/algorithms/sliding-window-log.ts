@@ -22,6 +22,8 @@ export interface SlidingWindowLogState {
   count: number;
   /** The time the state is as of (not stored): `now`, or the newest entry if the clock went back before it. */
   at: number;
+  /** When a block ends, integer ms (see `Held`). */
+  blockedUntil: number;
 }
 
 /** Entries a request of `cost` adds: one per token, a fractional cost rounded up. */
@@ -52,7 +54,7 @@ function firstAfter(times: readonly number[], from: number, to: number, cutoff: 
  */
 export const slidingWindowLog: AlgorithmModel<SlidingWindowLogState> = {
   current(state, now, { rps, burst }) {
-    if (state === undefined) return { times: [], head: 0, count: 0, at: now };
+    if (state === undefined) return { times: [], head: 0, count: 0, at: now, blockedUntil: 0 };
     const { times, head, count } = state;
     const end = head + count;
     // A clock that goes back before the newest entry expires nothing and logs at that entry.
@@ -62,7 +64,7 @@ export const slidingWindowLog: AlgorithmModel<SlidingWindowLogState> = {
     let first = count > 0 && times[head] <= cutoff ? firstAfter(times, head, end, cutoff) : head;
     // A log written under a larger limit (the limit was lowered) keeps its newest `burst` entries.
     first = Math.max(first, end - burst);
-    return { times, head: first, count: end - first, at };
+    return { times, head: first, count: end - first, at, blockedUntil: state.blockedUntil };
   },
 
   remaining(state, { burst }) {
@@ -76,7 +78,7 @@ export const slidingWindowLog: AlgorithmModel<SlidingWindowLogState> = {
   },
 
   charge(state, _rule, cost) {
-    const { head, count, at } = state;
+    const { head, count, at, blockedUntil } = state;
     const end = head + count;
     let times = state.times as number[];
     let first = head;
@@ -86,7 +88,7 @@ export const slidingWindowLog: AlgorithmModel<SlidingWindowLogState> = {
       first = 0;
     }
     for (let n = logEntries(cost); n > 0; n--) times.push(at);
-    return { times, head: first, count: times.length - first, at };
+    return { times, head: first, count: times.length - first, at, blockedUntil };
   },
 
   refund(state, _rule, cost, chargedAt) {
@@ -97,6 +99,6 @@ export const slidingWindowLog: AlgorithmModel<SlidingWindowLogState> = {
       if (i < 0) break;
       times.splice(i, 1);
     }
-    return { times, head: 0, count: times.length, at: state.at };
+    return { times, head: 0, count: times.length, at: state.at, blockedUntil: state.blockedUntil };
   },
 };

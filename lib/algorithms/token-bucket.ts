@@ -7,6 +7,8 @@ export interface TokenBucketState {
   tokens: number;
   /** When `tokens` was last brought up to date, integer ms. Never moves backwards. */
   at: number;
+  /** When a block ends, integer ms (see `Held`). */
+  blockedUntil: number;
 }
 
 /**
@@ -19,7 +21,7 @@ export interface TokenBucketState {
  */
 export const tokenBucket: AlgorithmModel<TokenBucketState> = {
   current(state, now, { rps, burst }) {
-    if (state === undefined) return { tokens: burst, at: now };
+    if (state === undefined) return { tokens: burst, at: now, blockedUntil: 0 };
     // A clock that goes backwards adds nothing, and `at` never moves back, so the time
     // between the earlier `at` and `now` cannot be counted twice when the clock returns.
     const elapsed = Math.max(0, now - state.at);
@@ -30,6 +32,7 @@ export const tokenBucket: AlgorithmModel<TokenBucketState> = {
     return {
       tokens: full ? burst : wholeIfNear(Math.min(burst, state.tokens + (elapsed * rps) / 1000), burst),
       at: Math.max(state.at, now),
+      blockedUntil: state.blockedUntil,
     };
   },
 
@@ -42,10 +45,10 @@ export const tokenBucket: AlgorithmModel<TokenBucketState> = {
   },
 
   charge(state, _rule, cost) {
-    return { tokens: state.tokens - cost, at: state.at };
+    return { tokens: state.tokens - cost, at: state.at, blockedUntil: state.blockedUntil };
   },
 
   refund(state, { burst }, cost) {
-    return { tokens: Math.min(burst, state.tokens + cost), at: state.at };
+    return { tokens: Math.min(burst, state.tokens + cost), at: state.at, blockedUntil: state.blockedUntil };
   },
 };

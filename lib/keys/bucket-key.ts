@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import type { Algorithm } from '../algorithms/algorithm.types.js';
+import type { Algorithm, Rule } from '../algorithms/algorithm.types.js';
 
 /**
  * A short tag per algorithm in the key: a policy whose algorithm changes between deploys gets
@@ -15,8 +15,18 @@ const ALGORITHM_TAGS: Record<Algorithm, string> = {
 };
 
 /**
+ * The tag of a rule's buckets: its algorithm's, and `.b` after it for a rule with a block, whose
+ * state holds a block's end: adding or dropping `blockFor` starts fresh buckets, so a block is
+ * only ever read under a rule that has one, and an older deploy never rewrites (and loses) it.
+ */
+function tagOf(rule: Algorithm | Pick<Rule, 'algorithm' | 'blockMs'>): string {
+  return typeof rule === 'string' ? ALGORITHM_TAGS[rule] : `${ALGORITHM_TAGS[rule.algorithm]}${rule.blockMs === undefined ? '' : '.b'}`;
+}
+
+/**
  * The store key of one policy's bucket for one identity:
- * `<prefix><policy name>:<algorithm tag>:{<digest>}`. The identity (`ip:1.2.3.4`, `user:42`, ...) is hashed,
+ * `<prefix><policy name>:<algorithm tag>:{<digest>}` (the tag is `tagOf` the rule, given whole or
+ * as its algorithm). The identity (`ip:1.2.3.4`, `user:42`, ...) is hashed,
  * so the key is short whatever a client sends, and its characters cannot reach the separators or
  * the `{...}` Redis Cluster hash tag, which keeps all the buckets of one identity in one hash slot.
  *
@@ -25,8 +35,8 @@ const ALGORITHM_TAGS: Record<Algorithm, string> = {
  *
  * @example bucketKey('rl:', 'per-user', 'token_bucket', 'user:42')  // 'rl:per-user:tb:{6j_UO-HlfWLhY9rh}'
  */
-export function bucketKey(prefix: string, policyName: string, algorithm: Algorithm, identity: string): string {
-  return keyOf(keyPrefix(prefix, policyName, algorithm), identity);
+export function bucketKey(prefix: string, policyName: string, rule: Algorithm | Pick<Rule, 'algorithm' | 'blockMs'>, identity: string): string {
+  return keyOf(keyPrefix(prefix, policyName, rule), identity);
 }
 
 /**
@@ -34,8 +44,8 @@ export function bucketKey(prefix: string, policyName: string, algorithm: Algorit
  * for one tier of a tiered policy `<prefix><policy name>:<algorithm tag>:<tier>:{`: worked out
  * once per policy, so a request only adds its digest.
  */
-export function keyPrefix(prefix: string, policyName: string, algorithm: Algorithm, tier?: string): string {
-  return tier === undefined ? `${prefix}${policyName}:${ALGORITHM_TAGS[algorithm]}:{` : `${prefix}${policyName}:${ALGORITHM_TAGS[algorithm]}:${tier}:{`;
+export function keyPrefix(prefix: string, policyName: string, rule: Algorithm | Pick<Rule, 'algorithm' | 'blockMs'>, tier?: string): string {
+  return tier === undefined ? `${prefix}${policyName}:${tagOf(rule)}:{` : `${prefix}${policyName}:${tagOf(rule)}:${tier}:{`;
 }
 
 /** The bucket key of `identity` under a policy's `keyPrefix`. */

@@ -89,6 +89,14 @@ export interface RateLimitPolicy {
   tier?: TierSource;
   /** The tier of a request whose `tier` names none of `tiers`. */
   defaultTier?: string;
+  /**
+   * After this policy refuses a request, the client stays refused by it for this long, whatever
+   * refills meanwhile (`Retry-After` says when the block ends): seconds, or a string such as
+   * `'15m'`, `'1h'`. Retrying during a block does not lengthen it. Default: no block.
+   *
+   * @example { name: 'login', limit: 5, window: '15m', key: 'ip', count: 'failures', blockFor: '1h' }
+   */
+  blockFor?: number | string;
 }
 
 /** A policy after validation: everything defaulted, its rule in one form. */

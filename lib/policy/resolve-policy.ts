@@ -6,6 +6,7 @@ import { resolveTiers, TIER_FIELDS } from './resolve-tiers.js';
 const FIELDS = new Set<string>([
   'algorithm', 'rps', 'tokensPerSecond', 'burst', 'limit', 'window', 'cost', 'defaultCost', 'key', 'name',
   ...TIER_FIELDS,
+  'blockFor',
 ]);
 const WINDOW_UNITS: Record<string, number> = { ms: 0.001, s: 1, m: 60, h: 3600, d: 86_400 };
 const WINDOW_PATTERN = /^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?$/;
@@ -136,17 +137,19 @@ export function resolvePolicy(policy: RateLimitPolicy, where: string, defaultNam
   const defaultCost = policy.defaultCost === undefined ? 1 : policy.defaultCost;
   if (!isPositive(defaultCost)) fail('defaultCost', defaultCost, 'must be a positive number');
 
+  // a block applies to every tier's rule alike
+  const blockMs = resolveBlock(policy.blockFor, fail);
   // a tiered policy has a rule per tier, each checked as a policy's own, in messages that name the tier
   const tiered = resolveTiers(policy, fail, conflict);
   const tiers: ResolvedTiers | undefined = tiered && {
     rules: new Map(tiered.limits.map(([tier, limits]) => {
       const failIn: Fail = (field, value, expected) => fail(`tiers.${tier}.${field}`, value, expected);
-      return [tier, resolveRule(limits, cost, defaultCost, failIn, (problem) => conflict(`tier "${tier}": ${problem}`))];
+      return [tier, resolveRule(limits, cost, defaultCost, blockMs, failIn, (problem) => conflict(`tier "${tier}": ${problem}`))];
     })),
     source: tiered.source,
     defaultTier: tiered.defaultTier,
   };
-  const rule = tiers === undefined ? resolveRule(policy, cost, defaultCost, fail, conflict) : tiers.rules.get(tiers.defaultTier)!;
+  const rule = tiers === undefined ? resolveRule(policy, cost, defaultCost, blockMs, fail, conflict) : tiers.rules.get(tiers.defaultTier)!;
 
   const key = policy.key === undefined ? undefined : resolveKeySources(policy.key, fail);
 
@@ -162,11 +165,11 @@ export function resolvePolicy(policy: RateLimitPolicy, where: string, defaultNam
 }
 
 /**
- * A policy's (or a tier's) limits as a rule, checked against its cost.
+ * A policy's (or a tier's) limits as a rule, checked against its cost, with the policy's block.
  *
  * @throws InvalidPolicyError through `fail` or `conflict`
  */
-function resolveRule(limits: TierLimits, cost: CostSource, defaultCost: number, fail: Fail, conflict: (problem: string) => never): Rule {
+function resolveRule(limits: TierLimits, cost: CostSource, defaultCost: number, blockMs: number | undefined, fail: Fail, conflict: (problem: string) => never): Rule {
   // A field set to null is a value, and refused as one: only a field left out takes its default.
   const algorithm: Algorithm = limits.algorithm === undefined ? 'token_bucket' : limits.algorithm;
   if (!ALGORITHMS.includes(algorithm)) {
@@ -184,7 +187,17 @@ function resolveRule(limits: TierLimits, cost: CostSource, defaultCost: number, 
   if (typeof cost !== 'number' && defaultCost > burst) {
     conflict(`"defaultCost" ${defaultCost} is more than "${capacity}" ${burst}, so every request without a usable cost would be refused; lower "defaultCost" or raise "${capacity}"`);
   }
-  return { algorithm, rps, burst };
+  return blockMs === undefined ? { algorithm, rps, burst } : { algorithm, rps, burst, blockMs };
+}
+
+/** `blockFor` in whole milliseconds (`undefined`: no block), parsed as a window is and bounded alike. */
+function resolveBlock(blockFor: RateLimitPolicy['blockFor'], fail: Fail): number | undefined {
+  if (blockFor === undefined) return undefined;
+  const seconds = parseWindow(blockFor);
+  const blockMs = seconds === undefined ? 0 : Math.round(seconds * 1000);
+  if (blockMs < 1) fail('blockFor', blockFor, `must be a duration of at least 1 ms: seconds, or a string such as '30s', '15m', '1h', '1d'`);
+  if (blockMs > MAX_REFILL_DAYS * 86_400_000) fail('blockFor', blockFor, `must be at most ${MAX_REFILL_DAYS} days`);
+  return blockMs;
 }
 
 function resolveRate(

@@ -52,11 +52,11 @@ export interface RouteDefaults {
 /** A validated policy as it applies to requests under the module's `prefix` and `key`. */
 export function routePolicy({ name, rule, cost, defaultCost, key, tiers }: ResolvedPolicy, defaults: RouteDefaults): RoutePolicy {
   if (tiers === undefined) {
-    return { name, rule, cost, defaultCost, keys: key ?? defaults.key, keyPrefix: keyPrefix(defaults.prefix, name, rule.algorithm), tiers: undefined };
+    return { name, rule, cost, defaultCost, keys: key ?? defaults.key, keyPrefix: keyPrefix(defaults.prefix, name, rule), tiers: undefined };
   }
   const byName = new Map<string, RouteTier>();
-  for (const [tier, { algorithm, rps, burst }] of tiers.rules) {
-    byName.set(tier, { name: tier, rule: { algorithm, rps, burst }, keyPrefix: keyPrefix(defaults.prefix, name, algorithm, tier) });
+  for (const [tier, rule] of tiers.rules) {
+    byName.set(tier, { name: tier, rule, keyPrefix: keyPrefix(defaults.prefix, name, rule, tier) });
   }
   const byDefault = byName.get(tiers.defaultTier)!;
   return {

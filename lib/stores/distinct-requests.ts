@@ -74,8 +74,8 @@ export function distinctRequests(requests: readonly RateLimitRequest[], where: s
       continue;
     }
     const first = distinct[seen];
-    const { algorithm, rps, burst } = request.rule;
-    if (first.rule.algorithm !== algorithm || first.rule.rps !== rps || first.rule.burst !== burst) {
+    const { algorithm, rps, burst, blockMs } = request.rule;
+    if (first.rule.algorithm !== algorithm || first.rule.rps !== rps || first.rule.burst !== burst || first.rule.blockMs !== blockMs) {
       throw new TypeError(invalidRepeatedKey(where, given[seen], i, request.key, 'rule'));
     }
     if (first.cost !== request.cost) throw new TypeError(invalidRepeatedKey(where, given[seen], i, request.key, 'cost'));

@@ -37,9 +37,13 @@ export function ruleOf(algorithm: Algorithm, rps: number, burst: number): Rule {
 /**
  * The longest a key of `rule` may live: the time from empty to full. For the window
  * algorithms the window, except the sliding window counter, whose count still weighs on the
- * next window, so two windows.
+ * next window, so two windows. With a block, the block when it is longer.
  */
 export function longestTtlMs(rule: Rule): number {
+  return Math.max(rule.blockMs ?? 0, fullTtlMs(rule));
+}
+
+function fullTtlMs(rule: Rule): number {
   const w = windowMs(rule.rps, rule.burst);
   switch (rule.algorithm) {
     case 'fixed_window':

@@ -142,4 +142,23 @@ export const FIXED_WINDOW_CASES: Case[] = [
       { at: 10_000, rule: fw(2, 20), expect: { allowed: true, remaining: 19, fullAfter: 10 } },
     ],
   },
+  {
+    name: 'blockFor: a refusal blocks past the window it was refused in',
+    // windows of 2 s, a block of 5 s
+    rule: { ...fw(1, 2), blockMs: 5_000 },
+    steps: [
+      { at: 0, expect: { allowed: true, remaining: 1 } },
+      { at: 0, expect: { allowed: true, remaining: 0, resetAfter: 2, fullAfter: 2 } },
+      // the window ends in 1.5 s, the block in 5
+      { at: 500, expect: { allowed: false, remaining: 0, retryAfter: 5, resetAfter: 5, fullAfter: 5 } },
+      // a fresh window, still blocked
+      { at: 2_000, expect: { allowed: false, remaining: 0, retryAfter: 4, fullAfter: 4 } },
+      { at: 5_499, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
+      // over, in the window [4 s, 6 s)
+      { at: 5_500, expect: { allowed: true, remaining: 1, fullAfter: 1 } },
+      { at: 5_500, cost: 3, expect: { allowed: false, remaining: 1, retryAfter: Infinity } },
+      { at: 5_500, expect: { allowed: true, remaining: 0 } },
+      { at: 5_600, expect: { allowed: false, remaining: 0, retryAfter: 5 } },
+    ],
+  },
 ];

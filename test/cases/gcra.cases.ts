@@ -171,4 +171,19 @@ export const GCRA_CASES: Case[] = [
       { at: 1_000, rule: gc(1, 30), expect: { allowed: false, remaining: 0, retryAfter: 1 } },
     ],
   },
+  {
+    name: 'blockFor: a refusal blocks for blockMs, however the backlog drains',
+    rule: { ...gc(1, 2), blockMs: 10_000 },
+    steps: [
+      { at: 0, expect: { allowed: true, remaining: 1 } },
+      { at: 0, expect: { allowed: true, remaining: 0, fullAfter: 2 } },
+      { at: 0, expect: { allowed: false, remaining: 0, retryAfter: 10, resetAfter: 10, fullAfter: 10 } },
+      { at: 5_000, expect: { allowed: false, remaining: 0, retryAfter: 5, fullAfter: 5 } },
+      { at: 10_000, cost: 3, expect: { allowed: false, remaining: 2, retryAfter: Infinity } },
+      { at: 10_000, cost: 2, expect: { allowed: true, remaining: 0 } },
+      { at: 10_500, expect: { allowed: false, remaining: 0, retryAfter: 10 } },
+      { at: 20_499, expect: { allowed: false, retryAfter: 1 } },
+      { at: 20_500, expect: { allowed: true, remaining: 1 } },
+    ],
+  },
 ];

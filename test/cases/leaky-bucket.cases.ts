@@ -161,4 +161,17 @@ export const LEAKY_BUCKET_CASES: Case[] = [
       { at: 100, rule: lb(10, 20), expect: { allowed: true, remaining: 0, fullAfter: 2, delay: 1.9 } },
     ],
   },
+  {
+    name: 'blockFor: a request refused by a full queue blocks the key for blockMs, however the queue drains',
+    rule: { ...lb(1, 2), blockMs: 10_000 },
+    steps: [
+      { at: 0, expect: { allowed: true, remaining: 1, delay: 0 } },
+      { at: 0, expect: { allowed: true, remaining: 0, delay: 1 } },
+      { at: 0, expect: { allowed: false, remaining: 0, retryAfter: 10, fullAfter: 10, delay: 0 } },
+      { at: 3_000, expect: { allowed: false, remaining: 0, retryAfter: 7, delay: 0 } },
+      { at: 10_000, expect: { allowed: true, remaining: 1, delay: 0 } },
+      { at: 10_000, cost: 3, expect: { allowed: false, remaining: 1, retryAfter: Infinity } },
+      { at: 10_000, expect: { allowed: true, remaining: 0, delay: 1 } },
+    ],
+  },
 ];

@@ -194,4 +194,21 @@ export const SLIDING_WINDOW_COUNTER_CASES: Case[] = [
       { at: 12_000, rule: swc(2, 20), expect: { allowed: true, remaining: 3 } },
     ],
   },
+  {
+    name: 'blockFor: a refusal blocks after its counts have slid out',
+    // windows of 2 s, a block of 5 s
+    rule: { ...swc(1, 2), blockMs: 5_000 },
+    steps: [
+      { at: 0, expect: { allowed: true, remaining: 1 } },
+      { at: 0, expect: { allowed: true, remaining: 0 } },
+      { at: 500, expect: { allowed: false, remaining: 0, retryAfter: 5, resetAfter: 5, fullAfter: 5 } },
+      // two windows on, nothing weighs any more; the block holds
+      { at: 4_000, expect: { allowed: false, remaining: 0, retryAfter: 2, fullAfter: 2 } },
+      { at: 5_500, expect: { allowed: true, remaining: 1 } },
+      { at: 5_500, cost: 3, expect: { allowed: false, remaining: 1, retryAfter: Infinity } },
+      { at: 5_500, expect: { allowed: true, remaining: 0 } },
+      { at: 5_500, expect: { allowed: false, remaining: 0, retryAfter: 5 } },
+      { at: 10_500, expect: { allowed: true } },
+    ],
+  },
 ];

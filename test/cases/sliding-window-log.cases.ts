@@ -161,4 +161,22 @@ export const SLIDING_WINDOW_LOG_CASES: Case[] = [
       { at: 14_000, rule: swl(2, 20), expect: { allowed: true, remaining: 19, fullAfter: 10 } },
     ],
   },
+  {
+    name: 'blockFor: a refusal blocks after its entries have left the window',
+    // windows of 2 s, a block of 5 s
+    rule: { ...swl(1, 2), blockMs: 5_000 },
+    steps: [
+      { at: 0, expect: { allowed: true, remaining: 1 } },
+      { at: 0, expect: { allowed: true, remaining: 0, fullAfter: 2 } },
+      { at: 500, expect: { allowed: false, remaining: 0, retryAfter: 5, resetAfter: 5, fullAfter: 5 } },
+      // both entries have left the window; the block holds
+      { at: 3_000, expect: { allowed: false, remaining: 0, retryAfter: 3, fullAfter: 3 } },
+      { at: 5_500, expect: { allowed: true, remaining: 1, fullAfter: 2 } },
+      { at: 5_500, cost: 3, expect: { allowed: false, remaining: 1, retryAfter: Infinity } },
+      { at: 5_500, expect: { allowed: true, remaining: 0 } },
+      { at: 5_500, expect: { allowed: false, remaining: 0, retryAfter: 5 } },
+      { at: 10_499, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
+      { at: 10_500, expect: { allowed: true, remaining: 1 } },
+    ],
+  },
 ];

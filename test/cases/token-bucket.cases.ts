@@ -126,4 +126,40 @@ export const TOKEN_BUCKET_CASES: Case[] = [
       { at: 0, rule: tb(0.5, 20), expect: { allowed: false, remaining: 0, retryAfter: 2, fullAfter: 40 } },
     ],
   },
+  {
+    name: 'blockFor: a refusal blocks for blockMs, however the bucket refills, and only a refusal starts a block',
+    rule: { ...tb(1, 2), blockMs: 10_000 },
+    steps: [
+      { at: 0, expect: { allowed: true, remaining: 1, fullAfter: 1 } },
+      { at: 0, expect: { allowed: true, remaining: 0, resetAfter: 1, fullAfter: 2 } },
+      // refused: the block starts; every time is the block's (the bucket's own are shorter)
+      { at: 0, expect: { allowed: false, remaining: 0, retryAfter: 10, resetAfter: 10, fullAfter: 10 } },
+      // the bucket is full again, but the block holds; retrying does not lengthen it
+      { at: 5_000, expect: { allowed: false, remaining: 0, retryAfter: 5, resetAfter: 5, fullAfter: 5 } },
+      { at: 9_999, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
+      // over: the refusal took nothing, so the bucket is full
+      { at: 10_000, expect: { allowed: true, remaining: 1, retryAfter: 0 } },
+      // a cost above burst is never admittable: refused without charge and without a block
+      { at: 10_000, cost: 3, expect: { allowed: false, remaining: 1, retryAfter: Infinity } },
+      { at: 10_000, expect: { allowed: true, remaining: 0 } },
+      // the next refusal starts the next block
+      { at: 10_000, expect: { allowed: false, remaining: 0, retryAfter: 10 } },
+      { at: 19_999, expect: { allowed: false, retryAfter: 1 } },
+      { at: 20_000, expect: { allowed: true, remaining: 1 } },
+    ],
+  },
+  {
+    name: 'blockFor: Retry-After is the longer of the block and the wait, and a clock gone back does not shorten the block',
+    rule: { ...tb(0.1, 1), blockMs: 2_000 },
+    steps: [
+      { at: 10_000, expect: { allowed: true, remaining: 0, fullAfter: 10 } },
+      // the block (2 s) ends before a token is back (10 s)
+      { at: 10_000, expect: { allowed: false, remaining: 0, retryAfter: 10, fullAfter: 10 } },
+      { at: 5_000, expect: { allowed: false, remaining: 0, retryAfter: 10 } },
+      // after the block, still too early: the bucket refuses, and that refusal blocks again (until 15 s)
+      { at: 13_000, expect: { allowed: false, remaining: 0, retryAfter: 7 } },
+      { at: 13_000, cost: 0.5, expect: { allowed: false, remaining: 0, retryAfter: 2 } },
+      { at: 15_000, cost: 0.5, expect: { allowed: true, remaining: 0 } },
+    ],
+  },
 ];

@@ -36,9 +36,14 @@ function clocked(make: (clock: () => number) => RateLimitStore): () => Clocked {
     const store = make(() => now);
     const consume = async (requests: RateLimitRequest[]) => {
       const decisions = await store.consume(requests);
-      if (store instanceof RedisStore && decisions.every((d) => d.allowed)) {
+      const admitted = decisions.every((d) => d.allowed);
+      if (store instanceof RedisStore) {
         // the latest time a key has seen: the models count its expiry from there, clock gone back or not
-        for (const { key, rule } of requests) written.set(key, { rule, at: Math.max(now, written.get(key)?.at ?? 0) });
+        // (a refusal writes a block's key, or leaves the one a block wrote)
+        for (const [i, { key, rule }] of requests.entries()) {
+          const blocks = rule.blockMs !== undefined && !decisions[i].allowed && decisions[i].retryAfter < Infinity;
+          if (admitted || blocks) written.set(key, { rule, at: Math.max(now, written.get(key)?.at ?? 0) });
+        }
       }
       return decisions;
     };
@@ -55,7 +60,7 @@ const stores: Array<[string, () => Clocked]> = [
 ];
 
 const request = (name: string, rule: Rule, identity: string, cost = 1): RateLimitRequest => ({
-  key: bucketKey(prefix, name, rule.algorithm, identity),
+  key: bucketKey(prefix, name, rule, identity),
   policy: name,
   rule,
   cost,
@@ -94,6 +99,48 @@ describe.each(stores)('%s', (storeName, makeStore) => {
         }
       }
     });
+  });
+
+  it.each(ALGORITHMS.map((a) => [a]))('%s with blockFor: only a refusal of its own starts a block, and a refusal still takes nothing', async (algorithm) => {
+    const { store, setNow, consume } = makeStore();
+    const id = randomUUID();
+    // 1 token a second, 2 at most, a block of 60 s; beside it a policy that admits one request in all
+    const blocking = request('blocking', { ...ruleOf(algorithm, 1, 2), blockMs: 60_000 }, `ip:${id}`);
+    const once = request('once', ruleOf('fixed_window', 1 / 3600, 1), `user:${id}`);
+    setNow(1_000);
+    expect((await consume([blocking, once])).map((d) => d.allowed)).toEqual([true, true]);
+    // refused by `once` alone: `blocking` admits it, so no block starts (and nothing is charged)
+    expect((await consume([blocking, once])).map((d) => [d.allowed, d.remaining])).toEqual([[true, 1], [false, 0]]);
+    expect(await consume([blocking])).toMatchObject([{ allowed: true, remaining: 0 }]);
+    // refused by `blocking` itself: the block starts, for 60 s whatever refills
+    expect(await consume([blocking])).toMatchObject([{ allowed: false, remaining: 0, retryAfter: 60 }]);
+    setNow(31_000);
+    expect(await consume([blocking])).toMatchObject([{ allowed: false, remaining: 0, retryAfter: 30 }]);
+    // a peek sees the block and starts none
+    expect(await store.peek([blocking])).toMatchObject([{ allowed: false, retryAfter: 30 }]);
+    setNow(61_000);
+    expect(await consume([blocking])).toMatchObject([{ allowed: true, remaining: 1 }]);
+    if (store instanceof RedisStore) {
+      // the key lives until the bucket is full again (2 s at most): the block is over
+      const lives = (await store.client.pexpiretime(blocking.key)) - (CASE_EPOCH + 61_000);
+      expect(lives).toBeGreaterThan(0);
+      expect(lives).toBeLessThanOrEqual(longestTtlMs(ruleOf(algorithm, 1, 2)));
+    }
+  });
+
+  it.each(ALGORITHMS.map((a) => [a]))('%s with blockFor: a block keeps its key alive until it ends', async (algorithm) => {
+    const { store, setNow, consume } = makeStore();
+    setNow(0);
+    const blocking = request('ttl-block', { ...ruleOf(algorithm, 1000, 1), blockMs: 3_600_000 }, randomUUID());
+    await consume([blocking]);
+    expect(await consume([blocking])).toMatchObject([{ allowed: false, retryAfter: 3600, fullAfter: 3600 }]);
+    if (store instanceof RedisStore) {
+      expect((await store.client.pexpiretime(blocking.key)) - CASE_EPOCH).toBe(3_600_000);
+    }
+    setNow(3_599_999);
+    expect(await consume([blocking])).toMatchObject([{ allowed: false, retryAfter: 1 }]);
+    setNow(3_600_000);
+    expect(await consume([blocking])).toMatchObject([{ allowed: true, remaining: 0 }]);
   });
 
   it.each(ALGORITHMS.map((a) => [a]))('%s: peeks without charging and resets to full', async (algorithm) => {

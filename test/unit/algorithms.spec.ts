@@ -11,7 +11,7 @@ describe.each(CASES)('%s (pure, fixed instants)', (_algorithm, cases) => {
       let state: Held | undefined;
       steps.forEach(({ at, cost = 1, rule: changed = rule, expect: expected }, step) => {
         const verdict = decideAll([{ state, rule: changed, cost }], CASE_EPOCH + at, true);
-        if (verdict.allowed) state = verdict.next[0];
+        if (verdict.allowed || verdict.blocks?.[0]) state = verdict.next[0];
         const decision = toDecision({ key: 'k', policy: 'p', rule: changed, cost }, verdict.outcomes[0]);
         expect({ step, ...decision }).toMatchObject({ step, ...expected });
       });
@@ -115,9 +115,9 @@ describe('tokenBucket', () => {
 
   it('lives until full again', () => {
     const rule = ruleOf('token_bucket', 10, 50);
-    expect(expiresAt(tokenBucket, { tokens: 0, at: 0 }, rule)).toBe(5_000);
-    expect(expiresAt(tokenBucket, { tokens: 49.5, at: 0 }, rule)).toBe(50);
-    expect(expiresAt(tokenBucket, { tokens: 50, at: 0 }, rule)).toBe(1);
+    expect(expiresAt(tokenBucket, { tokens: 0, at: 0, blockedUntil: 0 }, rule)).toBe(5_000);
+    expect(expiresAt(tokenBucket, { tokens: 49.5, at: 0, blockedUntil: 0 }, rule)).toBe(50);
+    expect(expiresAt(tokenBucket, { tokens: 50, at: 0, blockedUntil: 0 }, rule)).toBe(1);
   });
 });
 

@@ -31,7 +31,7 @@ const DEFAULT_MAX_KEYS = 100_000;
  * Runs the same pure algorithm functions the Redis scripts mirror.
  *
  * Memory is bounded: at most `maxKeys` buckets, each a map entry and a row of a `Float64Array`
- * (about 140 bytes with its key). Eviction never drops a bucket that still limits its client
+ * (about 150 bytes with its key). Eviction never drops a bucket that still limits its client
  * while an expired one is left, and then drops those that will be full soonest. An entry is
  * dropped when read after it expired, and one `unref()`'d timer, running only while the store
  * holds buckets and cleared by `close()`, sweeps expired ones of clients never seen again.
@@ -110,18 +110,25 @@ export class MemoryStore implements RateLimitStore {
     }
     const verdict = decideAll(entries, now, charge);
     if (verdict.allowed && charge) this.write(requests, rows, verdict, now);
-    else for (let i = 0; i < n; i++) if (rows[i] !== undefined && entries[i].state === undefined) this.table.free(rows[i]!);
+    else {
+      const { blocks } = verdict;
+      // a refusal writes only the blocks it starts; the rows of buckets that expired go
+      if (blocks !== undefined) this.write(requests, rows, verdict, now, blocks);
+      for (let i = 0; i < n; i++) if (rows[i] !== undefined && entries[i].state === undefined && !blocks?.[i]) this.table.free(rows[i]!);
+    }
     const decisions: RateLimitDecision[] = new Array(n);
     for (let i = 0; i < n; i++) decisions[i] = toDecision(requests[i], verdict.outcomes[i]);
     return decisions;
   }
 
-  private write(requests: readonly RateLimitRequest[], rows: (number | undefined)[], verdict: Verdict, now: number): void {
+  /** Stores the verdict's states: all of them, or those `only` marks. */
+  private write(requests: readonly RateLimitRequest[], rows: (number | undefined)[], verdict: Verdict, now: number, only?: boolean[]): void {
     let added = 0;
-    for (const row of rows) if (row === undefined) added++;
+    for (let i = 0; i < rows.length; i++) if (rows[i] === undefined && (only === undefined || only[i])) added++;
     // room is made around the request's own rows, so `rows` stays right
     if (added > 0 && this.table.size + added > this.maxKeys) makeRoom(this.table, this.maxKeys, added, rows, now);
     for (let i = 0; i < requests.length; i++) {
+      if (only !== undefined && !only[i]) continue;
       const { key, rule } = requests[i];
       const row = rows[i] ?? this.table.allocate(key);
       const state = verdict.next[i];

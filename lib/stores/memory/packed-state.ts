@@ -5,12 +5,12 @@ import type { SlidingWindowCounterState } from '../../algorithms/sliding-window-
 import type { SlidingWindowLogState } from '../../algorithms/sliding-window-log.js';
 import type { TokenBucketState } from '../../algorithms/token-bucket.js';
 
-/** Numbers a packed state takes at most: a sliding window counter's four. */
-export const PACKED_WIDTH = 4;
+/** Numbers a packed state takes at most: a sliding window counter's five. */
+export const PACKED_WIDTH = 5;
 
 /**
  * How one algorithm's state is kept in a row of `PACKED_WIDTH` doubles of a `Float64Array`:
- * 32 bytes, where the same state as an object costs about 100 (an object and a heap number per
+ * 40 bytes, where the same state as an object costs about 110 (an object and a heap number per
  * field). A sliding window log's timestamps do not fit in a row: they stay an array, `extra`,
  * the one the log's states share (the row holds where this state's entries lie in it).
  */
@@ -23,16 +23,18 @@ const tokenBucket: PackedState<TokenBucketState> = {
   write(state, row, o) {
     row[o] = state.tokens;
     row[o + 1] = state.at;
+    row[o + 2] = state.blockedUntil;
   },
-  read: (row, o) => ({ tokens: row[o], at: row[o + 1] }),
+  read: (row, o) => ({ tokens: row[o], at: row[o + 1], blockedUntil: row[o + 2] }),
 };
 
 const gcra: PackedState<GcraState> = {
   write(state, row, o) {
     row[o] = state.backlog;
     row[o + 1] = state.at;
+    row[o + 2] = state.blockedUntil;
   },
-  read: (row, o) => ({ backlog: row[o], at: row[o + 1] }),
+  read: (row, o) => ({ backlog: row[o], at: row[o + 1], blockedUntil: row[o + 2] }),
 };
 
 const fixedWindow: PackedState<FixedWindowState> = {
@@ -40,8 +42,9 @@ const fixedWindow: PackedState<FixedWindowState> = {
     row[o] = state.start;
     row[o + 1] = state.count;
     row[o + 2] = state.at;
+    row[o + 3] = state.blockedUntil;
   },
-  read: (row, o) => ({ start: row[o], count: row[o + 1], at: row[o + 2] }),
+  read: (row, o) => ({ start: row[o], count: row[o + 1], at: row[o + 2], blockedUntil: row[o + 3] }),
 };
 
 const slidingWindowCounter: PackedState<SlidingWindowCounterState> = {
@@ -50,8 +53,9 @@ const slidingWindowCounter: PackedState<SlidingWindowCounterState> = {
     row[o + 1] = state.previous;
     row[o + 2] = state.count;
     row[o + 3] = state.at;
+    row[o + 4] = state.blockedUntil;
   },
-  read: (row, o) => ({ start: row[o], previous: row[o + 1], count: row[o + 2], at: row[o + 3] }),
+  read: (row, o) => ({ start: row[o], previous: row[o + 1], count: row[o + 2], at: row[o + 3], blockedUntil: row[o + 4] }),
 };
 
 const slidingWindowLog: PackedState<SlidingWindowLogState> = {
@@ -59,10 +63,11 @@ const slidingWindowLog: PackedState<SlidingWindowLogState> = {
     row[o] = state.head;
     row[o + 1] = state.count;
     row[o + 2] = state.at;
+    row[o + 3] = state.blockedUntil;
     // the array itself, not a copy: the next charge appends to it in place (see the state)
     return state.times;
   },
-  read: (row, o, times) => ({ times: times as readonly number[], head: row[o], count: row[o + 1], at: row[o + 2] }),
+  read: (row, o, times) => ({ times: times as readonly number[], head: row[o], count: row[o + 1], at: row[o + 2], blockedUntil: row[o + 3] }),
 };
 
 /**

@@ -1,3 +1,4 @@
+import { BLOCK_LUA } from './block.lua.js';
 import { FIXED_WINDOW_LUA } from './fixed-window.lua.js';
 import { GCRA_LUA } from './gcra.lua.js';
 import { SLIDING_WINDOW_COUNTER_LUA } from './sliding-window-counter.lua.js';
@@ -11,9 +12,9 @@ import { TOKEN_BUCKET_LUA } from './token-bucket.lua.js';
  */
 export const REPLY_WIDTH = 7;
 /** Arguments the decide script takes per policy, after its request's three. */
-const DECIDE_ARGS = 4;
+const DECIDE_ARGS = 5;
 /** Arguments the refund script takes per request, after its leading one. */
-const REFUND_ARGS = 5;
+const REFUND_ARGS = 6;
 
 /**
  * What both scripts share: the algorithms (each a Lua table mirroring its pure model;
@@ -47,7 +48,7 @@ local function fields(raw)
   for part in string.gmatch(raw, '[^|]+') do f[#f + 1] = tonumber(part) end
   return f
 end
-${TOKEN_BUCKET_LUA}${GCRA_LUA}${FIXED_WINDOW_LUA}${SLIDING_WINDOW_LOG_LUA}${SLIDING_WINDOW_COUNTER_LUA}
+${BLOCK_LUA}${TOKEN_BUCKET_LUA}${GCRA_LUA}${FIXED_WINDOW_LUA}${SLIDING_WINDOW_LOG_LUA}${SLIDING_WINDOW_COUNTER_LUA}
 local MODELS = {
   token_bucket = token_bucket,
   leaky_bucket = leaky_bucket,
@@ -64,20 +65,22 @@ end
 
 -- algorithms/decide.ts admitted
 local function admitted(m, s, rule, cost)
-  return cost <= rule.burst and m.wait_ms(s, rule, cost) == 0
+  return cost <= rule.burst and block_left_ms(s, rule) == 0 and m.wait_ms(s, rule, cost) == 0
 end
 
 -- algorithms/decide.ts report, plus the state's time (a refund needs to know when a charge was),
--- appended to the reply; returns fullMs, waitMs(burst): when the bucket is full again
+-- appended to the reply; returns fullMs, the later of waitMs(burst) and the block's end
 local function report(m, s, rule, cost, admits, delay_ms, reply)
-  local remaining = m.remaining(s, rule)
+  local block_ms = block_left_ms(s, rule)
+  local remaining = 0
+  if block_ms == 0 then remaining = m.remaining(s, rule) end
   local retry_ms = 0
   if not admits then
-    if cost > rule.burst then retry_ms = -1 else retry_ms = m.wait_ms(s, rule, cost) end
+    if cost > rule.burst then retry_ms = -1 else retry_ms = math.max(block_ms, m.wait_ms(s, rule, cost)) end
   end
-  local full_ms = m.wait_ms(s, rule, rule.burst)
+  local full_ms = math.max(block_ms, m.wait_ms(s, rule, rule.burst))
   local next_ms = 0
-  if remaining < rule.burst then next_ms = m.wait_ms(s, rule, remaining + 1) end
+  if remaining < rule.burst then next_ms = math.max(block_ms, m.wait_ms(s, rule, remaining + 1)) end
   local k = reply.n
   reply[k + 1], reply[k + 2], reply[k + 3], reply[k + 4] = admits and 1 or 0, remaining, retry_ms, full_ms
   reply[k + 5], reply[k + 6], reply[k + 7] = next_ms, delay_ms, s.at
@@ -96,16 +99,17 @@ local function expires_at(s, full_ms)
   return string.format('%d', s.at + math.max(1, full_ms))
 end
 
--- stores a charged state, to expire (on the script's clock) when the bucket is full again; the
--- log's entries are in the set already (add runs before the report reads them). SET, then
--- PEXPIREAT: SET ... PXAT would do both in one command, but only from Redis 6.2 on
+-- stores a charged or blocked state, to expire (on the script's clock) when the bucket is full
+-- again and no block holds; the log's entries are in the set already (add runs before the report
+-- reads them). SET, then PEXPIREAT: SET ... PXAT would do both in one command, but only from
+-- Redis 6.2 on
 local function save(m, key, s, full_ms)
   if full_ms == 0 then
     -- full: the same as an absent key (only a refund leaves a bucket full)
     redis.call('DEL', key)
     return
   end
-  if not m.add then redis.call('SET', key, m.encode(s)) end
+  if m.add then m.save_block(key, s) else redis.call('SET', key, m.encode(s)) end
   redis.call('PEXPIREAT', key, expires_at(s, full_ms))
 end
 
@@ -116,9 +120,9 @@ local function clock(given)
   return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 end
 
--- the rule of the policy whose arguments follow ARGV[base]: rps and burst (its algorithm picks the model)
+-- the rule of the policy whose arguments follow ARGV[base]: rps, burst and block (its algorithm picks the model)
 local function rule_at(base)
-  return { rps = tonumber(ARGV[base + 2]), burst = tonumber(ARGV[base + 3]) }
+  return { rps = tonumber(ARGV[base + 2]), burst = tonumber(ARGV[base + 3]), block_ms = tonumber(ARGV[base + 4]) }
 end
 `;
 
@@ -136,16 +140,18 @@ end
  * ARGV[b + 2]          '1' to charge when every policy admits, '0' to only look (peek)
  * ARGV[b + 3]          deadline, integer ms on the script's clock: past it the request is not
  *                      decided and charges nothing; '' for none
- * ARGV[b + 4 + 4(i-1)] algorithm of policy i ('token_bucket', 'fixed_window', ...)
- * ARGV[b + 5 + 4(i-1)] rps, tokens per second, as a decimal string (may be fractional)
- * ARGV[b + 6 + 4(i-1)] burst, tokens
- * ARGV[b + 7 + 4(i-1)] cost, tokens (may be fractional)
+ * ARGV[b + 4 + 5(i-1)] algorithm of policy i ('token_bucket', 'fixed_window', ...)
+ * ARGV[b + 5 + 5(i-1)] rps, tokens per second, as a decimal string (may be fractional)
+ * ARGV[b + 6 + 5(i-1)] burst, tokens
+ * ARGV[b + 7 + 5(i-1)] block, integer ms a refusal blocks for; '0' for none
+ * ARGV[b + 8 + 5(i-1)] cost, tokens (may be fractional)
  *
  * Returns per request 0 when it was past its deadline, else 1 and then 7 integers per policy:
  * allowed (0/1), remaining (tokens), retryMs (-1: never), fullMs (until full), nextMs (until
  * one more token), delayMs, at (ms). Then now (ms).
  *
- * A key expires (PEXPIREAT, on the script's clock) when its bucket is full again.
+ * A key expires (PEXPIREAT, on the script's clock) when its bucket is full again and no block
+ * holds. A refused request writes only the blocks it starts.
  */
 export const DECIDE_LUA = `${SHARED_LUA}
 -- every request's policies, one request at a time (each fills the first n of each)
@@ -159,7 +165,7 @@ local function decide(first, base, n, charge, now, reply)
     local at = base + (i - 1) * ${DECIDE_ARGS}
     models[i] = MODELS[ARGV[at + 1]]
     rules[i] = rule_at(at)
-    costs[i] = tonumber(ARGV[at + 4])
+    costs[i] = tonumber(ARGV[at + 5])
     states[i] = load(models[i], KEYS[first + i], now, rules[i])
     admits[i] = admitted(models[i], states[i], rules[i], costs[i])
     allowed = allowed and admits[i]
@@ -169,12 +175,16 @@ local function decide(first, base, n, charge, now, reply)
   for i = 1, n do
     local delay_ms = 0
     if allowed and models[i].delay_ms then delay_ms = models[i].delay_ms(states[i], rules[i]) end
+    local blocks = false
     if charged then
       states[i] = models[i].charge(states[i], rules[i], costs[i])
       if models[i].add then models[i].add(KEYS[first + i], states[i]) end
+    elseif charge and starts_block(states[i], rules[i], costs[i], admits[i]) then
+      states[i] = block(states[i], rules[i])
+      blocks = true
     end
     local full_ms = report(models[i], states[i], rules[i], costs[i], admits[i], delay_ms, reply)
-    if charged then save(models[i], KEYS[first + i], states[i], full_ms) end
+    if charged or blocks then save(models[i], KEYS[first + i], states[i], full_ms) end
   end
 end
 
@@ -206,11 +216,12 @@ return reply
  *
  * KEYS[i]              bucket key of policy i
  * ARGV[1]              now, integer ms; '' to use Redis TIME
- * ARGV[2 + 5(i-1)]     algorithm of policy i
- * ARGV[3 + 5(i-1)]     rps, tokens per second
- * ARGV[4 + 5(i-1)]     burst, tokens
- * ARGV[5 + 5(i-1)]     cost the charge took, tokens
- * ARGV[6 + 5(i-1)]     at of the charged state (from the decide reply), integer ms
+ * ARGV[2 + 6(i-1)]     algorithm of policy i
+ * ARGV[3 + 6(i-1)]     rps, tokens per second
+ * ARGV[4 + 6(i-1)]     burst, tokens
+ * ARGV[5 + 6(i-1)]     block, integer ms a refusal blocks for; '0' for none
+ * ARGV[6 + 6(i-1)]     cost the charge took, tokens
+ * ARGV[7 + 6(i-1)]     at of the charged state (from the decide reply), integer ms
  *
  * Returns what decide returns, for the buckets as they are after the refund (allowed 1, no delay).
  */
@@ -221,8 +232,8 @@ for i = 1, #KEYS do
   local base = 1 + (i - 1) * ${REFUND_ARGS}
   local m = MODELS[ARGV[base + 1]]
   local rule = rule_at(base)
-  local cost = tonumber(ARGV[base + 4])
-  local s = m.refund(load(m, KEYS[i], now, rule), rule, cost, tonumber(ARGV[base + 5]))
+  local cost = tonumber(ARGV[base + 5])
+  local s = m.refund(load(m, KEYS[i], now, rule), rule, cost, tonumber(ARGV[base + 6]))
   save(m, KEYS[i], s, report(m, s, rule, cost, true, 0, reply))
 end
 append(reply, now)

@@ -2,7 +2,8 @@
  * Fixed window in Lua: mirrors `algorithms/fixed-window.ts` function for function, line for
  * line. Change both together; the table of cases runs against both.
  *
- * Stored value (a string): `<start>|<count>`: window start in integer ms, count as `%.17g`.
+ * Stored value (a string): `<start>|<count>[|<blocked until>]`: window start in integer ms, count
+ * as `%.17g`, the end of a block (once one was set) in integer ms.
  */
 export const FIXED_WINDOW_LUA = `
 local fixed_window = {}
@@ -10,11 +11,11 @@ local fixed_window = {}
 function fixed_window.decode(raw)
   if not raw then return nil end
   local f = fields(raw)
-  return { start = f[1], count = f[2] }
+  return { start = f[1], count = f[2], blocked_until = f[3] or 0 }
 end
 
 function fixed_window.encode(s)
-  return string.format('%d|%.17g', s.start, s.count)
+  return with_block(string.format('%d|%.17g', s.start, s.count), s)
 end
 
 -- fixedWindow.current
@@ -27,7 +28,9 @@ function fixed_window.current(state, now, rule)
   -- a count written under a larger limit (the limit was lowered) is the whole limit now
   local count = 0
   if state ~= nil and state.start == start then count = math.min(rule.burst, state.count) end
-  return { start = start, count = count, at = at }
+  local blocked_until = 0
+  if state ~= nil then blocked_until = state.blocked_until end
+  return { start = start, count = count, at = at, blocked_until = blocked_until }
 end
 
 -- fixedWindow.remaining
@@ -44,7 +47,7 @@ end
 
 -- fixedWindow.charge
 function fixed_window.charge(s, rule, cost)
-  return { start = s.start, count = s.count + cost, at = s.at }
+  return { start = s.start, count = s.count + cost, at = s.at, blocked_until = s.blocked_until }
 end
 
 -- fixedWindow.refund
@@ -52,6 +55,6 @@ function fixed_window.refund(s, rule, cost, charged_at)
   -- a charge in a window that has ended no longer counts: nothing to give back
   local w = window_ms(rule.rps, rule.burst)
   if s.start ~= math.floor(charged_at / w) * w then return s end
-  return { start = s.start, count = math.max(0, s.count - cost), at = s.at }
+  return { start = s.start, count = math.max(0, s.count - cost), at = s.at, blocked_until = s.blocked_until }
 end
 `;

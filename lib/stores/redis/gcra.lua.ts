@@ -3,8 +3,8 @@
  * `algorithms/leaky-bucket.ts` function for function, line for line. Change them together;
  * the tables of cases run against both.
  *
- * Stored value (a string): `<backlog>|<at>`: backlog in tokens as `%.17g` (so the double
- * round-trips exactly), `at` in integer ms.
+ * Stored value (a string): `<backlog>|<at>[|<blocked until>]`: backlog in tokens as `%.17g` (so
+ * the double round-trips exactly), `at` and the end of a block (once one was set) in integer ms.
  */
 export const GCRA_LUA = `
 local gcra = {}
@@ -12,16 +12,16 @@ local gcra = {}
 function gcra.decode(raw)
   if not raw then return nil end
   local f = fields(raw)
-  return { backlog = f[1], at = f[2] }
+  return { backlog = f[1], at = f[2], blocked_until = f[3] or 0 }
 end
 
 function gcra.encode(s)
-  return string.format('%.17g|%d', s.backlog, s.at)
+  return with_block(string.format('%.17g|%d', s.backlog, s.at), s)
 end
 
 -- gcra.current
 function gcra.current(state, now, rule)
-  if state == nil then return { backlog = 0, at = now } end
+  if state == nil then return { backlog = 0, at = now, blocked_until = 0 } end
   -- a clock that goes backwards drains nothing, and at never moves back
   local elapsed = math.max(0, now - state.at)
   -- a backlog written under a larger burst (the limit was lowered since) was a full one as of
@@ -30,7 +30,7 @@ function gcra.current(state, now, rule)
   -- empty once the whole ms its key expires after have passed, even a rounding step short
   local backlog = whole_if_near(math.max(0, stored - (elapsed * rule.rps) / 1000), rule.burst)
   if elapsed >= duration_ms(stored, rule.rps) then backlog = 0 end
-  return { backlog = backlog, at = math.max(state.at, now) }
+  return { backlog = backlog, at = math.max(state.at, now), blocked_until = state.blocked_until }
 end
 
 -- gcra.remaining
@@ -48,12 +48,12 @@ end
 
 -- gcra.charge
 function gcra.charge(s, rule, cost)
-  return { backlog = s.backlog + cost, at = s.at }
+  return { backlog = s.backlog + cost, at = s.at, blocked_until = s.blocked_until }
 end
 
 -- gcra.refund
 function gcra.refund(s, rule, cost, charged_at)
-  return { backlog = math.max(0, s.backlog - cost), at = s.at }
+  return { backlog = math.max(0, s.backlog - cost), at = s.at, blocked_until = s.blocked_until }
 end
 
 -- leakyBucket: gcra plus the wait in the queue

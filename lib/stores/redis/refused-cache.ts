@@ -19,6 +19,7 @@ interface Policy {
   algorithm: Algorithm;
   rps: number;
   burst: number;
+  blockMs: number | undefined;
   cost: number;
   outcome: Outcome;
   /** Whether the cache knows how long the policy refuses a request like it: else only Redis answers one. */
@@ -58,6 +59,11 @@ const MAX_AGE_MS = 5_000;
  * A request is answered from here only when one of its keys is cached as refused and every
  * policy of the request, with the same rule and cost, was part of the request Redis answered,
  * so the answer carries every policy's headers.
+ *
+ * A policy with a block (`Rule.blockMs`) starts it when Redis refuses a request, which a refusal
+ * answered here would skip: such a policy's refusals are only answered here once Redis has
+ * refused (its reported wait is then the block's, which only Redis's refusal starts), never
+ * foreseen from an admitted request's outcome or among requests let go together.
  */
 export class RefusedCache {
   private readonly refusals = new Map<string, Refusal>();
@@ -88,7 +94,8 @@ export class RefusedCache {
     const cached = this.lookup(requests, now);
     if (cached !== undefined) return cached;
     const refusal = this.refusals.get(requests[0].key);
-    if (refusal === undefined) return undefined;
+    // a refusal answered here would not start a block that Redis's own would
+    if (refusal === undefined || requests.some(({ rule }) => rule.blockMs !== undefined)) return undefined;
     const elapsed = now - refusal.decidedAt;
     const rooms: number[] = [];
     for (const { key, rule, cost } of requests) {
@@ -136,7 +143,7 @@ export class RefusedCache {
       policies ??= new Map(
         requests.map(({ key, rule, cost }, j) => [
           key,
-          { algorithm: rule.algorithm, rps: rule.rps, burst: rule.burst, cost, outcome: asRefused(outcomes[j], waits[j]), timed: waits[j] !== undefined },
+          { algorithm: rule.algorithm, rps: rule.rps, burst: rule.burst, blockMs: rule.blockMs, cost, outcome: asRefused(outcomes[j], waits[j]), timed: waits[j] !== undefined },
         ]),
       );
       // contended only (wait 0 or not known): refused by nothing here, but the next requests wait for the calls behind
@@ -184,11 +191,14 @@ export class RefusedCache {
 /**
  * Milliseconds from the decision until a request like this one (same cost) can pass the policy:
  * 0 when it could pass at once, -1 when it never can, `undefined` when the cache cannot tell. A
- * refused policy says so itself; after a charge, the charged outcome tells (`waitForCost`).
+ * refused policy says so itself; after a charge, the charged outcome tells (`waitForCost`), but
+ * not of a policy with a block: the refusal it foresees starts a block, which only Redis can.
  */
 function waitAfter(outcome: Outcome, rule: RateLimitRequest['rule'], cost: number, charged: boolean): number | undefined {
   if (!outcome.allowed) return outcome.retryMs;
-  return charged ? waitForCost(rule, cost, outcome) : 0;
+  if (!charged) return 0;
+  const wait = waitForCost(rule, cost, outcome);
+  return wait !== 0 && rule.blockMs !== undefined ? undefined : wait;
 }
 
 /** The outcome a request like this one gets from the policy at the decision: refused for `wait` ms, if timed. */
@@ -199,7 +209,8 @@ function asRefused(outcome: Outcome, wait: number | undefined): Outcome {
 
 /** Whether a remembered policy is the one a request has now. */
 function sameAs(policy: Policy, rule: RateLimitRequest['rule'], cost: number): boolean {
-  return policy.algorithm === rule.algorithm && policy.rps === rule.rps && policy.burst === rule.burst && policy.cost === cost;
+  const { algorithm, rps, burst, blockMs } = rule;
+  return policy.algorithm === algorithm && policy.rps === rps && policy.burst === burst && policy.blockMs === blockMs && policy.cost === cost;
 }
 
 /**

@@ -2,8 +2,8 @@
  * Sliding window counter in Lua: mirrors `algorithms/sliding-window-counter.ts` function for
  * function, line for line. Change both together; the table of cases runs against both.
  *
- * Stored value (a string): `<start>|<previous>|<count>`: window start in integer ms, the
- * counts as `%.17g`.
+ * Stored value (a string): `<start>|<previous>|<count>[|<blocked until>]`: window start in
+ * integer ms, the counts as `%.17g`, the end of a block (once one was set) in integer ms.
  */
 export const SLIDING_WINDOW_COUNTER_LUA = `
 local sliding_window_counter = {}
@@ -11,11 +11,11 @@ local sliding_window_counter = {}
 function sliding_window_counter.decode(raw)
   if not raw then return nil end
   local f = fields(raw)
-  return { start = f[1], previous = f[2], count = f[3] }
+  return { start = f[1], previous = f[2], count = f[3], blocked_until = f[4] or 0 }
 end
 
 function sliding_window_counter.encode(s)
-  return string.format('%d|%.17g|%.17g', s.start, s.previous, s.count)
+  return with_block(string.format('%d|%.17g|%.17g', s.start, s.previous, s.count), s)
 end
 
 -- previousScaled
@@ -30,12 +30,14 @@ function sliding_window_counter.current(state, now, rule)
   local at = now
   if state ~= nil then at = math.max(now, state.start) end
   local start = math.floor(at / w) * w
-  if state == nil then return { start = start, previous = 0, count = 0, at = at } end
+  if state == nil then return { start = start, previous = 0, count = 0, at = at, blocked_until = 0 } end
   -- counts written under a larger limit (the limit was lowered) are the whole limit now
-  local b = rule.burst
-  if state.start == start then return { start = start, previous = math.min(b, state.previous), count = math.min(b, state.count), at = at } end
-  if state.start + w == start then return { start = start, previous = math.min(b, state.count), count = 0, at = at } end
-  return { start = start, previous = 0, count = 0, at = at }
+  local b, blocked_until = rule.burst, state.blocked_until
+  if state.start == start then
+    return { start = start, previous = math.min(b, state.previous), count = math.min(b, state.count), at = at, blocked_until = blocked_until }
+  end
+  if state.start + w == start then return { start = start, previous = math.min(b, state.count), count = 0, at = at, blocked_until = blocked_until } end
+  return { start = start, previous = 0, count = 0, at = at, blocked_until = blocked_until }
 end
 
 -- slidingWindowCounter.remaining
@@ -61,7 +63,7 @@ end
 
 -- slidingWindowCounter.charge
 function sliding_window_counter.charge(s, rule, cost)
-  return { start = s.start, previous = s.previous, count = s.count + cost, at = s.at }
+  return { start = s.start, previous = s.previous, count = s.count + cost, at = s.at, blocked_until = s.blocked_until }
 end
 
 -- slidingWindowCounter.refund
@@ -70,10 +72,10 @@ function sliding_window_counter.refund(s, rule, cost, charged_at)
   local w = window_ms(rule.rps, rule.burst)
   local charged = math.floor(charged_at / w) * w
   if s.start == charged then
-    return { start = s.start, previous = s.previous, count = math.max(0, s.count - cost), at = s.at }
+    return { start = s.start, previous = s.previous, count = math.max(0, s.count - cost), at = s.at, blocked_until = s.blocked_until }
   end
   if s.start == charged + w then
-    return { start = s.start, previous = math.max(0, s.previous - cost), count = s.count, at = s.at }
+    return { start = s.start, previous = math.max(0, s.previous - cost), count = s.count, at = s.at, blocked_until = s.blocked_until }
   end
   return s
 end

@@ -7,9 +7,16 @@
  * pure model's state is a range (`head`, `count`) of an array whose entries before `head` are
  * skipped, the state here holds the key, how many entries come first in the set and are skipped
  * (expired, or beyond the limit), and how many follow, and reads the set when it needs an entry.
+ *
+ * A block's end (`blockedUntil`) is the member `block`, scored by minus that end in ms: below
+ * every entry, so it is always the first member skipped as expired, and `add` drops it with
+ * them (a charge is only ever admitted once a block has ended). Only a rule with a block reads it.
  */
 export const SLIDING_WINDOW_LOG_LUA = `
 local sliding_window_log = {}
+
+-- the member that holds a block's end
+local BLOCK_MEMBER = 'block'
 
 -- logEntries
 local function log_entries(cost)
@@ -29,7 +36,12 @@ function sliding_window_log.load(key, now, rule)
   local total = redis.call('ZCARD', key)
   -- a log written under a larger limit (the limit was lowered) keeps its newest burst entries
   expired = math.max(expired, total - rule.burst)
-  return { key = key, count = total - expired, expired = expired, at = at, added = 0 }
+  local blocked_until = 0
+  if rule.block_ms > 0 then
+    local score = redis.call('ZSCORE', key, BLOCK_MEMBER)
+    if score then blocked_until = -tonumber(score) end
+  end
+  return { key = key, count = total - expired, expired = expired, at = at, added = 0, blocked_until = blocked_until }
 end
 
 -- slidingWindowLog.remaining
@@ -50,7 +62,7 @@ end
 -- slidingWindowLog.charge (add writes the entries)
 function sliding_window_log.charge(s, rule, cost)
   local n = log_entries(cost)
-  return { key = s.key, count = s.count + n, expired = s.expired, at = s.at, added = n }
+  return { key = s.key, count = s.count + n, expired = s.expired, at = s.at, added = n, blocked_until = s.blocked_until }
 end
 
 -- drops the expired entries (the oldest, those load skipped) and writes those charge took (the
@@ -71,6 +83,11 @@ function sliding_window_log.add(key, s)
     end
   end
   if #args > 0 then redis.call('ZADD', key, unpack(args)) end
+end
+
+-- stores a block that holds as its member (the entries are in the set already)
+function sliding_window_log.save_block(key, s)
+  if s.blocked_until > s.at then redis.call('ZADD', key, string.format('%d', -s.blocked_until), BLOCK_MEMBER) end
 end
 
 -- slidingWindowLog.refund: drops the newest-numbered entries at charged_at, so those left stay

@@ -2,8 +2,8 @@
  * Token bucket in Lua: mirrors `algorithms/token-bucket.ts` function for function, line for
  * line. Change both together; the shared table of cases runs against both.
  *
- * Stored value (a string): `<tokens>|<at>`: tokens as `%.17g` (so the double round-trips
- * exactly), `at` in integer ms.
+ * Stored value (a string): `<tokens>|<at>[|<blocked until>]`: tokens as `%.17g` (so the double
+ * round-trips exactly), `at` and the end of a block (once one was set) in integer ms.
  */
 export const TOKEN_BUCKET_LUA = `
 local token_bucket = {}
@@ -11,23 +11,23 @@ local token_bucket = {}
 function token_bucket.decode(raw)
   if not raw then return nil end
   local f = fields(raw)
-  return { tokens = f[1], at = f[2] }
+  return { tokens = f[1], at = f[2], blocked_until = f[3] or 0 }
 end
 
 function token_bucket.encode(s)
-  return string.format('%.17g|%d', s.tokens, s.at)
+  return with_block(string.format('%.17g|%d', s.tokens, s.at), s)
 end
 
 -- tokenBucket.current
 function token_bucket.current(state, now, rule)
-  if state == nil then return { tokens = rule.burst, at = now } end
+  if state == nil then return { tokens = rule.burst, at = now, blocked_until = 0 } end
   -- a clock that goes backwards adds nothing, and at never moves back
   local elapsed = math.max(0, now - state.at)
   -- full once the whole ms its key expires after have passed, even a rounding step short, and
   -- at once when it holds more than burst (written under a larger one)
   local tokens = whole_if_near(math.min(rule.burst, state.tokens + (elapsed * rule.rps) / 1000), rule.burst)
   if elapsed >= duration_ms(rule.burst - state.tokens, rule.rps) then tokens = rule.burst end
-  return { tokens = tokens, at = math.max(state.at, now) }
+  return { tokens = tokens, at = math.max(state.at, now), blocked_until = state.blocked_until }
 end
 
 -- tokenBucket.remaining
@@ -43,11 +43,11 @@ end
 
 -- tokenBucket.charge
 function token_bucket.charge(s, rule, cost)
-  return { tokens = s.tokens - cost, at = s.at }
+  return { tokens = s.tokens - cost, at = s.at, blocked_until = s.blocked_until }
 end
 
 -- tokenBucket.refund
 function token_bucket.refund(s, rule, cost, charged_at)
-  return { tokens = math.min(rule.burst, s.tokens + cost), at = s.at }
+  return { tokens = math.min(rule.burst, s.tokens + cost), at = s.at, blocked_until = s.blocked_until }
 end
 `;
