@@ -29,6 +29,8 @@ interface Policy {
   /** Tokens per second. */
   rps: number;
   burst: number;
+  /** Milliseconds a refusal of it blocks for; absent: no block. */
+  blockMs?: number;
 }
 
 /** One request of a trace. */
@@ -72,8 +74,10 @@ class Model {
 
   consume(requests: readonly RateLimitRequest[], now: number): RateLimitDecision[] {
     const verdict = decideAll(this.entries(requests), now, true);
-    if (verdict.allowed) {
+    // all charged states, or only those whose block a refusal starts
+    if (verdict.allowed || verdict.blocks !== undefined) {
       requests.forEach(({ key, rule }, i) => {
+        if (!verdict.allowed && !verdict.blocks![i]) return;
         const state = verdict.next[i];
         this.buckets.set(key, { state, fullAt: expiresAt(modelOf(rule), state, rule) });
       });
@@ -96,8 +100,9 @@ class Model {
 
 function requestsOf({ identity, cost, policies: names }: Step, policies: readonly Policy[], prefix: string): RateLimitRequest[] {
   return names.map((name) => {
-    const { algorithm, rps, burst } = policies.find((p) => p.name === name)!;
-    return { key: bucketKey(prefix, name, algorithm, identity), policy: name, rule: ruleOf(algorithm, rps, burst), cost };
+    const { algorithm, rps, burst, blockMs } = policies.find((p) => p.name === name)!;
+    const rule = blockMs === undefined ? ruleOf(algorithm, rps, burst) : { ...ruleOf(algorithm, rps, burst), blockMs };
+    return { key: bucketKey(prefix, name, rule, identity), policy: name, rule, cost };
   });
 }
 
@@ -126,13 +131,25 @@ const rpsSeed = fc.oneof(
   { weight: 1, arbitrary: fc.constantFrom(0.001, 0.01, 1, 10, 60, 3600, 86_400).map((seconds) => ({ seconds })) },
 );
 
+/**
+ * A policy's block: none (most policies), a block of a few ms or seconds up to a day, or one
+ * about as long as the time its bucket takes to fill (where the two meet is where they may clash).
+ */
+const blockSeed = fc.oneof(
+  { weight: 3, arbitrary: fc.constant(undefined) },
+  { weight: 1, arbitrary: fc.constantFrom(1, 7, 1_000, 60_000, 3_600_000, 86_400_000).map((ms) => ({ ms })) },
+  { weight: 1, arbitrary: fc.constantFrom(0.5, 1, 2).map((times) => ({ times })) },
+);
+
 function ruleArbitrary(algorithm: fc.Arbitrary<Algorithm>): fc.Arbitrary<Omit<Policy, 'name'>> {
-  return fc.record({ algorithm, burst: burstSeed, rps: rpsSeed }).map(({ algorithm, burst: b, rps: r }) => {
+  return fc.record({ algorithm, burst: burstSeed, rps: rpsSeed, block: blockSeed }).map(({ algorithm, burst: b, rps: r, block }) => {
     const most = Math.min(b.most, algorithm === 'sliding_window_log' ? LARGEST_LOG_BURST : LARGEST_BURST);
     const burst = Math.round(logScale(1, most, b.u));
     const [lo, hi] = rpsRange(algorithm, burst);
-    const rps = 'u' in r ? logScale(lo, hi, r.u) : 'rps' in r ? r.rps : burst / r.seconds;
-    return { algorithm, rps: Math.min(hi, Math.max(lo, rps)), burst };
+    const rps = Math.min(hi, Math.max(lo, 'u' in r ? logScale(lo, hi, r.u) : 'rps' in r ? r.rps : burst / r.seconds));
+    if (block === undefined) return { algorithm, rps, burst };
+    const full = WINDOW_ALGORITHMS.has(algorithm) ? windowMs(rps, burst) : durationMs(burst, rps);
+    return { algorithm, rps, burst, blockMs: 'ms' in block ? block.ms : Math.max(1, Math.round(full * block.times)) };
   });
 }
 
