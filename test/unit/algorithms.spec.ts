@@ -36,6 +36,35 @@ describe.each(ALGORITHMS.map((algorithm) => [algorithm]))('%s (pure)', (algorith
     expect(request()).toEqual([[false, 0], [true, 98]]);
   });
 
+  it('with blockFor, starts a block only when the policy itself refuses, and never on a peek', () => {
+    const blocking: Rule = { ...tight, blockMs: 60_000 };
+    let states: Array<Held | undefined> = [undefined, undefined];
+    const request = (rules: Rule[], now: number, charge = true) => {
+      const verdict = decideAll(rules.map((rule, i) => ({ state: states[i], rule, cost: 1 })), CASE_EPOCH + now, charge);
+      if (verdict.allowed) states = verdict.next;
+      else verdict.blocks?.forEach((starts, i) => starts && (states[i] = verdict.next[i]));
+      return verdict;
+    };
+    const once: Rule = ruleOf('fixed_window', 1 / 3600, 1);
+    expect(request([blocking, once], 0).allowed).toBe(true);
+    // refused by the other policy alone: nothing to store, no block
+    const other = request([blocking, once], 0);
+    expect([other.allowed, other.blocks]).toEqual([false, undefined]);
+    expect(request([blocking], 0).outcomes[0]).toMatchObject({ allowed: true, remaining: 0 });
+    // a peek sees the refusal coming, and starts nothing
+    expect(request([blocking], 0, false).blocks).toBeUndefined();
+    // a cost above burst is refused as never admittable, without a block
+    const never = decideAll([{ state: states[0], rule: blocking, cost: 3 }], CASE_EPOCH, true);
+    expect([never.outcomes[0].retryMs, never.blocks]).toEqual([-1, undefined]);
+    const refused = request([blocking], 0);
+    expect(refused.blocks).toEqual([true]);
+    expect(refused.outcomes[0]).toMatchObject({ allowed: false, remaining: 0, retryMs: 60_000, fullMs: 60_000, nextMs: 60_000 });
+    // retrying during the block does not lengthen it, and the key lives until it ends
+    expect(request([blocking], 30_000).outcomes[0]).toMatchObject({ allowed: false, retryMs: 30_000 });
+    expect(expiresAt(MODELS[algorithm], states[0]!, blocking)).toBe(CASE_EPOCH + 60_000);
+    expect(request([blocking], 60_000).outcomes[0]).toMatchObject({ allowed: true, remaining: 1 });
+  });
+
   it('only looks when not charging', () => {
     const verdict = decideAll([{ state: undefined, rule: tight, cost: 2 }], CASE_EPOCH, false);
     expect(verdict.outcomes[0]).toMatchObject({ allowed: true, remaining: 2 });

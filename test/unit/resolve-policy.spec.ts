@@ -37,6 +37,18 @@ describe('resolvePolicy', () => {
     expect(resolve({ tokensPerSecond: 4, burst: 8 }).rule).toEqual({ algorithm: 'token_bucket', rps: 4, burst: 8 });
   });
 
+  it.each([
+    ['1h', 3_600_000],
+    [90, 90_000],
+    ['1.5s', 1_500],
+    ['15m', 900_000],
+    ['1ms', 1],
+    ['365d', 365 * 86_400_000],
+  ])('puts blockFor %p into the rule as %p ms, and nothing without it', (blockFor, blockMs) => {
+    expect(resolve({ limit: 5, window: '15m', blockFor }).rule).toEqual({ algorithm: 'token_bucket', rps: 5 / 900, burst: 5, blockMs });
+    expect('blockMs' in resolve({ limit: 5, window: '15m' }).rule).toBe(false);
+  });
+
   it.each(['token_bucket', 'leaky_bucket', 'fixed_window', 'sliding_window_log', 'sliding_window_counter', 'gcra'])(
     'accepts %s, from rps 0.001 to 1e6 and windows up to a day',
     (algorithm) => {

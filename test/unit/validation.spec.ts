@@ -32,6 +32,7 @@ const LIB = fileURLToPath(new URL('../../lib/', import.meta.url));
 const TOKEN_CHARS = "letters, digits and !#$%&'*+-.^_`|~ only";
 const KEY_SOURCES = `must be 'ip', 'user', 'api-key', 'header:<name>', a function, or a non-empty list of those`;
 const WINDOW = `must be a positive number of seconds or a duration such as '10s', '1m', '1h', '1d'`;
+const BLOCK_FOR = `must be a duration of at least 1 ms: seconds, or a string such as '30s', '15m', '1h', '1d'`;
 const COST = `must be a positive number, 'header:<name>', 'query:<name>' or a function`;
 const NAME = 'must be a string of 1 to 64 visible ASCII characters, without spaces or braces';
 const TIMEOUT = 'must be a positive number of milliseconds, at most 2147483647 (the longest a timer can wait)';
@@ -141,7 +142,7 @@ const ROWS: Row[] = [
   // policies, through @RateLimit and module start
   ['a number for a policy', policy(5), `${ON_HANDLER} a policy must be an object such as { rps: 10, burst: 20 }, got 5`],
   ['@RateLimit([])', policy([]), `${ON_HANDLER} @RateLimit([]) lists no policy; give at least one (@SkipRateLimit() exempts a route)`],
-  ['a misspelt field', policy({ rps: 1, brust: 5 }), `${ON_HANDLER} "brust" is not a policy field (the fields are algorithm, rps, tokensPerSecond, burst, limit, window, cost, defaultCost, key, name, tiers, tier, defaultTier), got 5`],
+  ['a misspelt field', policy({ rps: 1, brust: 5 }), `${ON_HANDLER} "brust" is not a policy field (the fields are algorithm, rps, tokensPerSecond, burst, limit, window, cost, defaultCost, key, name, tiers, tier, defaultTier, blockFor), got 5`],
   ['algorithm in the wrong case', policy({ algorithm: 'Token_Bucket', rps: 1 }), `${ON_HANDLER} "algorithm" must be one of 'token_bucket', 'leaky_bucket', 'fixed_window', 'sliding_window_log', 'sliding_window_counter', 'gcra', got "Token_Bucket"`],
   ['algorithm null', policy({ algorithm: null, rps: 1 }), `${ON_HANDLER} "algorithm" must be one of 'token_bucket', 'leaky_bucket', 'fixed_window', 'sliding_window_log', 'sliding_window_counter', 'gcra', got null`],
   ['algorithm a number', policy({ algorithm: 1, rps: 1 }), `${ON_HANDLER} "algorithm" must be one of 'token_bucket', 'leaky_bucket', 'fixed_window', 'sliding_window_log', 'sliding_window_counter', 'gcra', got 1`],
@@ -170,6 +171,12 @@ const ROWS: Row[] = [
   ["window '1M'", policy({ limit: 5, window: '1M' }), `${ON_HANDLER} "window" ${WINDOW}, got "1M"`],
   ['window 0', policy({ limit: 5, window: 0 }), `${ON_HANDLER} "window" ${WINDOW}, got 0`],
   ['window longer than a year', policy({ limit: 5, window: '366d' }), `${ON_HANDLER} "window" must be at most 365 days, got "366d"`],
+  ["blockFor '1 hour'", policy({ limit: 5, window: '15m', blockFor: '1 hour' }), `${ON_HANDLER} "blockFor" ${BLOCK_FOR}, got "1 hour"`],
+  ['blockFor 0', policy({ limit: 5, window: '15m', blockFor: 0 }), `${ON_HANDLER} "blockFor" ${BLOCK_FOR}, got 0`],
+  ["blockFor '0.1ms'", policy({ limit: 5, window: '15m', blockFor: '0.1ms' }), `${ON_HANDLER} "blockFor" ${BLOCK_FOR}, got "0.1ms"`],
+  ['blockFor null', policy({ limit: 5, window: '15m', blockFor: null }), `${ON_HANDLER} "blockFor" ${BLOCK_FOR}, got null`],
+  ['blockFor longer than a year', policy({ limit: 5, window: '15m', blockFor: '366d' }), `${ON_HANDLER} "blockFor" must be at most 365 days, got "366d"`],
+  ['blockFor on a class', policy({ rps: 1, blockFor: -60 }, 'class'), `${ON_CLASS} "blockFor" ${BLOCK_FOR}, got -60`],
   ['limit per window past 1e6 rps', policy({ limit: 2_000_000, window: 1 }), `${ON_HANDLER} limit / window = 2000000 / 1 s is more than 1000000 tokens per second; lower "limit" or lengthen "window"`],
   ['rps and tokensPerSecond', policy({ rps: 1, tokensPerSecond: 2 }), `${ON_HANDLER} "rps" and "tokensPerSecond" are the same setting; give one`],
   ['rps and limit', policy({ rps: 1, limit: 10, window: '1m' }), `${ON_HANDLER} both "rps" and "limit" given; say it as rps + burst or as limit + window`],
