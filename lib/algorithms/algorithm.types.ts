@@ -58,6 +58,8 @@ export interface Outcome {
   nextMs: number;
   /** Milliseconds the request must wait before it proceeds (queueing algorithms only). */
   delayMs: number;
+  /** Milliseconds the policy's block still holds (see `Rule.blockMs`); 0 when none does. */
+  blockedMs: number;
   /**
    * The time the state is as of, integer ms on the deciding store's clock: for an admitted and
    * charged request, when the charge was taken (the `chargedAt` a refund names). Absent on an

@@ -125,6 +125,7 @@ function report<S extends Held>(model: AlgorithmModel<S>, state: S, { rule, cost
     fullMs: Math.max(blockMs, model.waitMs(state, rule, rule.burst)),
     nextMs: remaining >= rule.burst ? 0 : Math.max(blockMs, model.waitMs(state, rule, remaining + 1)),
     delayMs,
+    blockedMs: blockMs,
     at: state.at,
   };
 }

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { jest } from '@jest/globals';
 import fc from 'fast-check';
 import type { Redis } from 'ioredis';
-import { ALGORITHMS, type Algorithm } from '../../lib/algorithms/algorithm.types.js';
+import { ALGORITHMS, type Algorithm, type Rule } from '../../lib/algorithms/algorithm.types.js';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
 import { MemoryStore } from '../../lib/stores/memory/memory.store.js';
 import type { RateLimitDecision, RateLimitRequest } from '../../lib/stores/rate-limit-store.interface.js';
@@ -22,12 +22,17 @@ afterAll(async () => {
   await redis.quit();
 });
 
-/** A policy of the trace: small bursts and slow rates, so that refusals are common. */
+/** A policy of the trace: small bursts and slow rates, so that refusals are common; some block. */
 const policy = fc.record({
   algorithm: fc.constantFrom(...ALGORITHMS),
   burst: fc.integer({ min: 1, max: 5 }),
   rps: fc.constantFrom(0.5, 1, 2, 5, 20),
+  blockMs: fc.constantFrom(undefined, undefined, 300, 2_000),
 });
+
+/** The rule of a policy of the trace. */
+const ruleOfPolicy = ({ algorithm, rps, burst, blockMs }: typeof policy extends fc.Arbitrary<infer P> ? P : never): Rule =>
+  blockMs === undefined ? ruleOf(algorithm, rps, burst) : { ...ruleOf(algorithm, rps, burst), blockMs };
 
 /** A request: which instance sends it, after how long, with which of the policies and cost. */
 const step = fc.record({
@@ -65,8 +70,8 @@ describe('the refused-key cache of RedisStore (real Redis)', () => {
         for (const { instance, dt, identity, policies, cost } of steps) {
           now += dt;
           const requests: RateLimitRequest[] = policies.map((i) => {
-            const rule = ruleOf(rules[i].algorithm, rules[i].rps, rules[i].burst);
-            return { key: bucketKey(prefix, `p${i}`, rule.algorithm, `${i}:${identity}`), policy: `p${i}`, rule, cost };
+            const rule = ruleOfPolicy(rules[i]);
+            return { key: bucketKey(prefix, `p${i}`, rule, `${i}:${identity}`), policy: `p${i}`, rule, cost };
           });
           const wouldAdmit = (await truth.peek(requests)).every((d) => d.allowed);
           const hitsBefore = hits;
@@ -117,8 +122,8 @@ describe('the refused-key cache of RedisStore (real Redis)', () => {
         const alone = new RedisStore({ client: redis, clock, cacheRefusals: false });
         const requestsOf = (prefix: string, policies: readonly number[], cost: number): RateLimitRequest[] =>
           policies.map((i) => {
-            const rule = ruleOf(rules[i].algorithm, rules[i].rps, rules[i].burst);
-            return { key: bucketKey(prefix, `p${i}`, rule.algorithm, `${i}:flood`), policy: `p${i}`, rule, cost };
+            const rule = ruleOfPolicy(rules[i]);
+            return { key: bucketKey(prefix, `p${i}`, rule, `${i}:flood`), policy: `p${i}`, rule, cost };
           });
         for (const { dt, together, policies, cost } of steps) {
           now += dt;
@@ -218,6 +223,52 @@ describe('the refused-key cache of RedisStore on requests of cost over 1 (real R
     const after = await consume();
     expect(after.memory.every((decision) => decision.allowed)).toBe(true);
     expect({ uncached: after.uncached, cached: after.cached }).toEqual({ uncached: after.memory, cached: after.memory });
+    await Promise.all(Object.values(stores).map((store) => store.close()));
+  });
+});
+
+describe('the refused-key cache of RedisStore with blockFor (real Redis)', () => {
+  it.each(ALGORITHMS.map((a) => [a]))('%s: leaves the refusal that starts a block to Redis, and answers the block to its end', async (algorithm) => {
+    const run = randomUUID();
+    let now = CASE_EPOCH;
+    const clock = () => now;
+    const stores = {
+      memory: new MemoryStore({ clock }),
+      uncached: new RedisStore({ client: redis, clock, cacheRefusals: false }),
+      cached: new RedisStore({ client: redis, clock }),
+    };
+    // 10 a second, 2 at most, an hour's block: each store its own bucket
+    const rule: Rule = { ...ruleOf(algorithm, 10, 2), blockMs: 3_600_000 };
+    const requestOf = (store: string): RateLimitRequest[] => [{ key: bucketKey(`rl-block-${run}-${store}:`, 'login', rule, 'ip:1.2.3.4'), policy: 'login', rule, cost: 1 }];
+    const seen = ({ allowed, retryAfter, remaining, fullAfter }: RateLimitDecision) => ({ allowed, retryAfter, remaining, fullAfter });
+    const consume = async () => {
+      const [memory, uncached, cached] = await Promise.all(
+        Object.entries(stores).map(async ([name, store]) => (await store.consume(requestOf(name))).map(seen)),
+      );
+      expect({ uncached, cached }).toEqual({ uncached: memory, cached: memory });
+      return memory[0];
+    };
+    const answerable = () => stores.cached.cached(requestOf('cached'))?.map(seen)[0];
+
+    expect(await consume()).toMatchObject({ allowed: true, remaining: 1 });
+    expect(await consume()).toMatchObject({ allowed: true, remaining: 0 });
+    // the next one would be refused, but answered here it would start no block: Redis answers it
+    expect(answerable()).toBeUndefined();
+    expect(await consume()).toEqual({ allowed: false, retryAfter: 3_600, remaining: 0, fullAfter: 3_600 });
+    // the block, from what Redis said: refused, until the block ends
+    expect(answerable()).toMatchObject({ allowed: false, retryAfter: 3_600 });
+    // a second on, the bucket has refilled: the block holds, a second shorter, cached or not
+    now += 1_000;
+    expect(answerable()).toMatchObject({ allowed: false, retryAfter: 3_599 });
+    expect(await consume()).toMatchObject({ allowed: false, retryAfter: 3_599 });
+    // never past the block's end: the cache lets go of it before, and Redis refuses to the last ms
+    now = CASE_EPOCH + 3_600_000 - 1;
+    expect(answerable()).toBeUndefined();
+    expect(await consume()).toMatchObject({ allowed: false, retryAfter: 1 });
+    expect(answerable()?.allowed).not.toBe(true);
+    now = CASE_EPOCH + 3_600_000;
+    expect(answerable()).toBeUndefined();
+    expect(await consume()).toMatchObject({ allowed: true, remaining: 1 });
     await Promise.all(Object.values(stores).map((store) => store.close()));
   });
 });

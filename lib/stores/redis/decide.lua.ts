@@ -7,10 +7,10 @@ import { TOKEN_BUCKET_LUA } from './token-bucket.lua.js';
 
 /**
  * Numbers both scripts return per request: allowed, remaining, retryMs, fullMs, nextMs,
- * delayMs, and the time the state is as of (the `at` a refund names). The reply ends with the
- * script's clock, one more number.
+ * delayMs, blockedMs, and the time the state is as of (the `at` a refund names). The reply ends
+ * with the script's clock, one more number.
  */
-export const REPLY_WIDTH = 7;
+export const REPLY_WIDTH = 8;
 /** Arguments the decide script takes per policy, after its request's three. */
 const DECIDE_ARGS = 5;
 /** Arguments the refund script takes per request, after its leading one. */
@@ -83,7 +83,7 @@ local function report(m, s, rule, cost, admits, delay_ms, reply)
   if remaining < rule.burst then next_ms = math.max(block_ms, m.wait_ms(s, rule, remaining + 1)) end
   local k = reply.n
   reply[k + 1], reply[k + 2], reply[k + 3], reply[k + 4] = admits and 1 or 0, remaining, retry_ms, full_ms
-  reply[k + 5], reply[k + 6], reply[k + 7] = next_ms, delay_ms, s.at
+  reply[k + 5], reply[k + 6], reply[k + 7], reply[k + 8] = next_ms, delay_ms, block_ms, s.at
   reply.n = k + ${REPLY_WIDTH}
   return full_ms
 end
@@ -146,9 +146,9 @@ end
  * ARGV[b + 7 + 5(i-1)] block, integer ms a refusal blocks for; '0' for none
  * ARGV[b + 8 + 5(i-1)] cost, tokens (may be fractional)
  *
- * Returns per request 0 when it was past its deadline, else 1 and then 7 integers per policy:
+ * Returns per request 0 when it was past its deadline, else 1 and then 8 integers per policy:
  * allowed (0/1), remaining (tokens), retryMs (-1: never), fullMs (until full), nextMs (until
- * one more token), delayMs, at (ms). Then now (ms).
+ * one more token), delayMs, blockedMs (until the block ends, 0: none), at (ms). Then now (ms).
  *
  * A key expires (PEXPIREAT, on the script's clock) when its bucket is full again and no block
  * holds. A refused request writes only the blocks it starts.

@@ -61,8 +61,8 @@ const MAX_AGE_MS = 5_000;
  * so the answer carries every policy's headers.
  *
  * A policy with a block (`Rule.blockMs`) starts it when Redis refuses a request, which a refusal
- * answered here would skip: such a policy's refusals are only answered here once Redis has
- * refused (its reported wait is then the block's, which only Redis's refusal starts), never
+ * answered here would skip: such a policy's refusals are only answered here while the block
+ * Redis started holds (until it ends, even where the bucket itself refuses for longer), never
  * foreseen from an admitted request's outcome or among requests let go together.
  */
 export class RefusedCache {
@@ -126,6 +126,9 @@ export class RefusedCache {
   remember(requests: readonly RateLimitRequest[], outcomes: readonly Outcome[], decidedAt: number, behind: (key: string) => number = none): void {
     const charged = outcomes.every((outcome) => outcome.allowed);
     const waits = requests.map(({ rule, cost }, i) => waitAfter(outcomes[i], rule, cost, charged));
+    // past the end of a block of the request, Redis's refusal would start the next one
+    let blocksEnd = MAX_AGE_MS;
+    for (const { blockedMs } of outcomes) if (blockedMs > 0) blocksEnd = Math.min(blocksEnd, blockedMs);
     let policies: Refusal['policies'] | undefined;
     for (let i = 0; i < requests.length; i++) {
       const { key, cost } = requests[i];
@@ -147,7 +150,7 @@ export class RefusedCache {
         ]),
       );
       // contended only (wait 0 or not known): refused by nothing here, but the next requests wait for the calls behind
-      const until = decidedAt + (wait === undefined || wait === 0 ? 0 : wait < 0 ? MAX_AGE_MS : Math.min(wait - ROUNDING_MS, MAX_AGE_MS));
+      const until = decidedAt + (wait === undefined || wait === 0 ? 0 : wait < 0 ? blocksEnd : Math.min(wait - ROUNDING_MS, blocksEnd));
       this.refusals.delete(key); // re-inserted last: the Map's order is the eviction order
       this.refusals.set(key, { decidedAt, until, policies, letThrough: 0 });
       if (this.refusals.size > MAX_KEYS) this.refusals.delete(this.refusals.keys().next().value as string);
@@ -237,5 +240,6 @@ function agedOutcome(outcome: Outcome, elapsed: number): Outcome {
     fullMs: Math.max(0, outcome.fullMs - elapsed),
     nextMs: Math.max(0, outcome.nextMs - elapsed),
     delayMs: 0,
+    blockedMs: Math.max(0, outcome.blockedMs - elapsed),
   };
 }

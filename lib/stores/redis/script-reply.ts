@@ -26,9 +26,10 @@ export function parseAnswer(raw: readonly number[], start: number, count: number
       fullMs: raw[base + 3],
       nextMs: raw[base + 4],
       delayMs: raw[base + 5],
-      at: raw[base + 6],
+      blockedMs: raw[base + 6],
+      at: raw[base + 7],
     });
-    at.push(raw[base + 6]);
+    at.push(raw[base + 7]);
   }
   return { outcomes, at };
 }
