@@ -21,6 +21,7 @@ const SINCE: Readonly<Record<string, string>> = {
   ZREM: '1.2.0',
   ZREMRANGEBYRANK: '2.0.0',
   ZREMRANGEBYSCORE: '1.2.0',
+  ZSCORE: '1.2.0',
   WITHSCORES: '1.2.0',
   '-inf': '1.0.5',
   '+inf': '1.0.5',

@@ -87,7 +87,9 @@ end
 
 -- stores a block that holds as its member (the entries are in the set already)
 function sliding_window_log.save_block(key, s)
-  if s.blocked_until > s.at then redis.call('ZADD', key, string.format('%d', -s.blocked_until), BLOCK_MEMBER) end
+  if s.blocked_until <= s.at then return end
+  local score = string.format('%d', -s.blocked_until)
+  redis.call('ZADD', key, score, BLOCK_MEMBER)
 end
 
 -- slidingWindowLog.refund: drops the newest-numbered entries at charged_at, so those left stay
