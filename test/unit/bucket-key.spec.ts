@@ -1,5 +1,5 @@
 import fc from 'fast-check';
-import { bucketKey } from '../../lib/keys/bucket-key.js';
+import { bucketKey, keyPrefix } from '../../lib/keys/bucket-key.js';
 import { hashSlot } from '../../lib/stores/redis/hash-slot.js';
 
 const KEY = /^rl:per-user:tb:\{([A-Za-z0-9_-]{16})\}$/;
@@ -17,6 +17,15 @@ describe('bucketKey', () => {
       }),
       { numRuns: 2_000 },
     );
+  });
+
+  it('tags the keys of a rule with a block apart, so a block is never read under a rule without one', () => {
+    const blocking = bucketKey('rl:', 'login', { algorithm: 'fixed_window', blockMs: 3_600_000 }, 'ip:1.2.3.4');
+    expect(blocking).toMatch(/^rl:login:fw\.b:\{[A-Za-z0-9_-]{16}\}$/);
+    expect(bucketKey('rl:', 'login', { algorithm: 'fixed_window' }, 'ip:1.2.3.4')).toBe(bucketKey('rl:', 'login', 'fixed_window', 'ip:1.2.3.4'));
+    // the block's length is the rule's, not the key's: changing it keeps the buckets (and their blocks)
+    expect(bucketKey('rl:', 'login', { algorithm: 'fixed_window', blockMs: 60_000 }, 'ip:1.2.3.4')).toBe(blocking);
+    expect(keyPrefix('rl:', 'api', { algorithm: 'gcra', blockMs: 1 }, 'pro')).toBe('rl:api:gcra.b:pro:{');
   });
 
   it('gives distinct identities distinct keys', () => {

@@ -98,6 +98,12 @@ describe('resolvePolicy', () => {
     expect(resolve({ rps: 1 })).not.toHaveProperty('tiers');
   });
 
+  it('gives every tier of a tiered policy its blockFor', () => {
+    const resolved = resolve({ tier: 'user:plan', tiers: { free: { rps: 1 }, pro: { limit: 10, window: '1m' } }, defaultTier: 'free', blockFor: '10m' });
+    expect(resolved.rule).toEqual({ algorithm: 'token_bucket', rps: 1, burst: 1, blockMs: 600_000 });
+    expect([...resolved.tiers!.rules.values()].map((rule) => rule.blockMs)).toEqual([600_000, 600_000]);
+  });
+
   it('checks every tier against the cost, naming the tier', () => {
     const tiered = { tier: 'user:plan', defaultTier: 'free', cost: 'header:x-weight', defaultCost: 4 } as const;
     expect(resolve({ ...tiered, tiers: { free: { rps: 1, burst: 4 } } }).tiers?.rules.get('free')?.burst).toBe(4);
