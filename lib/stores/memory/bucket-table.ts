@@ -6,7 +6,7 @@ const ROW = 1 + PACKED_WIDTH;
 
 /**
  * The buckets a `MemoryStore` holds, each a map entry (key to row number) and a row of a
- * `Float64Array`: when it expires, then its state packed (see `PACKED_STATES`), about 150 bytes
+ * `Float64Array`: when it expires, then its state packed (see `PACKED_STATES`), about 140 bytes
  * a bucket with its key. Freed rows are reused; the array grows by doubling up to `maxRows`.
  */
 export class BucketTable {

@@ -31,7 +31,7 @@ const DEFAULT_MAX_KEYS = 100_000;
  * Runs the same pure algorithm functions the Redis scripts mirror.
  *
  * Memory is bounded: at most `maxKeys` buckets, each a map entry and a row of a `Float64Array`
- * (about 150 bytes with its key). Eviction never drops a bucket that still limits its client
+ * (about 140 bytes with its key). Eviction never drops a bucket that still limits its client
  * while an expired one is left, and then drops those that will be full soonest. An entry is
  * dropped when read after it expired, and one `unref()`'d timer, running only while the store
  * holds buckets and cleared by `close()`, sweeps expired ones of clients never seen again.

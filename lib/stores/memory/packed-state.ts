@@ -10,7 +10,7 @@ export const PACKED_WIDTH = 5;
 
 /**
  * How one algorithm's state is kept in a row of `PACKED_WIDTH` doubles of a `Float64Array`:
- * 40 bytes, where the same state as an object costs about 110 (an object and a heap number per
+ * 40 bytes, where the same state as an object costs about 100 (an object and a heap number per
  * field). A sliding window log's timestamps do not fit in a row: they stay an array, `extra`,
  * the one the log's states share (the row holds where this state's entries lie in it).
  */
