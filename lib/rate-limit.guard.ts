@@ -11,7 +11,8 @@ import { shadowRefusal, userNotYetSet } from './rate-limit.messages.js';
 import type { ResolvedOptions } from './rate-limit-options.js';
 import { RateLimiterService } from './rate-limiter.service.js';
 import { chargeOnce } from './routes/charges.js';
-import { type RoutePolicy, storeRequest } from './routes/route-policy.js';
+import { watch, type Watched } from './routes/outcomes.js';
+import { type RoutePolicy, storeRequest, watchesOutcome } from './routes/route-policy.js';
 import { RoutePolicies } from './routes/route-policies.js';
 import { RateLimitStoreError } from './stores/rate-limit-store.error.js';
 import type { RateLimitDecision, RateLimitRequest } from './stores/rate-limit-store.interface.js';
@@ -38,6 +39,8 @@ export class RateLimitGuard implements CanActivate {
   private userNotYetSetWarned = false;
   /** Each route's header plan, by its (cached) list of policies; `null`: no headers. */
   private readonly plans = new WeakMap<readonly RoutePolicy[], HeaderPlan | null>();
+  /** A route's policies less those a `skipIf` let pass, by the set skipped (a bit each): one list per set, so its plan is cached. */
+  private readonly unskipped = new WeakMap<readonly RoutePolicy[], Map<number, readonly RoutePolicy[]>>();
 
   constructor(
     @Inject(RATE_LIMIT_OPTIONS) protected readonly options: ResolvedOptions,
@@ -77,11 +80,14 @@ export class RateLimitGuard implements CanActivate {
    * for a `leaky_bucket`), or the context's refusal thrown.
    */
   protected async enforce(
-    policies: readonly RoutePolicy[],
+    route: readonly RoutePolicy[],
     request: LimitedRequest,
     context: ExecutionContext,
     seam: RateLimitContext,
   ): Promise<boolean> {
+    const applying = this.options.skipIf !== undefined || route.some((policy) => policy.skipIf !== undefined) ? await this.skipping(route, context) : route;
+    if (applying.length === 0) return true;
+    const policies = this.limiter.scaled(applying);
     const requests = await this.buildRequests(policies, request, context, seam);
     let decisions: RateLimitDecision[];
     try {
@@ -95,14 +101,47 @@ export class RateLimitGuard implements CanActivate {
     const named = limiting(decisions);
     if (this.options.mode === 'shadow') {
       if (!named.allowed) this.onShadowRefusal(named, context);
+      else this.watchOutcome(policies, decisions, context, seam);
       return true;
     }
     if (named.allowed) {
       // a leaky_bucket admits a request for its turn in the queue: wait until then
       if (decisions.some((decision) => decision.delay > 0)) await this.waitTurn(decisions, context, seam);
+      this.watchOutcome(policies, decisions, context, seam);
       return true;
     }
     return this.onRefusal(named, requests[decisions.indexOf(named)].cost, context, seam);
+  }
+
+  /**
+   * The policies that apply to this request: less those whose `skipIf` says so, or none when the
+   * module's `skipIf` does. Runs only where a `skipIf` is set.
+   */
+  protected async skipping(policies: readonly RoutePolicy[], context: ExecutionContext): Promise<readonly RoutePolicy[]> {
+    if (this.options.skipIf !== undefined && (await this.options.skipIf(context))) return [];
+    let skipped = 0;
+    for (let i = 0; i < policies.length; i++) if (policies[i].skipIf !== undefined && (await policies[i].skipIf!(context))) skipped |= 1 << i;
+    if (skipped === 0) return policies;
+    let lists = this.unskipped.get(policies);
+    if (lists === undefined) this.unskipped.set(policies, (lists = new Map()));
+    let list = lists.get(skipped);
+    if (list === undefined) lists.set(skipped, (list = policies.filter((_policy, i) => (skipped & (1 << i)) === 0)));
+    return list;
+  }
+
+  /**
+   * Keeps, for the request's outcome, what an admitted and charged request owes the policies that
+   * watch it (`count: 'failures'`, `adaptive`): `RateLimitOutcomeInterceptor` settles it.
+   */
+  protected watchOutcome(policies: readonly RoutePolicy[], decisions: readonly RateLimitDecision[], context: ExecutionContext, seam: RateLimitContext): void {
+    let watched: Watched | undefined;
+    for (let i = 0; i < policies.length; i++) {
+      if (!watchesOutcome(policies[i])) continue;
+      watched ??= { refunds: [], adaptive: [] };
+      if (policies[i].refundsSuccess) watched.refunds.push(decisions[i]);
+      if (policies[i].adaptive !== undefined) watched.adaptive.push(policies[i]);
+    }
+    if (watched !== undefined) watch(seam.target?.(context) ?? context.getArgs(), watched);
   }
 
   /** One store request per policy: its bucket for this client and its cost. */

@@ -23,6 +23,8 @@ import { RateLimitContexts } from '../../lib/contexts/rate-limit-contexts.js';
 import { headerValue } from '../../lib/keys/identity.js';
 import { resolveOptions } from '../../lib/rate-limit-options.js';
 import { RoutePolicies } from '../../lib/routes/route-policies.js';
+import { AdaptiveRates } from '../../lib/routes/adaptive-rates.js';
+import { RateLimitOutcomeInterceptor } from '../../lib/rate-limit-outcome.interceptor.js';
 
 /**
  * The guard's steps without a server: real route policies, limiter and memory store (clock
@@ -110,7 +112,9 @@ function setup(options: RateLimitModuleOptions = {}, store: RateLimitStore = new
   const contexts = new RateLimitContexts(resolved, {} as HttpAdapterHost);
   contexts.use('http', seam);
   const guard = new Guard(resolved, routes, limiter, contexts);
-  return { guard, seam, limiter, store };
+  const adaptive = new AdaptiveRates((name, factor) => limiter.setScale(name, factor));
+  const outcomes = new RateLimitOutcomeInterceptor(contexts, limiter, adaptive);
+  return { guard, seam, limiter, store, outcomes, adaptive };
 }
 
 /** An HTTP execution context for `controller.find` with `request`. */
@@ -492,8 +496,8 @@ describe('RateLimitInterceptor', () => {
   const handled = of('handled');
 
   it("runs the handler of an admitted request, and ends a refused one with the seam's refusal without it", async () => {
-    const { guard } = guarded();
-    const interceptor = new RateLimitInterceptor(guard);
+    const { guard, outcomes } = guarded();
+    const interceptor = new RateLimitInterceptor(guard, outcomes);
     const route = routeWith([ONE]);
     const handle = jest.fn(() => handled);
     expect(await interceptor.intercept(http(route), { handle })).toBe(handled);
