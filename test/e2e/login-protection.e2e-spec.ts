@@ -92,6 +92,19 @@ describe.each(CASES)('login protection on the %s store, %s', (storeName, adapter
     expect((await login('right')).status).toBe(429);
   });
 
+  it.each([
+    ['a module policy, with the guard', { runAs: 'guard' }],
+    ['a module policy, with runAs: interceptor', { runAs: 'interceptor' }],
+  ] as const)('counts only failures under %s', async (_what, { runAs }) => {
+    const http = await start({ runAs, policies: [{ name: 'sign-in', limit: 2, window: '15m', key: 'header:x-client', count: 'failures' }] });
+    const headers = client();
+    const login = async (password: string) => (await http.get(`/auth/login?password=${password}`, headers)).status;
+    const seen: number[] = [];
+    for (let i = 0; i < 4; i++) seen.push(await login('right'));
+    seen.push(await login('wrong'), await login('right'), await login('wrong'), await login('right'));
+    expect(seen).toEqual([200, 200, 200, 200, 401, 200, 401, 429]);
+  });
+
   it('admits at most 5 of 20 concurrent failed attempts at limit 5', async () => {
     const http = await start();
     const headers = client();
