@@ -12,7 +12,7 @@ import type { ResolvedOptions } from './rate-limit-options.js';
 import { RateLimiterService } from './rate-limiter.service.js';
 import { chargeOnce } from './routes/charges.js';
 import { watch, type Watched } from './routes/outcomes.js';
-import { type RoutePolicy, storeRequest, watchesOutcome } from './routes/route-policy.js';
+import { anySkipIf, type RoutePolicy, storeRequest, watchesOutcome } from './routes/route-policy.js';
 import { RoutePolicies } from './routes/route-policies.js';
 import { RateLimitStoreError } from './stores/rate-limit-store.error.js';
 import type { RateLimitDecision, RateLimitRequest } from './stores/rate-limit-store.interface.js';
@@ -85,7 +85,7 @@ export class RateLimitGuard implements CanActivate {
     context: ExecutionContext,
     seam: RateLimitContext,
   ): Promise<boolean> {
-    const applying = this.options.skipIf !== undefined || route.some((policy) => policy.skipIf !== undefined) ? await this.skipping(route, context) : route;
+    const applying = this.options.skipIf === undefined && !anySkipIf(route) ? route : await this.skipping(route, context);
     if (applying.length === 0) return true;
     const policies = this.limiter.scaled(applying);
     const requests = await this.buildRequests(policies, request, context, seam);
