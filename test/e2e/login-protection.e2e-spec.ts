@@ -1,11 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import { Controller, type ExecutionContext, Get, Module, Query, UnauthorizedException } from '@nestjs/common';
 import { MessagePattern, Payload, RpcException } from '@nestjs/microservices';
+import { MessageBody, SubscribeMessage, WebSocketGateway, WsException } from '@nestjs/websockets';
 import type { Redis } from 'ioredis';
 import { MemoryStore, RateLimit, RateLimitModule, type RateLimitModuleOptions, type RateLimitStore, RedisStore } from '../../lib/index.js';
 import { limitExceeded } from '../../lib/rate-limit.messages.js';
 import { CASE_EPOCH } from '../cases/cases.js';
 import { ADAPTERS, read, startApp, type TestApp } from '../support/app.js';
+import { GATEWAY_ADAPTERS, type GatewayApp, startGatewayApp } from '../support/gateway-apps.js';
 import { startMicroservice, type TestMicroservice } from '../support/microservice-apps.js';
 import { connectTestRedis } from '../support/redis/test-redis.js';
 
@@ -181,5 +183,36 @@ describe.each(['memory', 'redis'] as const)("count: 'failures' on a TCP microser
     for (let i = 0; i < 5; i++) answers.push(await login('right'));
     answers.push(await login('wrong'), await login('right'), await login('wrong'), await login('right'), await login('wrong'));
     expect(answers).toEqual([...Array(5).fill('welcome'), 'wrong password', 'welcome', 'wrong password', limitExceeded('rpc-login', 450), limitExceeded('rpc-login', 450)]);
+  });
+});
+
+/** Failed logins over a WebSocket: the handler's `WsException` is the failure. */
+@WebSocketGateway()
+class LoginGateway {
+  @RateLimit({ name: 'ws-login', limit: 2, window: '15m', key: 'ip', count: 'failures' })
+  @SubscribeMessage('login')
+  login(@MessageBody() data: { password: string }) {
+    if (data.password !== 'right') throw new WsException('wrong password');
+    return { event: 'welcome', data: {} };
+  }
+}
+
+describe.each(GATEWAY_ADAPTERS)("count: 'failures' on a gateway, %s", (adapter) => {
+  let gateway: GatewayApp;
+  afterEach(() => gateway.close());
+
+  it('gives back the charge of a message whose handler succeeds, and refuses once 2 failed', async () => {
+    @Module({ imports: [RateLimitModule.forRoot({ store: new MemoryStore({ clock: () => T0 }) })], providers: [LoginGateway] })
+    class GatewayModule {}
+    gateway = await startGatewayApp(GatewayModule, adapter);
+    const client = await gateway.connect();
+    const login = async (password: string) => {
+      const { event, data } = await client.ask('login', { password });
+      return event === 'welcome' ? 'welcome' : data.statusCode === 429 ? 429 : data.message;
+    };
+    const answers: unknown[] = [];
+    for (let i = 0; i < 4; i++) answers.push(await login('right'));
+    for (const password of ['wrong', 'right', 'wrong', 'right']) answers.push(await login(password));
+    expect(answers).toEqual(['welcome', 'welcome', 'welcome', 'welcome', 'wrong password', 'welcome', 'wrong password', 429]);
   });
 });
