@@ -1,4 +1,4 @@
-import { type CallHandler, type ExecutionContext, Injectable, type NestInterceptor } from '@nestjs/common';
+import { type CallHandler, type ExecutionContext, Inject, Injectable, type NestInterceptor, Optional } from '@nestjs/common';
 import { finalize, type Observable, tap } from 'rxjs';
 import { RateLimitContexts } from './contexts/rate-limit-contexts.js';
 import { RateLimiterService } from './rate-limiter.service.js';
@@ -11,18 +11,19 @@ import { takeWatched, type Watched } from './routes/outcomes.js';
  * elsewhere: its handler ended without an error), and tells `adaptive` policies how long it took.
  * Only the routes that have such policies run it: `@RateLimit` adds it to them, and the module
  * registers it globally when one of its own `policies` has them (`RateLimitInterceptor` does its
- * work itself). It acts only on what the guard admitted and charged, once per request.
+ * work itself). It acts only on what the guard admitted and charged, once per request. In an app
+ * without `RateLimitModule` (a controller's own test) it has nothing to settle, and passes.
  */
 @Injectable()
 export class RateLimitOutcomeInterceptor implements NestInterceptor {
   constructor(
-    private readonly contexts: RateLimitContexts,
-    private readonly limiter: RateLimiterService,
-    private readonly adaptive: AdaptiveRates,
+    @Optional() @Inject(RateLimitContexts) private readonly contexts: RateLimitContexts | undefined,
+    @Optional() @Inject(RateLimiterService) private readonly limiter: RateLimiterService,
+    @Optional() @Inject(AdaptiveRates) private readonly adaptive: AdaptiveRates,
   ) {}
 
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
-    const seam = this.contexts.for(context.getType());
+    const seam = this.contexts?.for(context.getType());
     const watched = seam === undefined ? undefined : takeWatched(seam.target?.(context) ?? context.getArgs());
     if (seam === undefined || watched === undefined) return next.handle();
     const startedAt = performance.now();

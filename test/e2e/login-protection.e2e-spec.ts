@@ -216,3 +216,17 @@ describe.each(GATEWAY_ADAPTERS)("count: 'failures' on a gateway, %s", (adapter) 
     expect(answers).toEqual(['welcome', 'welcome', 'welcome', 'welcome', 'wrong password', 'welcome', 'wrong password', 429]);
   });
 });
+
+describe("a route counting failures, in an app without RateLimitModule (a controller's own test)", () => {
+  it('starts and answers: the outcome interceptor @RateLimit adds has nothing to settle', async () => {
+    @Module({ controllers: [AuthController] })
+    class BareModule {}
+    const http = await startApp(BareModule, 'express');
+    try {
+      expect((await http.get('/auth/login?password=right')).status).toBe(200);
+      expect((await http.get('/auth/login?password=wrong')).status).toBe(401);
+    } finally {
+      await http.close();
+    }
+  });
+});
