@@ -11,9 +11,10 @@ import { shadowRefusal, userNotYetSet } from './rate-limit.messages.js';
 import type { ResolvedOptions } from './rate-limit-options.js';
 import { RateLimiterService } from './rate-limiter.service.js';
 import { chargeOnce } from './routes/charges.js';
-import { watch, type Watched } from './routes/outcomes.js';
-import { anySkipIf, type RoutePolicy, storeRequest, watchesOutcome } from './routes/route-policy.js';
+import { watch, watchedOf } from './routes/outcomes.js';
+import { type RoutePolicy, storeRequest } from './routes/route-policy.js';
 import { RoutePolicies } from './routes/route-policies.js';
+import { anySkipIf, Unskipped } from './routes/skip-if.js';
 import { RateLimitStoreError } from './stores/rate-limit-store.error.js';
 import type { RateLimitDecision, RateLimitRequest } from './stores/rate-limit-store.interface.js';
 
@@ -39,8 +40,8 @@ export class RateLimitGuard implements CanActivate {
   private userNotYetSetWarned = false;
   /** Each route's header plan, by its (cached) list of policies; `null`: no headers. */
   private readonly plans = new WeakMap<readonly RoutePolicy[], HeaderPlan | null>();
-  /** A route's policies less those a `skipIf` let pass, by the set skipped (a bit each): one list per set, so its plan is cached. */
-  private readonly unskipped = new WeakMap<readonly RoutePolicy[], Map<number, readonly RoutePolicy[]>>();
+  /** Each route's policies less those a `skipIf` let pass, one list per set skipped (so its plan is cached). */
+  private readonly unskipped = new Unskipped();
 
   constructor(
     @Inject(RATE_LIMIT_OPTIONS) protected readonly options: ResolvedOptions,
@@ -87,7 +88,7 @@ export class RateLimitGuard implements CanActivate {
   ): Promise<boolean> {
     const applying = this.options.skipIf === undefined && !anySkipIf(route) ? route : await this.skipping(route, context);
     if (applying.length === 0) return true;
-    const policies = this.limiter.scaled(applying);
+    const policies = this.limiter.scales.apply(applying);
     const requests = await this.buildRequests(policies, request, context, seam);
     let decisions: RateLimitDecision[];
     try {
@@ -113,20 +114,10 @@ export class RateLimitGuard implements CanActivate {
     return this.onRefusal(named, requests[decisions.indexOf(named)].cost, context, seam);
   }
 
-  /**
-   * The policies that apply to this request: less those whose `skipIf` says so, or none when the
-   * module's `skipIf` does. Runs only where a `skipIf` is set.
-   */
+  /** The policies that apply to the request: none when the module's `skipIf` says so, else those whose own does not. */
   protected async skipping(policies: readonly RoutePolicy[], context: ExecutionContext): Promise<readonly RoutePolicy[]> {
     if (this.options.skipIf !== undefined && (await this.options.skipIf(context))) return [];
-    let skipped = 0;
-    for (let i = 0; i < policies.length; i++) if (policies[i].skipIf !== undefined && (await policies[i].skipIf!(context))) skipped |= 1 << i;
-    if (skipped === 0) return policies;
-    let lists = this.unskipped.get(policies);
-    if (lists === undefined) this.unskipped.set(policies, (lists = new Map()));
-    let list = lists.get(skipped);
-    if (list === undefined) lists.set(skipped, (list = policies.filter((_policy, i) => (skipped & (1 << i)) === 0)));
-    return list;
+    return this.unskipped.of(policies, context);
   }
 
   /**
@@ -134,13 +125,7 @@ export class RateLimitGuard implements CanActivate {
    * watch it (`count: 'failures'`, `adaptive`): `RateLimitOutcomeInterceptor` settles it.
    */
   protected watchOutcome(policies: readonly RoutePolicy[], decisions: readonly RateLimitDecision[], context: ExecutionContext, seam: RateLimitContext): void {
-    let watched: Watched | undefined;
-    for (let i = 0; i < policies.length; i++) {
-      if (!watchesOutcome(policies[i])) continue;
-      watched ??= { refunds: [], adaptive: [] };
-      if (policies[i].refundsSuccess) watched.refunds.push(decisions[i]);
-      if (policies[i].adaptive !== undefined) watched.adaptive.push(policies[i]);
-    }
+    const watched = watchedOf(policies, decisions);
     if (watched !== undefined) watch(seam.target?.(context) ?? context.getArgs(), watched);
   }
 

@@ -5,7 +5,7 @@ import { RATE_LIMIT_OPTIONS } from './rate-limit.constants.js';
 import { RateLimitUnavailableException } from './rate-limit.exception.js';
 import { circuitOpen, duplicatePolicyName, invalidArgument, invalidPolicy, shuttingDown, storeBack, storeFailed, storeFailing, storeTimedOut } from './rate-limit.messages.js';
 import type { ResolvedOptions } from './rate-limit-options.js';
-import { jitteredRetryAfter } from './keys/retry-jitter.js';
+import { withJitter } from './keys/retry-jitter.js';
 import { type RoutePolicy, routePolicy, storeRequest } from './routes/route-policy.js';
 import { Scales } from './routes/scales.js';
 import { checkCost } from './stores/distinct-requests.js';
@@ -55,7 +55,8 @@ export class RateLimiterService implements BeforeApplicationShutdown, OnApplicat
   private readonly breaker = new CircuitBreaker({ threshold: BREAKER_THRESHOLD, probeAfterMs: BREAKER_PROBE_MS });
   private readonly logger = new Logger('RateLimitModule');
   private local: MemoryStore | undefined;
-  private readonly scales = new Scales();
+  /** The factors `setScale` puts on policies' `rps`: the guard applies them to each route's policies. */
+  readonly scales = new Scales();
 
   constructor(
     @Inject(RATE_LIMIT_OPTIONS) private readonly options: ResolvedOptions,
@@ -92,27 +93,17 @@ export class RateLimiterService implements BeforeApplicationShutdown, OnApplicat
   }
 
   /**
-   * Multiplies a policy's `rps` by `factor` (0 < factor <= 1) from the next decision on, in this
-   * process (`'*'`: every policy); 1 gives the full rate back. Headers show the scaled numbers. An
-   * `adaptive` policy's factor is steered by the module, which overrides what is set here.
-   *
+   * Multiplies a policy's `rps` by `factor` (0 < factor <= 1; 1: the full rate) from the next
+   * decision on, in this process (`'*'`: every policy). An `adaptive` policy's factor is the module's.
    * @example limiter.setScale('api', 0.5) // half the rate while a dependency struggles
    */
   setScale(policyName: string, factor: number): void {
-    const where = 'RateLimiterService.setScale';
-    if (typeof policyName !== 'string') throw new TypeError(invalidArgument(where, 'policyName', policyName, "must be a policy's name or '*'"));
-    if (typeof factor !== 'number' || !(factor > 0 && factor <= 1)) throw new RangeError(invalidArgument(where, 'factor', factor, 'must be a number above 0 and at most 1'));
     this.scales.set(policyName, factor);
   }
 
   /** A policy's factor (see `setScale`): 1 unless scaled. */
   getScale(policyName: string): number {
     return this.scales.get(policyName);
-  }
-
-  /** A route's policies as they apply now: each `rps` times its factor (the list itself when none is scaled). */
-  scaled(policies: readonly RoutePolicy[]): readonly RoutePolicy[] {
-    return this.scales.apply(policies);
   }
 
   /**
@@ -150,12 +141,9 @@ export class RateLimiterService implements BeforeApplicationShutdown, OnApplicat
   decide(requests: readonly RateLimitRequest[], charge: boolean): Promise<RateLimitDecision[]> {
     // a store in this process cannot hang or lose its server: no deadline to keep, no breaker
     const decided = this.store.inProcess ? (charge ? this.store.consume(requests) : this.store.peek(requests)) : this.decideRemote(requests, charge);
-    const jitter = this.options.retryAfterJitter;
-    // here, where the store's answers and its remembered refusals meet, so both say the same
-    if (jitter === 0) return decided;
-    return decided.then((decisions) =>
-      decisions.map((d, i) => (d.allowed ? d : { ...d, retryAfter: jitteredRetryAfter(d.retryAfter, jitter, requests[i].key) })),
-    );
+    // jittered here, where the store's answers and its remembered refusals meet, so both say the same
+    const { retryAfterJitter: jitter } = this.options;
+    return jitter === 0 ? decided : decided.then((decisions) => withJitter(decisions, requests, jitter));
   }
 
   /**
@@ -214,9 +202,8 @@ export class RateLimiterService implements BeforeApplicationShutdown, OnApplicat
   }
 
   /**
-   * Gives back what the request of `decisions` (some or all of what `consume` returned) took, in
-   * the store that took it, within the timeout; never rejects: a refund that fails leaves the
-   * charge taken (fewer admissions, never more), nothing worth a log line per request.
+   * Gives back what the request of `decisions` (some or all of what `consume` returned) took, in the
+   * store that took it, within the timeout. Never rejects: a failed refund leaves the charge taken.
    */
   async refund(decisions: readonly RateLimitDecision[]): Promise<void> {
     const store = this.local !== undefined && decisions.some((decision) => this.localDecisions.has(decision)) ? this.local : this.store;

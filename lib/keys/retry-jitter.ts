@@ -26,3 +26,8 @@ export function jitteredRetryAfter(retryAfter: number, jitter: number, key: stri
   if (!Number.isFinite(retryAfter)) return retryAfter;
   return Math.ceil(retryAfter * (1 + jitter * identityFraction(key)));
 }
+
+/** Refused decisions with their `retryAfter` jittered (see `jitteredRetryAfter`), by the key of each one's request. */
+export function withJitter<D extends { allowed: boolean; retryAfter: number }>(decisions: D[], requests: readonly { key: string }[], jitter: number): D[] {
+  return decisions.map((d, i) => (d.allowed ? d : { ...d, retryAfter: jitteredRetryAfter(d.retryAfter, jitter, requests[i].key) }));
+}

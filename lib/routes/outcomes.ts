@@ -1,5 +1,5 @@
 import type { RateLimitDecision } from '../stores/rate-limit-store.interface.js';
-import type { RoutePolicy } from './route-policy.js';
+import { type RoutePolicy, watchesOutcome } from './route-policy.js';
 
 /**
  * Where an admitted request keeps what its outcome settles, until `RateLimitOutcomeInterceptor`
@@ -18,6 +18,18 @@ export interface Watched {
 
 interface Marked {
   [WATCHED]?: Watched[];
+}
+
+/** What an admitted request owes its policies that watch its outcome; `undefined` when none does. */
+export function watchedOf(policies: readonly RoutePolicy[], decisions: readonly RateLimitDecision[]): Watched | undefined {
+  let watched: Watched | undefined;
+  for (let i = 0; i < policies.length; i++) {
+    if (!watchesOutcome(policies[i])) continue;
+    watched ??= { refunds: [], adaptive: [] };
+    if (policies[i].refundsSuccess) watched.refunds.push(decisions[i]);
+    if (policies[i].adaptive !== undefined) watched.adaptive.push(policies[i]);
+  }
+  return watched;
 }
 
 /** Keeps `watched` on a request's target for its outcome. */

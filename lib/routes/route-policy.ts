@@ -72,12 +72,6 @@ export function routePolicy({ name, rule, cost, defaultCost, key, tiers, ...outc
   };
 }
 
-/** Whether a policy of a route has a `skipIf` (a loop, not `some`: no closure per request). */
-export function anySkipIf(policies: readonly RoutePolicy[]): boolean {
-  for (const policy of policies) if (policy.skipIf !== undefined) return true;
-  return false;
-}
-
 /** Whether a request's outcome matters to a policy: its charge goes back on success, or its latency steers its rate. */
 export function watchesOutcome(policy: Pick<RoutePolicy, 'refundsSuccess' | 'adaptive'>): boolean {
   return policy.refundsSuccess || policy.adaptive !== undefined;

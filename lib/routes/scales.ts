@@ -1,4 +1,5 @@
 import type { Rule } from '../algorithms/algorithm.types.js';
+import { invalidArgument } from '../rate-limit.messages.js';
 import type { RoutePolicy, RouteTier } from './route-policy.js';
 
 /**
@@ -16,8 +17,17 @@ export class Scales {
   private version = 0;
   private readonly copies = new WeakMap<readonly RoutePolicy[], { version: number; policies: readonly RoutePolicy[] }>();
 
-  /** Sets a policy's factor (`'*'`: every policy's, forgetting their own). */
+  /**
+   * Sets a policy's factor (`'*'`: every policy's, forgetting their own).
+   *
+   * @throws TypeError for a name that is not a string, RangeError for a factor not in (0, 1]
+   */
   set(name: string, factor: number): void {
+    const where = 'RateLimiterService.setScale';
+    if (typeof name !== 'string') throw new TypeError(invalidArgument(where, 'policyName', name, "must be a policy's name or '*'"));
+    if (typeof factor !== 'number' || !(factor > 0 && factor <= 1)) {
+      throw new RangeError(invalidArgument(where, 'factor', factor, 'must be a number above 0 and at most 1'));
+    }
     if (name === '*') {
       this.all = factor;
       this.factors.clear();

@@ -8,7 +8,7 @@ import { resolvePolicy } from '../../lib/policy/resolve-policy.js';
 /** Pure pieces of per-client limits: the per-identity jitter, the scale factors and the adaptive controller (clock pinned). */
 
 const policy = (fields: object): RoutePolicy =>
-  routePolicy(resolvePolicy({ name: 'api', rps: 10, burst: 20, ...fields }, 'Spec', 'api'), { prefix: 'rl:', key: ['ip'] });
+  routePolicy(resolvePolicy(JSON.parse(JSON.stringify({ name: 'api', rps: 10, burst: 20, ...fields })), 'Spec', 'api'), { prefix: 'rl:', key: ['ip'] });
 const keyOf = (identity: string) => bucketKey('rl:', 'login', 'fixed_window', identity);
 
 describe('retry jitter', () => {
@@ -75,6 +75,25 @@ describe('Scales', () => {
     expect(scales.get('*')).toBe(0.2);
     scales.set('*', 1);
     expect(scales.apply(route)).toBe(route);
+  });
+
+  it("scales every tier's rps of a tiered policy, its default tier's rule as the policy's", () => {
+    const tiered = policy({ rps: undefined, burst: undefined, tier: 'user:plan', tiers: { free: { rps: 2, burst: 4 }, pro: { rps: 20, burst: 40 } }, defaultTier: 'free' });
+    const scales = new Scales();
+    scales.set('api', 0.5);
+    const [scaled] = scales.apply([tiered]);
+    expect([...scaled.tiers!.byName.values()].map(({ name, rule }) => [name, rule.rps])).toEqual([['free', 1], ['pro', 10]]);
+    expect(scaled.rule.rps).toBe(1);
+    expect(scaled.tiers!.byDefault).toBe(scaled.tiers!.byName.get('free'));
+    expect(scaled.tiers!.byName.get('pro')!.keyPrefix).toBe(tiered.tiers!.byName.get('pro')!.keyPrefix);
+  });
+
+  it('refuses a factor outside (0, 1] and a name that is not a string', () => {
+    const scales = new Scales();
+    expect(() => scales.set('api', 0)).toThrow(RangeError);
+    expect(() => scales.set('api', 1.01)).toThrow(RangeError);
+    expect(() => scales.set(7 as never, 0.5)).toThrow(TypeError);
+    expect(scales.get('api')).toBe(1);
   });
 });
 
