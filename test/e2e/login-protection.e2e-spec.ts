@@ -8,6 +8,7 @@ import { limitExceeded } from '../../lib/rate-limit.messages.js';
 import { CASE_EPOCH } from '../cases/cases.js';
 import { ADAPTERS, read, startApp, type TestApp } from '../support/app.js';
 import { GATEWAY_ADAPTERS, type GatewayApp, startGatewayApp } from '../support/gateway-apps.js';
+import { DRIVERS, type GraphqlApp, startGraphqlApp } from '../support/graphql-apps.js';
 import { startMicroservice, type TestMicroservice } from '../support/microservice-apps.js';
 import { connectTestRedis } from '../support/redis/test-redis.js';
 
@@ -228,5 +229,22 @@ describe("a route counting failures, in an app without RateLimitModule (a contro
     } finally {
       await http.close();
     }
+  });
+});
+
+describe.each(DRIVERS)("count: 'failures' on GraphQL, %s", (driver) => {
+  let gql: GraphqlApp;
+  afterEach(() => gql.close());
+
+  it("gives back the charge of an operation whose field resolves, and refuses once 2 failed", async () => {
+    gql = await startGraphqlApp(driver, { store: new MemoryStore({ clock: () => T0 }) });
+    const headers = { 'x-client': randomUUID() };
+    const login = async (password: string) => {
+      const { body } = await gql.post('query($password: String!) { login(password: $password) }', { variables: { password }, headers });
+      return body.data?.login ?? (body.errors![0].extensions?.code === 'RATE_LIMITED' ? 'RATE_LIMITED' : body.errors![0].message);
+    };
+    const answers: unknown[] = [];
+    for (const password of ['right', 'right', 'right', 'wrong', 'right', 'wrong', 'right']) answers.push(await login(password));
+    expect(answers).toEqual(['welcome', 'welcome', 'welcome', 'wrong password', 'welcome', 'wrong password', 'RATE_LIMITED']);
   });
 });
