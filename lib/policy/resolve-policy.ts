@@ -1,16 +1,15 @@
 import { ALGORITHMS, type Algorithm, type Rule, WINDOW_ALGORITHMS } from '../algorithms/algorithm.types.js';
 import { invalidPolicy, invalidPolicyField, invalidPolicyValue } from '../rate-limit.messages.js';
 import type { CostSource, KeySource, RateLimitPolicy, ResolvedPolicy, ResolvedTiers, TierLimits } from './policy.types.js';
+import { OUTCOME_FIELDS, resolveOutcomeFields } from './resolve-outcome-fields.js';
 import { resolveTiers, TIER_FIELDS } from './resolve-tiers.js';
 
 const FIELDS = new Set<string>([
   'algorithm', 'rps', 'tokensPerSecond', 'burst', 'limit', 'window', 'cost', 'defaultCost', 'key', 'name',
   ...TIER_FIELDS,
   'blockFor',
-  'count', 'skipIf', 'adaptive',
+  ...OUTCOME_FIELDS,
 ]);
-/** The least factor an adaptive policy's rate is scaled down to, unless it names its own `min`. */
-const DEFAULT_ADAPTIVE_MIN = 0.1;
 const WINDOW_UNITS: Record<string, number> = { ms: 0.001, s: 1, m: 60, h: 3600, d: 86_400 };
 const WINDOW_PATTERN = /^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?$/;
 /** An RFC 9110 token: what an HTTP header name may be. */
@@ -202,19 +201,6 @@ function resolveBlock(blockFor: RateLimitPolicy['blockFor'], fail: Fail): number
   if (blockMs < 1) fail('blockFor', blockFor, `must be a duration of at least 1 ms: seconds, or a string such as '30s', '15m', '1h', '1d'`);
   if (blockMs > MAX_REFILL_DAYS * 86_400_000) fail('blockFor', blockFor, `must be at most ${MAX_REFILL_DAYS} days`);
   return blockMs;
-}
-
-/** `count`, `skipIf` and `adaptive`: what a request's outcome or the app's load does to a policy. */
-function resolveOutcomeFields(policy: RateLimitPolicy, fail: Fail): Pick<ResolvedPolicy, 'count' | 'skipIf' | 'adaptive'> {
-  const { count = 'all', skipIf, adaptive } = policy;
-  if (count !== 'all' && count !== 'failures') fail('count', count, `must be 'all' or 'failures'`);
-  if (skipIf !== undefined && typeof skipIf !== 'function') fail('skipIf', skipIf, 'must be a function of the execution context returning a boolean');
-  if (adaptive === undefined) return { count, skipIf, adaptive };
-  if (typeof adaptive !== 'object' || adaptive === null) fail('adaptive', adaptive, 'must be an object such as { latency: 250, min: 0.1 }');
-  const { latency, min = DEFAULT_ADAPTIVE_MIN } = adaptive;
-  if (!isPositive(latency)) fail('adaptive.latency', latency, 'must be a positive number of milliseconds');
-  if (!isPositive(min) || min > 1) fail('adaptive.min', min, 'must be a factor of rps above 0 and at most 1');
-  return { count, skipIf, adaptive: { latency, min } };
 }
 
 function resolveRate(
