@@ -34,6 +34,13 @@ class AuthController {
     return { ok: true };
   }
 
+  /** The README's login protection: failures counted, and a block of an hour once they reach the limit. */
+  @RateLimit({ name: 'guarded-login', limit: 5, window: '15m', key: 'header:x-client', count: 'failures', blockFor: '1h' })
+  @Get('guarded-login')
+  guardedLogin(@Query('password') password: string) {
+    return this.login(password);
+  }
+
   /** One request per 10 s per client: every refusal waits exactly 10 s before jitter. */
   @RateLimit({ name: 'slow', rps: 0.1, burst: 1, key: 'header:x-client' })
   @Get('slow')
@@ -106,6 +113,19 @@ describe.each(CASES)('login protection on the %s store, %s', (storeName, adapter
     for (let i = 0; i < 4; i++) seen.push(await login('right'));
     seen.push(await login('wrong'), await login('right'), await login('wrong'), await login('right'));
     expect(seen).toEqual([200, 200, 200, 200, 401, 200, 401, 429]);
+  });
+
+  it('blocks a client for an hour once its failures reach the limit, its successes never counted (with blockFor)', async () => {
+    const http = await start();
+    const headers = client();
+    const login = (password: string) => http.get(`/auth/guarded-login?password=${password}`, headers);
+    const seen: number[] = [];
+    for (let i = 0; i < 6; i++) seen.push((await login('right')).status);
+    for (let i = 0; i < 5; i++) seen.push((await login('wrong')).status);
+    expect(seen).toEqual([200, 200, 200, 200, 200, 200, 401, 401, 401, 401, 401]);
+    const blocked = await read(await login('right'));
+    expect(blocked.status).toBe(429);
+    expect(blocked.headers['retry-after']).toBe('3600');
   });
 
   it('admits at most 5 of 20 concurrent failed attempts at limit 5', async () => {
