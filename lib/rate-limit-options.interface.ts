@@ -1,4 +1,4 @@
-import type { KeySource, RateLimitPolicy } from './policy/policy.types.js';
+import type { KeySource, RateLimitPolicy, SkipIf } from './policy/policy.types.js';
 import type { HeaderFamily } from './headers/rate-limit-headers.js';
 import type { RateLimitStore } from './stores/rate-limit-store.interface.js';
 import type { RedisOption } from './stores/store-owner.js';
@@ -59,4 +59,11 @@ export interface RateLimitModuleOptions {
    * microservice messages. Any other passes untouched. Default `['http', 'graphql', 'ws', 'rpc']`.
    */
   contexts?: ContextType[];
+  /** `true` lets a request pass every policy uncharged (an allow list). Called once per request. */
+  skipIf?: SkipIf;
+  /**
+   * Spreads refused clients' retries: `Retry-After` (header and body) becomes
+   * `ceil(wait * (1 + retryAfterJitter * u))`, `u` in [0, 1) fixed per identity. 0 to 1. Default 0.
+   */
+  retryAfterJitter?: number;
 }

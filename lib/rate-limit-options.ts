@@ -1,6 +1,6 @@
 import type { HeaderFamily } from './headers/rate-limit-headers.js';
 import { DEFAULT_IPV6_SUBNET } from './keys/ip.js';
-import type { KeySource, ResolvedPolicy } from './policy/policy.types.js';
+import type { KeySource, ResolvedPolicy, SkipIf } from './policy/policy.types.js';
 import {
   HEADER_NAME_CHARS,
   InvalidPolicyError,
@@ -32,6 +32,8 @@ export interface ResolvedOptions {
   guard: boolean;
   runAs: 'guard' | 'interceptor';
   contexts: readonly ContextType[];
+  skipIf: SkipIf | undefined;
+  retryAfterJitter: number;
 }
 
 const HEADER_FAMILIES: readonly HeaderFamily[] = ['ietf', 'legacy', 'x-ratelimit'];
@@ -41,6 +43,7 @@ const CONTEXT_TYPES: readonly ContextType[] = ['http', 'graphql', 'ws', 'rpc'];
 const OPTIONS = new Set<string>([
   'store', 'redis', 'prefix', 'policies', 'key', 'apiKeyHeader', 'ipv6Subnet', 'headers', 'failMode', 'timeout', 'mode',
   'guard', 'runAs', 'contexts',
+  'skipIf', 'retryAfterJitter',
 ]);
 /** Longest `prefix`, characters: it is in every bucket key, as the policy name is (see `MAX_NAME_LENGTH`). */
 const MAX_PREFIX_LENGTH = MAX_NAME_LENGTH;
@@ -140,7 +143,20 @@ export function resolveOptions(options: RateLimitModuleOptions | undefined): Res
     guard,
     runAs,
     contexts: [...new Set(contexts)],
+    ...resolveGuardOptions(options, fail),
   };
+}
+
+/** `skipIf` and `retryAfterJitter`: what the guard does besides deciding. */
+function resolveGuardOptions(
+  { skipIf, retryAfterJitter = 0 }: RateLimitModuleOptions,
+  fail: (option: string, value: unknown, expected: string) => never,
+): Pick<ResolvedOptions, 'skipIf' | 'retryAfterJitter'> {
+  if (skipIf !== undefined && typeof skipIf !== 'function') fail('skipIf', skipIf, 'must be a function of the execution context returning a boolean');
+  if (typeof retryAfterJitter !== 'number' || !(retryAfterJitter >= 0 && retryAfterJitter <= 1)) {
+    fail('retryAfterJitter', retryAfterJitter, 'must be a number from 0 to 1 (a share of the wait)');
+  }
+  return { skipIf, retryAfterJitter };
 }
 
 function isStore(value: unknown): value is RateLimitStore {

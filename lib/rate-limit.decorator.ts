@@ -1,5 +1,7 @@
+import { UseInterceptors } from '@nestjs/common';
 import type { RateLimitPolicy } from './policy/policy.types.js';
 import { RATE_LIMIT_POLICIES, RATE_LIMIT_SKIP } from './rate-limit.constants.js';
+import { RateLimitOutcomeInterceptor } from './rate-limit-outcome.interceptor.js';
 
 type Target = object | Function;
 
@@ -22,7 +24,22 @@ function defineOn(key: string, value: (previous: any) => unknown): ClassDecorato
 export function RateLimit(policy: RateLimitPolicy | RateLimitPolicy[]): ClassDecorator & MethodDecorator {
   // An empty list stays in as one entry, so that start can refuse it naming the route.
   const added = Array.isArray(policy) && policy.length > 0 ? policy : [policy];
-  return defineOn(RATE_LIMIT_POLICIES, (previous: RateLimitPolicy[] = []) => [...added, ...previous]);
+  const define = defineOn(RATE_LIMIT_POLICIES, (previous: RateLimitPolicy[] = []) => [...added, ...previous]);
+  return added.some(watchesOutcome) ? withOutcomes(define) : define;
+}
+
+/** Whether a policy as written needs the request's outcome: only its routes run `RateLimitOutcomeInterceptor`. */
+function watchesOutcome(policy: RateLimitPolicy | RateLimitPolicy[]): boolean {
+  return typeof policy === 'object' && policy !== null && (('count' in policy && policy.count === 'failures') || 'adaptive' in policy);
+}
+
+/** `define`, with `RateLimitOutcomeInterceptor` on the same class or handler. */
+function withOutcomes(define: ClassDecorator & MethodDecorator): ClassDecorator & MethodDecorator {
+  const intercept = UseInterceptors(RateLimitOutcomeInterceptor);
+  return ((target: Target, property: string | symbol, descriptor: PropertyDescriptor) => {
+    intercept(target, property, descriptor);
+    return define(target as Function, property, descriptor);
+  }) as ClassDecorator & MethodDecorator;
 }
 
 /**

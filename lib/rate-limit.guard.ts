@@ -11,8 +11,10 @@ import { shadowRefusal, userNotYetSet } from './rate-limit.messages.js';
 import type { ResolvedOptions } from './rate-limit-options.js';
 import { RateLimiterService } from './rate-limiter.service.js';
 import { chargeOnce } from './routes/charges.js';
+import { watch, watchedOf } from './routes/outcomes.js';
 import { type RoutePolicy, storeRequest } from './routes/route-policy.js';
 import { RoutePolicies } from './routes/route-policies.js';
+import { anySkipIf, Unskipped } from './routes/skip-if.js';
 import { RateLimitStoreError } from './stores/rate-limit-store.error.js';
 import type { RateLimitDecision, RateLimitRequest } from './stores/rate-limit-store.interface.js';
 
@@ -38,6 +40,8 @@ export class RateLimitGuard implements CanActivate {
   private userNotYetSetWarned = false;
   /** Each route's header plan, by its (cached) list of policies; `null`: no headers. */
   private readonly plans = new WeakMap<readonly RoutePolicy[], HeaderPlan | null>();
+  /** Each route's policies less those a `skipIf` let pass, one list per set skipped (so its plan is cached). */
+  private readonly unskipped = new Unskipped();
 
   constructor(
     @Inject(RATE_LIMIT_OPTIONS) protected readonly options: ResolvedOptions,
@@ -77,11 +81,14 @@ export class RateLimitGuard implements CanActivate {
    * for a `leaky_bucket`), or the context's refusal thrown.
    */
   protected async enforce(
-    policies: readonly RoutePolicy[],
+    route: readonly RoutePolicy[],
     request: LimitedRequest,
     context: ExecutionContext,
     seam: RateLimitContext,
   ): Promise<boolean> {
+    const applying = this.options.skipIf === undefined && !anySkipIf(route) ? route : await this.skipping(route, context);
+    if (applying.length === 0) return true;
+    const policies = this.limiter.scales.apply(applying);
     const requests = await this.buildRequests(policies, request, context, seam);
     let decisions: RateLimitDecision[];
     try {
@@ -95,14 +102,31 @@ export class RateLimitGuard implements CanActivate {
     const named = limiting(decisions);
     if (this.options.mode === 'shadow') {
       if (!named.allowed) this.onShadowRefusal(named, context);
+      else this.watchOutcome(policies, decisions, context, seam);
       return true;
     }
     if (named.allowed) {
       // a leaky_bucket admits a request for its turn in the queue: wait until then
       if (decisions.some((decision) => decision.delay > 0)) await this.waitTurn(decisions, context, seam);
+      this.watchOutcome(policies, decisions, context, seam);
       return true;
     }
     return this.onRefusal(named, requests[decisions.indexOf(named)].cost, context, seam);
+  }
+
+  /** The policies that apply to the request: none when the module's `skipIf` says so, else those whose own does not. */
+  protected async skipping(policies: readonly RoutePolicy[], context: ExecutionContext): Promise<readonly RoutePolicy[]> {
+    if (this.options.skipIf !== undefined && (await this.options.skipIf(context))) return [];
+    return this.unskipped.of(policies, context);
+  }
+
+  /**
+   * Keeps, for the request's outcome, what an admitted and charged request owes the policies that
+   * watch it (`count: 'failures'`, `adaptive`): `RateLimitOutcomeInterceptor` settles it.
+   */
+  protected watchOutcome(policies: readonly RoutePolicy[], decisions: readonly RateLimitDecision[], context: ExecutionContext, seam: RateLimitContext): void {
+    const watched = watchedOf(policies, decisions);
+    if (watched !== undefined) watch(seam.target?.(context) ?? context.getArgs(), watched);
   }
 
   /** One store request per policy: its bucket for this client and its cost. */

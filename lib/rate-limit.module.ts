@@ -4,6 +4,7 @@ import { RateLimitContexts } from './contexts/rate-limit-contexts.js';
 import { RATE_LIMIT_OPTIONS } from './rate-limit.constants.js';
 import { RateLimitGuard } from './rate-limit.guard.js';
 import { RateLimitInterceptor } from './rate-limit.interceptor.js';
+import { RateLimitOutcomeInterceptor } from './rate-limit-outcome.interceptor.js';
 import { invalidAsyncOptions } from './rate-limit.messages.js';
 import {
   RATE_LIMIT_MODULE_OPTIONS,
@@ -13,6 +14,7 @@ import {
 import { resolveOptions, type ResolvedOptions } from './rate-limit-options.js';
 import type { RateLimitModuleOptions } from './rate-limit-options.interface.js';
 import { RateLimiterService } from './rate-limiter.service.js';
+import { AdaptiveRates } from './routes/adaptive-rates.js';
 import { RoutePolicies } from './routes/route-policies.js';
 import { RateLimitStore } from './stores/rate-limit-store.interface.js';
 import { StoreOwner } from './stores/store-owner.js';
@@ -58,6 +60,12 @@ import { StoreOwner } from './stores/store-owner.js';
     RateLimitContexts,
     RateLimitGuard,
     RateLimitInterceptor,
+    RateLimitOutcomeInterceptor,
+    {
+      provide: AdaptiveRates,
+      useFactory: (limiter: RateLimiterService) => new AdaptiveRates((name, factor) => limiter.setScale(name, factor)),
+      inject: [RateLimiterService],
+    },
     {
       provide: APP_GUARD,
       // nothing (Nest skips a global enhancer whose factory gives none) unless registered as the guard
@@ -71,11 +79,21 @@ import { StoreOwner } from './stores/store-owner.js';
         guard && runAs === 'interceptor' ? rateLimit : null,
       inject: [RATE_LIMIT_OPTIONS, RateLimitInterceptor],
     },
+    {
+      // the outcomes of module policies that watch them (count: 'failures', adaptive), on every
+      // route; RateLimitInterceptor settles them itself
+      provide: APP_INTERCEPTOR,
+      useFactory: ({ guard, runAs, policies }: ResolvedOptions, outcomes: RateLimitOutcomeInterceptor) =>
+        policies.some((policy) => policy.count === 'failures' || policy.adaptive !== undefined) && !(guard && runAs === 'interceptor') ? outcomes : null,
+      inject: [RATE_LIMIT_OPTIONS, RateLimitOutcomeInterceptor],
+    },
   ],
   exports: [
     RateLimiterService,
     RateLimitGuard,
     RateLimitInterceptor,
+    RateLimitOutcomeInterceptor,
+    AdaptiveRates,
     RateLimitStore,
     RATE_LIMIT_OPTIONS,
     RoutePolicies,

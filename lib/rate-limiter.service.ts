@@ -5,7 +5,9 @@ import { RATE_LIMIT_OPTIONS } from './rate-limit.constants.js';
 import { RateLimitUnavailableException } from './rate-limit.exception.js';
 import { circuitOpen, duplicatePolicyName, invalidArgument, invalidPolicy, shuttingDown, storeBack, storeFailed, storeFailing, storeTimedOut } from './rate-limit.messages.js';
 import type { ResolvedOptions } from './rate-limit-options.js';
+import { withJitter } from './keys/retry-jitter.js';
 import { type RoutePolicy, routePolicy, storeRequest } from './routes/route-policy.js';
+import { Scales } from './routes/scales.js';
 import { checkCost } from './stores/distinct-requests.js';
 import { MemoryStore } from './stores/memory/memory.store.js';
 import { RateLimitStoreError } from './stores/rate-limit-store.error.js';
@@ -53,6 +55,8 @@ export class RateLimiterService implements BeforeApplicationShutdown, OnApplicat
   private readonly breaker = new CircuitBreaker({ threshold: BREAKER_THRESHOLD, probeAfterMs: BREAKER_PROBE_MS });
   private readonly logger = new Logger('RateLimitModule');
   private local: MemoryStore | undefined;
+  /** The factors `setScale` puts on policies' `rps`: the guard applies them to each route's policies. */
+  readonly scales = new Scales();
 
   constructor(
     @Inject(RATE_LIMIT_OPTIONS) private readonly options: ResolvedOptions,
@@ -89,6 +93,20 @@ export class RateLimiterService implements BeforeApplicationShutdown, OnApplicat
   }
 
   /**
+   * Multiplies a policy's `rps` by `factor` (0 < factor <= 1; 1: the full rate) from the next
+   * decision on, in this process (`'*'`: every policy). An `adaptive` policy's factor is the module's.
+   * @example limiter.setScale('api', 0.5) // half the rate while a dependency struggles
+   */
+  setScale(policyName: string, factor: number): void {
+    this.scales.set(policyName, factor);
+  }
+
+  /** A policy's factor (see `setScale`): 1 unless scaled. */
+  getScale(policyName: string): number {
+    return this.scales.get(policyName);
+  }
+
+  /**
    * Waits out the longest `delay` of admitted decisions: a `leaky_bucket` request proceeds
    * only when its turn in the queue comes. The guard does this itself; code that calls
    * `consume` does it with this. One timer serves every waiting request.
@@ -122,8 +140,10 @@ export class RateLimiterService implements BeforeApplicationShutdown, OnApplicat
    */
   decide(requests: readonly RateLimitRequest[], charge: boolean): Promise<RateLimitDecision[]> {
     // a store in this process cannot hang or lose its server: no deadline to keep, no breaker
-    if (this.store.inProcess) return charge ? this.store.consume(requests) : this.store.peek(requests);
-    return this.decideRemote(requests, charge);
+    const decided = this.store.inProcess ? (charge ? this.store.consume(requests) : this.store.peek(requests)) : this.decideRemote(requests, charge);
+    // jittered here, where the store's answers and its remembered refusals meet, so both say the same
+    const { retryAfterJitter: jitter } = this.options;
+    return jitter === 0 ? decided : decided.then((decisions) => withJitter(decisions, requests, jitter));
   }
 
   /**
@@ -182,11 +202,10 @@ export class RateLimiterService implements BeforeApplicationShutdown, OnApplicat
   }
 
   /**
-   * Gives back what the request of `decisions` took, in the store that took it, within the
-   * timeout. A refund that fails leaves the charge taken (fewer admissions, never more): nothing
-   * to fail the request for, and nothing worth a log line per request while the store is down.
+   * Gives back what the request of `decisions` (some or all of what `consume` returned) took, in the
+   * store that took it, within the timeout. Never rejects: a failed refund leaves the charge taken.
    */
-  private async refund(decisions: readonly RateLimitDecision[]): Promise<void> {
+  async refund(decisions: readonly RateLimitDecision[]): Promise<void> {
     const store = this.local !== undefined && decisions.some((decision) => this.localDecisions.has(decision)) ? this.local : this.store;
     if (store.refund === undefined) return;
     if (store.inProcess) return store.refund(decisions);
@@ -216,7 +235,7 @@ export class RateLimiterService implements BeforeApplicationShutdown, OnApplicat
     const requests = (Array.isArray(policies) ? policies : [policies]).map((policy) => {
       let compiled = this.compiled.get(policy);
       if (!compiled) this.compiled.set(policy, (compiled = routePolicy(resolvePolicy(policy, 'RateLimiterService', 'default'), this.options)));
-      return storeRequest(compiled, identity, cost, tier);
+      return storeRequest(this.scales.scaled(compiled), identity, cost, tier);
     });
     // a policy's name is its bucket: two of one name would be one bucket under two rules, as a route refuses
     for (let i = 1; i < requests.length; i++) {

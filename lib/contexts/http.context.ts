@@ -92,6 +92,22 @@ export class HttpRateLimitContext implements RateLimitContext {
     const address = (request.socket ?? request.raw?.socket)?.remoteAddress;
     if (address !== undefined && request.ip === address) this.logger.warn(forwardedForIgnored(address));
   }
+
+  /**
+   * The final status, read when the response has been sent (an exception filter sets it after the
+   * handler throws): < 400 is a success. A response closed before it was sent is no success.
+   */
+  succeeded(context: ExecutionContext): Promise<boolean> | undefined {
+    const raw = nodeResponse(context.getArgByIndex(1));
+    if (raw === undefined) return undefined;
+    return new Promise((resolve) => {
+      const settle = (): void => {
+        raw.off('finish', settle).off('close', settle);
+        resolve(raw.writableFinished && raw.statusCode < 400);
+      };
+      raw.once('finish', settle).once('close', settle);
+    });
+  }
 }
 
 /** The Node response under the framework's: Express's response is one, Fastify's reply holds it as `raw`. */

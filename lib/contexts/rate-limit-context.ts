@@ -29,6 +29,12 @@ export interface RateLimitContext {
   departure?(context: ExecutionContext): Departure | undefined;
   /** Told of each request limited by its IP address, so the seam can check how the address was found. */
   limitedByIp?(request: LimitedRequest): void;
+  /**
+   * Whether the request succeeded, once its answer is settled (HTTP: its final status is < 400,
+   * whatever an exception filter made of it), for `count: 'failures'` and `adaptive` policies.
+   * `undefined`, or a seam without it: the handler's outcome decides (it ends without an error).
+   */
+  succeeded?(context: ExecutionContext): Promise<boolean> | undefined;
 }
 
 /** A request's client, watched while the request waits. */

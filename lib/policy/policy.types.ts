@@ -97,6 +97,35 @@ export interface RateLimitPolicy {
    * @example { name: 'login', limit: 5, window: '15m', key: 'ip', count: 'failures', blockFor: '1h' }
    */
   blockFor?: number | string;
+  /**
+   * `'failures'`: the cost is taken on entry and given back when the request succeeds (HTTP status
+   * < 400; elsewhere, its handler ends without an error), so only failures stay counted (failed
+   * logins). Parallel failures never pass the limit: each is charged before it runs. Default `'all'`.
+   */
+  count?: 'all' | 'failures';
+  /** `true` lets the request pass this policy uncharged (an allow list). Called once per request. */
+  skipIf?: SkipIf;
+  /**
+   * The module steers this policy's rate from the latency of the requests it admits: its `rps` is
+   * scaled down (not below `min`, a factor) while their p99 is above `latency` (milliseconds), and
+   * back up to the full rate while it is below. See `RateLimiterService.setScale`.
+   */
+  adaptive?: AdaptiveRate;
+}
+
+/**
+ * Whether a request passes a policy (or, as the module's `skipIf`, every policy) uncharged.
+ *
+ * @example skipIf: (ctx) => ctx.switchToHttp().getRequest().ip === '10.0.0.1'
+ */
+export type SkipIf = (context: ExecutionContext) => boolean | Promise<boolean>;
+
+/** A target latency and the least factor of `rps` the module may scale a policy down to. */
+export interface AdaptiveRate {
+  /** Target p99 latency of the admitted requests, milliseconds. */
+  latency: number;
+  /** Lowest factor of `rps`, 0 < min <= 1. Default 0.1. */
+  min?: number;
 }
 
 /** A policy after validation: everything defaulted, its rule in one form. */
@@ -109,6 +138,9 @@ export interface ResolvedPolicy {
   key: readonly KeySource[] | undefined;
   /** With `tiers`: each tier's rule (`rule` is the default tier's). */
   tiers?: ResolvedTiers;
+  count: 'all' | 'failures';
+  skipIf: SkipIf | undefined;
+  adaptive: Required<AdaptiveRate> | undefined;
 }
 
 /** A tiered policy's tiers after validation. */

@@ -1,12 +1,14 @@
 import { ALGORITHMS, type Algorithm, type Rule, WINDOW_ALGORITHMS } from '../algorithms/algorithm.types.js';
 import { invalidPolicy, invalidPolicyField, invalidPolicyValue } from '../rate-limit.messages.js';
 import type { CostSource, KeySource, RateLimitPolicy, ResolvedPolicy, ResolvedTiers, TierLimits } from './policy.types.js';
+import { OUTCOME_FIELDS, resolveOutcomeFields } from './resolve-outcome-fields.js';
 import { resolveTiers, TIER_FIELDS } from './resolve-tiers.js';
 
 const FIELDS = new Set<string>([
   'algorithm', 'rps', 'tokensPerSecond', 'burst', 'limit', 'window', 'cost', 'defaultCost', 'key', 'name',
   ...TIER_FIELDS,
   'blockFor',
+  ...OUTCOME_FIELDS,
 ]);
 const WINDOW_UNITS: Record<string, number> = { ms: 0.001, s: 1, m: 60, h: 3600, d: 86_400 };
 const WINDOW_PATTERN = /^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?$/;
@@ -161,7 +163,8 @@ export function resolvePolicy(policy: RateLimitPolicy, where: string, defaultNam
   }
   const name = policy.name === undefined ? defaultPolicyName(defaultName) : policy.name;
 
-  return tiers === undefined ? { name, rule, cost, defaultCost, key } : { name, rule, cost, defaultCost, key, tiers };
+  const outcome = resolveOutcomeFields(policy, fail);
+  return tiers === undefined ? { name, rule, cost, defaultCost, key, ...outcome } : { name, rule, cost, defaultCost, key, tiers, ...outcome };
 }
 
 /**

@@ -1,6 +1,6 @@
 import type { Rule } from '../algorithms/algorithm.types.js';
 import { keyOf, keyPrefix } from '../keys/bucket-key.js';
-import type { CostSource, KeySource, ResolvedPolicy, TierSource } from '../policy/policy.types.js';
+import type { AdaptiveRate, CostSource, KeySource, ResolvedPolicy, SkipIf, TierSource } from '../policy/policy.types.js';
 import type { RateLimitRequest } from '../stores/rate-limit-store.interface.js';
 
 /**
@@ -22,6 +22,12 @@ export interface RoutePolicy {
   readonly keyPrefix: string;
   /** A tiered policy's tiers; `undefined` for a policy without. */
   readonly tiers: RouteTiers | undefined;
+  /** Whether a request that succeeds gets its cost back (`count: 'failures'`). */
+  readonly refundsSuccess: boolean;
+  /** Lets a request pass this policy uncharged when it says so. */
+  readonly skipIf: SkipIf | undefined;
+  /** The latency target the module steers this policy's rate by. */
+  readonly adaptive: Required<AdaptiveRate> | undefined;
 }
 
 /** The tiers of a tiered policy as they apply to requests. */
@@ -50,9 +56,10 @@ export interface RouteDefaults {
 }
 
 /** A validated policy as it applies to requests under the module's `prefix` and `key`. */
-export function routePolicy({ name, rule, cost, defaultCost, key, tiers }: ResolvedPolicy, defaults: RouteDefaults): RoutePolicy {
+export function routePolicy({ name, rule, cost, defaultCost, key, tiers, ...outcome }: ResolvedPolicy, defaults: RouteDefaults): RoutePolicy {
+  const watched = { refundsSuccess: outcome.count === 'failures', skipIf: outcome.skipIf, adaptive: outcome.adaptive };
   if (tiers === undefined) {
-    return { name, rule, cost, defaultCost, keys: key ?? defaults.key, keyPrefix: keyPrefix(defaults.prefix, name, rule), tiers: undefined };
+    return { name, rule, cost, defaultCost, keys: key ?? defaults.key, keyPrefix: keyPrefix(defaults.prefix, name, rule), tiers: undefined, ...watched };
   }
   const byName = new Map<string, RouteTier>();
   for (const [tier, rule] of tiers.rules) {
@@ -61,8 +68,13 @@ export function routePolicy({ name, rule, cost, defaultCost, key, tiers }: Resol
   const byDefault = byName.get(tiers.defaultTier)!;
   return {
     name, rule: byDefault.rule, cost, defaultCost, keys: key ?? defaults.key, keyPrefix: byDefault.keyPrefix,
-    tiers: { source: tiers.source, byName, byDefault },
+    tiers: { source: tiers.source, byName, byDefault }, ...watched,
   };
+}
+
+/** Whether a request's outcome matters to a policy: its charge goes back on success, or its latency steers its rate. */
+export function watchesOutcome(policy: Pick<RoutePolicy, 'refundsSuccess' | 'adaptive'>): boolean {
+  return policy.refundsSuccess || policy.adaptive !== undefined;
 }
 
 /**

@@ -150,6 +150,17 @@ class BookResolver {
   }
 }
 
+/** Failed logins counted (`count: 'failures'`): a wrong password is the field's error. */
+@Resolver()
+class LoginResolver {
+  @RateLimit({ name: 'gql-login', limit: 2, window: '15m', key: 'header:x-client', count: 'failures' })
+  @Query(() => String, { nullable: true })
+  login(@Args('password', { type: () => String }) password: string): string {
+    if (password !== 'right') throw new Error('wrong password');
+    return 'welcome';
+  }
+}
+
 /** What the app logged at `error` and `warn`: Nest logs an error for each exception it does not know. */
 export class RecordingLogger implements LoggerService {
   readonly errors: unknown[][] = [];
@@ -200,7 +211,7 @@ export function storeOptions(store: StoreName, redis: Redis): RateLimitModuleOpt
 export async function startGraphqlApp(driver: DriverName, options: RateLimitModuleOptions): Promise<GraphqlApp> {
   @Module({
     imports: [RateLimitModule.forRoot(options), driver === 'apollo' ? apolloModule() : mercuriusModule()],
-    providers: [Ticker, CatalogResolver, SearchResolver, BookResolver],
+    providers: [Ticker, CatalogResolver, SearchResolver, BookResolver, LoginResolver],
   })
   class GraphqlAppModule {}
 

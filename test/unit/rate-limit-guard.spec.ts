@@ -18,11 +18,13 @@ import {
   type RateLimitStore,
   type RoutePolicy,
 } from '../../lib/index.js';
-import { of } from 'rxjs';
+import { lastValueFrom, type Observable, of, throwError } from 'rxjs';
 import { RateLimitContexts } from '../../lib/contexts/rate-limit-contexts.js';
 import { headerValue } from '../../lib/keys/identity.js';
 import { resolveOptions } from '../../lib/rate-limit-options.js';
 import { RoutePolicies } from '../../lib/routes/route-policies.js';
+import { AdaptiveRates } from '../../lib/routes/adaptive-rates.js';
+import { RateLimitOutcomeInterceptor } from '../../lib/rate-limit-outcome.interceptor.js';
 
 /**
  * The guard's steps without a server: real route policies, limiter and memory store (clock
@@ -57,6 +59,8 @@ class FakeContext implements RateLimitContext {
   readonly limitedByIpCalls: LimitedRequest[] = [];
   /** What `departure` hands out; `undefined`: it cannot tell. */
   departing: Departure | undefined;
+  /** What `succeeded` answers; `undefined`: the handler's outcome decides. */
+  succeeded: RateLimitContext['succeeded'];
 
   request(context: ExecutionContext): LimitedRequest {
     return context.getArgByIndex(0);
@@ -110,7 +114,9 @@ function setup(options: RateLimitModuleOptions = {}, store: RateLimitStore = new
   const contexts = new RateLimitContexts(resolved, {} as HttpAdapterHost);
   contexts.use('http', seam);
   const guard = new Guard(resolved, routes, limiter, contexts);
-  return { guard, seam, limiter, store };
+  const adaptive = new AdaptiveRates((name, factor) => limiter.setScale(name, factor));
+  const outcomes = new RateLimitOutcomeInterceptor(contexts, limiter, adaptive);
+  return { guard, seam, limiter, store, outcomes, adaptive };
 }
 
 /** An HTTP execution context for `controller.find` with `request`. */
@@ -492,12 +498,144 @@ describe('RateLimitInterceptor', () => {
   const handled = of('handled');
 
   it("runs the handler of an admitted request, and ends a refused one with the seam's refusal without it", async () => {
-    const { guard } = guarded();
-    const interceptor = new RateLimitInterceptor(guard);
+    const { guard, outcomes } = guarded();
+    const interceptor = new RateLimitInterceptor(guard, outcomes);
     const route = routeWith([ONE]);
     const handle = jest.fn(() => handled);
     expect(await interceptor.intercept(http(route), { handle })).toBe(handled);
     expect(await rejection(interceptor.intercept(http(route), { handle }))).toBeInstanceOf(Refused);
     expect(handle).toHaveBeenCalledTimes(1);
+  });
+});
+
+describe("count: 'failures' (the guard and RateLimitOutcomeInterceptor)", () => {
+  const LOGIN: RateLimitPolicy = { name: 'login', limit: 2, window: '15m', key: 'ip', count: 'failures' };
+  const PER_IP: RateLimitPolicy = { name: 'per-ip', limit: 100, window: '1h', key: 'ip' };
+  const failing = () => throwError(() => new Error('wrong password'));
+
+  /** One request through the guard, then the outcome interceptor around a handler that answers `handled`. */
+  async function attempt(setup: ReturnType<typeof guarded>, route: Type, handled: () => Observable<unknown>): Promise<'refused' | 'ok' | 'failed'> {
+    const context = http(route);
+    try {
+      await setup.guard.canActivate(context);
+    } catch (error) {
+      if (error instanceof Refused) return 'refused';
+      throw error;
+    }
+    return lastValueFrom(setup.outcomes.intercept(context, { handle: handled })).then(
+      () => 'ok',
+      () => 'failed',
+    );
+  }
+
+  it('gives the charge back when the handler succeeds, keeps it when it fails, and refuses once failures reach the limit', async () => {
+    const setup = guarded();
+    const route = routeWith([LOGIN, PER_IP]);
+    for (let i = 0; i < 5; i++) expect(await attempt(setup, route, () => of('welcome'))).toBe('ok');
+    expect(await attempt(setup, route, failing)).toBe('failed');
+    expect(await attempt(setup, route, () => of('welcome'))).toBe('ok');
+    expect(await attempt(setup, route, failing)).toBe('failed');
+    expect(await attempt(setup, route, () => of('welcome'))).toBe('refused');
+    // only the failures policy got its charges back: per-ip counted all 8 admitted (the refused one took nothing)
+    const [login, perIp] = await setup.limiter.peek(`ip:${IP}`, [LOGIN, PER_IP]);
+    expect(login.remaining).toBe(0);
+    expect(perIp.remaining).toBe(100 - 8);
+  });
+
+  it('settles once however many interceptors run, and nothing for a route without such policies', async () => {
+    const setup = guarded();
+    const route = routeWith([LOGIN]);
+    const context = http(route);
+    await setup.guard.canActivate(context);
+    await lastValueFrom(setup.outcomes.intercept(context, { handle: () => of('ok') }));
+    await lastValueFrom(setup.outcomes.intercept(context, { handle: () => of('ok') }));
+    const [login] = await setup.limiter.peek(`ip:${IP}`, LOGIN);
+    expect(login.remaining).toBe(2);
+    const plain = http(routeWith([PER_IP]));
+    await setup.guard.canActivate(plain);
+    const handled = of('ok');
+    expect(setup.outcomes.intercept(plain, { handle: () => handled })).toBe(handled);
+  });
+
+  it('reads the seam\'s own verdict where it has one (HTTP: the final status)', async () => {
+    const setup = guarded();
+    let answer!: (succeeded: boolean) => void;
+    setup.seam.succeeded = () => new Promise<boolean>((resolve) => (answer = resolve));
+    const route = routeWith([LOGIN]);
+    const context = http(route);
+    await setup.guard.canActivate(context);
+    await lastValueFrom(setup.outcomes.intercept(context, { handle: () => of('rendered, status to come') }));
+    answer(true);
+    await new Promise(setImmediate);
+    expect((await setup.limiter.peek(`ip:${IP}`, LOGIN))[0].remaining).toBe(2);
+  });
+});
+
+describe('skipIf', () => {
+  const API: RateLimitPolicy = { name: 'api', rps: 0.001, burst: 1, key: 'ip' };
+  const trusted = (context: ExecutionContext) => context.getArgByIndex<LimitedRequest>(0).headers['x-trusted'] === 'yes';
+
+  it("lets a request its policy's skipIf says so pass that policy uncharged, and no other", async () => {
+    const { guard, seam, limiter } = guarded();
+    const route = routeWith([{ ...API, skipIf: async (context) => trusted(context) }, { name: 'other', rps: 0.001, burst: 5, key: 'ip' }]);
+    const asTrusted = () => http(route, { headers: { 'x-trusted': 'yes' } });
+    for (let i = 0; i < 3; i++) expect(await guard.canActivate(asTrusted())).toBe(true);
+    expect(seam.headers).toContainEqual(['RateLimit-Policy', '"other";q=5;w=5000']);
+    expect(seam.headers.find(([name]) => name === 'RateLimit-Policy')![1]).not.toContain('"api"');
+    expect(await guard.canActivate(http(route))).toBe(true);
+    expect(await rejection(guard.canActivate(http(route)))).toMatchObject({ decision: { policy: 'api' } });
+    expect((await limiter.peek(`ip:${IP}`, { name: 'other', rps: 0.001, burst: 5, key: 'ip' }))[0].remaining).toBe(5 - 4);
+  });
+
+  it("lets every policy go uncharged when the module's skipIf says so", async () => {
+    const { guard, seam, store } = guarded({ skipIf: trusted });
+    const route = routeWith([API]);
+    for (let i = 0; i < 3; i++) expect(await guard.canActivate(http(route, { headers: { 'x-trusted': 'yes' } }))).toBe(true);
+    expect(seam.headers).toEqual([]);
+    expect((store as MemoryStore).size).toBe(0);
+    expect(await guard.canActivate(http(route))).toBe(true);
+    expect(await rejection(guard.canActivate(http(route)))).toBeInstanceOf(Refused);
+  });
+});
+
+describe('retryAfterJitter and setScale through the guard', () => {
+  const SLOW: RateLimitPolicy = { name: 'slow', rps: 0.1, burst: 1, key: 'ip' };
+
+  it('stretches Retry-After and the refusal alike, the same for one client every time', async () => {
+    const { guard, seam } = guarded({ retryAfterJitter: 1 });
+    const route = routeWith([SLOW]);
+    const waits = new Set<string>();
+    for (let client = 0; client < 20; client++) {
+      const ip = `198.51.100.${client}`;
+      await guard.canActivate(http(route, { ip }));
+      for (let again = 0; again < 2; again++) {
+        seam.headers.length = 0;
+        const refused = (await rejection(guard.canActivate(http(route, { ip })))) as Refused;
+        const header = seam.headers.at(-1)!;
+        expect(header).toEqual(['Retry-After', String(refused.decision.retryAfter)]);
+        expect(refused.decision.retryAfter).toBeGreaterThanOrEqual(10);
+        expect(refused.decision.retryAfter).toBeLessThanOrEqual(20);
+        waits.add(`${ip} ${header[1]}`);
+      }
+    }
+    // each client got one value both times, and they differ between clients
+    expect(waits.size).toBe(20);
+    expect(new Set([...waits].map((wait) => wait.split(' ')[1])).size).toBeGreaterThanOrEqual(3);
+  });
+
+  it("scales a policy's rps from the next decision on, headers included", async () => {
+    const { guard, seam, limiter } = guarded();
+    const route = routeWith([{ name: 'api', rps: 2, burst: 4, key: 'ip' }]);
+    await guard.canActivate(http(route));
+    expect(seam.headers[0]).toEqual(['RateLimit-Policy', '"api";q=4;w=2']);
+    limiter.setScale('api', 0.5);
+    expect(limiter.getScale('api')).toBe(0.5);
+    seam.headers.length = 0;
+    await guard.canActivate(http(route));
+    expect(seam.headers[0]).toEqual(['RateLimit-Policy', '"api";q=4;w=4']);
+    limiter.setScale('*', 1);
+    seam.headers.length = 0;
+    await guard.canActivate(http(route));
+    expect(seam.headers[0]).toEqual(['RateLimit-Policy', '"api";q=4;w=2']);
   });
 });

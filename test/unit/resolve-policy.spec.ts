@@ -30,6 +30,9 @@ describe('resolvePolicy', () => {
       cost: 1,
       defaultCost: 1,
       key: undefined,
+      count: 'all',
+      skipIf: undefined,
+      adaptive: undefined,
     });
     expect(windowSeconds(resolve({ rps: 10, burst: 50 }).rule)).toBe(5);
     expect(resolve({ rps: 2.5 }).rule.burst).toBe(3);
@@ -94,6 +97,9 @@ describe('resolvePolicy', () => {
         source: planOf,
         defaultTier: 'free',
       },
+      count: 'all',
+      skipIf: undefined,
+      adaptive: undefined,
     });
     expect(resolve({ rps: 1 })).not.toHaveProperty('tiers');
   });

@@ -222,6 +222,9 @@ describe('routePolicy and storeRequest', () => {
       defaultCost: 3,
       keys: ['user'],
       keyPrefix: 'x:exports:lb:{',
+      refundsSuccess: false,
+      skipIf: undefined,
+      adaptive: undefined,
     });
     expect(routePolicy({ ...resolved, key: undefined }, options).keys).toEqual(['api-key']);
   });

@@ -82,8 +82,8 @@ export class RedisStore implements RateLimitStore {
 
   /**
    * Gives back what `consume` took for these decisions (see `RateLimitStore.refund`): one refund
-   * script call per hash slot, in parallel. Refusals remembered for those keys are forgotten
-   * afterwards: the buckets now admit sooner than they said.
+   * script call per hash slot, in parallel. Refusals remembered for those keys are forgotten at
+   * once and again afterwards: the buckets now admit sooner than they said.
    */
   async refund(decisions: readonly RateLimitDecision[]): Promise<void> {
     // a request some policy refused took nothing (what another hash slot charged went back then)
@@ -91,6 +91,9 @@ export class RedisStore implements RateLimitStore {
     const charges = decisions.map(chargeOf).filter((charge): charge is Charge => charge !== undefined);
     if (charges.length === 0) return;
     const keys = charges.map((charge) => charge.request.key);
+    // forgotten now too: a request on these keys that comes before the reply then goes to Redis,
+    // behind the refund, rather than being refused from what was true before it
+    this.refused?.forget(keys);
     const groups = groupBySlot(keys, this.cluster);
     await Promise.all(
       [...groups.values()].map((group) => this.scripts.refund(group.map((i) => charges[i].request), group.map((i) => charges[i].at))),

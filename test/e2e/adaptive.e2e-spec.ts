@@ -1,0 +1,103 @@
+import { randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Controller, Get, Module } from '@nestjs/common';
+import type { Redis } from 'ioredis';
+import { MemoryStore, RateLimit, RateLimitModule, RateLimiterService, type RateLimitStore, RedisStore } from '../../lib/index.js';
+import { type AdapterName, startApp, type TestApp } from '../support/app.js';
+import { connectTestRedis } from '../support/redis/test-redis.js';
+
+/**
+ * An adaptive policy under real load: a client offers 16 requests a second (evenly spaced, not
+ * waiting for answers) to a route of 20 rps whose target p99 is 100 ms. The handler's latency is
+ * raised to 300 ms for 5 s, then dropped back to 10 ms for 10 s. The admitted rate must fall to at
+ * most half within the 5 s, and be back to the full rate (all 16) within the 10 s. The test prints
+ * the factor the module steered to, and what was admitted, every half second.
+ */
+
+const OFFERED_PER_S = 16;
+const TARGET_MS = 100;
+const SLOW_MS = 300;
+const FAST_MS = 10;
+
+/** The handler's latency, ms, as the test sets it. */
+const latency = { ms: FAST_MS };
+
+@Controller('adaptive')
+class SlowingController {
+  @RateLimit({ name: 'adaptive', rps: 20, burst: 4, key: 'ip', adaptive: { latency: TARGET_MS, min: 0.1 } })
+  @Get()
+  async handle() {
+    await sleep(latency.ms);
+    return { ok: true };
+  }
+}
+
+let redis: Redis;
+beforeAll(async () => {
+  redis = await connectTestRedis();
+});
+afterAll(async () => {
+  await redis.quit();
+});
+
+const RUNS: Array<[string, AdapterName, () => { store: RateLimitStore; prefix?: string }]> = [
+  ['memory', 'express', () => ({ store: new MemoryStore() })],
+  ['redis', 'fastify', () => ({ store: new RedisStore({ client: redis }), prefix: `rl-e2e-adaptive-${randomUUID()}:` })],
+];
+
+describe.each(RUNS)('an adaptive policy on the %s store, %s', (_store, adapter, storeOptions) => {
+  let http: TestApp;
+  afterAll(() => http?.close());
+
+  it('halves the admitted rate within 5 s of the latency rising, and is back to the full rate within 10 s of it dropping', async () => {
+    @Module({ imports: [RateLimitModule.forRoot(storeOptions())], controllers: [SlowingController] })
+    class AppModule {}
+    http = await startApp(AppModule, adapter);
+    const limiter = http.app.get(RateLimiterService);
+    latency.ms = FAST_MS;
+
+    /** Each request's send time (ms since start) and whether it was admitted. */
+    const sent: Array<{ at: number; admitted: Promise<boolean> }> = [];
+    const started = performance.now();
+    const elapsed = () => performance.now() - started;
+    const admittedIn = (from: number, to: number) => Promise.all(sent.filter(({ at }) => at >= from && at < to).map(({ admitted }) => admitted));
+    const trace: string[] = [];
+
+    /** Offers requests evenly until `until` ms, noting the factor every 500 ms. */
+    async function offer(until: number): Promise<void> {
+      let next = sent.length === 0 ? 0 : sent.at(-1)!.at + 1000 / OFFERED_PER_S;
+      let noted = Math.floor(elapsed() / 500) * 500;
+      while (next < until) {
+        const wait = next - elapsed();
+        if (wait > 0) await sleep(wait);
+        sent.push({ at: next, admitted: http.get('/adaptive').then(async (response) => (await response.text(), response.status === 200)) });
+        next += 1000 / OFFERED_PER_S;
+        if (elapsed() >= noted + 500) {
+          noted += 500;
+          trace.push(`t=${(noted / 1000).toFixed(1)}s latency=${latency.ms}ms factor=${limiter.getScale('adaptive').toFixed(2)}`);
+        }
+      }
+    }
+
+    const count = async (from: number, to: number) => (await admittedIn(from, to)).filter(Boolean).length;
+
+    await offer(2_000);
+    latency.ms = SLOW_MS;
+    await offer(7_000);
+    latency.ms = FAST_MS;
+    await offer(17_000);
+    await Promise.all(sent.map(({ admitted }) => admitted));
+
+    const perSecond: number[] = [];
+    for (let second = 0; second < 17; second++) perSecond.push(await count(second * 1000, (second + 1) * 1000));
+    console.log(`adaptive on ${_store}/${adapter}: factor over time\n${trace.join('\n')}\nadmitted per second (offered ${OFFERED_PER_S}): ${perSecond.join(' ')}`);
+
+    // full rate before: every request offered in the second second was admitted
+    expect(perSecond[1]).toBeGreaterThanOrEqual(OFFERED_PER_S - 1);
+    // at most half in some second of the 5 s of high latency (seconds 2..6)
+    expect(Math.min(...perSecond.slice(2, 7))).toBeLessThanOrEqual(OFFERED_PER_S / 2);
+    // the full rate again in some second of the 10 s after it dropped (seconds 7..16)
+    expect(Math.max(...perSecond.slice(7, 17))).toBeGreaterThanOrEqual(OFFERED_PER_S - 1);
+    expect(limiter.getScale('adaptive')).toBeGreaterThan(0.8);
+  }, 40_000);
+});
