@@ -1,10 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Controller, Get, Module } from '@nestjs/common';
-import type { Redis } from 'ioredis';
 import { MemoryStore, RateLimit, RateLimitModule, RateLimiterService, type RateLimitStore, RedisStore } from '../../lib/index.js';
 import { type AdapterName, startApp, type TestApp } from '../support/app.js';
-import { connectTestRedis } from '../support/redis/test-redis.js';
+import { useTestRedis } from '../support/redis/test-redis.js';
 
 /**
  * An adaptive policy under real load: a client offers 16 requests a second (evenly spaced, not
@@ -32,17 +31,11 @@ class SlowingController {
   }
 }
 
-let redis: Redis;
-beforeAll(async () => {
-  redis = await connectTestRedis();
-});
-afterAll(async () => {
-  await redis.quit();
-});
+const redis = useTestRedis();
 
 const RUNS: Array<[string, AdapterName, () => { store: RateLimitStore; prefix?: string }]> = [
   ['memory', 'express', () => ({ store: new MemoryStore() })],
-  ['redis', 'fastify', () => ({ store: new RedisStore({ client: redis }), prefix: `rl-e2e-adaptive-${randomUUID()}:` })],
+  ['redis', 'fastify', () => ({ store: new RedisStore({ client: redis() }), prefix: `rl-e2e-adaptive-${randomUUID()}:` })],
 ];
 
 describe.each(RUNS)('an adaptive policy on the %s store, %s', (_store, adapter, storeOptions) => {

@@ -1,10 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import { Controller, Module, Post } from '@nestjs/common';
-import type { Redis } from 'ioredis';
 import { MemoryStore, RateLimit, RateLimitModule, type RateLimitStore, RedisStore } from '../../lib/index.js';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
 import { CASE_EPOCH } from '../cases/cases.js';
-import { connectTestRedis } from '../support/redis/test-redis.js';
+import { useTestRedis } from '../support/redis/test-redis.js';
 import { ADAPTERS, read, startApp, type TestApp } from '../support/app.js';
 
 /** An hour's block: the bucket itself (10 a second, 2 at most) is full again in 0.2 s. */
@@ -19,18 +18,12 @@ class LoginController {
   }
 }
 
-let redis: Redis;
-beforeAll(async () => {
-  redis = await connectTestRedis();
-});
-afterAll(async () => {
-  await redis.quit();
-});
+const redis = useTestRedis();
 
 /** The stores under test, each on a clock the test moves (ahead of the real one, see CASE_EPOCH). */
 const STORES: Array<[string, (clock: () => number) => RateLimitStore]> = [
   ['MemoryStore', (clock) => new MemoryStore({ clock })],
-  ['RedisStore', (clock) => new RedisStore({ client: redis, clock })],
+  ['RedisStore', (clock) => new RedisStore({ client: redis(), clock })],
 ];
 
 describe.each(ADAPTERS)('blockFor on %s', (adapter) => {
@@ -63,7 +56,7 @@ describe.each(ADAPTERS)('blockFor on %s', (adapter) => {
       if (storeName === 'RedisStore') {
         // the key lives as long as the block, not the 0.2 s the bucket takes to fill
         const key = bucketKey(prefix, 'login', { algorithm: 'token_bucket', blockMs: HOUR_MS }, `api-key:${apiKey}`);
-        expect((await redis.pexpiretime(key)) - CASE_EPOCH).toBe(HOUR_MS);
+        expect((await redis().pexpiretime(key)) - CASE_EPOCH).toBe(HOUR_MS);
       }
 
       // a second later the bucket is long full again: still refused, a second less to wait

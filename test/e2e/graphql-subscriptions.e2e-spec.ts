@@ -1,16 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import type { Client } from 'graphql-ws';
-import type { Redis } from 'ioredis';
-import { connectTestRedis } from '../support/redis/test-redis.js';
+import { useTestRedis } from '../support/redis/test-redis.js';
 import { type GraphqlApp, GRAPHQL_SUITES, startGraphqlApp, storeOptions } from '../support/graphql-apps.js';
 
-let redis: Redis;
-beforeAll(async () => {
-  redis = await connectTestRedis();
-});
-afterAll(async () => {
-  await redis.quit();
-});
+const redis = useTestRedis();
 
 /** A fresh API key: its own buckets. */
 const apiKey = () => ({ 'x-api-key': `key-${randomUUID()}` });
@@ -30,7 +23,7 @@ describe.each(GRAPHQL_SUITES)('GraphQL over graphql-ws on %s, %s store', (driver
     return client;
   };
   beforeAll(async () => {
-    gql = await startGraphqlApp(driver, storeOptions(store, redis));
+    gql = await startGraphqlApp(driver, storeOptions(store, redis()));
   });
   afterAll(async () => {
     await Promise.all(clients.map((client) => client.dispose()));

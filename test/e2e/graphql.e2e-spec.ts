@@ -1,7 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import type { Redis } from 'ioredis';
 import { RedisStore } from '../../lib/index.js';
-import { connectTestRedis } from '../support/redis/test-redis.js';
+import { connectTestRedis, useTestRedis } from '../support/redis/test-redis.js';
 import {
   DRIVERS,
   type GraphqlApp,
@@ -12,13 +11,7 @@ import {
   storeOptions,
 } from '../support/graphql-apps.js';
 
-let redis: Redis;
-beforeAll(async () => {
-  redis = await connectTestRedis();
-});
-afterAll(async () => {
-  await redis.quit();
-});
+const redis = useTestRedis();
 
 /** A fresh API key: its own buckets. */
 const apiKey = () => ({ 'x-api-key': `key-${randomUUID()}` });
@@ -55,7 +48,7 @@ function expectRefusal(error: GraphqlError, policy: string, retryAfter: 'positiv
 describe.each(GRAPHQL_SUITES)('GraphQL on %s, %s store', (driver, store) => {
   let gql: GraphqlApp;
   beforeAll(async () => {
-    gql = await startGraphqlApp(driver, storeOptions(store, redis));
+    gql = await startGraphqlApp(driver, storeOptions(store, redis()));
   });
   afterAll(() => gql.close());
   // a refusal is an answer, not a fault: Nest logs no error for one

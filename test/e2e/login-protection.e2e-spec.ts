@@ -2,7 +2,6 @@ import { randomUUID } from 'node:crypto';
 import { Controller, type ExecutionContext, Get, Module, Query, UnauthorizedException } from '@nestjs/common';
 import { MessagePattern, Payload, RpcException } from '@nestjs/microservices';
 import { MessageBody, SubscribeMessage, WebSocketGateway, WsException } from '@nestjs/websockets';
-import type { Redis } from 'ioredis';
 import { MemoryStore, RateLimit, RateLimitModule, type RateLimitModuleOptions, type RateLimitStore, RedisStore } from '../../lib/index.js';
 import { limitExceeded } from '../../lib/rate-limit.messages.js';
 import { CASE_EPOCH } from '../cases/cases.js';
@@ -10,7 +9,7 @@ import { ADAPTERS, read, startApp, type TestApp } from '../support/app.js';
 import { GATEWAY_ADAPTERS, type GatewayApp, startGatewayApp } from '../support/gateway-apps.js';
 import { DRIVERS, type GraphqlApp, startGraphqlApp } from '../support/graphql-apps.js';
 import { startMicroservice, type TestMicroservice } from '../support/microservice-apps.js';
-import { connectTestRedis } from '../support/redis/test-redis.js';
+import { useTestRedis } from '../support/redis/test-redis.js';
 
 /**
  * Per-client limits around the guard, on both stores and both HTTP adapters: `count: 'failures'`
@@ -55,17 +54,11 @@ class AuthController {
   }
 }
 
-let redis: Redis;
-beforeAll(async () => {
-  redis = await connectTestRedis();
-});
-afterAll(async () => {
-  await redis.quit();
-});
+const redis = useTestRedis();
 
 const STORES: Record<'memory' | 'redis', () => { store: RateLimitStore; prefix?: string }> = {
   memory: () => ({ store: new MemoryStore({ clock: () => T0 }) }),
-  redis: () => ({ store: new RedisStore({ client: redis, clock: () => T0 }), prefix: `rl-e2e-login-${randomUUID()}:` }),
+  redis: () => ({ store: new RedisStore({ client: redis(), clock: () => T0 }), prefix: `rl-e2e-login-${randomUUID()}:` }),
 };
 
 const CASES = (['memory', 'redis'] as const).flatMap((store) => ADAPTERS.map((adapter) => [store, adapter] as const));

@@ -1,6 +1,5 @@
 import { randomUUID } from 'node:crypto';
 import { Module } from '@nestjs/common';
-import type { Redis } from 'ioredis';
 import { firstValueFrom } from 'rxjs';
 import { MemoryStore, RateLimitModule, type RateLimitStore, RedisStore } from '../../lib/index.js';
 import { limitExceeded, storeUnavailable } from '../../lib/rate-limit.messages.js';
@@ -17,7 +16,7 @@ import {
   TenantsController,
   WatchedStore,
 } from '../support/microservice-apps.js';
-import { connectTestRedis, ttlsUnder } from '../support/redis/test-redis.js';
+import { ttlsUnder, useTestRedis } from '../support/redis/test-redis.js';
 
 /** A pinned clock: every refusal waits exactly 100 s (rps 0.01), and Redis keys outlive the test (see CASE_EPOCH). */
 const T0 = CASE_EPOCH;
@@ -25,18 +24,12 @@ const T0 = CASE_EPOCH;
 /** What a caller of a refused message receives: the error its `send` observable fails with. */
 const refused = (policy: string) => ({ status: 'error', statusCode: 429, message: limitExceeded(policy, 100), policy, retryAfter: 100 });
 
-let redis: Redis;
-beforeAll(async () => {
-  redis = await connectTestRedis();
-});
-afterAll(async () => {
-  await redis.quit();
-});
+const redis = useTestRedis();
 
 /** The store under test, made fresh for each app: in memory, or on the test Redis under a prefix of its own. */
 const STORES: Record<'memory' | 'redis', () => { store: RateLimitStore; prefix?: string }> = {
   memory: () => ({ store: new MemoryStore({ clock: () => T0 }) }),
-  redis: () => ({ store: new RedisStore({ client: redis, clock: () => T0 }), prefix: `rl-e2e-rpc-${randomUUID()}:` }),
+  redis: () => ({ store: new RedisStore({ client: redis(), clock: () => T0 }), prefix: `rl-e2e-rpc-${randomUUID()}:` }),
 };
 
 describe.each(['memory', 'redis'] as const)('TCP microservice on the %s store', (storeName) => {
@@ -85,7 +78,7 @@ describe.each(['memory', 'redis'] as const)('TCP microservice on the %s store', 
     await expect(service.send('tenant', { tenant: 'acme' })).rejects.toEqual(refused('tenant'));
     expect(await service.send('tenant', { tenant: 'globex' })).toEqual({ ok: true, payload: 'object' });
     expect(keyFunctionSaw).toEqual([1, 2, 3, 4].map((n) => ({ tenant: n < 4 ? 'acme' : 'globex' })));
-    if (prefix !== undefined) expect((await ttlsUnder(redis, prefix)).size).toBe(2);
+    if (prefix !== undefined) expect((await ttlsUnder(redis(), prefix)).size).toBe(2);
   });
 
   it('drops a refused event: its handler does not run, and nothing is logged for it', async () => {

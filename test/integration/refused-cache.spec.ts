@@ -165,16 +165,21 @@ const COSTLY: Array<[string, Costly]> = ALGORITHMS.flatMap((algorithm): Array<[s
   [`${algorithm}, cost 3 of 5 at 0.5/s, 1.5 s after a cost of 1`, { policies: [[algorithm, 0.5, 5]], cost: 3, oneBeforeMs: 1_500 }],
 ]);
 
+/** The stores whose answers must agree, on one clock: the memory store, and RedisStore without and with its cache. */
+function comparedStores(clock: () => number) {
+  return {
+    memory: new MemoryStore({ clock }),
+    uncached: new RedisStore({ client: redis, clock, cacheRefusals: false }),
+    cached: new RedisStore({ client: redis, clock }),
+  };
+}
+
 describe('the refused-key cache of RedisStore on requests of cost over 1 (real Redis)', () => {
   it.each(COSTLY)('%s: answers what Redis and the memory store answer', async (_, { policies, cost, oneBeforeMs }) => {
     const run = randomUUID();
     let now = CASE_EPOCH;
     const clock = () => now;
-    const stores = {
-      memory: new MemoryStore({ clock }),
-      uncached: new RedisStore({ client: redis, clock, cacheRefusals: false }),
-      cached: new RedisStore({ client: redis, clock }),
-    };
+    const stores = comparedStores(clock);
     // each store its own buckets
     const requestsOf = (store: string, cost: number): RateLimitRequest[] =>
       policies.map(([algorithm, rps, burst], i) => {
@@ -232,11 +237,7 @@ describe('the refused-key cache of RedisStore with blockFor (real Redis)', () =>
     const run = randomUUID();
     let now = CASE_EPOCH;
     const clock = () => now;
-    const stores = {
-      memory: new MemoryStore({ clock }),
-      uncached: new RedisStore({ client: redis, clock, cacheRefusals: false }),
-      cached: new RedisStore({ client: redis, clock }),
-    };
+    const stores = comparedStores(clock);
     // 10 a second, 2 at most, an hour's block: each store its own bucket
     const rule: Rule = { ...ruleOf(algorithm, 10, 2), blockMs: 3_600_000 };
     const requestOf = (store: string): RateLimitRequest[] => [{ key: bucketKey(`rl-block-${run}-${store}:`, 'login', rule, 'ip:1.2.3.4'), policy: 'login', rule, cost: 1 }];

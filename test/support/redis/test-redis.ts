@@ -19,6 +19,24 @@ export async function connectTestRedis(): Promise<Redis> {
   return client;
 }
 
+/**
+ * The test server for the spec that calls this (at its top level): a client connected before its
+ * tests and quit after them. The function returned gives the client once the tests run.
+ */
+export function useTestRedis(): () => Redis {
+  let client: Redis | undefined;
+  beforeAll(async () => {
+    client = await connectTestRedis();
+  });
+  afterAll(async () => {
+    await client?.quit();
+  });
+  return () => {
+    if (client === undefined) throw new Error('the test Redis is connected in beforeAll: use it in a test or a hook');
+    return client;
+  };
+}
+
 /** Every key under `prefix` with its remaining TTL in ms (-1: no TTL). */
 export async function ttlsUnder(client: Redis, prefix: string): Promise<Map<string, number>> {
   const ttls = new Map<string, number>();
