@@ -5,9 +5,10 @@ import { type HeaderPlan, headerPlan, limiting, rateLimitHeaders } from './heade
 import { resolveCost } from './keys/cost.js';
 import { type LimitedRequest, resolveIdentity } from './keys/identity.js';
 import { resolveTier } from './keys/tier.js';
+import { routeName, UserNotYetSetWarning } from './keys/user-not-yet-set.js';
 import { RATE_LIMIT_OPTIONS } from './rate-limit.constants.js';
 import { RateLimitUnavailableException } from './rate-limit.exception.js';
-import { shadowRefusal, userNotYetSet } from './rate-limit.messages.js';
+import { shadowRefusal } from './rate-limit.messages.js';
 import type { ResolvedOptions } from './rate-limit-options.js';
 import { RateLimiterService } from './rate-limiter.service.js';
 import { chargeOnce } from './routes/charges.js';
@@ -36,8 +37,7 @@ import type { RateLimitDecision, RateLimitRequest } from './stores/rate-limit-st
 @Injectable()
 export class RateLimitGuard implements CanActivate {
   protected readonly logger = new Logger('RateLimitGuard');
-  /** Whether a `'user'` key that found no user on a request with `Authorization` has been warned of (once). */
-  private userNotYetSetWarned = false;
+  private readonly userNotYetSet = new UserNotYetSetWarning(this.logger);
   /** Each route's header plan, by its (cached) list of policies; `null`: no headers. */
   private readonly plans = new WeakMap<readonly RoutePolicy[], HeaderPlan | null>();
   /** Each route's policies less those a `skipIf` let pass, one list per set skipped (so its plan is cached). */
@@ -139,23 +139,13 @@ export class RateLimitGuard implements CanActivate {
     const requests: RateLimitRequest[] = [];
     for (const policy of policies) {
       const identity = this.resolveIdentity(policy, request, context);
-      if (!this.userNotYetSetWarned && request.headers.authorization !== undefined) this.checkUser(policy, identity, context);
+      if (request.headers.authorization !== undefined) this.userNotYetSet.check(policy.keys, identity, context);
       if (seam.limitedByIp !== undefined && identity.startsWith('ip:')) seam.limitedByIp(request);
       const cost = this.resolveCost(policy, request, context);
       const tier = policy.tiers === undefined ? undefined : await this.resolveTier(policy, request, context, seam);
       requests.push(storeRequest(policy, identity, typeof cost === 'number' ? cost : await cost, tier));
     }
     return requests;
-  }
-
-  /**
-   * Warns once when a `'user'` key found no user on a request that carries `Authorization`: the
-   * app's auth guard has most likely not run yet (see `runAs`).
-   */
-  private checkUser(policy: RoutePolicy, identity: string, context: ExecutionContext): void {
-    if (identity.startsWith('user:') || !policy.keys.includes('user')) return;
-    this.userNotYetSetWarned = true;
-    this.logger.warn(userNotYetSet(routeName(context)));
   }
 
   /** The identity a policy limits this request as (see `KeySource`). */
@@ -241,9 +231,4 @@ export class RateLimitGuard implements CanActivate {
     }
     return true;
   }
-}
-
-/** `Controller.handler`, as messages name a route. */
-function routeName(context: ExecutionContext): string {
-  return `${context.getClass().name}.${context.getHandler().name}`;
 }

@@ -1,25 +1,17 @@
-import { type BeforeApplicationShutdown, Inject, Injectable, Logger, type OnApplicationShutdown } from '@nestjs/common';
+import { type BeforeApplicationShutdown, Inject, Injectable, type OnApplicationShutdown } from '@nestjs/common';
 import type { RateLimitPolicy } from './policy/policy.types.js';
 import { InvalidPolicyError, resolvePolicy } from './policy/resolve-policy.js';
 import { RATE_LIMIT_OPTIONS } from './rate-limit.constants.js';
 import { RateLimitUnavailableException } from './rate-limit.exception.js';
-import { circuitOpen, duplicatePolicyName, invalidArgument, invalidPolicy, shuttingDown, storeBack, storeFailed, storeFailing, storeTimedOut } from './rate-limit.messages.js';
+import { duplicatePolicyName, invalidArgument, invalidPolicy, shuttingDown } from './rate-limit.messages.js';
 import type { ResolvedOptions } from './rate-limit-options.js';
 import { withJitter } from './keys/retry-jitter.js';
 import { type RoutePolicy, routePolicy, storeRequest } from './routes/route-policy.js';
 import { Scales } from './routes/scales.js';
 import { checkCost } from './stores/distinct-requests.js';
-import { MemoryStore } from './stores/memory/memory.store.js';
-import { RateLimitStoreError } from './stores/rate-limit-store.error.js';
 import { type RateLimitDecision, type RateLimitRequest, RateLimitStore } from './stores/rate-limit-store.interface.js';
-import { CircuitBreaker } from './utils/circuit-breaker.js';
-import { DeadlineQueue } from './utils/deadline-queue.js';
+import { StoreCalls } from './stores/store-calls.js';
 import { WakeQueue } from './utils/wake-queue.js';
-
-/** Store failures in a row after which calls stop going to the store. */
-const BREAKER_THRESHOLD = 3;
-/** How often a stopped store gets a probe call, ms: limiting is back within this after it answers. */
-const BREAKER_PROBE_MS = 250;
 
 /**
  * The engine behind the guard, for code outside it: consume, peek and reset buckets by
@@ -44,25 +36,20 @@ const BREAKER_PROBE_MS = 250;
  */
 @Injectable()
 export class RateLimiterService implements BeforeApplicationShutdown, OnApplicationShutdown {
-  private readonly deadlines: DeadlineQueue;
+  private readonly calls: StoreCalls;
   private readonly sleepers = new WakeQueue();
   /** Waits in progress, each with the refund it makes when it ends early: shutdown sees them through. */
   private readonly waiting = new Set<Promise<void>>();
-  /** Decisions the local limiter made (failMode 'local'): their refunds go to it, not to the store. */
-  private readonly localDecisions = new WeakSet<RateLimitDecision>();
   /** Each policy given to `consume`, `peek` or `reset`, validated once. */
   private readonly compiled = new WeakMap<RateLimitPolicy, RoutePolicy>();
-  private readonly breaker = new CircuitBreaker({ threshold: BREAKER_THRESHOLD, probeAfterMs: BREAKER_PROBE_MS });
-  private readonly logger = new Logger('RateLimitModule');
-  private local: MemoryStore | undefined;
   /** The factors `setScale` puts on policies' `rps`: the guard applies them to each route's policies. */
   readonly scales = new Scales();
 
   constructor(
     @Inject(RATE_LIMIT_OPTIONS) private readonly options: ResolvedOptions,
-    @Inject(RateLimitStore) private readonly store: RateLimitStore,
+    @Inject(RateLimitStore) store: RateLimitStore,
   ) {
-    this.deadlines = new DeadlineQueue(options.timeout);
+    this.calls = new StoreCalls(store, options);
   }
 
   /**
@@ -88,8 +75,7 @@ export class RateLimiterService implements BeforeApplicationShutdown, OnApplicat
   /** Forgets the buckets of `identity` for these policies (a tiered one's: of `tier`, as for `consume`): they are full again. */
   async reset(identity: string, policies: RateLimitPolicy | RateLimitPolicy[], tier?: string): Promise<void> {
     const keys = this.requests('RateLimiterService.reset', identity, policies, 1, tier).map((request) => request.key);
-    await this.bounded(this.store.reset(keys));
-    await this.local?.reset(keys);
+    await this.calls.reset(keys);
   }
 
   /**
@@ -139,8 +125,7 @@ export class RateLimiterService implements BeforeApplicationShutdown, OnApplicat
    * @throws RateLimitStoreError when the store fails or is too slow and failMode is not 'local'
    */
   decide(requests: readonly RateLimitRequest[], charge: boolean): Promise<RateLimitDecision[]> {
-    // a store in this process cannot hang or lose its server: no deadline to keep, no breaker
-    const decided = this.store.inProcess ? (charge ? this.store.consume(requests) : this.store.peek(requests)) : this.decideRemote(requests, charge);
+    const decided = this.calls.decide(requests, charge);
     // jittered here, where the store's answers and its remembered refusals meet, so both say the same
     const { retryAfterJitter: jitter } = this.options;
     return jitter === 0 ? decided : decided.then((decisions) => withJitter(decisions, requests, jitter));
@@ -159,38 +144,8 @@ export class RateLimiterService implements BeforeApplicationShutdown, OnApplicat
 
   /** Stops its own timers and the local limiter; the store is closed by whoever opened it. */
   async onApplicationShutdown(): Promise<void> {
-    this.deadlines.close();
     this.sleepers.close();
-    await this.local?.close();
-  }
-
-  /** `decide` for a store with a server: within the timeout, behind the breaker. */
-  private async decideRemote(requests: readonly RateLimitRequest[], charge: boolean): Promise<RateLimitDecision[]> {
-    // what the store knows without asking its server: taken even while the breaker is open,
-    // and no sign either way of the server's health (only real answers feed the breaker)
-    const known = charge ? this.store.cached?.(requests) : undefined;
-    if (known !== undefined) return known;
-    if (!this.breaker.allow()) return this.fallback(requests, charge, new RateLimitStoreError(circuitOpen));
-    const { timeout } = this.options;
-    let decisions: RateLimitDecision[];
-    try {
-      decisions = await this.bounded(charge ? this.store.consume(requests, timeout) : this.store.peek(requests, timeout));
-    } catch (error) {
-      const failure = error instanceof RateLimitStoreError ? error : new RateLimitStoreError(storeFailed(error), { cause: error });
-      if (this.breaker.failed()) this.logger.error(storeFailing(failure.message, this.options.failMode, BREAKER_PROBE_MS));
-      return this.fallback(requests, charge, failure);
-    }
-    if (this.breaker.succeeded()) this.logger.log(storeBack);
-    return decisions;
-  }
-
-  /** What `failMode` makes of a failed store call: the local limiter's decisions, or the error. */
-  private fallback(requests: readonly RateLimitRequest[], charge: boolean, failure: RateLimitStoreError): RateLimitDecision[] {
-    if (this.options.failMode !== 'local') throw failure;
-    this.local ??= new MemoryStore();
-    const decisions = this.local.decide(requests, charge);
-    for (const decision of decisions) this.localDecisions.add(decision);
-    return decisions;
+    await this.calls.close();
   }
 
   /** Sleeps until the turn comes; when the wait ends early, gives the charge back and rejects. */
@@ -205,15 +160,8 @@ export class RateLimiterService implements BeforeApplicationShutdown, OnApplicat
    * Gives back what the request of `decisions` (some or all of what `consume` returned) took, in the
    * store that took it, within the timeout. Never rejects: a failed refund leaves the charge taken.
    */
-  async refund(decisions: readonly RateLimitDecision[]): Promise<void> {
-    const store = this.local !== undefined && decisions.some((decision) => this.localDecisions.has(decision)) ? this.local : this.store;
-    if (store.refund === undefined) return;
-    if (store.inProcess) return store.refund(decisions);
-    await this.bounded(store.refund(decisions)).catch(() => undefined);
-  }
-
-  private bounded<T>(promise: Promise<T>): Promise<T> {
-    return this.deadlines.race(promise, () => new RateLimitStoreError(storeTimedOut(this.options.timeout)));
+  refund(decisions: readonly RateLimitDecision[]): Promise<void> {
+    return this.calls.refund(decisions);
   }
 
   /**

@@ -1,0 +1,105 @@
+import { Logger } from '@nestjs/common';
+import { circuitOpen, storeBack, storeFailed, storeFailing, storeTimedOut } from '../rate-limit.messages.js';
+import { CircuitBreaker } from '../utils/circuit-breaker.js';
+import { DeadlineQueue } from '../utils/deadline-queue.js';
+import { MemoryStore } from './memory/memory.store.js';
+import { RateLimitStoreError } from './rate-limit-store.error.js';
+import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from './rate-limit-store.interface.js';
+
+/** Store failures in a row after which calls stop going to the store. */
+const BREAKER_THRESHOLD = 3;
+/** How often a stopped store gets a probe call, ms: limiting is back within this after it answers. */
+const BREAKER_PROBE_MS = 250;
+
+/** What `StoreCalls` needs of the module's options. */
+export interface StoreCallOptions {
+  readonly timeout: number;
+  readonly failMode: 'open' | 'closed' | 'local';
+}
+
+/**
+ * The module's store as the service calls it: each call within `timeout`; after 3 failures in a
+ * row a circuit breaker stops calling it (one probe every 250 ms); a failed call takes
+ * `failMode`'s way out (`'local'`: an in-process limiter decides). A store in this process
+ * cannot hang or lose its server: it is called directly.
+ */
+export class StoreCalls {
+  private readonly deadlines: DeadlineQueue;
+  private readonly breaker = new CircuitBreaker({ threshold: BREAKER_THRESHOLD, probeAfterMs: BREAKER_PROBE_MS });
+  private readonly logger = new Logger('RateLimitModule');
+  /** Decisions the local limiter made (failMode 'local'): their refunds go to it, not to the store. */
+  private readonly localDecisions = new WeakSet<RateLimitDecision>();
+  private local: MemoryStore | undefined;
+
+  constructor(
+    private readonly store: RateLimitStore,
+    private readonly options: StoreCallOptions,
+  ) {
+    this.deadlines = new DeadlineQueue(options.timeout);
+  }
+
+  /**
+   * Decides store requests within the timeout.
+   *
+   * @throws RateLimitStoreError when the store fails or is too slow and failMode is not 'local'
+   */
+  decide(requests: readonly RateLimitRequest[], charge: boolean): Promise<RateLimitDecision[]> {
+    if (this.store.inProcess) return charge ? this.store.consume(requests) : this.store.peek(requests);
+    return this.decideRemote(requests, charge);
+  }
+
+  /** Forgets the buckets of `keys`, in the store and in the local limiter. */
+  async reset(keys: readonly string[]): Promise<void> {
+    await this.bounded(this.store.reset(keys));
+    await this.local?.reset(keys);
+  }
+
+  /**
+   * Gives back what `decisions` took, in the store that took it, within the timeout. Never
+   * rejects: a failed refund leaves the charge taken.
+   */
+  async refund(decisions: readonly RateLimitDecision[]): Promise<void> {
+    const store = this.local !== undefined && decisions.some((decision) => this.localDecisions.has(decision)) ? this.local : this.store;
+    if (store.refund === undefined) return;
+    if (store.inProcess) return store.refund(decisions);
+    await this.bounded(store.refund(decisions)).catch(() => undefined);
+  }
+
+  /** Stops the deadline timer and the local limiter; the store is closed by whoever opened it. */
+  async close(): Promise<void> {
+    this.deadlines.close();
+    await this.local?.close();
+  }
+
+  private async decideRemote(requests: readonly RateLimitRequest[], charge: boolean): Promise<RateLimitDecision[]> {
+    // what the store knows without asking its server: taken even while the breaker is open,
+    // and no sign either way of the server's health (only real answers feed the breaker)
+    const known = charge ? this.store.cached?.(requests) : undefined;
+    if (known !== undefined) return known;
+    if (!this.breaker.allow()) return this.fallback(requests, charge, new RateLimitStoreError(circuitOpen));
+    const { timeout } = this.options;
+    let decisions: RateLimitDecision[];
+    try {
+      decisions = await this.bounded(charge ? this.store.consume(requests, timeout) : this.store.peek(requests, timeout));
+    } catch (error) {
+      const failure = error instanceof RateLimitStoreError ? error : new RateLimitStoreError(storeFailed(error), { cause: error });
+      if (this.breaker.failed()) this.logger.error(storeFailing(failure.message, this.options.failMode, BREAKER_PROBE_MS));
+      return this.fallback(requests, charge, failure);
+    }
+    if (this.breaker.succeeded()) this.logger.log(storeBack);
+    return decisions;
+  }
+
+  /** What `failMode` makes of a failed store call: the local limiter's decisions, or the error. */
+  private fallback(requests: readonly RateLimitRequest[], charge: boolean, failure: RateLimitStoreError): RateLimitDecision[] {
+    if (this.options.failMode !== 'local') throw failure;
+    this.local ??= new MemoryStore();
+    const decisions = this.local.decide(requests, charge);
+    for (const decision of decisions) this.localDecisions.add(decision);
+    return decisions;
+  }
+
+  private bounded<T>(promise: Promise<T>): Promise<T> {
+    return this.deadlines.race(promise, () => new RateLimitStoreError(storeTimedOut(this.options.timeout)));
+  }
+}
