@@ -13,11 +13,18 @@ const COMPACT_AFTER = 1024;
  * Every call gets the same timeout, so deadlines arrive in the order calls were made: a FIFO
  * queue, with the single timer armed for the oldest pending deadline. The timer is `unref()`'d
  * and `close()` clears it.
+ *
+ * A deadline is checked one step after its timer fires (`setImmediate`): when the process itself
+ * was busy past a deadline (a long collection pause, a CPU-bound request), the answers that arrived
+ * meanwhile are read first (Node runs timers before it reads sockets), so the pause of the app is
+ * not taken for a slow store.
  */
 export class DeadlineQueue {
   private readonly pending: Pending[] = [];
   private head = 0;
   private timer: NodeJS.Timeout | undefined;
+  /** Set from the timer's firing until the deadlines are checked (see above). */
+  private check: NodeJS.Immediate | undefined;
 
   /** @param timeoutMs how long each promise may take, milliseconds */
   constructor(private readonly timeoutMs: number) {}
@@ -51,20 +58,28 @@ export class DeadlineQueue {
   /** Clears the timer; promises still pending are left to settle on their own. */
   close(): void {
     clearTimeout(this.timer);
+    clearImmediate(this.check);
+    this.check = undefined;
     this.timer = undefined;
     this.pending.length = 0;
     this.head = 0;
   }
 
   private arm(): void {
-    if (this.timer !== undefined || this.head >= this.pending.length) return;
+    if (this.timer !== undefined || this.check !== undefined || this.head >= this.pending.length) return;
     const wait = Math.max(0, this.pending[this.head].deadline - performance.now());
-    this.timer = setTimeout(this.expire, Math.ceil(wait));
+    this.timer = setTimeout(this.afterReads, Math.ceil(wait));
     this.timer.unref();
   }
 
-  private readonly expire = (): void => {
+  private readonly afterReads = (): void => {
     this.timer = undefined;
+    this.check = setImmediate(this.expire);
+    this.check.unref();
+  };
+
+  private readonly expire = (): void => {
+    this.check = undefined;
     const now = performance.now();
     while (this.head < this.pending.length) {
       const entry = this.pending[this.head];
