@@ -5,9 +5,8 @@
  * says which flag), 1 when a file cannot be read or written.
  */
 import { InvalidPolicyError } from '../policy/resolve-policy.js';
-import { invalidSimulateArgument } from '../rate-limit.messages.js';
 import { simulate } from './simulate.js';
-import { DEFAULT_DURATION, DEFAULT_TOP, parseSimulateArgs, SimulateArgumentError } from './simulate-args.js';
+import { DEFAULT_DURATION, DEFAULT_TOP, parseCommandLine, SimulateArgumentError } from './simulate-args.js';
 
 const USAGE = `Usage: nestjs-ratelimit simulate <policies> <traffic> [outputs]
 
@@ -33,14 +32,12 @@ Outputs (a per-second table and a chart on stdout by default):
 `;
 
 async function main(argv: readonly string[]): Promise<number> {
-  const [command, ...args] = argv;
-  if (command === undefined || command === '--help' || command === '-h') {
+  if (argv.length === 0 || argv[0] === '--help' || argv[0] === '-h') {
     process.stdout.write(USAGE);
-    return command === undefined ? 2 : 0;
+    return argv.length === 0 ? 2 : 0;
   }
   try {
-    if (command !== 'simulate') throw new SimulateArgumentError(invalidSimulateArgument('<command>', command, `must be 'simulate'`));
-    const options = parseSimulateArgs(args);
+    const options = parseCommandLine(argv);
     if (options === 'help') {
       process.stdout.write(USAGE);
       return 0;

@@ -61,6 +61,16 @@ const fail = (flag: string, value: unknown, expected: string): never => {
 const numberOrText = (text: string): number | string => (NUMBER.test(text.trim()) ? Number(text) : text);
 
 /**
+ * Reads a command line (the arguments after `nestjs-ratelimit`): `simulate` and its flags.
+ *
+ * @throws SimulateArgumentError or InvalidPolicyError naming the flag
+ */
+export function parseCommandLine([command, ...args]: readonly string[]): SimulateOptions | 'help' {
+  if (command !== 'simulate') fail('<command>', command ?? '', `must be 'simulate'`);
+  return parseSimulateArgs(args);
+}
+
+/**
  * Reads the arguments after `simulate`. Policies are validated by `resolvePolicy`, exactly as
  * `@RateLimit` policies are at start, with the same messages; `'help'` when `--help` is asked for.
  *
