@@ -19,7 +19,7 @@ const MONTHS: Record<string, number> = { Jan: 0, Feb: 1, Mar: 2, Apr: 3, May: 4,
 const ACCESS_LOG = /^(\S+) \S+ \S+ \[(\d{2})\/([A-Z][a-z]{2})\/(\d{4}):(\d{2}):(\d{2}):(\d{2}) ([+-])(\d{2})(\d{2})\] "/;
 const MILLISECONDS = /^-?\d+(?:\.\d+)?$/;
 /** ISO 8601 date-time (a space for the `T` allowed); without a zone it is UTC, whatever the machine's. */
-const ISO_8601 = /^\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?)?(Z|[+-]\d{2}:?\d{2})?$/i;
+const ISO_8601 = /^\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?)?(Z|[+-]\d{2}:?\d{2})?$/;
 
 /**
  * A trace time as integer milliseconds: a number of milliseconds (Unix time, or any origin; a
