@@ -40,7 +40,7 @@ const share = (part: number, whole: number): number => (whole === 0 ? 0 : part /
 export function describeTraffic(traffic: Traffic, requests: number, trace: TraceReport | undefined): string {
   const count = `${requests.toLocaleString('en-US')} request${requests === 1 ? '' : 's'}`;
   if ('rate' in traffic) return `${count}: ${traffic.rate} requests/s, evenly spaced, for ${traffic.durationMs / 1000} s`;
-  const bad = trace!.badLines === 0 ? '' : `, ${trace!.badLines.toLocaleString('en-US')} bad lines skipped`;
+  const bad = trace!.badLines === 0 ? '' : `, ${trace!.badLines.toLocaleString('en-US')} bad line${trace!.badLines === 1 ? '' : 's'} skipped`;
   return `${count} replayed from ${traffic.trace} (${trace!.format ?? 'empty'}, ${trace!.lines.toLocaleString('en-US')} lines${bad})`;
 }
 
