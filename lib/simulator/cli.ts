@@ -22,7 +22,7 @@ Policies (one of):
 Traffic (one of):
   --rate <n> [--duration <d>]  n requests per second, evenly spaced (default ${DEFAULT_DURATION})
   --trace <file>             CSV or NDJSON of time[,key[,cost]] (time in ms or ISO 8601),
-                             or an access log in common or combined log format
+                             or an access log in common or combined log format; - is stdin
 
 Outputs (a per-second table and a chart on stdout by default):
   --svg <file>               chart of admitted and refused requests over time

@@ -14,14 +14,18 @@ export interface Panel {
 export interface Bin {
   /** Seconds from the first second of the traffic to the span's start. */
   from: number;
+  /** Seconds the span covers: `width`, or less for the last one. */
+  seconds: number;
   offered: number;
   admitted: number;
   refused: number;
 }
 
-/** A panel's counts in `bins.length` spans of `width` seconds each, from the first second of the traffic. */
+/** A panel's counts in spans of `width` seconds each (the last may be shorter), from the first second of the traffic. */
 export interface Binned {
   width: number;
+  /** Seconds from the first second of the traffic to the end of the last: what the bins cover together. */
+  seconds: number;
   bins: Bin[];
 }
 
@@ -76,14 +80,20 @@ export function spanOf(panels: readonly Panel[]): { first: number; last: number 
 export function binned(panel: Panel, span: { first: number; last: number }, maxBins: number): Binned {
   const seconds = span.last - span.first + 1;
   const width = Math.ceil(seconds / maxBins);
-  const bins: Bin[] = Array.from({ length: Math.ceil(seconds / width) }, (_, i) => ({ from: i * width, offered: 0, admitted: 0, refused: 0 }));
+  const bins: Bin[] = Array.from({ length: Math.ceil(seconds / width) }, (_, i) => ({
+    from: i * width,
+    seconds: Math.min(width, seconds - i * width),
+    offered: 0,
+    admitted: 0,
+    refused: 0,
+  }));
   for (const [second, [offered, admitted, refused]] of panel.seconds) {
     const bin = bins[Math.floor((second - span.first) / width)];
     bin.offered += offered;
     bin.admitted += admitted;
     bin.refused += refused;
   }
-  return { width, bins };
+  return { width, seconds, bins };
 }
 
 /** A step for an axis from 0 to `max` with about `ticks` ticks: 1, 2 or 5 times a power of ten. */

@@ -1,4 +1,4 @@
-import { type Binned, binned, niceStep, type Panel, spanOf } from './panels.js';
+import { type Bin, type Binned, binned, niceStep, type Panel, spanOf } from './panels.js';
 
 const WIDTH = 800;
 const LEFT = 70;
@@ -28,7 +28,7 @@ export function svgChart(heading: string, panels: readonly Panel[]): string {
   const span = spanOf(panels) ?? { first: 0, last: 0 };
   const height = HEADER + panels.length * PANEL_HEIGHT;
   const all = panels.map((panel) => binned(panel, span, MAX_BINS));
-  const top = Math.max(1, ...(all[0]?.bins.map((bin) => bin.offered / all[0].width) ?? []));
+  const top = Math.max(1, ...(all[0]?.bins.map((bin) => bin.offered / bin.seconds) ?? []));
   const yStep = niceStep(top, 4);
   const yMax = Math.ceil(top / yStep) * yStep;
   const out = [
@@ -48,10 +48,9 @@ function legend(x: number, y: number): string {
   return `<g>${item(0, COLORS.admitted, 'admitted')}${item(100, COLORS.refused, 'refused')}</g>`;
 }
 
-function panelSvg(panel: Panel, { width, bins }: Binned, top: number, yMax: number, yStep: number): string {
+function panelSvg(panel: Panel, { seconds, bins }: Binned, top: number, yMax: number, yStep: number): string {
   const plotTop = top + PANEL_TITLE;
   const base = plotTop + PLOT_HEIGHT;
-  const seconds = bins.length * width;
   const x = (s: number) => LEFT + (s / seconds) * PLOT_WIDTH;
   const y = (perSecond: number) => base - (perSecond / yMax) * PLOT_HEIGHT;
   const parts = [
@@ -63,10 +62,10 @@ function panelSvg(panel: Panel, { width, bins }: Binned, top: number, yMax: numb
     parts.push(`<text x="${LEFT - 6}" y="${n(y(v) + 4)}" text-anchor="end" fill="${COLORS.axis}">${n(v)}</text>`);
   }
   // admitted from the axis up; refused stacked on top of it, up to what was offered
-  const admitted = bins.map((bin) => bin.admitted / width);
-  const offered = bins.map((bin) => bin.offered / width);
-  parts.push(`<path d="${area(bins.map((bin) => bin.from), width, x, y, admitted, undefined)}" fill="${COLORS.admitted}"/>`);
-  parts.push(`<path d="${area(bins.map((bin) => bin.from), width, x, y, offered, admitted)}" fill="${COLORS.refused}"/>`);
+  const admitted = bins.map((bin) => bin.admitted / bin.seconds);
+  const offered = bins.map((bin) => bin.offered / bin.seconds);
+  parts.push(`<path d="${area(bins, x, y, admitted, undefined)}" fill="${COLORS.admitted}"/>`);
+  parts.push(`<path d="${area(bins, x, y, offered, admitted)}" fill="${COLORS.refused}"/>`);
   const xStep = niceStep(seconds, 10);
   for (let s = 0; s <= seconds; s += xStep) {
     parts.push(`<line x1="${n(x(s))}" y1="${base}" x2="${n(x(s))}" y2="${base + 4}" stroke="${COLORS.axis}"/>`);
@@ -82,13 +81,14 @@ function panelSvg(panel: Panel, { width, bins }: Binned, top: number, yMax: numb
 }
 
 /**
- * A step area over bins starting at `from` (seconds), each `width` seconds wide: from `lower` (the
- * axis when undefined) up to `upper` (requests per second), as one closed path.
+ * A step area over the bins, in requests per second: from `lower` (the axis when undefined) up
+ * to `upper`, as one closed path.
  */
-function area(from: number[], width: number, x: (s: number) => number, y: (v: number) => number, upper: number[], lower: number[] | undefined): string {
+function area(bins: readonly Bin[], x: (s: number) => number, y: (v: number) => number, upper: number[], lower: number[] | undefined): string {
   const points: [number, number][] = [];
-  from.forEach((s, i) => points.push([s, upper[i]], [s + width, upper[i]]));
-  if (lower === undefined) points.push([from.at(-1)! + width, 0], [from[0], 0]);
-  else for (let i = from.length - 1; i >= 0; i--) points.push([from[i] + width, lower[i]], [from[i], lower[i]]);
+  bins.forEach(({ from, seconds }, i) => points.push([from, upper[i]], [from + seconds, upper[i]]));
+  const last = bins[bins.length - 1];
+  if (lower === undefined) points.push([last.from + last.seconds, 0], [0, 0]);
+  else for (let i = bins.length - 1; i >= 0; i--) points.push([bins[i].from + bins[i].seconds, lower[i]], [bins[i].from, lower[i]]);
   return `M${points.map(([s, v]) => `${n(x(s))} ${n(y(v))}`).join('L')}Z`;
 }

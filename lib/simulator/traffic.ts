@@ -41,7 +41,7 @@ export function* evenlySpaced(rate: number, durationMs: number): Generator<Arriv
 }
 
 /**
- * The requests of a trace file, read line by line (readline over a stream: memory does not grow
+ * The requests of a trace file (`-`: stdin), read line by line (readline over a stream: memory does not grow
  * with the file). The first non-empty line decides the format (see `parserFor`). A line that
  * records no request is counted in `report` (the first few kept with their numbers), never thrown.
  * Every ~1 s of reading, `progress` gets a line saying how far it is.
@@ -49,8 +49,8 @@ export function* evenlySpaced(rate: number, durationMs: number): Generator<Arriv
  * @throws when the file cannot be opened or read
  */
 export async function* readTrace(file: string, report: TraceReport, progress: (line: string) => void): AsyncGenerator<Arrival> {
-  // opened first, so that a missing file throws here with its own error
-  const input = (await open(file, 'r')).createReadStream({ encoding: 'utf8' });
+  // a file is opened first, so that a missing one throws here with its own error; '-' is stdin
+  const input = file === '-' ? process.stdin.setEncoding('utf8') : (await open(file, 'r')).createReadStream({ encoding: 'utf8' });
   const lines = createInterface({ input, crlfDelay: Infinity });
   const started = performance.now();
   let lastReport = started;

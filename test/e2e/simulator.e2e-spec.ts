@@ -66,8 +66,8 @@ interface Run {
   ms: number;
 }
 
-/** Runs the built command with `args`. */
-async function run(...args: string[]): Promise<Run> {
+/** Runs the built command with `args`, `input` on its stdin. */
+async function run(args: string[], input = ''): Promise<Run> {
   // the child needs no --experimental-vm-modules (it would only print a warning on stderr)
   const { NODE_OPTIONS: _jestOptions, ...env } = process.env;
   const started = performance.now();
@@ -76,6 +76,7 @@ async function run(...args: string[]): Promise<Run> {
   let stderr = '';
   child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
   child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
+  child.stdin.end(input);
   const [status] = (await once(child, 'close')) as [number | null];
   return { status, stdout, stderr, ms: performance.now() - started };
 }
@@ -101,10 +102,10 @@ describe('nestjs-ratelimit simulate, built, as a process', () => {
     await writeAccessLog(large, 1_000_000);
 
     const args = (log: string, csv: string) => ['simulate', '--policy', POLICY, '--trace', log, '--json', '--csv', csv, '--top', '3'];
-    const smallRun = await run(...args(small, join(dir, 'small.csv')));
+    const smallRun = await run(args(small, join(dir, 'small.csv')));
     expect(smallRun).toMatchObject({ status: 0 });
     const largeCsv = join(dir, 'large.csv');
-    const largeRun = await run(...args(large, largeCsv));
+    const largeRun = await run(args(large, largeCsv));
     expect(largeRun).toMatchObject({ status: 0 });
 
     const smallReport = reported(smallRun.stderr);
@@ -144,17 +145,29 @@ describe('nestjs-ratelimit simulate, built, as a process', () => {
     const args = command![1].split(/\s+/);
     const svg = join(dir, 'simulator.svg');
     args[args.indexOf('--svg') + 1] = svg;
-    expect(await run(...args)).toMatchObject({ status: 0 });
+    expect(await run(args)).toMatchObject({ status: 0 });
     expect(await readFile(svg, 'utf8')).toBe(await readFile(join(ROOT, 'docs/simulator.svg'), 'utf8'));
   }, 60_000);
 
+  it('reads a trace from stdin with --trace -', async () => {
+    const log = ['1.2.3.4', '1.2.3.4', '5.6.7.8'].map((ip) => `${ip} - - [01/Jan/2026:00:00:00 +0000] "GET / HTTP/1.1" 200 1`).join('\n');
+    const { status, stdout } = await run(['simulate', '--policy', '{"rps":1,"burst":1}', '--trace', '-', '--json'], log);
+    expect(status).toBe(0);
+    const summary = JSON.parse(stdout) as Summary;
+    expect(summary.traffic).toMatchObject({ trace: '-', format: 'access-log', lines: 3 });
+    expect(summary.lanes[0].perKey).toEqual({
+      '1.2.3.4': { offered: 2, refused: 1, refusedShare: 0.5 },
+      '5.6.7.8': { offered: 1, refused: 0, refusedShare: 0 },
+    });
+  }, 60_000);
+
   it('exits with status 2 and the message for a bad command line, 1 for a trace that is not there', async () => {
-    const bad = await run('simulate', '--policy', '{"rps":0}', '--rate', '10');
+    const bad = await run(['simulate', '--policy', '{"rps":0}', '--rate', '10']);
     expect(bad).toMatchObject({ status: 2, stdout: '', stderr: 'Invalid @RateLimit policy on --policy: "rps" must be a positive number (tokens per second), got 0\n' });
-    const missing = await run('simulate', '--policy', '{"rps":1}', '--trace', join(dir, 'missing.log'));
+    const missing = await run(['simulate', '--policy', '{"rps":1}', '--trace', join(dir, 'missing.log')]);
     expect(missing.status).toBe(1);
     expect(missing.stderr).toMatch(/^nestjs-ratelimit simulate: ENOENT: no such file or directory/);
-    const help = await run('simulate', '--help');
+    const help = await run(['simulate', '--help']);
     expect(help).toMatchObject({ status: 0, stdout: expect.stringContaining('Usage: nestjs-ratelimit simulate') });
   }, 60_000);
 });

@@ -120,6 +120,47 @@ describe('simulate: several policies', () => {
   });
 });
 
+describe('simulate: blocks, comparisons and long traffic', () => {
+  it('keeps a block a refusal started, whatever refills meanwhile', async () => {
+    const csv = join(dir, 'block.csv');
+    // 2 per second, blocked for 10 s once refused: 5 requests/s for 4 s admit the first 2 only
+    const { stdout } = await run('--policy', '{"algorithm":"fixed_window","limit":2,"window":"1s","blockFor":"10s"}', '--rate', '5', '--duration', '4s', '--csv', csv);
+    const [, ...rows] = await csvRows(csv);
+    expect(rows.filter(([, , allowed]) => allowed === 'true').map(([time]) => time)).toEqual(['0', '200']);
+    // Retry-After counts down to the block's end, 10 s after the first refusal at 400 ms
+    expect(rows[2]).toEqual(['400', '-', 'false', '0', '10']);
+    expect(rows.at(-1)).toEqual(['3800', '-', 'false', '0', '7']);
+    expect(stdout).toContain('default: fixed_window, limit 2 per 1 s, block 10 s');
+  });
+
+  it('writes one CSV row per request and algorithm with --compare, the algorithm in its own column', async () => {
+    const csv = join(dir, 'compare.csv');
+    await run('--compare', 'fixed_window,gcra', '--limit', '1', '--window', '1s', '--rate', '2', '--duration', '1s', '--csv', csv);
+    expect(await csvRows(csv)).toEqual([
+      ['time_ms', 'key', 'algorithm', 'allowed', 'remaining', 'retry_after'],
+      ['0', '-', 'fixed_window', 'true', '0', '0'],
+      ['0', '-', 'gcra', 'true', '0', '0'],
+      ['500', '-', 'fixed_window', 'false', '0', '1'],
+      ['500', '-', 'gcra', 'false', '0', '1'],
+    ]);
+  });
+
+  it('sums long traffic over spans of seconds, in a table of at most 30 rows and a chart within 80 columns', async () => {
+    const { stdout } = await run('--compare', 'all', '--rps', '0.5', '--burst', '5', '--rate', '1', '--duration', '1h');
+    expect(stdout).toContain('3,600 requests: 1 requests/s, evenly spaced, for 3600 s');
+    // 3600 s in rows of 120 s: 30 rows, each 120 offered, half admitted once the burst is spent
+    // (sliding_window_counter's estimate, weighing the previous window, admits 48)
+    expect(stdout).toContain('from s (120 s each)');
+    expect(stdout.match(/^ +3480 +120 +60 +60$/gm)).toHaveLength(5);
+    expect(stdout).toMatch(/^ +3480 +120 +48 +72$/m);
+    expect(stdout).not.toMatch(/^ +3600 /m);
+    // 64 columns of 57 s, the last of 9 s drawn at its own rate; the axis ends at 3600 s
+    expect(stdout).toMatch(/ 3600 s\n/);
+    expect(stdout).toContain('(a column: 57 s)');
+    expect(Math.max(...stdout.split('\n').map((line) => [...line].length))).toBeLessThanOrEqual(80);
+  });
+});
+
 describe('simulate --compare and --json', () => {
   it('runs each algorithm on buckets of its own and summarises the share refused overall and per key', async () => {
     const trace = join(dir, 'keys.ndjson');
