@@ -17,7 +17,7 @@ const percent = (part: number, all: number): string => `${all === 0 ? '0' : ((pa
 /**
  * The report printed without `--json`: what the traffic was, and for each panel a table per
  * second (offered, admitted, refused) and a chart of requests per second, admitted below,
- * refused above; every line fits in 80 columns.
+ * refused above. Headings, tables and charts fit in 80 columns (a bad line quoted may not).
  */
 export function terminalReport(heading: string, panels: readonly Panel[], badLines: readonly BadLine[], badCount: number): string {
   const out = wrap(heading);
