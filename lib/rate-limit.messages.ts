@@ -238,3 +238,8 @@ export function invalidRequestKey(where: string, index: number, key: unknown): s
 export function ioredisMissing(redis: unknown): string {
   return invalidOption('redis', redis, 'needs the "ioredis" package: npm install ioredis');
 }
+
+/** An argument of the `nestjs-ratelimit simulate` command line that does not hold; `value` undefined: not given. */
+export function invalidSimulateArgument(flag: string, value: unknown, expected: string): string {
+  return `Invalid nestjs-ratelimit simulate argument ${flag}: ${expected}${value === undefined ? '' : `, got ${show(value)}`}`;
+}

@@ -18,6 +18,7 @@ import { controllerWith } from '../support/bad-controller.js';
 import { RoutePolicies } from '../../lib/routes/route-policies.js';
 import { resolveOptions } from '../../lib/rate-limit-options.js';
 import { StoreOwner } from '../../lib/stores/store-owner.js';
+import { parseCommandLine } from '../../lib/simulator/simulate-args.js';
 
 /**
  * Every validation message, exactly: one row per bad input, with the whole message it must
@@ -137,6 +138,36 @@ class RateLimitConfig {
 }
 
 type Row = [what: string, produce: () => Promise<string>, message: string];
+
+/** The message the simulator's command line `simulate ...args` fails with. */
+const simulate = (...args: string[]): (() => Promise<string>) => () => thrown(() => parseCommandLine(['simulate', ...args]));
+const SIMULATE = 'Invalid nestjs-ratelimit simulate argument';
+const RATE = ['--rate', '60'];
+
+function simulatorRows(): Row[] {
+  return [
+    ['simulator: no command', () => thrown(() => parseCommandLine(['simulte'])), `${SIMULATE} <command>: must be 'simulate', got "simulte"`],
+    ['simulator: no policy', simulate(...RATE), `${SIMULATE} --policy: or --compare is needed: a policy as JSON, or algorithms to compare`],
+    ['simulator: a policy not JSON', simulate('--policy', '{rps:10}', ...RATE), `${SIMULATE} --policy: must be a policy as JSON, such as '{"rps":10,"burst":50}', got "{rps:10}"`],
+    ['simulator: a bad policy', simulate('--policy', '{"rps":0}', ...RATE), 'Invalid @RateLimit policy on --policy: "rps" must be a positive number (tokens per second), got 0'],
+    ['simulator: a bad second policy', simulate('--policy', '{"rps":1}', '--policy', '{"rps":1,"window":"1m"}', ...RATE), 'Invalid @RateLimit policy on --policy [1]: both "rps" and "window" given; say it as rps + burst or as limit + window'],
+    ['simulator: two policies of one name', simulate('--policy', '{"name":"a","rps":1}', '--policy', '{"name":"a","rps":2}', ...RATE), 'Invalid @RateLimit policy on --policy: two policies are named "a"; give each policy its own "name"'],
+    ['simulator: --rps with --policy', simulate('--policy', '{"rps":1}', '--rps', '5', ...RATE), `${SIMULATE} --rps: goes with --compare: a --policy gives its own numbers, got "5"`],
+    ['simulator: --compare with --policy', simulate('--policy', '{"rps":1}', '--compare', 'all', ...RATE), `${SIMULATE} --compare: cannot go with --policy: give policies, or algorithms to compare with one set of --rps/--burst or --limit/--window, got "all"`],
+    ['simulator: --compare naming none', simulate('--compare', ' , ', '--rps', '1', ...RATE), `${SIMULATE} --compare: must name algorithms: a comma-separated list such as 'token_bucket,gcra', or 'all', got " , "`],
+    ['simulator: --compare an unknown algorithm', simulate('--compare', 'token_bucket,leaky', '--rps', '1', ...RATE), `Invalid @RateLimit policy on --compare leaky: "algorithm" must be one of 'token_bucket', 'leaky_bucket', 'fixed_window', 'sliding_window_log', 'sliding_window_counter', 'gcra', got "leaky"`],
+    ['simulator: --compare with --rps not a number', simulate('--compare', 'gcra', '--rps', 'ten', ...RATE), 'Invalid @RateLimit policy on --compare gcra: "rps" must be a positive number (tokens per second), got "ten"'],
+    ['simulator: --compare with --rps and --window', simulate('--compare', 'gcra', '--rps', '1', '--window', '1m', ...RATE), 'Invalid @RateLimit policy on --compare gcra: both "rps" and "window" given; say it as rps + burst or as limit + window'],
+    ['simulator: no traffic', simulate('--policy', '{"rps":1}'), `${SIMULATE} --rate: or --trace is needed: evenly spaced requests, or a trace to replay`],
+    ['simulator: --trace with --rate', simulate('--policy', '{"rps":1}', '--trace', 'a.log', ...RATE), `${SIMULATE} --trace: cannot go with --rate: replay a trace, or evenly spaced requests, got "a.log"`],
+    ['simulator: --duration with --trace', simulate('--policy', '{"rps":1}', '--trace', 'a.log', '--duration', '1m'), `${SIMULATE} --duration: goes with --rate: a trace lasts as long as it lasts, got "1m"`],
+    ['simulator: --rate 0', simulate('--policy', '{"rps":1}', '--rate', '0'), `${SIMULATE} --rate: must be a positive number of requests per second, got "0"`],
+    ['simulator: --rate not a number', simulate('--policy', '{"rps":1}', '--rate', 'fast'), `${SIMULATE} --rate: must be a positive number of requests per second, got "fast"`],
+    ['simulator: --duration unparsable', simulate('--policy', '{"rps":1}', ...RATE, '--duration', '10 minutes'), `${SIMULATE} --duration: must be a positive number of seconds or a duration such as '10s', '1m', '1h', got "10 minutes"`],
+    ['simulator: --top 0', simulate('--policy', '{"rps":1}', ...RATE, '--top', '0'), `${SIMULATE} --top: must be a whole number >= 1, got "0"`],
+    ['simulator: an unknown flag', simulate('--policy', '{"rps":1}', ...RATE, '--svgg', 'x'), `Unknown option '--svgg' (nestjs-ratelimit simulate --help lists the options)`],
+  ];
+}
 
 const ROWS: Row[] = [
   // policies, through @RateLimit and module start
@@ -327,6 +358,9 @@ const ROWS: Row[] = [
   ['MemoryStore: cost negative', memory((m) => m.consume([{ key: 'k', policy: 'p', rule: TB, cost: -1 }])), `Invalid argument to MemoryStore.consume: "requests[0].cost" ${CALL_COST}, got -1`],
   ['MemoryStore: a key twice with different rules', memory((m) => m.consume([{ key: 'k', policy: 'p', rule: TB, cost: 1 }, { key: 'k', policy: 'q', rule: { ...TB, burst: 6 }, cost: 1 }])), 'Invalid argument to MemoryStore.consume: requests[0] and requests[1] are for the same key "k" with a different rule; a key is one bucket, decided once per call: give each key once'],
   ['MemoryStore: a key twice with different costs', memory((m) => m.peek([{ key: 'k', policy: 'p', rule: TB, cost: 1 }, { key: 'j', policy: 'p', rule: TB, cost: 1 }, { key: 'k', policy: 'p', rule: TB, cost: 2 }])), 'Invalid argument to MemoryStore.peek: requests[0] and requests[2] are for the same key "k" with a different cost; a key is one bucket, decided once per call: give each key once'],
+
+  // the simulator's command line: its own flags, and policies validated as @RateLimit validates them
+  ...simulatorRows(),
 
   // last: from here on, ioredis cannot be imported
   [

@@ -1,0 +1,60 @@
+#!/usr/bin/env node
+/**
+ * `npx nestjs-ratelimit simulate`: the package's `bin`. Not loaded by the package root: only
+ * this command line reads it. Exit status 0 when done, 2 for a bad command line (the message
+ * says which flag), 1 when a file cannot be read or written.
+ */
+import { InvalidPolicyError } from '../policy/resolve-policy.js';
+import { simulate } from './simulate.js';
+import { DEFAULT_DURATION, DEFAULT_TOP, parseCommandLine, SimulateArgumentError } from './simulate-args.js';
+
+const USAGE = `Usage: nestjs-ratelimit simulate <policies> <traffic> [outputs]
+
+Replays traffic against rate-limit policies with the functions the stores run.
+
+Policies (one of):
+  --policy '<json>'          a policy as @RateLimit takes it, e.g. '{"rps":10,"burst":50}';
+                             repeat it for several, decided all-or-nothing as the guard does
+  --compare <algorithms>     algorithms to compare (comma-separated, or all), each with
+    --rps <n> --burst <n>      tokens per second and capacity, or
+    --limit <n> --window <d>   requests per window ('10s', '1m', '1h')
+
+Traffic (one of):
+  --rate <n> [--duration <d>]  n requests per second, evenly spaced (default ${DEFAULT_DURATION})
+  --trace <file>             CSV or NDJSON of time[,key[,cost]] (time in ms or ISO 8601),
+                             or an access log in common or combined log format; - is stdin
+
+Outputs (a per-second table and a chart on stdout by default):
+  --svg <file>               chart of admitted and refused requests over time
+  --csv <file>               one row per request: time_ms,key,allowed,remaining,retry_after
+  --json                     a summary on stdout: share refused overall and per key
+  --top <n>                  keys refused most the summary lists (default ${DEFAULT_TOP})
+`;
+
+async function main(argv: readonly string[]): Promise<number> {
+  if (argv.length === 0 || argv[0] === '--help' || argv[0] === '-h') {
+    process.stdout.write(USAGE);
+    return argv.length === 0 ? 2 : 0;
+  }
+  try {
+    const options = parseCommandLine(argv);
+    if (options === 'help') {
+      process.stdout.write(USAGE);
+      return 0;
+    }
+    await simulate(options, { stdout: (text) => process.stdout.write(text), stderr: (line) => process.stderr.write(`${line}\n`) });
+    return 0;
+  } catch (error) {
+    if (error instanceof SimulateArgumentError || error instanceof InvalidPolicyError) {
+      process.stderr.write(`${error.message}\n`);
+      return 2;
+    }
+    process.stderr.write(`nestjs-ratelimit simulate: ${(error as Error).message}\n`);
+    return 1;
+  }
+}
+
+// no top-level await: the command runs the same from a CommonJS build
+void main(process.argv.slice(2)).then((status) => {
+  process.exitCode = status;
+});

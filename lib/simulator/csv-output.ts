@@ -1,0 +1,64 @@
+import { once } from 'node:events';
+import type { WriteStream } from 'node:fs';
+import { open } from 'node:fs/promises';
+import type { RateLimitDecision } from '../stores/rate-limit-store.interface.js';
+import type { Arrival } from './simulation.js';
+
+/** Characters gathered before one write to the file. */
+const CHUNK = 64 * 1024;
+
+/** A key as a CSV field: quoted when it holds a comma, a quote or a line break. */
+const field = (text: string): string => (/[",\r\n]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text);
+
+/**
+ * The `--csv` file: one row per request, `time_ms,key,allowed,remaining,retry_after` (seconds,
+ * as `Retry-After`: 0 when admitted, empty for a request that can never be admitted). With
+ * `--compare`, a row per request and algorithm, the algorithm in a third column. Written through
+ * a stream with backpressure: `row` says when the caller must wait for `drained()`, so a slow disk
+ * holds the replay back instead of the rows piling up in memory.
+ */
+export class CsvOutput {
+  private pending: string;
+  /** The stream's error, thrown by the next call: a stream that fails between two writes must not crash the process. */
+  private error: Error | undefined;
+
+  private constructor(private readonly stream: WriteStream, private readonly withLane: boolean) {
+    this.pending = `time_ms,key,${withLane ? 'algorithm,' : ''}allowed,remaining,retry_after\n`;
+    stream.on('error', (error) => (this.error ??= error));
+  }
+
+  /**
+   * Opens (truncates) `file`; `withLane` adds the algorithm column.
+   *
+   * @throws when the file cannot be opened for writing
+   */
+  static async open(file: string, withLane: boolean): Promise<CsvOutput> {
+    return new CsvOutput((await open(file, 'w')).createWriteStream({ encoding: 'utf8' }), withLane);
+  }
+
+  /** Adds a row; `true` when the stream is full and the caller must await `drained()` before the next. */
+  row({ time, key }: Arrival, lane: string, { allowed, remaining, retryAfter }: RateLimitDecision): boolean {
+    if (this.error) throw this.error;
+    const retry = retryAfter === Infinity ? '' : String(retryAfter);
+    this.pending += `${time},${field(key)},${this.withLane ? `${lane},` : ''}${allowed},${remaining},${retry}\n`;
+    if (this.pending.length < CHUNK) return false;
+    const full = !this.stream.write(this.pending);
+    this.pending = '';
+    return full;
+  }
+
+  /** Resolves once the stream has room again (or fails with its error). */
+  async drained(): Promise<void> {
+    if (this.error) throw this.error;
+    await once(this.stream, 'drain');
+  }
+
+  /** Writes what is left and closes the file. */
+  async close(): Promise<void> {
+    if (this.error) throw this.error;
+    const finished = once(this.stream, 'finish');
+    this.stream.end(this.pending);
+    this.pending = '';
+    await finished;
+  }
+}

@@ -1,0 +1,104 @@
+import { type Rule, WINDOW_ALGORITHMS } from '../algorithms/algorithm.types.js';
+import type { LaneRun, SimulatedPolicy } from './simulation.js';
+
+/** What one chart (and table) shows: requests admitted and refused over time. */
+export interface Panel {
+  title: string;
+  /** The policies' numbers, or how several are decided. */
+  subtitle: string;
+  /** Per second of the clock: [offered, admitted, refused]. */
+  seconds: ReadonlyMap<number, readonly [number, number, number]>;
+}
+
+/** The counts of a span of seconds. */
+export interface Bin {
+  /** Seconds from the first second of the traffic to the span's start. */
+  from: number;
+  /** Seconds the span covers: `width`, or less for the last one. */
+  seconds: number;
+  offered: number;
+  admitted: number;
+  refused: number;
+}
+
+/** A panel's counts in spans of `width` seconds each (the last may be shorter), from the first second of the traffic. */
+export interface Binned {
+  width: number;
+  /** Seconds from the first second of the traffic to the end of the last: what the bins cover together. */
+  seconds: number;
+  bins: Bin[];
+}
+
+/** A policy's numbers as its owner wrote them: `rps 10, burst 50`, or `limit 100 per 10 s` for a window. */
+export function describeRule({ algorithm, rps, burst, blockMs }: Rule): string {
+  const seconds = burst / rps;
+  const numbers = WINDOW_ALGORITHMS.has(algorithm) ? `limit ${burst} per ${+seconds.toPrecision(6)} s` : `rps ${+rps.toPrecision(6)}, burst ${burst}`;
+  return `${numbers}${blockMs === undefined ? '' : `, block ${blockMs / 1000} s`}`;
+}
+
+/** A policy's algorithm, rule and cost, without what the panel's title already says (its name, its algorithm). */
+function describePolicy({ name, rule, cost }: SimulatedPolicy, title: string): string {
+  const named = name === title ? '' : `${name}: `;
+  const algorithm = rule.algorithm === title ? '' : `${rule.algorithm}, `;
+  return `${named}${algorithm}${describeRule(rule)}${cost === 1 ? '' : `, cost ${cost}`}`;
+}
+
+/**
+ * The panels of the runs: one per lane; for a lane of several policies, one for the lane (a
+ * request passes only when all admit it) and one per policy (what that policy admitted and
+ * refused of every request, whatever the others said).
+ */
+export function panelsOf(runs: readonly LaneRun[]): Panel[] {
+  return runs.flatMap((run) => {
+    const { title, policies } = run.lane;
+    const lane = (column: (counts: readonly number[]) => number): Panel['seconds'] =>
+      new Map([...run.seconds].map(([second, counts]) => [second, [counts[0], counts[0] - column(counts), column(counts)]]));
+    const refused = (counts: readonly number[]) => counts[0] - counts[1];
+    if (policies.length === 1) return [{ title, subtitle: describePolicy(policies[0], title), seconds: lane(refused) }];
+    return [
+      { title, subtitle: `${policies.length} policies, all-or-nothing: ${policies.map(({ name }) => name).join(', ')}`, seconds: lane(refused) },
+      ...policies.map((policy, i) => ({ title: policy.name, subtitle: `${describePolicy(policy, policy.name)} (its own verdict)`, seconds: lane((counts) => counts[2 + i]) })),
+    ];
+  });
+}
+
+/** The first and last second of the traffic, of the clock (`floor(ms / 1000)`). */
+export function spanOf(panels: readonly Panel[]): { first: number; last: number } | undefined {
+  let first = Infinity;
+  let last = -Infinity;
+  for (const second of panels[0]?.seconds.keys() ?? []) {
+    first = Math.min(first, second);
+    last = Math.max(last, second);
+  }
+  return first === Infinity ? undefined : { first, last };
+}
+
+/**
+ * A panel's counts summed over spans of whole seconds, wide enough that there are at most
+ * `maxBins`. Seconds without a request count as zero.
+ */
+export function binned(panel: Panel, span: { first: number; last: number }, maxBins: number): Binned {
+  const seconds = span.last - span.first + 1;
+  const width = Math.ceil(seconds / maxBins);
+  const bins: Bin[] = Array.from({ length: Math.ceil(seconds / width) }, (_, i) => ({
+    from: i * width,
+    seconds: Math.min(width, seconds - i * width),
+    offered: 0,
+    admitted: 0,
+    refused: 0,
+  }));
+  for (const [second, [offered, admitted, refused]] of panel.seconds) {
+    const bin = bins[Math.floor((second - span.first) / width)];
+    bin.offered += offered;
+    bin.admitted += admitted;
+    bin.refused += refused;
+  }
+  return { width, seconds, bins };
+}
+
+/** A step for an axis from 0 to `max` with about `ticks` ticks: 1, 2 or 5 times a power of ten. */
+export function niceStep(max: number, ticks: number): number {
+  const raw = Math.max(max, 1) / ticks;
+  const power = 10 ** Math.floor(Math.log10(raw));
+  return [1, 2, 5, 10].find((m) => m * power >= raw)! * power;
+}

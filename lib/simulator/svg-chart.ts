@@ -1,0 +1,94 @@
+import { type Bin, type Binned, binned, niceStep, type Panel, spanOf } from './panels.js';
+
+const WIDTH = 800;
+const LEFT = 70;
+const RIGHT = 20;
+const HEADER = 60;
+/** A panel: its title, the plot, the x axis's ticks and title. */
+const PANEL_TITLE = 30;
+const PLOT_HEIGHT = 90;
+const PANEL_AXIS = 44;
+const PANEL_HEIGHT = PANEL_TITLE + PLOT_HEIGHT + PANEL_AXIS;
+const PLOT_WIDTH = WIDTH - LEFT - RIGHT;
+/** Most columns a panel draws; longer traffic is summed over spans of several seconds. */
+const MAX_BINS = 200;
+const COLORS = { admitted: '#2e7d32', refused: '#d84315', grid: '#e0e0e0', axis: '#424242', text: '#212121' };
+const FONT = 'font-family="system-ui, -apple-system, Segoe UI, Helvetica, Arial, sans-serif"';
+
+/** A coordinate or a value, to two decimals without trailing zeros: short, and the same on every machine. */
+const n = (value: number): string => String(Math.round(value * 100) / 100);
+const escape = (text: string): string => text.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
+
+/**
+ * The `--svg` chart: requests per second admitted and refused over time, one panel per policy or
+ * algorithm (all on one scale), with axes in seconds and requests per second and a legend.
+ * Hand-written SVG; the same input gives the same bytes (no dates, no random ids).
+ */
+export function svgChart(heading: string, panels: readonly Panel[]): string {
+  const span = spanOf(panels) ?? { first: 0, last: 0 };
+  const height = HEADER + panels.length * PANEL_HEIGHT;
+  const all = panels.map((panel) => binned(panel, span, MAX_BINS));
+  const top = Math.max(1, ...(all[0]?.bins.map((bin) => bin.offered / bin.seconds) ?? []));
+  const yStep = niceStep(top, 4);
+  const yMax = Math.ceil(top / yStep) * yStep;
+  const out = [
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${WIDTH}" height="${height}" viewBox="0 0 ${WIDTH} ${height}" ${FONT} font-size="12">`,
+    `<rect width="${WIDTH}" height="${height}" fill="#ffffff"/>`,
+    `<text x="${LEFT}" y="24" font-size="15" font-weight="600" fill="${COLORS.text}">${escape(heading)}</text>`,
+    legend(LEFT, 46),
+  ];
+  panels.forEach((panel, i) => out.push(panelSvg(panel, all[i], HEADER + i * PANEL_HEIGHT, yMax, yStep)));
+  out.push('</svg>', '');
+  return out.join('\n');
+}
+
+function legend(x: number, y: number): string {
+  const item = (dx: number, color: string, label: string) =>
+    `<rect x="${x + dx}" y="${y - 10}" width="12" height="12" fill="${color}"/><text x="${x + dx + 18}" y="${y}" fill="${COLORS.text}">${label}</text>`;
+  return `<g>${item(0, COLORS.admitted, 'admitted')}${item(100, COLORS.refused, 'refused')}</g>`;
+}
+
+function panelSvg(panel: Panel, { seconds, bins }: Binned, top: number, yMax: number, yStep: number): string {
+  const plotTop = top + PANEL_TITLE;
+  const base = plotTop + PLOT_HEIGHT;
+  const x = (s: number) => LEFT + (s / seconds) * PLOT_WIDTH;
+  const y = (perSecond: number) => base - (perSecond / yMax) * PLOT_HEIGHT;
+  const parts = [
+    `<g>`,
+    `<text x="${LEFT}" y="${top + 18}" fill="${COLORS.text}"><tspan font-weight="600">${escape(panel.title)}</tspan> <tspan fill="#616161">${escape(panel.subtitle)}</tspan></text>`,
+  ];
+  for (let v = 0; v <= yMax + yStep / 2; v += yStep) {
+    parts.push(`<line x1="${LEFT}" y1="${n(y(v))}" x2="${LEFT + PLOT_WIDTH}" y2="${n(y(v))}" stroke="${COLORS.grid}"/>`);
+    parts.push(`<text x="${LEFT - 6}" y="${n(y(v) + 4)}" text-anchor="end" fill="${COLORS.axis}">${n(v)}</text>`);
+  }
+  // admitted from the axis up; refused stacked on top of it, up to what was offered
+  const admitted = bins.map((bin) => bin.admitted / bin.seconds);
+  const offered = bins.map((bin) => bin.offered / bin.seconds);
+  parts.push(`<path d="${area(bins, x, y, admitted, undefined)}" fill="${COLORS.admitted}"/>`);
+  parts.push(`<path d="${area(bins, x, y, offered, admitted)}" fill="${COLORS.refused}"/>`);
+  const xStep = niceStep(seconds, 10);
+  for (let s = 0; s <= seconds; s += xStep) {
+    parts.push(`<line x1="${n(x(s))}" y1="${base}" x2="${n(x(s))}" y2="${base + 4}" stroke="${COLORS.axis}"/>`);
+    parts.push(`<text x="${n(x(s))}" y="${base + 17}" text-anchor="middle" fill="${COLORS.axis}">${n(s)}</text>`);
+  }
+  parts.push(`<line x1="${LEFT}" y1="${plotTop}" x2="${LEFT}" y2="${base}" stroke="${COLORS.axis}"/>`);
+  parts.push(`<line x1="${LEFT}" y1="${base}" x2="${LEFT + PLOT_WIDTH}" y2="${base}" stroke="${COLORS.axis}"/>`);
+  parts.push(`<text x="${LEFT + PLOT_WIDTH / 2}" y="${base + 34}" text-anchor="middle" fill="${COLORS.axis}">time (s)</text>`);
+  const middle = n(plotTop + PLOT_HEIGHT / 2);
+  parts.push(`<text x="18" y="${middle}" transform="rotate(-90 18 ${middle})" text-anchor="middle" fill="${COLORS.axis}">requests/s</text>`);
+  parts.push('</g>');
+  return parts.join('\n');
+}
+
+/**
+ * A step area over the bins, in requests per second: from `lower` (the axis when undefined) up
+ * to `upper`, as one closed path.
+ */
+function area(bins: readonly Bin[], x: (s: number) => number, y: (v: number) => number, upper: number[], lower: number[] | undefined): string {
+  const points: [number, number][] = [];
+  bins.forEach(({ from, seconds }, i) => points.push([from, upper[i]], [from + seconds, upper[i]]));
+  const last = bins[bins.length - 1];
+  if (lower === undefined) points.push([last.from + last.seconds, 0], [0, 0]);
+  else for (let i = bins.length - 1; i >= 0; i--) points.push([bins[i].from + bins[i].seconds, lower[i]], [bins[i].from, lower[i]]);
+  return `M${points.map(([s, v]) => `${n(x(s))} ${n(y(v))}`).join('L')}Z`;
+}

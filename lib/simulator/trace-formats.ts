@@ -1,0 +1,135 @@
+import { normalizeIp } from '../keys/ip.js';
+import type { Arrival } from './simulation.js';
+
+/** The formats a trace may be in, told apart by its first line. */
+export type TraceFormat = 'csv' | 'ndjson' | 'access-log';
+
+/** Parses one line: the request it records, or why it records none (a bad line). */
+export type LineParser = (line: string) => Arrival | string;
+
+/** The key of a request whose trace line names none: every such request is one client. */
+export const NO_KEY = '-';
+
+const MONTHS: Record<string, number> = { Jan: 0, Feb: 1, Mar: 2, Apr: 3, May: 4, Jun: 5, Jul: 6, Aug: 7, Sep: 8, Oct: 9, Nov: 10, Dec: 11 };
+/**
+ * Common (and combined) log format, up to the request line: client address, identity, user,
+ * `[10/Oct/2000:13:55:36 -0700]`. What follows (request, status, size, referer, user agent) is
+ * not read.
+ */
+const ACCESS_LOG = /^(\S+) \S+ \S+ \[(\d{2})\/([A-Z][a-z]{2})\/(\d{4}):(\d{2}):(\d{2}):(\d{2}) ([+-])(\d{2})(\d{2})\] "/;
+const MILLISECONDS = /^-?\d+(?:\.\d+)?$/;
+/** ISO 8601 date-time (a space for the `T` allowed); without a zone it is UTC, whatever the machine's. */
+const ISO_8601 = /^\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?)?(Z|[+-]\d{2}:?\d{2})?$/;
+
+/**
+ * A trace time as integer milliseconds: a number of milliseconds (Unix time, or any origin; a
+ * fraction is dropped), or an ISO 8601 date-time. `undefined` when it is neither.
+ */
+export function parseTime(value: unknown): number | undefined {
+  if (typeof value === 'number') return Number.isFinite(value) ? Math.floor(value) : undefined;
+  if (typeof value !== 'string') return undefined;
+  const text = value.trim();
+  if (MILLISECONDS.test(text)) return Math.floor(Number(text));
+  const iso = ISO_8601.exec(text);
+  if (!iso) return undefined;
+  const ms = Date.parse(`${text.replace(' ', 'T').replace(',', '.')}${iso[1] === undefined && text.length > 10 ? 'Z' : ''}`);
+  return Number.isNaN(ms) ? undefined : ms;
+}
+
+/** A request's cost from a trace: a positive finite number, `undefined` when absent, or why not. */
+function parseCost(value: unknown): number | undefined | string {
+  if (value === undefined || value === '') return undefined;
+  const cost = typeof value === 'string' ? Number(value.trim()) : value;
+  return typeof cost === 'number' && Number.isFinite(cost) && cost > 0 ? cost : `cost is not a positive number: ${JSON.stringify(value)}`;
+}
+
+/** The request of a line's time, key and cost, or why they make none. */
+function arrivalOf(time: unknown, key: unknown, cost: unknown): Arrival | string {
+  const ms = parseTime(time);
+  if (ms === undefined) return `time is neither milliseconds nor ISO 8601: ${JSON.stringify(time ?? null)}`;
+  const parsedCost = parseCost(cost);
+  if (typeof parsedCost === 'string') return parsedCost;
+  if (key !== undefined && typeof key !== 'string' && typeof key !== 'number') return `key is not a string: ${JSON.stringify(key)}`;
+  return { time: ms, key: key === undefined || key === '' ? NO_KEY : String(key), cost: parsedCost };
+}
+
+/** The format of a trace whose first non-empty line is `line`. */
+export function detectFormat(line: string): TraceFormat {
+  if (line.startsWith('{')) return 'ndjson';
+  return ACCESS_LOG.test(line) ? 'access-log' : 'csv';
+}
+
+/**
+ * The parser for a trace whose first non-empty line is `first`, and whether that line is a CSV
+ * header (to be skipped): one whose first field is not a time. A header may name its columns
+ * `time`, `key` and `cost` in any order; otherwise they are taken in that order.
+ */
+export function parserFor(first: string): { format: TraceFormat; header: boolean; parse: LineParser } {
+  const format = detectFormat(first);
+  if (format === 'ndjson') return { format, header: false, parse: parseNdjsonLine };
+  if (format === 'access-log') return { format, header: false, parse: parseAccessLogLine };
+  const fields = splitCsv(first);
+  if (parseTime(fields[0]) !== undefined) return { format, header: false, parse: csvParser(0, 1, 2) };
+  const names = fields.map((name) => name.trim().toLowerCase());
+  const named = names.includes('time');
+  const column = (name: string, position: number) => (named ? names.indexOf(name) : position);
+  return { format, header: true, parse: csvParser(column('time', 0), column('key', 1), column('cost', 2)) };
+}
+
+/** A CSV line's parser that reads time, key and cost from the given columns (-1: none). */
+export function csvParser(time: number, key: number, cost: number): LineParser {
+  return (line) => {
+    const fields = splitCsv(line);
+    return arrivalOf(fields[time], key < 0 ? undefined : fields[key], cost < 0 ? undefined : fields[cost]);
+  };
+}
+
+/** A CSV line's fields: separated by commas, a field in double quotes may hold commas and `""`. */
+export function splitCsv(line: string): string[] {
+  if (!line.includes('"')) return line.split(',');
+  const fields: string[] = [];
+  let field = '';
+  let quoted = false;
+  for (let i = 0; i < line.length; i++) {
+    const char = line[i];
+    if (quoted && char === '"' && line[i + 1] === '"') field += line[++i];
+    else if (char === '"') quoted = !quoted;
+    else if (char === ',' && !quoted) {
+      fields.push(field);
+      field = '';
+    } else field += char;
+  }
+  fields.push(field);
+  return fields;
+}
+
+/** An NDJSON line: an object with `time` and optional `key` and `cost`. */
+export function parseNdjsonLine(line: string): Arrival | string {
+  let record: unknown;
+  try {
+    record = JSON.parse(line);
+  } catch {
+    return 'not JSON';
+  }
+  if (typeof record !== 'object' || record === null || Array.isArray(record)) return 'not a JSON object';
+  const { time, key, cost } = record as Record<string, unknown>;
+  return arrivalOf(time, key, cost);
+}
+
+/**
+ * A common or combined log format line: its time (to the second, with its UTC offset) and its
+ * client address as the key, folded and grouped as the `ip` key source does (a host name, logged
+ * where lookups are on, is kept as it is).
+ */
+export function parseAccessLogLine(line: string): Arrival | string {
+  const match = ACCESS_LOG.exec(line);
+  if (!match) return 'not in common or combined log format';
+  const [, host, day, monthName, year, hour, minute, second, sign, offsetHours, offsetMinutes] = match;
+  const month = MONTHS[monthName];
+  if (month === undefined || +day < 1 || +day > 31 || +hour > 23 || +minute > 59 || +second > 60) {
+    return `time is not a log time: ${JSON.stringify(line.slice(line.indexOf('['), line.indexOf(']') + 1))}`;
+  }
+  const offsetMs = (sign === '-' ? -1 : 1) * (+offsetHours * 60 + +offsetMinutes) * 60_000;
+  const time = Date.UTC(+year, month, +day, +hour, +minute, +second) - offsetMs;
+  return { time, key: normalizeIp(host) ?? host, cost: undefined };
+}

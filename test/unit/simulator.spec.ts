@@ -1,0 +1,205 @@
+/**
+ * The simulator decides as the token bucket's definition says: its CSV for the worked example
+ * (r = 10 tokens/s, b = 50, 60 requests/s for 10 s, one client) is checked decision for decision
+ * against a reference written here from the definition alone, not from lib/. Then what several
+ * policies, a cost, the summary and the charts make of a run.
+ */
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { simulate } from '../../lib/simulator/simulate.js';
+import { parseSimulateArgs, type SimulateOptions } from '../../lib/simulator/simulate-args.js';
+import type { Summary } from '../../lib/simulator/summary.js';
+
+let dir: string;
+
+beforeAll(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'rl-simulator-'));
+});
+
+afterAll(async () => {
+  await rm(dir, { recursive: true, force: true });
+});
+
+/** Runs the simulator on `args` (after `simulate`); gives what it wrote on stdout and stderr. */
+async function run(...args: string[]): Promise<{ stdout: string; stderr: string[] }> {
+  const options = parseSimulateArgs(args) as SimulateOptions;
+  let stdout = '';
+  const stderr: string[] = [];
+  await simulate(options, { stdout: (text) => (stdout += text), stderr: (line) => stderr.push(line) });
+  return { stdout, stderr };
+}
+
+/** A CSV file's rows, header first. */
+async function csvRows(file: string): Promise<string[][]> {
+  return (await readFile(file, 'utf8')).trim().split('\n').map((line) => line.split(','));
+}
+
+/**
+ * The token bucket by its definition: `tokens = min(b, tokens + r * dt)` at each arrival, admit
+ * when `tokens >= 1` and take one. Counted in thousandths of a token, so that with whole `r` and
+ * whole-millisecond arrivals every step is exact integer arithmetic (r tokens/s is r thousandths
+ * per ms). Gives the rows the CSV must hold: remaining is the whole tokens left, retry_after the
+ * whole seconds (at least 1) until one token is there.
+ */
+function referenceTokenBucket(r: number, b: number, times: readonly number[]): string[][] {
+  const ONE = 1000;
+  let tokens = b * ONE;
+  let last = times[0];
+  return times.map((time) => {
+    tokens = Math.min(b * ONE, tokens + r * (time - last));
+    last = time;
+    const allowed = tokens >= ONE;
+    if (allowed) tokens -= ONE;
+    const retryAfter = allowed ? 0 : Math.max(1, Math.ceil((ONE - tokens) / r / 1000));
+    return [String(time), '-', String(allowed), String(Math.floor(tokens / ONE)), String(retryAfter)];
+  });
+}
+
+describe('simulate: the worked example (token_bucket, r = 10, b = 50, 60 requests/s for 10 s)', () => {
+  it('writes the CSV the definition gives, decision for decision', async () => {
+    const csv = join(dir, 'worked.csv');
+    await run('--policy', '{"algorithm":"token_bucket","rps":10,"burst":50}', '--rate', '60', '--duration', '10s', '--csv', csv);
+    const [header, ...rows] = await csvRows(csv);
+    expect(header).toEqual(['time_ms', 'key', 'allowed', 'remaining', 'retry_after']);
+    // evenly spaced: request i at floor(i * 1000 / 60) ms
+    const times = Array.from({ length: 600 }, (_, i) => Math.floor((i * 1000) / 60));
+    const reference = referenceTokenBucket(10, 50, times);
+    expect(rows).toHaveLength(600);
+    rows.forEach((row, i) => expect({ i, row }).toEqual({ i, row: reference[i] }));
+    // the check could fail: the bucket empties, then admits about r per second
+    const admitted = reference.filter(([, , allowed]) => allowed === 'true').length;
+    expect(admitted).toBe(149);
+  });
+
+  it('prints a table per second: the burst of 50 and what refills in the first second, then r per second', async () => {
+    const { stdout } = await run('--policy', '{"rps":10,"burst":50}', '--rate', '60', '--duration', '10s');
+    expect(stdout).toContain('600 requests: 60 requests/s, evenly spaced, for 10 s');
+    expect(stdout).toMatch(/^ +0 +60 +59 +1$/m);
+    expect(stdout).toMatch(/^ +1 +60 +10 +50$/m);
+    expect(stdout).toContain('refused 451 of 600 (75.2 %)');
+    // the chart and everything else fits in 80 columns
+    expect(Math.max(...stdout.split('\n').map((line) => [...line].length))).toBeLessThanOrEqual(80);
+  });
+});
+
+describe('simulate: several policies', () => {
+  it('decides them all-or-nothing: a request refused by one takes nothing from the other', async () => {
+    const csv = join(dir, 'two.csv');
+    // 5 requests/s for 4 s: "slow" admits 1 per second, "burst" holds 10 and refills none in 4 s
+    const { stdout } = await run(
+      '--policy', '{"name":"slow","rps":1,"burst":1}',
+      '--policy', '{"name":"burst","limit":10,"window":"1h"}',
+      '--rate', '5', '--duration', '4s', '--csv', csv,
+    );
+    const [, ...rows] = await csvRows(csv);
+    // only "slow" refuses, and "burst" is charged only for the 4 admitted: 10 - 4 = 6 left
+    expect(rows.filter(([, , allowed]) => allowed === 'true').map(([time]) => time)).toEqual(['0', '1000', '2000', '3000']);
+    expect(rows.at(-1)).toEqual(['3800', '-', 'false', '0', '1']);
+    expect(stdout).toContain('all policies: 2 policies, all-or-nothing: slow, burst');
+    expect(stdout).toContain('burst: token_bucket, rps 0.00277778, burst 10 (its own verdict)');
+    expect(stdout).toMatch(/burst: [^\n]+\nrefused 0 of 20/);
+    expect(stdout).toMatch(/slow: [^\n]+\nrefused 16 of 20/);
+  });
+
+  it('refuses a cost above burst without charge and with no retry_after', async () => {
+    const trace = join(dir, 'costs.csv');
+    const csv = join(dir, 'costs-out.csv');
+    await writeFile(trace, 'time,key,cost\n0,a,3\n1,a,6\n2,a,3\n3,a\n');
+    await run('--policy', '{"rps":1,"burst":5,"cost":"header:x-weight","defaultCost":2}', '--trace', trace, '--csv', csv);
+    const [, ...rows] = await csvRows(csv);
+    expect(rows).toEqual([
+      ['0', 'a', 'true', '2', '0'],
+      // 6 is more than burst: never admitted, so no retry_after, and nothing taken
+      ['1', 'a', 'false', '2', ''],
+      // 2.002 tokens: 3 do not fit; they will in 998 ms, 1 s
+      ['2', 'a', 'false', '2', '1'],
+      // no cost in the trace: the policy's defaultCost, 2
+      ['3', 'a', 'true', '0', '0'],
+    ]);
+  });
+});
+
+describe('simulate: blocks, comparisons and long traffic', () => {
+  it('keeps a block a refusal started, whatever refills meanwhile', async () => {
+    const csv = join(dir, 'block.csv');
+    // 2 per second, blocked for 10 s once refused: 5 requests/s for 4 s admit the first 2 only
+    const { stdout } = await run('--policy', '{"algorithm":"fixed_window","limit":2,"window":"1s","blockFor":"10s"}', '--rate', '5', '--duration', '4s', '--csv', csv);
+    const [, ...rows] = await csvRows(csv);
+    expect(rows.filter(([, , allowed]) => allowed === 'true').map(([time]) => time)).toEqual(['0', '200']);
+    // Retry-After counts down to the block's end, 10 s after the first refusal at 400 ms
+    expect(rows[2]).toEqual(['400', '-', 'false', '0', '10']);
+    expect(rows.at(-1)).toEqual(['3800', '-', 'false', '0', '7']);
+    expect(stdout).toContain('default: fixed_window, limit 2 per 1 s, block 10 s');
+  });
+
+  it('writes one CSV row per request and algorithm with --compare, the algorithm in its own column', async () => {
+    const csv = join(dir, 'compare.csv');
+    await run('--compare', 'fixed_window,gcra', '--limit', '1', '--window', '1s', '--rate', '2', '--duration', '1s', '--csv', csv);
+    expect(await csvRows(csv)).toEqual([
+      ['time_ms', 'key', 'algorithm', 'allowed', 'remaining', 'retry_after'],
+      ['0', '-', 'fixed_window', 'true', '0', '0'],
+      ['0', '-', 'gcra', 'true', '0', '0'],
+      ['500', '-', 'fixed_window', 'false', '0', '1'],
+      ['500', '-', 'gcra', 'false', '0', '1'],
+    ]);
+  });
+
+  it('sums long traffic over spans of seconds, in a table of at most 30 rows and a chart within 80 columns', async () => {
+    const { stdout } = await run('--compare', 'all', '--rps', '0.5', '--burst', '5', '--rate', '1', '--duration', '1h');
+    expect(stdout).toContain('3,600 requests: 1 requests/s, evenly spaced, for 3600 s');
+    // 3600 s in rows of 120 s: 30 rows, each 120 offered, half admitted once the burst is spent
+    // (sliding_window_counter's estimate, weighing the previous window, admits 48)
+    expect(stdout).toContain('from s (120 s each)');
+    expect(stdout.match(/^ +3480 +120 +60 +60$/gm)).toHaveLength(5);
+    expect(stdout).toMatch(/^ +3480 +120 +48 +72$/m);
+    expect(stdout).not.toMatch(/^ +3600 /m);
+    // 64 columns of 57 s, the last of 9 s drawn at its own rate; the axis ends at 3600 s
+    expect(stdout).toMatch(/ 3600 s\n/);
+    expect(stdout).toContain('(a column: 57 s)');
+    expect(Math.max(...stdout.split('\n').map((line) => [...line].length))).toBeLessThanOrEqual(80);
+  });
+});
+
+describe('simulate --compare and --json', () => {
+  it('runs each algorithm on buckets of its own and summarises the share refused overall and per key', async () => {
+    const trace = join(dir, 'keys.ndjson');
+    const lines = [
+      ...Array.from({ length: 8 }, (_, i) => JSON.stringify({ time: i * 10, key: 'hot' })),
+      JSON.stringify({ time: 100, key: 'cold' }),
+      JSON.stringify({ time: 110, key: '__proto__' }),
+    ];
+    await writeFile(trace, `${lines.join('\n')}\n`);
+    const { stdout } = await run('--compare', 'token_bucket,fixed_window', '--limit', '5', '--window', '1m', '--trace', trace, '--json', '--top', '1');
+    const summary = JSON.parse(stdout) as Summary;
+    expect(summary.requests).toBe(10);
+    expect(summary.traffic).toMatchObject({ trace, format: 'ndjson', lines: 10, badLines: 0 });
+    expect(summary.lanes.map((lane) => [lane.title, lane.refused, lane.refusedShare])).toEqual([
+      ['token_bucket', 3, 0.3],
+      ['fixed_window', 3, 0.3],
+    ]);
+    expect(summary.lanes[0].perKey).toEqual({
+      hot: { offered: 8, refused: 3, refusedShare: 3 / 8 },
+      cold: { offered: 1, refused: 0, refusedShare: 0 },
+      ['__proto__']: { offered: 1, refused: 0, refusedShare: 0 },
+    });
+    expect(summary.lanes[0].topRefused).toEqual([{ key: 'hot', offered: 8, refused: 3, refusedShare: 3 / 8 }]);
+  });
+
+  it('writes an SVG with a panel per algorithm, axes with units and a legend, the same bytes every run', async () => {
+    const svg = join(dir, 'compare.svg');
+    const args = ['--compare', 'all', '--rps', '10', '--burst', '50', '--rate', '60', '--duration', '10s', '--svg', svg];
+    await run(...args);
+    const first = await readFile(svg, 'utf8');
+    await run(...args);
+    expect(await readFile(svg, 'utf8')).toBe(first);
+    expect(first).toMatch(/^<svg xmlns="http:\/\/www.w3.org\/2000\/svg"[^>]*>[\s\S]*<\/svg>\n$/);
+    for (const algorithm of ['token_bucket', 'leaky_bucket', 'fixed_window', 'sliding_window_log', 'sliding_window_counter', 'gcra']) {
+      expect(first).toContain(`<tspan font-weight="600">${algorithm}</tspan>`);
+    }
+    expect(first.match(/>time \(s\)</g)).toHaveLength(6);
+    expect(first.match(/>requests\/s</g)).toHaveLength(6);
+    expect(first).toContain('>admitted</text>');
+    expect(first).toContain('>refused</text>');
+  });
+});
