@@ -50,7 +50,7 @@ export async function startApp(module: Type, adapter: AdapterName, options: Star
  * open after its response as long as the client keeps it (fetch: the server's keep-alive hint,
  * 72 s on Fastify), and the close waits for it.
  */
-async function closeApp(app: INestApplication): Promise<void> {
+export async function closeApp(app: INestApplication): Promise<void> {
   const server = app.getHttpServer() as { closeIdleConnections?: () => void };
   const sweep = setInterval(() => server.closeIdleConnections?.(), 50);
   try {

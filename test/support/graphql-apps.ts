@@ -25,6 +25,7 @@ import { type Client, createClient } from 'graphql-ws';
 import type { Redis } from 'ioredis';
 import WebSocket from 'ws';
 import { MemoryStore, RateLimit, RateLimitModule, type RateLimitModuleOptions, RedisStore } from '../../lib/index.js';
+import { closeApp } from './app.js';
 
 /** The GraphQL drivers every GraphQL suite runs on: Apollo on Express, Mercurius on Fastify. */
 export const DRIVERS = ['apollo', 'mercurius'] as const;
@@ -243,7 +244,7 @@ export async function startGraphqlApp(driver: DriverName, options: RateLimitModu
         },
         retryAttempts: 0,
       }),
-    close: () => app.close(),
+    close: () => closeApp(app),
   };
 }
 
