@@ -24,6 +24,7 @@ const ALLOWED: Record<string, readonly string[]> = {
   headers: ['stores'],
   routes: ['algorithms', 'keys', 'policy', 'stores', 'rate-limit-options.ts'],
   contexts: ['keys', 'stores', 'utils', 'rate-limit.exception.ts', 'rate-limit-options.interface.ts'],
+  observability: ['keys', 'stores', 'rate-limit-options.interface.ts'],
 };
 
 /** Every .ts file under `dir`, relative to `base`. */
