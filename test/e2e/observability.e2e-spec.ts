@@ -44,9 +44,19 @@ class OrdersController {
   }
 }
 
-/** An app of `OrdersController` with these module options. */
+@Controller('exports')
+class ExportsController {
+  /** A queue: requests leave 500 ms apart. */
+  @RateLimit({ name: 'exports', algorithm: 'leaky_bucket', rps: 2, burst: 5, key: 'api-key' })
+  @Get()
+  run() {
+    return { queued: true };
+  }
+}
+
+/** An app of `OrdersController` and `ExportsController` with these module options. */
 async function start(options: RateLimitModuleOptions): Promise<TestApp> {
-  @Module({ imports: [RateLimitModule.forRoot(options)], controllers: [OrdersController] })
+  @Module({ imports: [RateLimitModule.forRoot(options)], controllers: [OrdersController, ExportsController] })
   class AppModule {}
   return startApp(AppModule, 'express');
 }
@@ -169,6 +179,27 @@ describe.each(['memory', 'redis'] as const)('metrics and decision events on the 
       expect(message).toMatchObject({ context: 'http', route: 'OrdersController.list' });
       expect(message.decisions).toEqual([expect.objectContaining({ policy: 'orders', limit: 5 })]);
     }
+  });
+});
+
+describe('leaky_bucket waits', () => {
+  it('each admitted request that waited its turn is timed in ratelimit.queue.duration, under its policy', async () => {
+    sdk = new Sdk();
+    http = await start({ prefix: `rl-otel-${randomUUID()}:` });
+    const started = performance.now();
+    const responses = await Promise.all([0, 1, 2].map(() => http!.get('/exports', { 'x-api-key': API_KEY })));
+    const seconds = (performance.now() - started) / 1000;
+    expect(responses.map(({ status }) => status)).toEqual([200, 200, 200]);
+
+    // the first left at once (no wait to time); the others 500 and 1000 ms after the first came
+    const [queued, ...others] = (await sdk.read()).get('ratelimit.queue.duration')!;
+    expect(others).toEqual([]);
+    expect(queued.attributes).toEqual({ 'ratelimit.policy': 'exports' });
+    const { count, min, max } = queued.value as Histogram;
+    expect(count).toBe(2);
+    expect(min).toBeGreaterThan(0.25);
+    expect(max).toBeGreaterThan(0.75);
+    expect(max).toBeLessThanOrEqual(seconds);
   });
 });
 
