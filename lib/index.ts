@@ -5,6 +5,7 @@ export type { HeaderFamily } from './headers/rate-limit-headers.js';
 export type { LimitedRequest } from './keys/identity.js';
 export type { CostSource, KeySource, RateLimitPolicy, TierLimits, TierSource } from './policy/policy.types.js';
 export type { AdaptiveRate, SkipIf } from './policy/policy.types.js';
+export type { RateLimitDecisionEvent, RateLimitResult, RateLimitStoreErrorEvent } from './observability/rate-limit-events.js';
 export { InvalidPolicyError } from './policy/resolve-policy.js';
 export { RateLimit, SkipRateLimit } from './rate-limit.decorator.js';
 export { RateLimitExceededException, RateLimitUnavailableException } from './rate-limit.exception.js';

@@ -66,4 +66,10 @@ export interface RateLimitModuleOptions {
    * `ceil(wait * (1 + retryAfterJitter * u))`, `u` in [0, 1) fixed per identity. 0 to 1. Default 0.
    */
   retryAfterJitter?: number;
+  /**
+   * Record OpenTelemetry metrics (`ratelimit.requests`, `ratelimit.store.duration`, ...) through
+   * `@opentelemetry/api`, when the app has it and registered an SDK before starting; without
+   * either, nothing is recorded whatever this says. `false` records nothing even then. Default `true`.
+   */
+  metrics?: boolean;
 }

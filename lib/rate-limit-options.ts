@@ -34,6 +34,7 @@ export interface ResolvedOptions {
   contexts: readonly ContextType[];
   skipIf: SkipIf | undefined;
   retryAfterJitter: number;
+  metrics: boolean;
 }
 
 const HEADER_FAMILIES: readonly HeaderFamily[] = ['ietf', 'legacy', 'x-ratelimit'];
@@ -44,6 +45,7 @@ const OPTIONS = new Set<string>([
   'store', 'redis', 'prefix', 'policies', 'key', 'apiKeyHeader', 'ipv6Subnet', 'headers', 'failMode', 'timeout', 'mode',
   'guard', 'runAs', 'contexts',
   'skipIf', 'retryAfterJitter',
+  'metrics',
 ]);
 /** Longest `prefix`, characters: it is in every bucket key, as the policy name is (see `MAX_NAME_LENGTH`). */
 const MAX_PREFIX_LENGTH = MAX_NAME_LENGTH;
@@ -144,6 +146,7 @@ export function resolveOptions(options: RateLimitModuleOptions | undefined): Res
     runAs,
     contexts: [...new Set(contexts)],
     ...resolveGuardOptions(options, fail),
+    ...resolveTelemetryOptions(options, fail),
   };
 }
 
@@ -157,6 +160,15 @@ function resolveGuardOptions(
     fail('retryAfterJitter', retryAfterJitter, 'must be a number from 0 to 1 (a share of the wait)');
   }
   return { skipIf, retryAfterJitter };
+}
+
+/** `metrics`: whether the module records OpenTelemetry metrics, when an SDK is there. */
+function resolveTelemetryOptions(
+  { metrics = true }: RateLimitModuleOptions,
+  fail: (option: string, value: unknown, expected: string) => never,
+): Pick<ResolvedOptions, 'metrics'> {
+  if (typeof metrics !== 'boolean') fail('metrics', metrics, 'must be true or false');
+  return { metrics };
 }
 
 function isStore(value: unknown): value is RateLimitStore {

@@ -87,6 +87,7 @@ export class RateLimitGuard implements CanActivate {
     seam: RateLimitContext,
   ): Promise<boolean> {
     const applying = this.options.skipIf === undefined && !anySkipIf(route) ? route : await this.skipping(route, context);
+    if (applying !== route) this.limiter.telemetry.skipped(context, route, applying);
     if (applying.length === 0) return true;
     const policies = this.limiter.scales.apply(applying);
     const requests = await this.buildRequests(policies, request, context, seam);
@@ -94,12 +95,15 @@ export class RateLimitGuard implements CanActivate {
     try {
       decisions = await this.limiter.decide(requests, true);
     } catch (error) {
-      if (error instanceof RateLimitStoreError) return this.onStoreFailure(error, context, seam);
+      if (error instanceof RateLimitStoreError) {
+        return this.limiter.telemetry.failedOver(context, policies, () => this.onStoreFailure(error, context, seam));
+      }
       throw error;
     }
 
     this.setHeaders(policies, decisions, context, seam);
     const named = limiting(decisions);
+    this.limiter.telemetry.decided(context, decisions, named.allowed);
     if (this.options.mode === 'shadow') {
       if (!named.allowed) this.onShadowRefusal(named, context);
       else this.watchOutcome(policies, decisions, context, seam);

@@ -1,6 +1,7 @@
 import { type DynamicModule, Module, type OnModuleInit } from '@nestjs/common';
 import { APP_GUARD, APP_INTERCEPTOR, DiscoveryModule } from '@nestjs/core';
 import { RateLimitContexts } from './contexts/rate-limit-contexts.js';
+import { RateLimitMetrics } from './observability/rate-limit-metrics.js';
 import { RATE_LIMIT_OPTIONS } from './rate-limit.constants.js';
 import { RateLimitGuard } from './rate-limit.guard.js';
 import { RateLimitInterceptor } from './rate-limit.interceptor.js';
@@ -54,6 +55,12 @@ import { StoreOwner } from './stores/store-owner.js';
       provide: RateLimitStore,
       useFactory: (owner: StoreOwner) => owner.store,
       inject: [StoreOwner],
+    },
+    {
+      provide: RateLimitMetrics,
+      // @opentelemetry/api is an optional peer: imported here, once, at start (null: no metrics)
+      useFactory: ({ metrics }: ResolvedOptions) => (metrics ? RateLimitMetrics.load() : null),
+      inject: [RATE_LIMIT_OPTIONS],
     },
     RoutePolicies,
     RateLimiterService,

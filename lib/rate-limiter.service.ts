@@ -1,4 +1,4 @@
-import { type BeforeApplicationShutdown, Inject, Injectable, type OnApplicationShutdown } from '@nestjs/common';
+import { type BeforeApplicationShutdown, Inject, Injectable, type OnApplicationShutdown, Optional } from '@nestjs/common';
 import type { RateLimitPolicy } from './policy/policy.types.js';
 import { InvalidPolicyError, resolvePolicy } from './policy/resolve-policy.js';
 import { RATE_LIMIT_OPTIONS } from './rate-limit.constants.js';
@@ -6,6 +6,8 @@ import { RateLimitUnavailableException } from './rate-limit.exception.js';
 import { duplicatePolicyName, invalidArgument, invalidPolicy, shuttingDown } from './rate-limit.messages.js';
 import type { ResolvedOptions } from './rate-limit-options.js';
 import { withJitter } from './keys/retry-jitter.js';
+import { RateLimitMetrics } from './observability/rate-limit-metrics.js';
+import { RateLimitTelemetry } from './observability/rate-limit-telemetry.js';
 import { type RoutePolicy, routePolicy, storeRequest } from './routes/route-policy.js';
 import { Scales } from './routes/scales.js';
 import { checkCost } from './stores/distinct-requests.js';
@@ -44,12 +46,16 @@ export class RateLimiterService implements BeforeApplicationShutdown, OnApplicat
   private readonly compiled = new WeakMap<RateLimitPolicy, RoutePolicy>();
   /** The factors `setScale` puts on policies' `rps`: the guard applies them to each route's policies. */
   readonly scales = new Scales();
+  /** Where the guard, this service and its store calls report what they do: metrics and diagnostics_channel events. */
+  readonly telemetry: RateLimitTelemetry;
 
   constructor(
     @Inject(RATE_LIMIT_OPTIONS) private readonly options: ResolvedOptions,
     @Inject(RateLimitStore) store: RateLimitStore,
+    @Optional() @Inject(RateLimitMetrics) metrics: RateLimitMetrics | null = null,
   ) {
-    this.calls = new StoreCalls(store, options);
+    this.telemetry = new RateLimitTelemetry(metrics, options, (decision) => this.calls.decidedLocally(decision));
+    this.calls = new StoreCalls(store, options, this.telemetry.storeCalls(store));
   }
 
   /**
@@ -150,7 +156,8 @@ export class RateLimiterService implements BeforeApplicationShutdown, OnApplicat
 
   /** Sleeps until the turn comes; when the wait ends early, gives the charge back and rejects. */
   private async waitTurn(decisions: readonly RateLimitDecision[], ms: number, signal: AbortSignal | undefined): Promise<void> {
-    if (await this.sleepers.wait(ms, signal)) return;
+    const started = performance.now();
+    if (await this.sleepers.wait(ms, signal)) return this.telemetry.queued(decisions, started);
     await this.refund(decisions);
     if (signal?.aborted) throw signal.reason;
     throw new RateLimitUnavailableException(new Error(shuttingDown));

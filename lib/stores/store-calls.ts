@@ -18,6 +18,28 @@ export interface StoreCallOptions {
 }
 
 /**
+ * How a decision's store call ended: answered (`ok`), too slow (`timeout`), failed (`error`), not
+ * made while the circuit breaker is open (`breaker_open`), or not needed: the store knew the
+ * answer without asking its server (`cached`, a remote store's remembered refusals).
+ */
+export type StoreCallOutcome = 'ok' | 'timeout' | 'error' | 'breaker_open' | 'cached';
+
+/** What `StoreCalls` tells of its calls, for metrics and events (see lib/observability). */
+export interface StoreCallWatcher {
+  /** Whether decisions are timed: `called` hears of each only then. */
+  readonly timed: boolean;
+  /** A decision's store call ended, `seconds` after it started. */
+  called(outcome: StoreCallOutcome, seconds: number): void;
+  /** A store call failed or timed out: `failMode` decides. */
+  failed(error: RateLimitStoreError, failMode: StoreCallOptions['failMode']): void;
+  /** The circuit breaker opened (calls stop) or closed (the store answers again). */
+  breaker(state: 'open' | 'closed'): void;
+}
+
+/** Nobody watching: what `StoreCalls` tells goes nowhere, and nothing is timed. */
+const UNWATCHED: StoreCallWatcher = { timed: false, called: () => undefined, failed: () => undefined, breaker: () => undefined };
+
+/**
  * The module's store as the service calls it: each call within `timeout`; after 3 failures in a
  * row a circuit breaker stops calling it (one probe every 250 ms); a failed call takes
  * `failMode`'s way out (`'local'`: an in-process limiter decides). A store in this process
@@ -34,6 +56,7 @@ export class StoreCalls {
   constructor(
     private readonly store: RateLimitStore,
     private readonly options: StoreCallOptions,
+    private readonly watcher: StoreCallWatcher = UNWATCHED,
   ) {
     this.deadlines = new DeadlineQueue(options.timeout);
   }
@@ -44,8 +67,18 @@ export class StoreCalls {
    * @throws RateLimitStoreError when the store fails or is too slow and failMode is not 'local'
    */
   decide(requests: readonly RateLimitRequest[], charge: boolean): Promise<RateLimitDecision[]> {
-    if (this.store.inProcess) return charge ? this.store.consume(requests) : this.store.peek(requests);
-    return this.decideRemote(requests, charge);
+    if (!this.store.inProcess) return this.decideRemote(requests, charge);
+    if (!this.watcher.timed) return charge ? this.store.consume(requests) : this.store.peek(requests);
+    // an in-process store has decided when it returns its promise: that is its time, and no wrapper per call
+    const started = performance.now();
+    const decided = charge ? this.store.consume(requests) : this.store.peek(requests);
+    this.ended('ok', started);
+    return decided;
+  }
+
+  /** Whether `decision` is the local limiter's (failMode 'local'), not the store's. */
+  decidedLocally(decision: RateLimitDecision): boolean {
+    return this.localDecisions.has(decision);
   }
 
   /** Forgets the buckets of `keys`, in the store and in the local limiter. */
@@ -74,19 +107,36 @@ export class StoreCalls {
   private async decideRemote(requests: readonly RateLimitRequest[], charge: boolean): Promise<RateLimitDecision[]> {
     // what the store knows without asking its server: taken even while the breaker is open,
     // and no sign either way of the server's health (only real answers feed the breaker)
+    const started = this.watcher.timed ? performance.now() : 0;
     const known = charge ? this.store.cached?.(requests) : undefined;
-    if (known !== undefined) return known;
-    if (!this.breaker.allow()) return this.fallback(requests, charge, new RateLimitStoreError(circuitOpen));
+    if (known !== undefined) {
+      this.ended('cached', started);
+      return known;
+    }
+    if (!this.breaker.allow()) {
+      this.ended('breaker_open', started);
+      return this.fallback(requests, charge, new RateLimitStoreError(circuitOpen));
+    }
     const { timeout } = this.options;
     let decisions: RateLimitDecision[];
     try {
       decisions = await this.bounded(charge ? this.store.consume(requests, timeout) : this.store.peek(requests, timeout));
     } catch (error) {
       const failure = error instanceof RateLimitStoreError ? error : new RateLimitStoreError(storeFailed(error), { cause: error });
-      if (this.breaker.failed()) this.logger.error(storeFailing(failure.message, this.options.failMode, BREAKER_PROBE_MS));
+      // a call that failed once the caller stopped waiting timed out, whichever error says so
+      this.ended(performance.now() - started >= timeout ? 'timeout' : 'error', started);
+      this.watcher.failed(failure, this.options.failMode);
+      if (this.breaker.failed()) {
+        this.logger.error(storeFailing(failure.message, this.options.failMode, BREAKER_PROBE_MS));
+        this.watcher.breaker('open');
+      }
       return this.fallback(requests, charge, failure);
     }
-    if (this.breaker.succeeded()) this.logger.log(storeBack);
+    this.ended('ok', started);
+    if (this.breaker.succeeded()) {
+      this.logger.log(storeBack);
+      this.watcher.breaker('closed');
+    }
     return decisions;
   }
 
@@ -97,6 +147,11 @@ export class StoreCalls {
     const decisions = this.local.decide(requests, charge);
     for (const decision of decisions) this.localDecisions.add(decision);
     return decisions;
+  }
+
+  /** Tells the watcher, if it times calls, how the call that started at `started` ended. */
+  private ended(outcome: StoreCallOutcome, started: number): void {
+    if (this.watcher.timed) this.watcher.called(outcome, (performance.now() - started) / 1000);
   }
 
   private bounded<T>(promise: Promise<T>): Promise<T> {

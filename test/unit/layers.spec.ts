@@ -26,6 +26,7 @@ const ALLOWED: Record<string, readonly string[]> = {
   contexts: ['keys', 'stores', 'utils', 'rate-limit.exception.ts', 'rate-limit-options.interface.ts'],
   // the command line replays traffic through what a store and the guard run: decideAll, toDecision, limiting
   simulator: ['algorithms', 'policy', 'keys', 'stores', 'headers'],
+  observability: ['keys', 'stores', 'rate-limit-options.interface.ts'],
 };
 
 /** Every .ts file under `dir`, relative to `base`. */

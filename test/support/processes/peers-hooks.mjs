@@ -7,7 +7,7 @@ import { appendFileSync } from 'node:fs';
 import { register } from 'node:module';
 import { isMainThread } from 'node:worker_threads';
 
-const PEERS = /^(graphql|@nestjs\/(graphql|apollo|mercurius|websockets|microservices))(\/|$)/;
+const PEERS = /^(graphql|@nestjs\/(graphql|apollo|mercurius|websockets|microservices)|@opentelemetry\/api)(\/|$)/;
 
 export async function resolve(specifier, context, next) {
   if (PEERS.test(specifier)) {
