@@ -8,12 +8,14 @@
  *
  * The first run on a machine downloads NestJS 11 into npm's cache; later runs install from it.
  */
-import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
+import { type ChildProcessWithoutNullStreams, execFile, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
 import { installPackedApp } from '../support/processes/packed-app.js';
 import { testRedisUrl, ttlsUnder, useTestRedis } from '../support/redis/test-redis.js';
@@ -112,6 +114,7 @@ function expectAbout(actual: number, expected: number, tolerance = 1): void {
 }
 
 const INSTALLED = (): string => join(appDir, 'node_modules', 'nestjs-ratelimit');
+const TSC = fileURLToPath(new URL('../../node_modules/typescript/bin/tsc', import.meta.url));
 
 test('the package installed is CommonJS under dist/cjs, with no import() or import.meta left', async () => {
   const cjs = join(INSTALLED(), 'dist', 'cjs');
@@ -123,6 +126,13 @@ test('the package installed is CommonJS under dist/cjs, with no import() or impo
     expect({ file, esm: /\bimport\s*\(|import\.meta|^\s*(import|export)\s/m.test(text) }).toEqual({ file, esm: false });
   }
 });
+
+test('a NestJS 11 TypeScript project (CommonJS, declarations checked) compiles against the CommonJS types', async () => {
+  const { stdout } = await promisify(execFile)(process.execPath, [TSC, '-p', 'tsconfig.json', '--listFiles'], { cwd: appDir, maxBuffer: 16 * 1024 * 1024 });
+  const declarations = stdout.split('\n').filter((file) => file.startsWith(INSTALLED()));
+  expect(declarations).toContain(join(INSTALLED(), 'dist', 'cjs', 'index.d.ts'));
+  expect(declarations.filter((file) => !file.startsWith(join(INSTALLED(), 'dist', 'cjs') + '/'))).toEqual([]);
+}, 60_000);
 
 describe.each(STORES)('NestJS 11, CommonJS, %s store', (store) => {
   const key = (name: string): string => `${name}-${run}`;
