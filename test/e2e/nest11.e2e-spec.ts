@@ -17,6 +17,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
+import { costExceedsBurst, limitExceeded } from '../../lib/rate-limit.messages.js';
 import { installPackedApp } from '../support/processes/packed-app.js';
 import { testRedisUrl, ttlsUnder, useTestRedis } from '../support/redis/test-redis.js';
 
@@ -158,7 +159,7 @@ describe.each(STORES)('NestJS 11, CommonJS, %s store', (store) => {
     expect(refused.body).toEqual({
       statusCode: 429,
       error: 'Too Many Requests',
-      message: `Rate limit exceeded for policy "burst". Try again in ${retryAfter} seconds.`,
+      message: limitExceeded('burst', retryAfter),
       policy: 'burst',
       retryAfter,
     });
@@ -204,7 +205,7 @@ describe.each(STORES)('NestJS 11, CommonJS, %s store', (store) => {
       store === 'redis' ? [{ id: 'ioredis', by: 'nestjs-ratelimit/dist/cjs/stores/store-owner.js' }] : [],
     );
     const seams = (await get(store, '/service/contexts')).body as Record<string, Record<string, unknown>>;
-    const refusal = { status: 'error', statusCode: 429, policy: 'contexts', retryAfter: null };
+    const refusal = { status: 'error', statusCode: 429, message: costExceedsBurst('contexts', 2, 1), policy: 'contexts', retryAfter: null };
     expect(seams.ws).toMatchObject({ ws: true, error: refusal });
     expect(seams.message).toMatchObject({ rpc: true, error: refusal });
     expect(seams.event).toMatchObject({ name: 'RateLimitDroppedEvent', rpc: false, error: refusal });
@@ -217,6 +218,7 @@ describe.each(STORES)('NestJS 11, CommonJS, %s store', (store) => {
   });
 });
 
+// after the Redis app's tests above (Jest runs a file's tests in the order they are declared)
 test('Redis: the keys are exactly the buckets charged, each with a TTL no longer than its refill', async () => {
   const prefix = prefixOf('redis');
   const key = (name: string): string => `${name}-${run}`;

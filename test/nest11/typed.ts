@@ -1,6 +1,7 @@
 /**
  * The package's types as a NestJS 11 TypeScript project compiles against them (CommonJS, the
- * `tsconfig.json` beside this file, as `nest new` writes it, with the declarations checked):
+ * `tsconfig.json` beside this file: NestJS 11's starter's, so `nodenext` resolution through the
+ * `require` condition, with strict on and the declarations checked):
  * test/e2e/nest11.e2e-spec.ts type-checks this file in the installed copy. It is not run.
  */
 import { Controller, Get, Module } from '@nestjs/common';
