@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { jest } from '@jest/globals';
 import { Controller, type ExecutionContext, Get, HttpException, Module } from '@nestjs/common';
+import { GraphQLError } from 'graphql';
 import { Redis } from 'ioredis';
 import {
   MemoryStore,
@@ -16,13 +17,15 @@ import {
 import { type RedisServer, startRedisServer, stopRedisServer } from '../support/redis/process.js';
 import { useTestRedis } from '../support/redis/test-redis.js';
 import { ADAPTERS, read, startApp, type TestApp } from '../support/app.js';
+import { DRIVERS, startGraphqlApp } from '../support/graphql-apps.js';
 
 /**
  * `errorFormat: 'problem'` over real HTTP on Express and Fastify, on the memory store and on
  * Redis: the 429 and both 503s (a store that fails for real under `failMode: 'closed'`, and a
  * `leaky_bucket` queue cut short by shutdown) arrive as `application/problem+json` with the
  * draft's problem types; with two policies refusing, the headers and the body name the same one;
- * an `exceptionFactory`'s error keeps the headers; and `'nest'` stays as it was.
+ * an `exceptionFactory`'s error keeps the headers; and `'nest'` stays as it was. GraphQL keeps its
+ * own form under `'problem'`, and takes an `exceptionFactory`'s error as a field's.
  */
 
 @Controller('orders')
@@ -259,5 +262,49 @@ describe.each(ADAPTERS)('errorFormat on %s', (adapter) => {
         retryAfter: 1,
       });
     });
+  });
+});
+
+describe.each(DRIVERS)('GraphQL (%s) under errorFormat problem', (driver) => {
+  /** The catalog's policy (burst 2) spent: the third request is refused. */
+  async function refusedQuery(gql: Awaited<ReturnType<typeof startGraphqlApp>>) {
+    const headers = apiKey();
+    for (let i = 0; i < 2; i++) expect((await gql.post('{ books }', { headers })).body.errors).toBeUndefined();
+    return gql.post('{ books }', { headers });
+  }
+
+  it('keeps its own refusal: a field error with RATE_LIMITED, in an application/json answer', async () => {
+    const gql = await startGraphqlApp(driver, { store: new MemoryStore(), errorFormat: 'problem' });
+    try {
+      const refused = await refusedQuery(gql);
+      expect(mediaType(refused.headers)).toBe('application/json');
+      expect(refused.body.errors).toEqual([expect.objectContaining({ extensions: expect.objectContaining({ code: 'RATE_LIMITED', policy: 'catalog' }) })]);
+      expect(Number(refused.headers['retry-after'])).toBeGreaterThan(0);
+    } finally {
+      await gql.close();
+    }
+  });
+
+  it("answers the field with exceptionFactory's error, the headers on the HTTP answer", async () => {
+    const exceptionFactory = (decision: RateLimitDecision, context: ExecutionContext) =>
+      context.getType<string>() === 'graphql'
+        ? new GraphQLError(`slow down: ${decision.policy}`, { extensions: { code: 'SLOW_DOWN', retryIn: decision.retryAfter } })
+        : new HttpException('slow down', 429);
+    const gql = await startGraphqlApp(driver, { store: new MemoryStore(), errorFormat: 'problem', exceptionFactory });
+    try {
+      const refused = await refusedQuery(gql);
+      const retryAfter = Number(refused.headers['retry-after']);
+      expect(retryAfter).toBeGreaterThan(0);
+      expect(refused.body.data).toEqual({ books: null });
+      expect(refused.body.errors).toEqual([
+        expect.objectContaining({ message: 'slow down: catalog', extensions: expect.objectContaining({ code: 'SLOW_DOWN', retryIn: retryAfter }) }),
+      ]);
+      expect(refused.headers['x-ratelimit-remaining']).toBe('0');
+      expect(mediaType(refused.headers)).toBe('application/json');
+      // Nest logs an error it does not know (not an HttpException, not an IntrinsicException), as the README says
+      expect(gql.logger.errors.map(([error]) => (error as Error).message)).toEqual(['slow down: catalog']);
+    } finally {
+      await gql.close();
+    }
   });
 });
