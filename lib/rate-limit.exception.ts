@@ -26,6 +26,11 @@ export class RateLimitExceededException extends HttpException {
       HttpStatus.TOO_MANY_REQUESTS,
     );
   }
+
+  /** A problem document's message is its `detail` (see `messageOf`). */
+  override initMessage(): void {
+    messageOf(this, () => super.initMessage());
+  }
 }
 
 /** What every context tells a refused client, in its own form: the message, the policy and when to retry. */
@@ -62,6 +67,22 @@ export class RateLimitUnavailableException extends HttpException {
       { cause },
     );
   }
+
+  /** A problem document's message is its `detail` (see `messageOf`). */
+  override initMessage(): void {
+    messageOf(this, () => super.initMessage());
+  }
+}
+
+/**
+ * Sets an exception's `message` to its problem document's `detail`; any other body's, as Nest
+ * does. (For a body without `message`, Nest makes one of the class name with a regular
+ * expression: a cost on every refusal, for a message no one reads.)
+ */
+function messageOf(exception: HttpException, otherwise: () => void): void {
+  const detail = (exception.getResponse() as Partial<RateLimitProblem>).detail;
+  if (typeof detail === 'string') exception.message = detail;
+  else otherwise();
 }
 
 /** The media type of an RFC 9457 problem document, the `Content-Type` of `errorFormat: 'problem'`. */

@@ -84,6 +84,7 @@ describe('the exceptions with a body of their own', () => {
     expect(exception.getStatus()).toBe(429);
     expect(exception.getResponse()).toBe(body);
     expect(exception).toMatchObject({ decision: refused, cost: 2 });
+    expect(exception.message).toBe('Rate limit exceeded for policy "p". Try again in 3 seconds.');
   });
 
   it("RateLimitExceededException without one answers Nest's body, as before", () => {
@@ -102,6 +103,11 @@ describe('the exceptions with a body of their own', () => {
     expect(exception.getStatus()).toBe(503);
     expect(exception.getResponse()).toEqual(reducedCapacity());
     expect(exception.cause).toBe(cause);
+    expect(exception.message).toBe('Rate limiter unavailable. Try again later.');
+  });
+
+  it("keeps Nest's message for a body of an app's own without detail", () => {
+    expect(new RateLimitUnavailableException(undefined, { reason: 'maintenance' }).message).toBe('Rate Limit Unavailable Exception');
   });
 });
 
