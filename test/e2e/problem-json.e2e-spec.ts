@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { jest } from '@jest/globals';
 import { Controller, type ExecutionContext, Get, HttpException, Module } from '@nestjs/common';
+import { RpcException } from '@nestjs/microservices';
 import { GraphQLError } from 'graphql';
 import { Redis } from 'ioredis';
 import {
@@ -18,6 +19,7 @@ import { type RedisServer, startRedisServer, stopRedisServer } from '../support/
 import { useTestRedis } from '../support/redis/test-redis.js';
 import { ADAPTERS, read, startApp, type TestApp } from '../support/app.js';
 import { DRIVERS, startGraphqlApp } from '../support/graphql-apps.js';
+import { startMicroservice, TenantsController } from '../support/microservice-apps.js';
 
 /**
  * `errorFormat: 'problem'` over real HTTP on Express and Fastify, on the memory store and on
@@ -25,7 +27,8 @@ import { DRIVERS, startGraphqlApp } from '../support/graphql-apps.js';
  * `leaky_bucket` queue cut short by shutdown) arrive as `application/problem+json` with the
  * draft's problem types; with two policies refusing, the headers and the body name the same one;
  * an `exceptionFactory`'s error keeps the headers; and `'nest'` stays as it was. GraphQL keeps its
- * own form under `'problem'`, and takes an `exceptionFactory`'s error as a field's.
+ * own form under `'problem'`, and takes an `exceptionFactory`'s error as a field's; so do
+ * microservices, as the caller's error.
  */
 
 @Controller('orders')
@@ -306,5 +309,36 @@ describe.each(DRIVERS)('GraphQL (%s) under errorFormat problem', (driver) => {
     } finally {
       await gql.close();
     }
+  });
+});
+
+describe('a microservice (TCP) under errorFormat problem', () => {
+  /** A microservice of `TenantsController` ('shared': burst 2, one message per 100 s), the third message's error. */
+  async function thirdMessage(options: RateLimitModuleOptions): Promise<unknown> {
+    @Module({ imports: [RateLimitModule.forRoot({ store: new MemoryStore(), ...options })], controllers: [TenantsController] })
+    class MicroserviceModule {}
+    const service = await startMicroservice(MicroserviceModule);
+    try {
+      for (let i = 0; i < 2; i++) expect(await service.send('shared', {})).toEqual({ ok: true });
+      return await service.send('shared', {}).catch((error: unknown) => error);
+    } finally {
+      await service.close();
+    }
+  }
+
+  it("keeps its own refusal: the caller's error object, as without it", async () => {
+    expect(await thirdMessage({ errorFormat: 'problem' })).toEqual({
+      status: 'error',
+      statusCode: 429,
+      message: 'Rate limit exceeded for policy "shared". Try again in 100 seconds.',
+      policy: 'shared',
+      retryAfter: 100,
+    });
+  });
+
+  it("answers the caller with exceptionFactory's RpcException", async () => {
+    const exceptionFactory = (decision: RateLimitDecision, context: ExecutionContext) =>
+      context.getType() === 'rpc' ? new RpcException({ code: 'SLOW_DOWN', policy: decision.policy }) : new HttpException('slow down', 429);
+    expect(await thirdMessage({ errorFormat: 'problem', exceptionFactory })).toEqual({ code: 'SLOW_DOWN', policy: 'shared' });
   });
 });
