@@ -76,8 +76,8 @@ export class RateLimitUnavailableException extends HttpException {
 
 /**
  * Sets an exception's `message` to its problem document's `detail`; any other body's, as Nest
- * does. (For a body without `message`, Nest makes one of the class name with a regular
- * expression: a cost on every refusal, for a message no one reads.)
+ * does. (For a body without `message`, Nest would make one of the class name with a regular
+ * expression, on every refusal.)
  */
 function messageOf(exception: HttpException, otherwise: () => void): void {
   const detail = (exception.getResponse() as Partial<RateLimitProblem>).detail;
