@@ -14,6 +14,8 @@ export { RateLimitInterceptor } from './rate-limit.interceptor.js';
 export { RateLimitModule } from './rate-limit.module.js';
 export type { RateLimitModuleAsyncOptions } from './rate-limit.module-definition.js';
 export type { ContextType, FailMode, RateLimitModuleOptions } from './rate-limit-options.interface.js';
+export type { ErrorFormat, ExceptionFactory } from './rate-limit-options.interface.js';
+export type { RateLimitProblem } from './rate-limit.exception.js';
 export { RateLimiterService } from './rate-limiter.service.js';
 export type { RoutePolicy, RouteTier, RouteTiers } from './routes/route-policy.js';
 export { MemoryStore, type MemoryStoreOptions } from './stores/memory/memory.store.js';

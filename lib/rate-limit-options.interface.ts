@@ -1,10 +1,21 @@
+import type { ExecutionContext } from '@nestjs/common';
 import type { KeySource, RateLimitPolicy, SkipIf } from './policy/policy.types.js';
 import type { HeaderFamily } from './headers/rate-limit-headers.js';
-import type { RateLimitStore } from './stores/rate-limit-store.interface.js';
+import type { RateLimitDecision, RateLimitStore } from './stores/rate-limit-store.interface.js';
 import type { RedisOption } from './stores/store-owner.js';
 
 /** What happens when the store fails or takes longer than `timeout`. */
 export type FailMode = 'open' | 'closed' | 'local';
+
+/** The body of an HTTP refusal: Nest's own form, or an RFC 9457 problem document. */
+export type ErrorFormat = 'nest' | 'problem';
+
+/**
+ * Makes the error a refused request ends with, in place of the module's: `decision` is the
+ * policy that frees up last (the one the headers describe), `context` the request's (its
+ * `getType()` says which kind: return an error that kind answers with).
+ */
+export type ExceptionFactory = (decision: RateLimitDecision, context: ExecutionContext) => Error;
 
 /** A kind of Nest context (`context.getType()`) the module can limit. */
 export type ContextType = 'http' | 'graphql' | 'ws' | 'rpc';
@@ -72,4 +83,19 @@ export interface RateLimitModuleOptions {
    * either, nothing is recorded whatever this says. `false` records nothing even then. Default `true`.
    */
   metrics?: boolean;
+  /**
+   * The body of an HTTP 429 and 503: `'nest'` (`{ statusCode, error, message, policy, retryAfter }`)
+   * or `'problem'`, an RFC 9457 document with the IETF RateLimit draft's problem types, sent as
+   * `application/problem+json` (see `RateLimitProblem`). GraphQL, gateways and microservices keep
+   * their own forms. Default `'nest'`.
+   */
+  errorFormat?: ErrorFormat;
+  /**
+   * Makes the error a refused request ends with, in every context, in place of the module's; the
+   * headers (`RateLimit*`, `X-RateLimit-*`, `Retry-After`) are set before it is called and stay.
+   * Not called for a 503 (a store that cannot decide is no refusal).
+   *
+   * @example exceptionFactory: (decision) => new HttpException({ code: 'SLOW_DOWN', retryIn: decision.retryAfter }, 429)
+   */
+  exceptionFactory?: ExceptionFactory;
 }

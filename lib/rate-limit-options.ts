@@ -10,7 +10,7 @@ import {
   resolvePolicy,
 } from './policy/resolve-policy.js';
 import { invalidOption, invalidOptions, invalidOptionsObject } from './rate-limit.messages.js';
-import type { ContextType, FailMode, RateLimitModuleOptions } from './rate-limit-options.interface.js';
+import type { ContextType, ErrorFormat, ExceptionFactory, FailMode, RateLimitModuleOptions } from './rate-limit-options.interface.js';
 import type { RateLimitStore } from './stores/rate-limit-store.interface.js';
 import { isRedisClient } from './stores/store-owner.js';
 import { MAX_TIMER_MS } from './utils/wake-queue.js';
@@ -35,6 +35,8 @@ export interface ResolvedOptions {
   skipIf: SkipIf | undefined;
   retryAfterJitter: number;
   metrics: boolean;
+  errorFormat: ErrorFormat;
+  exceptionFactory: ExceptionFactory | undefined;
 }
 
 const HEADER_FAMILIES: readonly HeaderFamily[] = ['ietf', 'legacy', 'x-ratelimit'];
@@ -46,6 +48,7 @@ const OPTIONS = new Set<string>([
   'guard', 'runAs', 'contexts',
   'skipIf', 'retryAfterJitter',
   'metrics',
+  'errorFormat', 'exceptionFactory',
 ]);
 /** Longest `prefix`, characters: it is in every bucket key, as the policy name is (see `MAX_NAME_LENGTH`). */
 const MAX_PREFIX_LENGTH = MAX_NAME_LENGTH;
@@ -147,6 +150,7 @@ export function resolveOptions(options: RateLimitModuleOptions | undefined): Res
     contexts: [...new Set(contexts)],
     ...resolveGuardOptions(options, fail),
     ...resolveTelemetryOptions(options, fail),
+    ...resolveResponseOptions(options, fail),
   };
 }
 
@@ -169,6 +173,20 @@ function resolveTelemetryOptions(
 ): Pick<ResolvedOptions, 'metrics'> {
   if (typeof metrics !== 'boolean') fail('metrics', metrics, 'must be true or false');
   return { metrics };
+}
+
+/** `errorFormat` and `exceptionFactory`: how a refusal answers. */
+function resolveResponseOptions(
+  { errorFormat = 'nest', exceptionFactory }: RateLimitModuleOptions,
+  fail: (option: string, value: unknown, expected: string) => never,
+): Pick<ResolvedOptions, 'errorFormat' | 'exceptionFactory'> {
+  if (errorFormat !== 'nest' && errorFormat !== 'problem') {
+    fail('errorFormat', errorFormat, `must be 'nest' (Nest's error body) or 'problem' (RFC 9457, application/problem+json)`);
+  }
+  if (exceptionFactory !== undefined && typeof exceptionFactory !== 'function') {
+    fail('exceptionFactory', exceptionFactory, 'must be a function of the decision and the execution context returning an Error');
+  }
+  return { errorFormat, exceptionFactory };
 }
 
 function isStore(value: unknown): value is RateLimitStore {

@@ -115,7 +115,7 @@ export class RateLimitGuard implements CanActivate {
       this.watchOutcome(policies, decisions, context, seam);
       return true;
     }
-    return this.onRefusal(named, requests[decisions.indexOf(named)].cost, context, seam);
+    return this.onRefusal(named, requests[decisions.indexOf(named)].cost, context, seam, decisions);
   }
 
   /** The policies that apply to the request: none when the module's `skipIf` says so, else those whose own does not. */
@@ -191,12 +191,14 @@ export class RateLimitGuard implements CanActivate {
   }
 
   /**
-   * Ends a refused request: `Retry-After` (unless no wait would do), then the context's refusal
-   * (a 429 for HTTP). `refused` is the policy that frees up last, the one the headers describe.
+   * Ends a refused request: `Retry-After` (unless no wait would do), then the app's
+   * `exceptionFactory`'s error or the context's refusal (a 429 for HTTP). `refused` is the policy
+   * that frees up last, the one the headers describe; `decisions` are every policy's.
    */
-  protected onRefusal(refused: RateLimitDecision, cost: number, context: ExecutionContext, seam: RateLimitContext): never {
+  protected onRefusal(refused: RateLimitDecision, cost: number, context: ExecutionContext, seam: RateLimitContext, decisions: readonly RateLimitDecision[] = [refused]): never {
     if (Number.isFinite(refused.retryAfter)) seam.setHeader(context, 'Retry-After', String(refused.retryAfter));
-    throw seam.refusal(refused, cost, context);
+    const factory = this.options.exceptionFactory;
+    throw factory === undefined ? seam.refusal(refused, cost, context, decisions) : factory(refused, context);
   }
 
   /**

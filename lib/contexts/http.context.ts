@@ -2,8 +2,15 @@ import { ServerResponse } from 'node:http';
 import { type ExecutionContext, HttpException, Injectable, Logger } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import type { LimitedRequest } from '../keys/identity.js';
-import { RateLimitExceededException, RateLimitUnavailableException } from '../rate-limit.exception.js';
+import {
+  PROBLEM_JSON,
+  quotaExceeded,
+  RateLimitExceededException,
+  RateLimitUnavailableException,
+  reducedCapacity,
+} from '../rate-limit.exception.js';
 import { clientClosedRequest, forwardedForIgnored } from '../rate-limit.messages.js';
+import type { ErrorFormat } from '../rate-limit-options.interface.js';
 import type { RateLimitDecision } from '../stores/rate-limit-store.interface.js';
 import { withoutStack } from '../utils/without-stack.js';
 import type { Departure, RateLimitContext } from './rate-limit-context.js';
@@ -26,13 +33,24 @@ const clientClosed = { statusCode: CLIENT_CLOSED_REQUEST, error: 'Client Closed 
  * is `RateLimitExceededException` (429), a store that cannot decide under `failMode: 'closed'` is
  * `RateLimitUnavailableException` (503), and a client that closes its connection while its
  * request waits ends it with a 499.
+ *
+ * With `errorFormat: 'problem'`, the 429 and the 503 carry an RFC 9457 body and the seam sets
+ * `Content-Type: application/problem+json` with them: Nest's exception filter sends an
+ * exception's body as JSON under a JSON type already set (`+json` included) on both adapters.
  */
 @Injectable()
 export class HttpRateLimitContext implements RateLimitContext {
   private readonly logger = new Logger('RateLimitGuard');
   private forwardedForChecked = false;
+  /** Whether refusals are problem documents (`errorFormat: 'problem'`). */
+  private readonly problem: boolean;
 
-  constructor(private readonly adapterHost: HttpAdapterHost) {}
+  constructor(
+    private readonly adapterHost: HttpAdapterHost,
+    errorFormat: ErrorFormat = 'nest',
+  ) {
+    this.problem = errorFormat === 'problem';
+  }
 
   request(context: ExecutionContext): LimitedRequest {
     // the arguments of an HTTP handler are (request, response, next): read without `switchToHttp()`,
@@ -51,14 +69,20 @@ export class HttpRateLimitContext implements RateLimitContext {
 
   /**
    * The 429, built without a stack trace (see `withoutStack`). `RateLimitExceededException`'s
-   * body names the policy and its `retryAfter`.
+   * body names the policy and its `retryAfter`; a problem document lists every refusing policy.
    */
-  refusal(decision: RateLimitDecision, cost: number): Error {
-    return withoutStack(() => new RateLimitExceededException(decision, cost));
+  refusal(decision: RateLimitDecision, cost: number, context: ExecutionContext, decisions: readonly RateLimitDecision[]): Error {
+    if (!this.problem) return withoutStack(() => new RateLimitExceededException(decision, cost));
+    this.setHeader(context, 'Content-Type', PROBLEM_JSON);
+    return withoutStack(() => new RateLimitExceededException(decision, cost, quotaExceeded(decision, cost, decisions)));
   }
 
-  unavailable(cause: unknown): Error {
-    return cause instanceof RateLimitUnavailableException ? cause : new RateLimitUnavailableException(cause);
+  /** The 503; `cause` may be one already (a `leaky_bucket` wait ended by shutdown), made before the format was known. */
+  unavailable(cause: unknown, context: ExecutionContext): Error {
+    const made = cause instanceof RateLimitUnavailableException;
+    if (!this.problem) return made ? cause : new RateLimitUnavailableException(cause);
+    this.setHeader(context, 'Content-Type', PROBLEM_JSON);
+    return new RateLimitUnavailableException(made ? cause.cause : cause, reducedCapacity());
   }
 
   /**

@@ -1,20 +1,26 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import { RATE_LIMIT_OPTIONS } from '../rate-limit.constants.js';
-import type { ContextType } from '../rate-limit-options.interface.js';
+import type { ContextType, ErrorFormat } from '../rate-limit-options.interface.js';
 import { GraphqlRateLimitContext } from './graphql.context.js';
 import { HttpRateLimitContext } from './http.context.js';
 import type { RateLimitContext } from './rate-limit-context.js';
 import { RpcRateLimitContext } from './rpc.context.js';
 import { WsRateLimitContext } from './ws.context.js';
 
+/** The module's options the seams read: the kinds limited, and the form of an HTTP refusal (default `'nest'`). */
+interface SeamOptions {
+  contexts: readonly ContextType[];
+  errorFormat?: ErrorFormat;
+}
+
 /**
  * Makes the seam of a kind of context. Those of gateways and microservices import
  * `@nestjs/websockets` and `@nestjs/microservices` as they are made: optional peers, which an
  * app without gateways or microservices lacks.
  */
-const SEAMS: Record<ContextType, (adapterHost: HttpAdapterHost) => RateLimitContext | Promise<RateLimitContext>> = {
-  http: (adapterHost) => new HttpRateLimitContext(adapterHost),
+const SEAMS: Record<ContextType, (adapterHost: HttpAdapterHost, options: SeamOptions) => RateLimitContext | Promise<RateLimitContext>> = {
+  http: (adapterHost, { errorFormat }) => new HttpRateLimitContext(adapterHost, errorFormat),
   graphql: (adapterHost) => new GraphqlRateLimitContext(adapterHost),
   ws: () => WsRateLimitContext.load(),
   rpc: () => RpcRateLimitContext.load(),
@@ -35,7 +41,7 @@ export class RateLimitContexts {
   private readonly pending = new Map<string, Promise<RateLimitContext>>();
 
   constructor(
-    @Inject(RATE_LIMIT_OPTIONS) private readonly options: { contexts: readonly ContextType[] },
+    @Inject(RATE_LIMIT_OPTIONS) private readonly options: SeamOptions,
     private readonly adapterHost: HttpAdapterHost,
   ) {}
 
@@ -50,7 +56,7 @@ export class RateLimitContexts {
     if (made !== undefined || !this.options.contexts.includes(type as ContextType)) return made;
     let pending = this.pending.get(type);
     if (pending === undefined) {
-      pending = Promise.resolve(SEAMS[type as ContextType](this.adapterHost));
+      pending = Promise.resolve(SEAMS[type as ContextType](this.adapterHost, this.options));
       this.pending.set(type, pending);
     }
     const seam = await pending;

@@ -40,6 +40,8 @@ class Refused extends Error {
   constructor(
     readonly decision: RateLimitDecision,
     readonly cost: number,
+    /** Every policy's decision, as the guard handed them over. */
+    readonly decisions: readonly RateLimitDecision[],
   ) {
     super(`refused by ${decision.policy}`);
   }
@@ -68,8 +70,8 @@ class FakeContext implements RateLimitContext {
   setHeader(_context: ExecutionContext, name: string, value: string): void {
     this.headers.push([name, value]);
   }
-  refusal(decision: RateLimitDecision, cost: number): Error {
-    return new Refused(decision, cost);
+  refusal(decision: RateLimitDecision, cost: number, _context: ExecutionContext, decisions: readonly RateLimitDecision[]): Error {
+    return new Refused(decision, cost, decisions);
   }
   unavailable(cause: unknown): Error {
     return new Unavailable(cause);
@@ -196,6 +198,45 @@ describe('RateLimitGuard: decisions', () => {
     // the legacy trio names the same policy, and Retry-After comes last, just before the refusal
     expect(seam.headers).toContainEqual(['RateLimit-Limit', '3']);
     expect(seam.headers.at(-1)).toEqual(['Retry-After', '20']);
+  });
+
+  it("hands the seam every policy's decision, for a refusal that lists the refusing ones", async () => {
+    const route = routeWith([
+      { name: 'tight', rps: 1, burst: 1 },
+      { name: 'loose', rps: 1, burst: 100 },
+    ]);
+    const { guard } = guarded();
+    await guard.canActivate(http(route));
+    const refused = (await rejection(guard.canActivate(http(route)))) as Refused;
+    expect(refused.decisions.map(({ policy, allowed }) => ({ policy, allowed }))).toEqual([
+      { policy: 'tight', allowed: false },
+      { policy: 'loose', allowed: true },
+    ]);
+    expect(refused.decisions).toContain(refused.decision);
+  });
+
+  it("with exceptionFactory, throws the factory's error in place of the seam's, after Retry-After", async () => {
+    const route = routeWith([
+      { name: 'second', rps: 1, burst: 1 },
+      { name: 'minute', limit: 1, window: '1m' },
+    ]);
+    const made: Array<{ policy: string; retryAfter: number; context: ExecutionContext }> = [];
+    const exceptionFactory = (decision: RateLimitDecision, context: ExecutionContext) => {
+      made.push({ policy: decision.policy, retryAfter: decision.retryAfter, context });
+      return new Error(`slow down: ${decision.policy}`);
+    };
+    const { guard, seam } = guarded({ exceptionFactory });
+    const refusal = jest.spyOn(seam, 'refusal');
+    await guard.canActivate(http(route));
+    seam.headers.length = 0;
+
+    const context = http(route);
+    expect(await rejection(guard.canActivate(context))).toEqual(new Error('slow down: minute'));
+    expect(made).toEqual([{ policy: 'minute', retryAfter: 60, context }]);
+    expect(refusal).not.toHaveBeenCalled();
+    // the headers came first, and name the policy the factory was given
+    expect(seam.headers).toContainEqual(['RateLimit-Limit', '1']);
+    expect(seam.headers.at(-1)).toEqual(['Retry-After', '60']);
   });
 
   it('sends no Retry-After when the cost exceeds the capacity (no wait would do)', async () => {
