@@ -184,9 +184,14 @@ export const storeBack = 'Rate limit store answers again: limiting with it';
 
 // Stores
 
-/** A store's `clock` option that is not a function. */
-export function invalidStoreClock(store: string, clock: unknown): string {
-  return invalidStoreOption(store, 'clock', clock, 'must be a function returning ms');
+/** A store's `clock` option that is none of the forms it takes (`forms`). */
+export function invalidStoreClock(store: string, clock: unknown, forms = 'a function returning ms'): string {
+  return invalidStoreOption(store, 'clock', clock, `must be ${forms}`);
+}
+
+/** Logged once by a `RedisStore` on a server whose scripts cannot read `TIME` (`why`: what its probe found). */
+export function redisTimeUnusable(why: string): string {
+  return `Redis TIME does not work inside scripts on this server (${why}): deciding on this app's clock instead. Set RedisStore({ clock: 'app' }) to say so, and keep the clocks of the app's instances in sync (NTP)`;
 }
 
 /** `MemoryStore`'s `maxKeys` option that is not a whole number >= 1. */

@@ -341,7 +341,9 @@ const ROWS: Row[] = [
   ['RedisStore client not a client', store(() => new RedisStore({ client: {} as never })), 'Invalid RedisStore option "client": must be an ioredis Redis or Cluster client, as in new RedisStore({ client: redis }), got {}'],
   ['RedisStore with a prefix', store(() => new RedisStore({ client: fakeClient, prefix: 'rl:' } as never)), 'Invalid RedisStore option "prefix": is not an option (the options are client, cacheRefusals, clock), got "rl:"'],
   ['RedisStore cacheRefusals a string', store(() => new RedisStore({ client: fakeClient, cacheRefusals: 'no' } as never)), 'Invalid RedisStore option "cacheRefusals": must be true or false, got "no"'],
-  ['RedisStore clock a number', store(() => new RedisStore({ client: fakeClient, clock: 5 } as never)), 'Invalid RedisStore option "clock": must be a function returning ms, got 5'],
+  ['RedisStore clock a number', store(() => new RedisStore({ client: fakeClient, clock: 5 } as never)), `Invalid RedisStore option "clock": must be 'redis', 'app', { now() } or a function returning ms, got 5`],
+  ['RedisStore clock an unknown name', store(() => new RedisStore({ client: fakeClient, clock: 'server' } as never)), `Invalid RedisStore option "clock": must be 'redis', 'app', { now() } or a function returning ms, got "server"`],
+  ['RedisStore clock an object without now()', store(() => new RedisStore({ client: fakeClient, clock: { now: 5 } } as never)), `Invalid RedisStore option "clock": must be 'redis', 'app', { now() } or a function returning ms, got {"now":5}`],
   ['MemoryStore clock a number', store(() => new MemoryStore({ clock: 5 as never })), 'Invalid MemoryStore option "clock": must be a function returning ms, got 5'],
   ['MemoryStore maxKeys 0', store(() => new MemoryStore({ maxKeys: 0 })), 'Invalid MemoryStore option "maxKeys": must be a whole number >= 1, got 0'],
 

@@ -1,8 +1,11 @@
+import { Logger } from '@nestjs/common';
 import type { Cluster, Redis } from 'ioredis';
+import { redisTimeUnusable } from '../../rate-limit.messages.js';
 import type { RateLimitRequest } from '../rate-limit-store.interface.js';
 import { DECIDE_LUA, REFUND_LUA } from './decide.lua.js';
 import type { RedisClock } from './redis-clock.js';
 import { type Answer, parseAnswer } from './script-reply.js';
+import { TIME_PROBE, TIME_PROBE_LUA, timeUnusable } from './time-probe.js';
 
 /** The names the scripts are defined under on the ioredis client. */
 const DECIDE = 'nestjsRateLimitDecide';
@@ -13,11 +16,17 @@ type ScriptCommand = (numKeys: number, ...args: string[]) => Promise<number[]>;
 /**
  * The decide and refund scripts on one ioredis client, defined on it once as commands
  * (`defineCommand`: a call is an EVALSHA, the script is sent whole only when Redis does not have
- * it). Every call's ARGV[1] is the clock (see `RedisClock.scriptNow`).
+ * it). Every call's ARGV[1] is the clock (see `RedisClock.scriptNow`); with Redis `TIME`, the
+ * first call waits for a probe that it works inside a script (see `checkTime`).
  */
 export class RedisScripts {
   private readonly decideCommand: ScriptCommand;
   private readonly refundCommand: ScriptCommand;
+  /** Whether the scripts' clock is settled: a given one, or Redis `TIME` seen to work inside a script. */
+  private timeChecked: boolean;
+  /** The `TIME` probe under way, which calls wait for (see `checkTime`). */
+  private timeCheck: Promise<void> | undefined;
+  private readonly logger = new Logger('RedisStore');
 
   constructor(
     private readonly client: Redis | Cluster,
@@ -25,6 +34,7 @@ export class RedisScripts {
   ) {
     this.decideCommand = this.define(DECIDE, DECIDE_LUA);
     this.refundCommand = this.define(REFUND, REFUND_LUA);
+    this.timeChecked = !clock.redisTime;
   }
 
   /** Runs `DECIDE_LUA` on `keys`, with `args` after its clock (ARGV[2] on): its raw reply. */
@@ -48,12 +58,35 @@ export class RedisScripts {
    * them would fail, so those are sent whole here.
    */
   private async run(command: ScriptCommand, lua: string, keys: readonly string[], args: readonly string[]): Promise<number[]> {
+    if (!this.timeChecked) await (this.timeCheck ??= this.checkTime());
     const now = this.clock.scriptNow();
     try {
       return await command(keys.length, ...keys, now, ...args);
     } catch (error) {
       if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT')) throw error;
       return (await this.client.eval(lua, keys.length, ...keys, now, ...args)) as number[];
+    }
+  }
+
+  /**
+   * Probes Redis `TIME` inside a script, before the first call (one round trip, once per store,
+   * never per request; nothing runs at start, so a Redis that is down then holds nothing up).
+   * When `TIME` does not work, warns once and sends the app's clock from then on. When Redis did
+   * not run the probe (down, loading), nothing is known: the call goes on (and fails to its
+   * failMode if Redis is down) and the next one probes again.
+   */
+  private async checkTime(): Promise<void> {
+    try {
+      const why = await timeUnusable(this.define(TIME_PROBE, TIME_PROBE_LUA)(0));
+      if (why !== undefined) {
+        this.clock.useAppClock();
+        this.logger.warn(redisTimeUnusable(why));
+      }
+      this.timeChecked = true;
+    } catch {
+      // not run: probed again by the next call
+    } finally {
+      this.timeCheck = undefined;
     }
   }
 
