@@ -16,15 +16,15 @@ type ScriptCommand = (numKeys: number, ...args: string[]) => Promise<number[]>;
 /**
  * The decide and refund scripts on one ioredis client, defined on it once as commands
  * (`defineCommand`: a call is an EVALSHA, the script is sent whole only when Redis does not have
- * it). Every call's ARGV[1] is the clock (see `RedisClock.scriptNow`); with Redis `TIME`, the
- * first call waits for a probe that it works inside a script (see `checkTime`).
+ * it). Every call's ARGV[1] is the clock (see `RedisClock.scriptNow`); with Redis `TIME`, a probe
+ * that it works inside a script starts with the store, and no call waits for it (see `checkTime`).
  */
 export class RedisScripts {
   private readonly decideCommand: ScriptCommand;
   private readonly refundCommand: ScriptCommand;
-  /** Whether the scripts' clock is settled: a given one, or Redis `TIME` seen to work inside a script. */
+  /** Whether the scripts' clock is settled: a given one, or Redis `TIME` probed (see `checkTime`). */
   private timeChecked: boolean;
-  /** The `TIME` probe under way, which calls wait for (see `checkTime`). */
+  /** The `TIME` probe under way, if any. */
   private timeCheck: Promise<void> | undefined;
   private readonly logger = new Logger('RedisStore');
 
@@ -35,6 +35,7 @@ export class RedisScripts {
     this.decideCommand = this.define(DECIDE, DECIDE_LUA);
     this.refundCommand = this.define(REFUND, REFUND_LUA);
     this.timeChecked = !clock.redisTime;
+    if (!this.timeChecked) this.timeCheck = this.checkTime();
   }
 
   /** Runs `DECIDE_LUA` on `keys`, with `args` after its clock (ARGV[2] on): its raw reply. */
@@ -58,7 +59,7 @@ export class RedisScripts {
    * them would fail, so those are sent whole here.
    */
   private async run(command: ScriptCommand, lua: string, keys: readonly string[], args: readonly string[]): Promise<number[]> {
-    if (!this.timeChecked) await (this.timeCheck ??= this.checkTime());
+    if (!this.timeChecked) this.timeCheck ??= this.checkTime();
     const now = this.clock.scriptNow();
     try {
       return await command(keys.length, ...keys, now, ...args);
@@ -69,11 +70,12 @@ export class RedisScripts {
   }
 
   /**
-   * Probes Redis `TIME` inside a script, before the first call (one round trip, once per store,
-   * never per request; nothing runs at start, so a Redis that is down then holds nothing up).
-   * When `TIME` does not work, warns once and sends the app's clock from then on. When Redis did
-   * not run the probe (down, loading), nothing is known: the call goes on (and fails to its
-   * failMode if Redis is down) and the next one probes again.
+   * Probes Redis `TIME` inside a script: one EVAL (ioredis sends a defined command's first call
+   * on a connection whole), sent when the store is made. No call waits for it: those sent before
+   * its answer read `TIME` (on a server where it does not work, they decide at the epoch or
+   * fail, for that one round trip). When `TIME` does not work, warns once and sends the app's
+   * clock from then on. When Redis did not run the probe (down, loading), nothing is known: the
+   * next call starts it again, without waiting for it either.
    */
   private async checkTime(): Promise<void> {
     try {
