@@ -185,7 +185,7 @@ export const storeBack = 'Rate limit store answers again: limiting with it';
 // Stores
 
 /** A store's `clock` option that is none of the forms it takes (`forms`). */
-export function invalidStoreClock(store: string, clock: unknown, forms = 'a function returning ms'): string {
+export function invalidStoreClock(store: string, clock: unknown, forms: string): string {
   return invalidStoreOption(store, 'clock', clock, `must be ${forms}`);
 }
 

@@ -1,5 +1,6 @@
 import type { Cluster, Redis } from 'ioredis';
 import { invalidCacheRefusals, invalidRedisClient, invalidStoreClock, unknownStoreOption } from '../../rate-limit.messages.js';
+import { clockReader, type StoreClock } from '../store-clock.js';
 
 /** Options of `RedisStore`. */
 export interface RedisStoreOptions {
@@ -15,18 +16,19 @@ export interface RedisStoreOptions {
    * the script, so every instance of the app shares Redis's one clock. `'app'`: this process's
    * `Date.now()`, sent with every call, for Redis-compatible servers whose scripts cannot read
    * `TIME` (Dragonfly answers 0, ElastiCache Serverless refuses it); the instances' clocks must
-   * then agree (NTP). Tests: `{ now() }` or a function, integer ms, pinned.
+   * then agree (NTP). Tests: any `{ now() }` (`ManualClock`), integer ms, pinned; a function
+   * returning ms is taken too.
    *
    * Keys expire on the server's own clock at the given clock's time plus their TTL, so a given
-   * clock must not lie behind the server's. With `'redis'`, the store checks once, before its
-   * first call, that `TIME` works inside a script, and falls back to `'app'` with a warning
-   * when it does not.
+   * clock must not lie behind the server's. With `'redis'`, the store checks once, from the
+   * moment it is made, that `TIME` works inside a script (one round trip no decision waits for),
+   * and falls back to `'app'` with a warning when it does not.
    */
   clock?: RedisStoreClock;
 }
 
 /** The clock a `RedisStore` decides on (see `RedisStoreOptions.clock`). */
-export type RedisStoreClock = 'redis' | 'app' | { now(): number } | (() => number);
+export type RedisStoreClock = 'redis' | 'app' | StoreClock | (() => number);
 
 /** Every option there is: any other key is a typo, refused rather than ignored. */
 const OPTIONS = new Set<string>(['client', 'cacheRefusals', 'clock']);
@@ -52,8 +54,5 @@ export function checkRedisStoreOptions(options: RedisStoreOptions): void {
 
 /** The clock a `RedisStore` sends with its calls, ms: `undefined` for Redis `TIME` (and for a bad option). */
 export function givenClock(clock: RedisStoreClock | undefined): (() => number) | undefined {
-  if (clock === 'app') return Date.now;
-  if (typeof clock === 'function') return clock;
-  if (typeof (clock as { now?: unknown } | undefined)?.now === 'function') return () => (clock as { now(): number }).now();
-  return undefined;
+  return clock === 'app' ? Date.now : clockReader(clock);
 }
