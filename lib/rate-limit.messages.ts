@@ -182,6 +182,9 @@ export function storeFailing(cause: string, failMode: string, probeMs: number): 
 /** Logged once when a probe succeeds. */
 export const storeBack = 'Rate limit store answers again: limiting with it';
 
+/** `RateLimiterService.resetAll()` on a store without `resetAll(prefix)`. */
+export const resetAllUnsupported = 'RateLimiterService.resetAll() needs a store with resetAll(prefix), as MemoryStore and RedisStore have: this store has none';
+
 // Stores
 
 /** A store's `clock` option that is none of the forms it takes (`forms`). */

@@ -80,6 +80,11 @@ export class MemoryStore implements RateLimitStore {
     for (const key of keys) this.table.remove(key);
   }
 
+  /** Forgets every bucket whose key starts with `prefix` (see `RateLimitStore.resetAll`). */
+  async resetAll(prefix: string): Promise<void> {
+    this.table.removeUnder(prefix);
+  }
+
   /** Drops every bucket and stops the sweep timer. */
   close(): Promise<void> {
     clearTimeout(this.sweepTimer);

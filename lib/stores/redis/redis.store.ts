@@ -12,6 +12,7 @@ import { RedisClock } from './redis-clock.js';
 import { RedisScripts } from './redis-scripts.js';
 import { checkRedisStoreOptions, givenClock, type RedisStoreOptions } from './redis-store-options.js';
 import { SlotBatches } from './slot-batches.js';
+import { unlinkUnder } from './unlink-under.js';
 
 export type { RedisStoreClock, RedisStoreOptions } from './redis-store-options.js';
 
@@ -69,6 +70,17 @@ export class RedisStore implements RateLimitStore {
     this.refused?.forget(keys);
     const groups = groupBySlot(keys, this.cluster);
     await Promise.all([...groups.values()].map((group) => this.client.del(...group.map((i) => keys[i]))));
+  }
+
+  /**
+   * Forgets every bucket under `prefix` (see `RateLimitStore.resetAll`): SCAN and UNLINK in
+   * batches, on every master of a Cluster (see `unlinkUnder`), and every remembered refusal.
+   */
+  async resetAll(prefix: string): Promise<void> {
+    this.refused?.clear();
+    await unlinkUnder(this.client, prefix);
+    // a refusal remembered from a call answered meanwhile is of a bucket now gone
+    this.refused?.clear();
   }
 
   async close(): Promise<void> {
