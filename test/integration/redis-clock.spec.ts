@@ -11,7 +11,7 @@ import { RedisStore, type RedisStoreClock } from '../../lib/stores/redis/redis.s
 import { TIME_PROBE } from '../../lib/stores/redis/time-probe.js';
 import { CASE_EPOCH, ruleOf } from '../cases/index.js';
 import { freePort, type RedisServer, startRedisServer, stopRedisServer } from '../support/redis/process.js';
-import { connectTestRedis } from '../support/redis/test-redis.js';
+import { connectTestRedis, testRedisUrl } from '../support/redis/test-redis.js';
 
 /**
  * `RedisStore`'s clock on real Redis: the probe of `TIME` inside a script and its fallback to the
@@ -193,6 +193,23 @@ describe('the probe, on a server of its own', () => {
       expect(sentAt).toHaveLength(2);
       expect(sentAt[1]).toBeLessThan(warnedAt);
       console.log(`decision sent ${(sentAt[1] - sentAt[0]).toFixed(1)} ms after the probe, ${(warnedAt - sentAt[1]).toFixed(0)} ms before its answer was acted on`);
+    } finally {
+      client.disconnect();
+    }
+  });
+});
+
+describe('a lazyConnect client', () => {
+  it('is left alone until the first call, which the probe goes ahead of', async () => {
+    const client = new Redis(testRedisUrl(), { lazyConnect: true });
+    client.defineCommand(TIME_PROBE, { lua: TIME_ZERO });
+    try {
+      const store = new RedisStore({ client, cacheRefusals: false });
+      await new Promise(setImmediate);
+      expect(client.status).toBe('wait');
+      const warned = nextWarning();
+      expect(await store.consume([request(`rl-clock-${randomUUID()}:`, 'token_bucket')])).toMatchObject([{ allowed: true, remaining: 2 }]);
+      expect(await warned).toBe(redisTimeUnusable('it answered 0'));
     } finally {
       client.disconnect();
     }

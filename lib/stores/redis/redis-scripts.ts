@@ -35,7 +35,8 @@ export class RedisScripts {
     this.decideCommand = this.define(DECIDE, DECIDE_LUA);
     this.refundCommand = this.define(REFUND, REFUND_LUA);
     this.timeChecked = !clock.redisTime;
-    if (!this.timeChecked) this.timeCheck = this.checkTime();
+    // a client that is to connect only when used (lazyConnect) is left alone until then
+    if (!this.timeChecked && client.status !== 'wait') this.timeCheck = this.checkTime();
   }
 
   /** Runs `DECIDE_LUA` on `keys`, with `args` after its clock (ARGV[2] on): its raw reply. */
@@ -71,7 +72,8 @@ export class RedisScripts {
 
   /**
    * Probes Redis `TIME` inside a script: one EVAL (ioredis sends a defined command's first call
-   * on a connection whole), sent when the store is made. No call waits for it: those sent before
+   * on a connection whole), sent when the store is made (on a lazyConnect client not yet used:
+   * with the first call, ahead of it on the connection). No call waits for it: those sent before
    * its answer read `TIME` (on a server where it does not work, they decide at the epoch or
    * fail, for that one round trip). When `TIME` does not work, warns once and sends the app's
    * clock from then on. When Redis did not run the probe (down, loading), nothing is known: the
