@@ -192,11 +192,6 @@ export function invalidStoreClock(store: string, clock: unknown, forms: string):
   return invalidStoreOption(store, 'clock', clock, `must be ${forms}`);
 }
 
-/** Logged once by a `RedisStore` on a server whose scripts cannot read `TIME` (`why`: what its probe found). */
-export function redisTimeUnusable(why: string): string {
-  return `Redis TIME does not work inside scripts on this server (${why}): deciding on this app's clock instead. Set RedisStore({ clock: 'app' }) to say so, and keep the clocks of the app's instances in sync (NTP)`;
-}
-
 /** `MemoryStore`'s `maxKeys` option that is not a whole number >= 1. */
 export function invalidMaxKeys(maxKeys: unknown): string {
   return invalidStoreOption('MemoryStore', 'maxKeys', maxKeys, 'must be a whole number >= 1');

@@ -1,11 +1,10 @@
 import { Logger } from '@nestjs/common';
 import type { Cluster, Redis } from 'ioredis';
-import { redisTimeUnusable } from '../../rate-limit.messages.js';
 import type { RateLimitRequest } from '../rate-limit-store.interface.js';
 import { DECIDE_LUA, REFUND_LUA } from './decide.lua.js';
 import type { RedisClock } from './redis-clock.js';
 import { type Answer, parseAnswer } from './script-reply.js';
-import { TIME_PROBE, TIME_PROBE_LUA, timeUnusable } from './time-probe.js';
+import { redisTimeUnusable, TIME_PROBE, TIME_PROBE_LUA, timeUnusable } from './time-probe.js';
 
 /** The names the scripts are defined under on the ioredis client. */
 const DECIDE = 'nestjsRateLimitDecide';

@@ -29,3 +29,12 @@ export async function timeUnusable(probe: Promise<unknown>): Promise<string | un
   }
   return typeof ms === 'number' && ms > 0 ? undefined : `it answered ${String(ms)}`;
 }
+
+/**
+ * Logged once by a `RedisStore` on a server whose scripts cannot read `TIME` (`why`: what its
+ * probe found). Beside the probe rather than in rate-limit.messages.ts, which is at the 250-line
+ * limit of a lib file.
+ */
+export function redisTimeUnusable(why: string): string {
+  return `Redis TIME does not work inside scripts on this server (${why}): deciding on this app's clock instead. Set RedisStore({ clock: 'app' }) to say so, and keep the clocks of the app's instances in sync (NTP)`;
+}
