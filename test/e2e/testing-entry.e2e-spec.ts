@@ -2,8 +2,8 @@
  * `nestjs-ratelimit/testing` as users get it: the package is built (`npm run build`), packed
  * (`npm pack`) and unpacked into a project's node_modules (its other packages: links to this
  * repository's), and a user's file imports `nestjs-ratelimit` and `nestjs-ratelimit/testing`
- * through the `exports` map, in a Node process of its own and under `tsc` (NodeNext resolution,
- * so the `types` conditions are what is read). The root entry's import graph, as built, never
+ * through the `exports` map, in a Node process of its own (ESM, and CommonJS through the require
+ * conditions) and under `tsc` (NodeNext resolution, so the `types` conditions are what is read). The root entry's import graph, as built, never
  * reaches the testing entry.
  */
 import { execFile, spawn } from 'node:child_process';
@@ -18,13 +18,8 @@ import ts from 'typescript';
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const run = promisify(execFile);
 
-/** What a user's test writes, in plain ESM: prints what it saw as one JSON line. */
-const CONSUMER_MJS = `
-import 'reflect-metadata';
-import { NestFactory } from '@nestjs/core';
-import { RateLimitModule, RateLimiterService } from 'nestjs-ratelimit';
-import { ManualClock, RateLimitTestingModule } from 'nestjs-ratelimit/testing';
-
+/** What a user's test does, after its imports: prints what it saw as one JSON line. */
+const CONSUMER_BODY = `
 const testing = RateLimitTestingModule.forRoot();
 const app = await NestFactory.createApplicationContext(testing, { logger: false });
 const clock = app.get(ManualClock);
@@ -40,6 +35,24 @@ await app.close();
 console.log(JSON.stringify({ allowed, sameModule: testing.imports.some((imported) => imported.module === RateLimitModule) }));
 `;
 
+/** The user's test in ESM, importing as users do. */
+const CONSUMER_MJS = `
+import 'reflect-metadata';
+import { NestFactory } from '@nestjs/core';
+import { RateLimitModule, RateLimiterService } from 'nestjs-ratelimit';
+import { ManualClock, RateLimitTestingModule } from 'nestjs-ratelimit/testing';
+${CONSUMER_BODY}`;
+
+/** The same in CommonJS (a NestJS 11 app's tests): the require conditions. */
+const CONSUMER_CJS = `
+require('reflect-metadata');
+const { NestFactory } = require('@nestjs/core');
+const { RateLimitModule, RateLimiterService } = require('nestjs-ratelimit');
+const { ManualClock, RateLimitTestingModule } = require('nestjs-ratelimit/testing');
+if (!require.resolve('nestjs-ratelimit/testing').endsWith('/dist/cjs/testing/index.js')) throw new Error(require.resolve('nestjs-ratelimit/testing'));
+(async () => {${CONSUMER_BODY}})();
+`;
+
 /** The same use, typed: compiled against the package's declarations. */
 const CONSUMER_MTS = `
 import { RateLimiterService } from 'nestjs-ratelimit';
@@ -52,6 +65,12 @@ export const at: number = clock.advance('1s') + clock.set(5) + clock.now();
 export const reset: (limiter: RateLimiterService) => Promise<void> = (limiter) => limiter.resetAll();
 // @ts-expect-error the testing module makes its own store
 RateLimitTestingModule.forRoot({ store: undefined, redis: 'redis://localhost:6379' });
+`;
+
+/** A CommonJS user's file, typed: NodeNext reads the require condition's declarations. */
+const CONSUMER_CTS = `
+import { ManualClock } from 'nestjs-ratelimit/testing';
+export const at: number = new ManualClock(0).advance('250ms');
 `;
 
 let project: string;
@@ -71,13 +90,21 @@ beforeAll(async () => {
     if (entry !== 'nestjs-ratelimit' && !entry.startsWith('.')) await symlink(join(ROOT, 'node_modules', entry), join(project, 'node_modules', entry));
   }
   await writeFile(join(project, 'consumer.mjs'), CONSUMER_MJS);
+  await writeFile(join(project, 'consumer.cjs'), CONSUMER_CJS);
   await writeFile(join(project, 'consumer.mts'), CONSUMER_MTS);
+  await writeFile(join(project, 'consumer.cts'), CONSUMER_CTS);
   console.log(`built, packed and unpacked in ${Math.round(performance.now() - started)} ms`);
 }, 180_000);
 
 afterAll(async () => {
   if (project) await rm(project, { recursive: true, force: true });
 });
+
+/** The file an `exports` entry gives `import` (a path, or the `default` of its conditions). */
+function importTarget(entry: unknown): string {
+  const target = (entry as { import: string | { default: string } }).import;
+  return typeof target === 'string' ? target : target.default;
+}
 
 /** Every file an `exports` entry names, through all of its conditions. */
 function targets(entry: unknown): string[] {
@@ -106,18 +133,18 @@ describe('the packed package', () => {
   });
 
   it('loads the testing entry only when it is imported: the root never reaches it', async () => {
-    const { exports } = JSON.parse(await readFile(join(pkg, 'package.json'), 'utf8')) as { exports: Record<string, { import: string }> };
-    const root = await graphFrom(join(pkg, exports['.'].import));
-    const testing = await graphFrom(join(pkg, exports['./testing'].import));
+    const { exports } = JSON.parse(await readFile(join(pkg, 'package.json'), 'utf8')) as { exports: Record<string, unknown> };
+    const root = await graphFrom(join(pkg, importTarget(exports['.'])));
+    const testing = await graphFrom(join(pkg, importTarget(exports['./testing'])));
     // the walk follows imports: the root reaches the module, as the testing entry does (one copy of it)
     const module = join(pkg, 'dist', 'rate-limit.module.js');
     expect(root.has(module) && testing.has(module)).toBe(true);
     expect([...root].filter((file) => file.includes(`${join('dist', 'testing')}/`))).toEqual([]);
   });
 
-  it('works for a user file that imports it: burst of 2, advance 1 s, resetAll', async () => {
+  it.each(['consumer.mjs', 'consumer.cjs'])('works for a user file that imports it (%s): burst of 2, advance 1 s, resetAll', async (file) => {
     const { NODE_OPTIONS: _jestOptions, ...env } = process.env;
-    const child = spawn(process.execPath, [join(project, 'consumer.mjs')], { cwd: project, env });
+    const child = spawn(process.execPath, [join(project, file)], { cwd: project, env });
     let stdout = '';
     let stderr = '';
     child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
@@ -127,8 +154,8 @@ describe('the packed package', () => {
     expect(JSON.parse(stdout)).toEqual({ allowed: [true, true, false, true, false, true], sameModule: true });
   }, 60_000);
 
-  it("type-checks a user's file against its declarations (NodeNext resolution)", () => {
-    const program = ts.createProgram([join(project, 'consumer.mts')], {
+  it("type-checks a user's ESM and CommonJS files against its declarations (NodeNext resolution)", () => {
+    const program = ts.createProgram([join(project, 'consumer.mts'), join(project, 'consumer.cts')], {
       module: ts.ModuleKind.NodeNext,
       moduleResolution: ts.ModuleResolutionKind.NodeNext,
       target: ts.ScriptTarget.ES2022,
@@ -142,5 +169,6 @@ describe('the packed package', () => {
     // the declarations were read from the package, through its exports map
     const read = program.getSourceFiles().map((file) => file.fileName);
     expect(read).toContain(join(pkg, 'dist', 'testing', 'index.d.ts'));
+    expect(read).toContain(join(pkg, 'dist', 'cjs', 'testing', 'index.d.ts'));
   }, 60_000);
 });
