@@ -21,4 +21,4 @@ export type { RoutePolicy, RouteTier, RouteTiers } from './routes/route-policy.j
 export { MemoryStore, type MemoryStoreOptions } from './stores/memory/memory.store.js';
 export { RateLimitStoreError } from './stores/rate-limit-store.error.js';
 export { type RateLimitDecision, type RateLimitRequest, RateLimitStore } from './stores/rate-limit-store.interface.js';
-export { RedisStore, type RedisStoreOptions } from './stores/redis/redis.store.js';
+export { RedisStore, type RedisStoreClock, type RedisStoreOptions } from './stores/redis/redis.store.js';

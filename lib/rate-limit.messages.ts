@@ -182,11 +182,14 @@ export function storeFailing(cause: string, failMode: string, probeMs: number): 
 /** Logged once when a probe succeeds. */
 export const storeBack = 'Rate limit store answers again: limiting with it';
 
+/** `RateLimiterService.resetAll()` on a store without `resetAll(prefix)`. */
+export const resetAllUnsupported = 'RateLimiterService.resetAll() needs a store with resetAll(prefix), as MemoryStore and RedisStore have: this store has none';
+
 // Stores
 
-/** A store's `clock` option that is not a function. */
-export function invalidStoreClock(store: string, clock: unknown): string {
-  return invalidStoreOption(store, 'clock', clock, 'must be a function returning ms');
+/** A store's `clock` option that is none of the forms it takes (`forms`). */
+export function invalidStoreClock(store: string, clock: unknown, forms: string): string {
+  return invalidStoreOption(store, 'clock', clock, `must be ${forms}`);
 }
 
 /** `MemoryStore`'s `maxKeys` option that is not a whole number >= 1. */

@@ -85,6 +85,16 @@ export class RateLimiterService implements BeforeApplicationShutdown, OnApplicat
   }
 
   /**
+   * Empties every bucket under the module's `prefix`: the store's (Redis: `SCAN` and `UNLINK` in
+   * batches, on every master of a Cluster; keys outside the prefix are left alone) and the
+   * `failMode: 'local'` limiter's. Takes as long as the keyspace takes (no `timeout`).
+   * @example beforeEach(() => moduleRef.get(RateLimiterService).resetAll())
+   */
+  resetAll(): Promise<void> {
+    return this.calls.resetAll(this.options.prefix);
+  }
+
+  /**
    * Multiplies a policy's `rps` by `factor` (0 < factor <= 1; 1: the full rate) from the next
    * decision on, in this process (`'*'`: every policy). An `adaptive` policy's factor is the module's.
    * @example limiter.setScale('api', 0.5) // half the rate while a dependency struggles

@@ -86,6 +86,13 @@ export interface RateLimitStore {
   /** Forgets the given buckets (they are full again). */
   reset(keys: readonly string[]): Promise<void>;
   /**
+   * Forgets every bucket whose key starts with `prefix` (the module's), and nothing else: what
+   * `RateLimiterService.resetAll()` calls, between tests for instance. Not bounded by the
+   * module's `timeout`: a large keyspace takes as long as it takes to walk. Optional: without it,
+   * `resetAll()` rejects.
+   */
+  resetAll?(prefix: string): Promise<void>;
+  /**
    * Gives back what `consume` took for a request that will not run after all: `decisions` are
    * the ones this store's `consume` returned for it. Every policy's cost goes back into its
    * bucket as far as the charge still counts (a window that has ended since keeps nothing to

@@ -1,5 +1,5 @@
 import { Logger } from '@nestjs/common';
-import { circuitOpen, storeBack, storeFailed, storeFailing, storeTimedOut } from '../rate-limit.messages.js';
+import { circuitOpen, resetAllUnsupported, storeBack, storeFailed, storeFailing, storeTimedOut } from '../rate-limit.messages.js';
 import { CircuitBreaker } from '../utils/circuit-breaker.js';
 import { DeadlineQueue } from '../utils/deadline-queue.js';
 import { MemoryStore } from './memory/memory.store.js';
@@ -85,6 +85,20 @@ export class StoreCalls {
   async reset(keys: readonly string[]): Promise<void> {
     await this.bounded(this.store.reset(keys));
     await this.local?.reset(keys);
+  }
+
+  /**
+   * Forgets every bucket under `prefix`, in the local limiter and in the store. Neither within
+   * `timeout` nor behind the breaker: a large keyspace takes longer to walk than a decision may.
+   *
+   * @throws RateLimitStoreError when the store fails, Error when it has no `resetAll`
+   */
+  async resetAll(prefix: string): Promise<void> {
+    if (this.store.resetAll === undefined) throw new Error(resetAllUnsupported);
+    await this.local?.resetAll(prefix);
+    await this.store.resetAll(prefix).catch((error: unknown) => {
+      throw error instanceof RateLimitStoreError ? error : new RateLimitStoreError(storeFailed(error), { cause: error });
+    });
   }
 
   /**

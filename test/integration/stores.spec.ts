@@ -6,6 +6,7 @@ import { MemoryStore } from '../../lib/stores/memory/memory.store.js';
 import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from '../../lib/stores/rate-limit-store.interface.js';
 import { hashSlot } from '../../lib/stores/redis/hash-slot.js';
 import { RedisStore } from '../../lib/stores/redis/redis.store.js';
+import { ManualClock } from '../../lib/testing/index.js';
 import { CASE_EPOCH, CASES, longestTtlMs, ruleOf } from '../cases/index.js';
 import { connectTestCluster, connectTestRedis, ttlsUnder } from '../support/redis/test-redis.js';
 
@@ -30,10 +31,11 @@ afterAll(async () => {
   await Promise.all([redis.quit(), cluster.quit()]);
 });
 
-function clocked(make: (clock: () => number) => RateLimitStore): () => Clocked {
+/** A store on a `ManualClock` (any `{ now() }` does), set before each step. */
+function clocked(make: (clock: ManualClock) => RateLimitStore): () => Clocked {
   return () => {
-    let now = CASE_EPOCH;
-    const store = make(() => now);
+    const clock = new ManualClock(CASE_EPOCH);
+    const store = make(clock);
     const consume = async (requests: RateLimitRequest[]) => {
       const decisions = await store.consume(requests);
       const admitted = decisions.every((d) => d.allowed);
@@ -42,12 +44,12 @@ function clocked(make: (clock: () => number) => RateLimitStore): () => Clocked {
         // (a refusal writes a block's key, or leaves the one a block wrote)
         for (const [i, { key, rule }] of requests.entries()) {
           const blocks = rule.blockMs !== undefined && !decisions[i].allowed && decisions[i].retryAfter < Infinity;
-          if (admitted || blocks) written.set(key, { rule, at: Math.max(now, written.get(key)?.at ?? 0) });
+          if (admitted || blocks) written.set(key, { rule, at: Math.max(clock.now(), written.get(key)?.at ?? 0) });
         }
       }
       return decisions;
     };
-    return { store, setNow: (at) => (now = CASE_EPOCH + at), consume };
+    return { store, setNow: (at) => void clock.set(CASE_EPOCH + at), consume };
   };
 }
 

@@ -27,6 +27,8 @@ const ALLOWED: Record<string, readonly string[]> = {
   // the command line replays traffic through what a store and the guard run: decideAll, toDecision, limiting
   simulator: ['algorithms', 'policy', 'keys', 'stores', 'headers'],
   observability: ['keys', 'stores', 'rate-limit-options.interface.ts'],
+  // the testing entry sits above the module it configures
+  testing: ['policy', 'stores', 'rate-limit.module.ts', 'rate-limit-options.interface.ts'],
 };
 
 /** Every .ts file under `dir`, relative to `base`. */

@@ -258,7 +258,7 @@ describe('MemoryStore options', () => {
     [{ maxKeys: 0 }, 'Invalid MemoryStore option "maxKeys": must be a whole number >= 1, got 0'],
     [{ maxKeys: 1.5 }, 'Invalid MemoryStore option "maxKeys": must be a whole number >= 1, got 1.5'],
     [{ maxKeys: '10' }, 'Invalid MemoryStore option "maxKeys": must be a whole number >= 1, got "10"'],
-    [{ clock: 5 }, 'Invalid MemoryStore option "clock": must be a function returning ms, got 5'],
+    [{ clock: 5 }, 'Invalid MemoryStore option "clock": must be { now() } or a function returning ms, got 5'],
   ])('%p: %s', (options, message) => {
     expect(() => new MemoryStore(options as never)).toThrow(message);
   });

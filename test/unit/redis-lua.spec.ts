@@ -1,4 +1,5 @@
 import { DECIDE_LUA, REFUND_LUA } from '../../lib/stores/redis/decide.lua.js';
+import { TIME_PROBE_LUA } from '../../lib/stores/redis/time-probe.js';
 
 /**
  * What lets the scripts run on Redis-compatible servers (Valkey, KeyDB, Dragonfly, ElastiCache,
@@ -11,6 +12,7 @@ import { DECIDE_LUA, REFUND_LUA } from '../../lib/stores/redis/decide.lua.js';
 const SCRIPTS: ReadonlyArray<[string, string]> = [
   ['decide', DECIDE_LUA],
   ['refund', REFUND_LUA],
+  ['TIME probe', TIME_PROBE_LUA],
 ];
 
 /** Library functions the scripts may call: Lua 5.1's, kept by 5.2 to 5.4, and Redis's `redis.*` core. */

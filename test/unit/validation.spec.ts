@@ -19,6 +19,7 @@ import { RoutePolicies } from '../../lib/routes/route-policies.js';
 import { resolveOptions } from '../../lib/rate-limit-options.js';
 import { StoreOwner } from '../../lib/stores/store-owner.js';
 import { parseCommandLine } from '../../lib/simulator/simulate-args.js';
+import { ManualClock } from '../../lib/testing/index.js';
 
 /**
  * Every validation message, exactly: one row per bad input, with the whole message it must
@@ -341,9 +342,19 @@ const ROWS: Row[] = [
   ['RedisStore client not a client', store(() => new RedisStore({ client: {} as never })), 'Invalid RedisStore option "client": must be an ioredis Redis or Cluster client, as in new RedisStore({ client: redis }), got {}'],
   ['RedisStore with a prefix', store(() => new RedisStore({ client: fakeClient, prefix: 'rl:' } as never)), 'Invalid RedisStore option "prefix": is not an option (the options are client, cacheRefusals, clock), got "rl:"'],
   ['RedisStore cacheRefusals a string', store(() => new RedisStore({ client: fakeClient, cacheRefusals: 'no' } as never)), 'Invalid RedisStore option "cacheRefusals": must be true or false, got "no"'],
-  ['RedisStore clock a number', store(() => new RedisStore({ client: fakeClient, clock: 5 } as never)), 'Invalid RedisStore option "clock": must be a function returning ms, got 5'],
-  ['MemoryStore clock a number', store(() => new MemoryStore({ clock: 5 as never })), 'Invalid MemoryStore option "clock": must be a function returning ms, got 5'],
+  ['RedisStore clock a number', store(() => new RedisStore({ client: fakeClient, clock: 5 } as never)), `Invalid RedisStore option "clock": must be 'redis', 'app', { now() } or a function returning ms, got 5`],
+  ['RedisStore clock an unknown name', store(() => new RedisStore({ client: fakeClient, clock: 'server' } as never)), `Invalid RedisStore option "clock": must be 'redis', 'app', { now() } or a function returning ms, got "server"`],
+  ['RedisStore clock an object without now()', store(() => new RedisStore({ client: fakeClient, clock: { now: 5 } } as never)), `Invalid RedisStore option "clock": must be 'redis', 'app', { now() } or a function returning ms, got {"now":5}`],
+  ['MemoryStore clock a number', store(() => new MemoryStore({ clock: 5 as never })), 'Invalid MemoryStore option "clock": must be { now() } or a function returning ms, got 5'],
+  ['MemoryStore clock an object without now()', store(() => new MemoryStore({ clock: { now: 1_767_225_600_000 } as never })), 'Invalid MemoryStore option "clock": must be { now() } or a function returning ms, got {"now":1767225600000}'],
   ['MemoryStore maxKeys 0', store(() => new MemoryStore({ maxKeys: 0 })), 'Invalid MemoryStore option "maxKeys": must be a whole number >= 1, got 0'],
+
+  // the testing kit's clock
+  ['ManualClock starting before 1970', () => thrown(() => new ManualClock(-1)), 'Invalid argument to new ManualClock: "startMs" must be a whole number of milliseconds >= 0, got -1'],
+  ['ManualClock.advance by a fraction of a ms', () => thrown(() => new ManualClock(0).advance(0.5)), 'Invalid argument to ManualClock.advance: "by" must be a whole number of milliseconds >= 0, got 0.5'],
+  ['ManualClock.set to a string', () => thrown(() => new ManualClock(0).set('5' as never)), 'Invalid argument to ManualClock.set: "ms" must be a whole number of milliseconds >= 0, got "5"'],
+  ['ManualClock.advance by an unknown unit', () => thrown(() => new ManualClock(0).advance('1w')), `Invalid argument to ManualClock.advance: "by" must be a duration of whole milliseconds such as '1s', '250ms', '15m', got "1w"`],
+  ['ManualClock.advance by half a ms', () => thrown(() => new ManualClock(0).advance('0.5ms')), `Invalid argument to ManualClock.advance: "by" must be a duration of whole milliseconds such as '1s', '250ms', '15m', got "0.5ms"`],
 
   // calls: RateLimiterService and the stores reject bad arguments
   ['RateLimiterService: two unnamed policies', limiter((l) => l.consume('user:1', [{ limit: 5, window: '1m' }, { limit: 100, window: '1d' }])), 'Invalid @RateLimit policy on RateLimiterService: two policies are named "default"; give each policy its own "name"'],

@@ -84,6 +84,11 @@ export class BucketTable {
     if (row !== undefined) this.free(row);
   }
 
+  /** Drops every bucket whose key starts with `prefix`. */
+  removeUnder(prefix: string): void {
+    for (let row = 0; row < this.keys.length; row++) if (this.keys[row]?.startsWith(prefix)) this.free(row);
+  }
+
   /** Drops the bucket in a row that holds one. */
   free(row: number): void {
     const key = this.keys[row]!;

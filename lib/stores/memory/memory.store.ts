@@ -3,13 +3,18 @@ import { invalidMaxKeys, invalidStoreClock } from '../../rate-limit.messages.js'
 import { chargeOf, toDecision } from '../decision.js';
 import { distinctRequests, spreadDecisions } from '../distinct-requests.js';
 import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from '../rate-limit-store.interface.js';
+import { clockReader, type StoreClock } from '../store-clock.js';
 import { BucketTable } from './bucket-table.js';
 import { makeRoom } from './eviction.js';
 
 /** Options of `MemoryStore`. */
 export interface MemoryStoreOptions {
-  /** The clock, integer milliseconds. Default `Date.now`; tests pin it. */
-  clock?: () => number;
+  /**
+   * The clock, integer milliseconds: any `{ now() }`, such as `ManualClock` from
+   * `nestjs-ratelimit/testing`, which tests move by hand. A function returning ms is taken too.
+   * Default `Date.now`.
+   */
+  clock?: StoreClock | (() => number);
   /**
    * Most buckets held at once. When a new one would pass it, the store frees 1 % of it: every
    * expired (full again) bucket first, then the buckets closest to full. Default `100_000`
@@ -49,9 +54,10 @@ export class MemoryStore implements RateLimitStore {
 
   constructor(options: MemoryStoreOptions = {}) {
     const { clock = Date.now, maxKeys = DEFAULT_MAX_KEYS } = options;
-    if (typeof clock !== 'function') throw new Error(invalidStoreClock('MemoryStore', clock));
+    const read = clockReader(clock);
+    if (read === undefined) throw new Error(invalidStoreClock('MemoryStore', clock, '{ now() } or a function returning ms'));
     if (!Number.isSafeInteger(maxKeys) || maxKeys < 1) throw new Error(invalidMaxKeys(maxKeys));
-    this.clock = clock;
+    this.clock = read;
     this.maxKeys = maxKeys;
     this.table = new BucketTable(maxKeys);
   }
@@ -72,6 +78,11 @@ export class MemoryStore implements RateLimitStore {
 
   async reset(keys: readonly string[]): Promise<void> {
     for (const key of keys) this.table.remove(key);
+  }
+
+  /** Forgets every bucket whose key starts with `prefix` (see `RateLimitStore.resetAll`). */
+  async resetAll(prefix: string): Promise<void> {
+    this.table.removeUnder(prefix);
   }
 
   /** Drops every bucket and stops the sweep timer. */

@@ -8,10 +8,11 @@ const OFFSET_KEPT_MS = 1_000;
 export const STALE_AFTER_TIMEOUTS = 2;
 
 /**
- * The two clocks a `RedisStore` works with: the local one (a test clock, else
- * `performance.now()`), and Redis's, per hash slot (each Cluster node has its own), as far as
- * the replies show it. The scripts read Redis `TIME` themselves; the local estimate of Redis's
- * clock only dates answers (see `RefusedCache`) and sets deadlines.
+ * The clocks a `RedisStore` works with: the local one (a test clock, else `performance.now()`),
+ * the script's (Redis `TIME`, unless a clock is given: the app's or a test's, sent with every
+ * call), and Redis's, per hash slot (each Cluster node has its own), as far as the replies show
+ * it. The local estimate of the script's clock only dates answers (see `RefusedCache`) and sets
+ * deadlines.
  */
 export class RedisClock {
   /**
@@ -23,14 +24,20 @@ export class RedisClock {
   /** Per hash slot, when `offsets` was last taken afresh (local ms). */
   private readonly offsetsTakenAt: Float64Array;
 
+  /** The clock (integer ms) sent with every call instead of Redis `TIME`, if any. */
+  private given: (() => number) | undefined;
+
   /**
-   * @param test the test clock (integer ms) sent with every call instead of Redis `TIME`, if any
+   * @param given the clock (integer ms) sent with every call instead of Redis `TIME`, if any
+   * @param test a test's clock, the local one too (then `given` as well), if any
    * @param slots hash slots whose offsets are kept: 16384 on a Cluster, else 1
    */
   constructor(
+    given: (() => number) | undefined,
     private readonly test: (() => number) | undefined,
     slots: number,
   ) {
+    this.given = given;
     this.offsets = new Float64Array(slots).fill(NaN);
     this.offsetsTakenAt = new Float64Array(slots);
   }
@@ -40,9 +47,19 @@ export class RedisClock {
     return this.test ? this.test() : performance.now();
   }
 
-  /** A script's ARGV[1]: the test clock's time, or '' for Redis `TIME`. */
+  /** A script's ARGV[1]: the given clock's time, or '' for Redis `TIME`. */
   scriptNow(): string {
-    return this.test ? String(this.test()) : '';
+    return this.given ? String(this.given()) : '';
+  }
+
+  /** Whether the scripts read Redis `TIME`. */
+  get redisTime(): boolean {
+    return this.given === undefined;
+  }
+
+  /** From now on, sends the app's clock (`Date.now()`) instead of using Redis `TIME`. */
+  useAppClock(): void {
+    this.given = Date.now;
   }
 
   /**
@@ -65,11 +82,12 @@ export class RedisClock {
    * late, so the deadline is `STALE_AFTER_TIMEOUTS` times that. Redis's clock is estimated from
    * the replies: the offset they show is never less than Redis's own, so the deadline is never
    * early, however late a reply is read. A call run between the two charges for a request that
-   * got its failMode outcome: fewer admissions, never more. '' before a reply, or with a test clock.
+   * got its failMode outcome: fewer admissions, never more. '' before a reply, or with a given
+   * clock (the script then knows only when the call was sent, not when it runs).
    */
   deadline(slot: number, sentAt: number, timeoutMs: number | undefined): string {
     const offset = this.offsets[slot];
-    if (timeoutMs === undefined || this.test || Number.isNaN(offset)) return '';
+    if (timeoutMs === undefined || this.given || Number.isNaN(offset)) return '';
     return String(Math.ceil(sentAt + offset + STALE_AFTER_TIMEOUTS * timeoutMs));
   }
 }

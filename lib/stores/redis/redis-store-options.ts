@@ -1,5 +1,6 @@
 import type { Cluster, Redis } from 'ioredis';
 import { invalidCacheRefusals, invalidRedisClient, invalidStoreClock, unknownStoreOption } from '../../rate-limit.messages.js';
+import { clockReader, type StoreClock } from '../store-clock.js';
 
 /** Options of `RedisStore`. */
 export interface RedisStoreOptions {
@@ -11,13 +12,23 @@ export interface RedisStoreOptions {
    */
   cacheRefusals?: boolean;
   /**
-   * Tests only: a clock (integer ms) sent with every call instead of using Redis `TIME`.
-   * Keys still expire on Redis's own clock, at this clock's time plus their TTL, so a test
-   * clock must not lie in the past. In production, leave it unset so every instance shares
-   * Redis's one clock.
+   * Where the time of every decision comes from. `'redis'` (default): Redis `TIME`, read inside
+   * the script, so every instance of the app shares Redis's one clock. `'app'`: this process's
+   * `Date.now()`, sent with every call, for Redis-compatible servers whose scripts cannot read
+   * `TIME` (Dragonfly answers 0, ElastiCache Serverless refuses it); the instances' clocks must
+   * then agree (NTP). Tests: any `{ now() }` (`ManualClock`), integer ms, pinned; a function
+   * returning ms is taken too.
+   *
+   * Keys expire on the server's own clock at the given clock's time plus their TTL, so a given
+   * clock must not lie behind the server's. With `'redis'`, the store checks once, from the
+   * moment it is made, that `TIME` works inside a script (one round trip no decision waits for),
+   * and falls back to `'app'` with a warning when it does not.
    */
-  clock?: () => number;
+  clock?: RedisStoreClock;
 }
+
+/** The clock a `RedisStore` decides on (see `RedisStoreOptions.clock`). */
+export type RedisStoreClock = 'redis' | 'app' | StoreClock | (() => number);
 
 /** Every option there is: any other key is a typo, refused rather than ignored. */
 const OPTIONS = new Set<string>(['client', 'cacheRefusals', 'clock']);
@@ -36,5 +47,12 @@ export function checkRedisStoreOptions(options: RedisStoreOptions): void {
     }
   }
   if (options.cacheRefusals !== undefined && typeof options.cacheRefusals !== 'boolean') throw new Error(invalidCacheRefusals(options.cacheRefusals));
-  if (options.clock !== undefined && typeof options.clock !== 'function') throw new Error(invalidStoreClock('RedisStore', options.clock));
+  if (options.clock !== undefined && givenClock(options.clock) === undefined && options.clock !== 'redis') {
+    throw new Error(invalidStoreClock('RedisStore', options.clock, `'redis', 'app', { now() } or a function returning ms`));
+  }
+}
+
+/** The clock a `RedisStore` sends with its calls, ms: `undefined` for Redis `TIME` (and for a bad option). */
+export function givenClock(clock: RedisStoreClock | undefined): (() => number) | undefined {
+  return clock === 'app' ? Date.now : clockReader(clock);
 }

@@ -10,10 +10,11 @@ import { PendingCalls } from './pending-calls.js';
 import { RefusedCache } from './refused-cache.js';
 import { RedisClock } from './redis-clock.js';
 import { RedisScripts } from './redis-scripts.js';
-import { checkRedisStoreOptions, type RedisStoreOptions } from './redis-store-options.js';
+import { checkRedisStoreOptions, givenClock, type RedisStoreOptions } from './redis-store-options.js';
 import { SlotBatches } from './slot-batches.js';
+import { unlinkUnder } from './unlink-under.js';
 
-export type { RedisStoreOptions } from './redis-store-options.js';
+export type { RedisStoreClock, RedisStoreOptions } from './redis-store-options.js';
 
 /**
  * Buckets in Redis, shared by every instance of the app, with Redis `TIME` as the clock and
@@ -29,8 +30,12 @@ export type { RedisStoreOptions } from './redis-store-options.js';
  * A call that Redis only runs after the caller stopped waiting (`timeoutMs`, e.g. queued in a
  * frozen server) charges nothing.
  *
+ * On a Redis-compatible server whose scripts cannot read `TIME`, the store warns once and
+ * decides on the app's clock (see `RedisStoreOptions.clock`; `clock: 'app'` says so up front).
+ *
  * @example new RedisStore({ client: new Redis(process.env.REDIS_URL) })
  * @example new RedisStore({ client: new Cluster([{ host: 'redis-1', port: 6379 }]) })
+ * @example new RedisStore({ client: new Redis(process.env.DRAGONFLY_URL), clock: 'app' })
  */
 export class RedisStore implements RateLimitStore {
   readonly client: Redis | Cluster;
@@ -46,7 +51,8 @@ export class RedisStore implements RateLimitStore {
     checkRedisStoreOptions(options);
     this.client = options.client;
     this.cluster = (this.client as Cluster).isCluster === true;
-    this.clock = new RedisClock(options.clock, this.cluster ? HASH_SLOTS : 1);
+    const given = givenClock(options.clock);
+    this.clock = new RedisClock(given, options.clock === 'app' ? undefined : given, this.cluster ? HASH_SLOTS : 1);
     this.scripts = new RedisScripts(this.client, this.clock);
     this.batches = new SlotBatches(this.scripts, this.clock);
     this.refused = options.cacheRefusals === false ? undefined : new RefusedCache();
@@ -64,6 +70,17 @@ export class RedisStore implements RateLimitStore {
     this.refused?.forget(keys);
     const groups = groupBySlot(keys, this.cluster);
     await Promise.all([...groups.values()].map((group) => this.client.del(...group.map((i) => keys[i]))));
+  }
+
+  /**
+   * Forgets every bucket under `prefix` (see `RateLimitStore.resetAll`): SCAN and UNLINK in
+   * batches, on every master of a Cluster (see `unlinkUnder`), and every remembered refusal.
+   */
+  async resetAll(prefix: string): Promise<void> {
+    this.refused?.clear();
+    await unlinkUnder(this.client, prefix);
+    // a refusal remembered from a call answered meanwhile is of a bucket now gone
+    this.refused?.clear();
   }
 
   async close(): Promise<void> {
