@@ -14,6 +14,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import ts from 'typescript';
+import { packedPackage } from '../support/processes/packed-app.js';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const run = promisify(execFile);
@@ -79,10 +80,8 @@ let pkg: string;
 beforeAll(async () => {
   const started = performance.now();
   project = await mkdtemp(join(tmpdir(), 'rl-testing-entry-'));
-  await run('npm', ['run', 'build'], { cwd: ROOT });
-  const { stdout } = await run('npm', ['pack', '--json', '--pack-destination', project], { cwd: ROOT });
-  const [{ filename }] = JSON.parse(stdout) as [{ filename: string }];
-  await run('tar', ['-xzf', join(project, filename), '-C', project]);
+  const { tarball } = await packedPackage();
+  await run('tar', ['-xzf', tarball, '-C', project]);
   await mkdir(join(project, 'node_modules'));
   pkg = join(project, 'node_modules', 'nestjs-ratelimit');
   await rename(join(project, 'package'), pkg);

@@ -4,7 +4,8 @@
  * come from its package-lock.json (npm's cache first), the package from the tarball.
  */
 import { execFile } from 'node:child_process';
-import { copyFile, mkdir, readdir } from 'node:fs/promises';
+import { copyFile, mkdir, readdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
@@ -35,27 +36,74 @@ async function npm(cwd: string, args: string[]): Promise<string> {
 /** Seconds since `started` (a `performance.now()`). */
 const since = (started: number): number => (performance.now() - started) / 1000;
 
+/** The packed package: its tarball's path, and how long building and packing it took. */
+export interface PackedPackage {
+  tarball: string;
+  build: number;
+  pack: number;
+}
+
 /**
- * Builds and packs the package into `dir`, copies the app folder `app` (a path from the
- * repository's root; its files, not its node_modules) to `dir/app` and installs it there with the
- * tarball. Gives the copy's path and how long each step took.
+ * The package built (`npm run build`, into dist/) and packed once per Jest run, in the global
+ * setup's TEST_PACK_DIR, for every spec that needs it: two builds at once would write dist/ under
+ * each other's `npm pack`. The first caller (whose `mkdir` of the lock succeeds) builds; the
+ * others wait for its answer.
+ */
+export async function packedPackage(): Promise<PackedPackage> {
+  const dir = process.env.TEST_PACK_DIR;
+  if (!dir) throw new Error('TEST_PACK_DIR is not set: the packed package is for the e2e project (its global setup makes the dir)');
+  const answer = join(dir, 'packed.json');
+  try {
+    await mkdir(join(dir, 'lock'));
+  } catch {
+    return awaitAnswer(answer);
+  }
+  let packed: PackedPackage | { error: string };
+  try {
+    let started = performance.now();
+    await npm(ROOT, ['run', 'build']);
+    const build = since(started);
+    started = performance.now();
+    const [{ filename }] = JSON.parse(await npm(ROOT, ['pack', '--json', '--pack-destination', dir])) as { filename: string }[];
+    packed = { tarball: join(dir, filename), build, pack: since(started) };
+  } catch (error) {
+    packed = { error: (error as Error).message };
+  }
+  // written whole, then renamed: a waiting spec never reads half of it
+  await writeFile(`${answer}.part`, JSON.stringify(packed));
+  await rename(`${answer}.part`, answer);
+  if ('error' in packed) throw new Error(packed.error);
+  return packed;
+}
+
+/** What the spec that builds the package wrote to `answer`, once it is there. */
+async function awaitAnswer(answer: string): Promise<PackedPackage> {
+  for (;;) {
+    const text = await readFile(answer, 'utf8').catch(() => undefined);
+    if (text !== undefined) {
+      const packed = JSON.parse(text) as PackedPackage | { error: string };
+      if ('error' in packed) throw new Error(`building the package failed in another spec: ${packed.error}`);
+      return packed;
+    }
+    await sleep(250);
+  }
+}
+
+/**
+ * Copies the app folder `app` (a path from the repository's root; its files, not its
+ * node_modules) to `dir/app` and installs it there with the packed package. Gives the copy's path
+ * and how long each step took.
  */
 export async function installPackedApp(dir: string, app: string): Promise<{ appDir: string; times: PackedTimes }> {
-  let started = performance.now();
-  await npm(ROOT, ['run', 'build']);
-  const build = since(started);
-
-  started = performance.now();
-  const [{ filename }] = JSON.parse(await npm(ROOT, ['pack', '--json', '--pack-destination', dir])) as { filename: string }[];
-  const pack = since(started);
+  const { tarball, build, pack } = await packedPackage();
 
   const appDir = join(dir, 'app');
   await mkdir(appDir);
   for (const entry of await readdir(join(ROOT, app), { withFileTypes: true })) {
     if (entry.isFile()) await copyFile(join(ROOT, app, entry.name), join(appDir, entry.name));
   }
-  started = performance.now();
   // the lock pins the app's dependencies; --no-save keeps the tarball out of the copy's package.json
-  await npm(appDir, ['install', '--no-save', '--no-audit', '--no-fund', '--prefer-offline', join(dir, filename)]);
+  const started = performance.now();
+  await npm(appDir, ['install', '--no-save', '--no-audit', '--no-fund', '--prefer-offline', tarball]);
   return { appDir, times: { build, pack, install: since(started) } };
 }

@@ -1,5 +1,7 @@
 // @ts-check
-import { delimiter } from 'node:path';
+import { mkdtemp } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { delimiter, join } from 'node:path';
 import { startRedisCluster } from './cluster.js';
 import { ensureRedisServer, startRedisServer, stopRedisGroup } from './process.js';
 
@@ -9,6 +11,8 @@ import { ensureRedisServer, startRedisServer, stopRedisGroup } from './process.j
  * They reach the test workers through the environment:
  * - TEST_REDIS_URL: the single server, `redis://127.0.0.1:<port>`;
  * - TEST_REDIS_CLUSTER: the cluster's nodes, `127.0.0.1:<port>,127.0.0.1:<port>,...`;
+ * - TEST_PACK_DIR: an empty temp dir where the first spec that needs the packed package builds
+ *   and packs it for all (test/support/processes/packed-app.ts);
  * - TEST_REDIS_PIDS: every process started, comma-separated, and TEST_REDIS_DIRS: every temp dir,
  *   separated by path.delimiter; the global teardown stops and removes them.
  */
@@ -23,5 +27,6 @@ export default async function globalSetup() {
   process.env.TEST_REDIS_URL = server.value.url;
   process.env.TEST_REDIS_CLUSTER = cluster.value.nodes.map(({ host, port }) => `${host}:${port}`).join(',');
   process.env.TEST_REDIS_PIDS = [server.value.pid, ...cluster.value.pids].join(',');
-  process.env.TEST_REDIS_DIRS = [cluster.value.dir].join(delimiter);
+  process.env.TEST_PACK_DIR = await mkdtemp(join(tmpdir(), 'rl-pack-'));
+  process.env.TEST_REDIS_DIRS = [cluster.value.dir, process.env.TEST_PACK_DIR].join(delimiter);
 }
