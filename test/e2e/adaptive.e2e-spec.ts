@@ -55,6 +55,8 @@ describe.each(RUNS)('an adaptive policy on the %s store, %s', (_store, adapter, 
     const elapsed = () => performance.now() - started;
     const admittedIn = (from: number, to: number) => Promise.all(sent.filter(({ at }) => at >= from && at < to).map(({ admitted }) => admitted));
     const trace: string[] = [];
+    /** The factor every 500 ms, for the checks (`trace` prints it). */
+    const factors: { at: number; factor: number }[] = [];
 
     /** Offers requests evenly until `until` ms, noting the factor every 500 ms. */
     async function offer(until: number): Promise<void> {
@@ -67,7 +69,9 @@ describe.each(RUNS)('an adaptive policy on the %s store, %s', (_store, adapter, 
         next += 1000 / OFFERED_PER_S;
         if (elapsed() >= noted + 500) {
           noted += 500;
-          trace.push(`t=${(noted / 1000).toFixed(1)}s latency=${latency.ms}ms factor=${limiter.getScale('adaptive').toFixed(2)}`);
+          const factor = limiter.getScale('adaptive');
+          factors.push({ at: noted, factor });
+          trace.push(`t=${(noted / 1000).toFixed(1)}s latency=${latency.ms}ms factor=${factor.toFixed(2)}`);
         }
       }
     }
@@ -91,6 +95,8 @@ describe.each(RUNS)('an adaptive policy on the %s store, %s', (_store, adapter, 
     expect(Math.min(...perSecond.slice(2, 7))).toBeLessThanOrEqual(OFFERED_PER_S / 2);
     // the full rate again in some second of the 10 s after it dropped (seconds 7..16)
     expect(Math.max(...perSecond.slice(7, 17))).toBeGreaterThanOrEqual(OFFERED_PER_S - 1);
-    expect(limiter.getScale('adaptive')).toBeGreaterThan(0.8);
+    // and the factor itself back at 1 within those 10 s (later it may dip again: on a busy machine
+    // the event loop's own delays count in the latency of a 10 ms handler)
+    expect(Math.max(...factors.filter(({ at }) => at > 7_000).map(({ factor }) => factor))).toBe(1);
   }, 40_000);
 });
