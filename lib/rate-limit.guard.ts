@@ -1,7 +1,7 @@
 import { type CanActivate, type ExecutionContext, Inject, Injectable, Logger } from '@nestjs/common';
 import type { RateLimitContext } from './contexts/rate-limit-context.js';
 import { RateLimitContexts } from './contexts/rate-limit-contexts.js';
-import { type HeaderPlan, headerPlan, limiting, rateLimitHeaders } from './headers/rate-limit-headers.js';
+import { type HeaderPlan, headerPlan, limiting, writeRateLimitHeaders } from './headers/rate-limit-headers.js';
 import { resolveCost } from './keys/cost.js';
 import { type LimitedRequest, resolveIdentity } from './keys/identity.js';
 import { resolveTier } from './keys/tier.js';
@@ -50,17 +50,12 @@ export class RateLimitGuard implements CanActivate {
     protected readonly contexts: RateLimitContexts,
   ) {}
 
-  /** `true` at once for what is not limited; else the verdict of `enforce`, shared by every run on one request. */
+  /** `true` at once for what is not limited; else the verdict of `enforce`, shared by every run on one request (the first of a kind of context waits for its seam to be made). */
   canActivate(context: ExecutionContext): boolean | Promise<boolean> {
     const type = context.getType();
     const seam = this.contexts.for(type);
-    return seam === undefined ? this.limitOnceLoaded(type, context) : this.limit(seam, context);
-  }
-
-  /** The first request of a kind of context: its seam is made first (or it is not limited). */
-  private async limitOnceLoaded(type: string, context: ExecutionContext): Promise<boolean> {
-    const seam = await this.contexts.load(type);
-    return seam === undefined ? true : this.limit(seam, context);
+    if (seam !== undefined) return this.limit(seam, context);
+    return this.contexts.load(type).then((loaded) => loaded === undefined || this.limit(loaded, context));
   }
 
   /** The route's policies for the request in `context`, charged once per target. */
@@ -89,8 +84,7 @@ export class RateLimitGuard implements CanActivate {
         return applying.length === 0 || this.decideUnder(applying, request, context, seam);
       });
     } catch (error) {
-      // a refusal, or a key or cost source that threw: rejected, as an async guard's would be
-      return Promise.reject(error);
+      return Promise.reject(error); // a key or cost source that threw: rejected, as by an async guard
     }
   }
 
@@ -98,8 +92,7 @@ export class RateLimitGuard implements CanActivate {
   private decideUnder(applying: readonly RoutePolicy[], request: LimitedRequest, context: ExecutionContext, seam: RateLimitContext): boolean | Promise<boolean> {
     const policies = this.limiter.scales.apply(applying);
     const requests = this.buildRequests(policies, request, context, seam);
-    if (Array.isArray(requests)) return this.decide(policies, requests, context, seam);
-    return requests.then((built) => this.decide(policies, built, context, seam));
+    return Array.isArray(requests) ? this.decide(policies, requests, context, seam) : requests.then((built) => this.decide(policies, built, context, seam));
   }
 
   /** Asks the store; `failMode` answers for a store that cannot. */
@@ -119,7 +112,7 @@ export class RateLimitGuard implements CanActivate {
       else this.watchOutcome(policies, decisions, context, seam);
       return true;
     }
-    if (!named.allowed) return this.onRefusal(named, requests[decisions.indexOf(named)].cost, context, seam, decisions);
+    if (!named.allowed) return this.refuse(named, requests[decisions.indexOf(named)].cost, context, seam, decisions);
     // a leaky_bucket admits a request for its turn in the queue: wait until then
     if (decisions.some((decision) => decision.delay > 0)) {
       return this.waitTurn(decisions, context, seam).then(() => {
@@ -129,6 +122,12 @@ export class RateLimitGuard implements CanActivate {
     }
     this.watchOutcome(policies, decisions, context, seam);
     return true;
+  }
+
+  /** `onRefusal`'s error, rejected a microtask on: a promise rejected before anyone awaits it costs Node's unhandled-rejection bookkeeping. */
+  private async refuse(refused: RateLimitDecision, cost: number, context: ExecutionContext, seam: RateLimitContext, decisions: readonly RateLimitDecision[]): Promise<never> {
+    await undefined;
+    this.onRefusal(refused, cost, context, seam, decisions);
   }
 
   /** A store error's answer under `failMode`; any other error is thrown on. */
@@ -197,7 +196,7 @@ export class RateLimitGuard implements CanActivate {
     let plan = this.plans.get(policies);
     if (plan === undefined) this.plans.set(policies, (plan = headerPlan(this.options.headers, policies) ?? null));
     if (plan === null) return;
-    for (const [name, value] of rateLimitHeaders(plan, decisions, Date.now())) seam.setHeader(context, name, value);
+    writeRateLimitHeaders(plan, decisions, Date.now(), (name, value) => seam.setHeader(context, name, value));
   }
 
   /**
