@@ -1,7 +1,7 @@
 import { type CanActivate, type ExecutionContext, Inject, Injectable, Logger } from '@nestjs/common';
 import type { RateLimitContext } from './contexts/rate-limit-context.js';
 import { RateLimitContexts } from './contexts/rate-limit-contexts.js';
-import { type HeaderPlan, headerPlan, limiting, rateLimitHeaders } from './headers/rate-limit-headers.js';
+import { type HeaderPlan, headerPlan, limiting, writeRateLimitHeaders } from './headers/rate-limit-headers.js';
 import { resolveCost } from './keys/cost.js';
 import { type LimitedRequest, resolveIdentity } from './keys/identity.js';
 import { resolveTier } from './keys/tier.js';
@@ -50,17 +50,12 @@ export class RateLimitGuard implements CanActivate {
     protected readonly contexts: RateLimitContexts,
   ) {}
 
-  /** `true` at once for what is not limited; else the verdict of `enforce`, shared by every run on one request. */
+  /** `true` at once for what is not limited; else the verdict of `enforce`, shared by every run on one request (the first of a kind of context waits for its seam to be made). */
   canActivate(context: ExecutionContext): boolean | Promise<boolean> {
     const type = context.getType();
     const seam = this.contexts.for(type);
-    return seam === undefined ? this.limitOnceLoaded(type, context) : this.limit(seam, context);
-  }
-
-  /** The first request of a kind of context: its seam is made first (or it is not limited). */
-  private async limitOnceLoaded(type: string, context: ExecutionContext): Promise<boolean> {
-    const seam = await this.contexts.load(type);
-    return seam === undefined ? true : this.limit(seam, context);
+    if (seam !== undefined) return this.limit(seam, context);
+    return this.contexts.load(type).then((loaded) => loaded === undefined || this.limit(loaded, context));
   }
 
   /** The route's policies for the request in `context`, charged once per target. */
@@ -78,29 +73,37 @@ export class RateLimitGuard implements CanActivate {
 
   /**
    * Decides a request under its policies and answers: `true` to let it through (after its turn,
-   * for a `leaky_bucket`), or the context's refusal thrown.
+   * for a `leaky_bucket`), or the context's refusal as a rejected promise. An answer the memory
+   * store gives at once is returned at once: Nest awaits nothing for an admitted request.
    */
-  protected async enforce(
-    route: readonly RoutePolicy[],
-    request: LimitedRequest,
-    context: ExecutionContext,
-    seam: RateLimitContext,
-  ): Promise<boolean> {
-    const applying = this.options.skipIf === undefined && !anySkipIf(route) ? route : await this.skipping(route, context);
-    if (applying !== route) this.limiter.telemetry.skipped(context, route, applying);
-    if (applying.length === 0) return true;
-    const policies = this.limiter.scales.apply(applying);
-    const requests = await this.buildRequests(policies, request, context, seam);
-    let decisions: RateLimitDecision[];
+  protected enforce(route: readonly RoutePolicy[], request: LimitedRequest, context: ExecutionContext, seam: RateLimitContext): boolean | Promise<boolean> {
     try {
-      decisions = await this.limiter.decide(requests, true);
+      if (this.options.skipIf === undefined && !anySkipIf(route)) return this.decideUnder(route, request, context, seam);
+      return this.skipping(route, context).then((applying) => {
+        if (applying !== route) this.limiter.telemetry.skipped(context, route, applying);
+        return applying.length === 0 || this.decideUnder(applying, request, context, seam);
+      });
     } catch (error) {
-      if (error instanceof RateLimitStoreError) {
-        return this.limiter.telemetry.failedOver(context, policies, () => this.onStoreFailure(error, context, seam));
-      }
-      throw error;
+      return Promise.reject(error); // a key or cost source that threw: rejected, as by an async guard
     }
+  }
 
+  /** Builds the store requests of the policies that apply and decides them. */
+  private decideUnder(applying: readonly RoutePolicy[], request: LimitedRequest, context: ExecutionContext, seam: RateLimitContext): boolean | Promise<boolean> {
+    const policies = this.limiter.scales.apply(applying);
+    const requests = this.buildRequests(policies, request, context, seam);
+    return Array.isArray(requests) ? this.decide(policies, requests, context, seam) : requests.then((built) => this.decide(policies, built, context, seam));
+  }
+
+  /** Asks the store; `failMode` answers for a store that cannot. */
+  private decide(policies: readonly RoutePolicy[], requests: RateLimitRequest[], context: ExecutionContext, seam: RateLimitContext): boolean | Promise<boolean> {
+    const decided = this.limiter.decideNow(requests, true);
+    if (Array.isArray(decided)) return this.answer(policies, requests, decided, context, seam);
+    return decided.then((decisions) => this.answer(policies, requests, decisions, context, seam), (error: unknown) => this.failOver(error, policies, context, seam));
+  }
+
+  /** Sets the headers of the decisions, then lets the request through or refuses it. */
+  private answer(policies: readonly RoutePolicy[], requests: readonly RateLimitRequest[], decisions: RateLimitDecision[], context: ExecutionContext, seam: RateLimitContext): boolean | Promise<boolean> {
     this.setHeaders(policies, decisions, context, seam);
     const named = limiting(decisions);
     this.limiter.telemetry.decided(context, decisions, named.allowed);
@@ -109,13 +112,28 @@ export class RateLimitGuard implements CanActivate {
       else this.watchOutcome(policies, decisions, context, seam);
       return true;
     }
-    if (named.allowed) {
-      // a leaky_bucket admits a request for its turn in the queue: wait until then
-      if (decisions.some((decision) => decision.delay > 0)) await this.waitTurn(decisions, context, seam);
-      this.watchOutcome(policies, decisions, context, seam);
-      return true;
+    if (!named.allowed) return this.refuse(named, requests[decisions.indexOf(named)].cost, context, seam, decisions);
+    // a leaky_bucket admits a request for its turn in the queue: wait until then
+    if (decisions.some((decision) => decision.delay > 0)) {
+      return this.waitTurn(decisions, context, seam).then(() => {
+        this.watchOutcome(policies, decisions, context, seam);
+        return true;
+      });
     }
-    return this.onRefusal(named, requests[decisions.indexOf(named)].cost, context, seam, decisions);
+    this.watchOutcome(policies, decisions, context, seam);
+    return true;
+  }
+
+  /** `onRefusal`'s error, rejected a microtask on: a promise rejected before anyone awaits it costs Node's unhandled-rejection bookkeeping. */
+  private async refuse(refused: RateLimitDecision, cost: number, context: ExecutionContext, seam: RateLimitContext, decisions: readonly RateLimitDecision[]): Promise<never> {
+    await undefined;
+    this.onRefusal(refused, cost, context, seam, decisions);
+  }
+
+  /** A store error's answer under `failMode`; any other error is thrown on. */
+  private failOver(error: unknown, policies: readonly RoutePolicy[], context: ExecutionContext, seam: RateLimitContext): boolean {
+    if (!(error instanceof RateLimitStoreError)) throw error;
+    return this.limiter.telemetry.failedOver(context, policies, () => this.onStoreFailure(error, context, seam));
   }
 
   /** The policies that apply to the request: none when the module's `skipIf` says so, else those whose own does not. */
@@ -133,23 +151,24 @@ export class RateLimitGuard implements CanActivate {
     if (watched !== undefined) watch(seam.target?.(context) ?? context.getArgs(), watched);
   }
 
-  /** One store request per policy: its bucket for this client and its cost. */
-  protected async buildRequests(
-    policies: readonly RoutePolicy[],
-    request: LimitedRequest,
-    context: ExecutionContext,
-    seam: RateLimitContext,
-  ): Promise<RateLimitRequest[]> {
-    const requests: RateLimitRequest[] = [];
-    for (const policy of policies) {
+  /**
+   * One store request per policy: its bucket for this client and its cost. A promise only when a
+   * cost or tier function answers with one.
+   */
+  protected buildRequests(policies: readonly RoutePolicy[], request: LimitedRequest, context: ExecutionContext, seam: RateLimitContext): RateLimitRequest[] | Promise<RateLimitRequest[]> {
+    const requests: RateLimitRequest[] = new Array(policies.length);
+    let pending: Promise<unknown>[] | undefined;
+    for (let i = 0; i < policies.length; i++) {
+      const policy = policies[i];
       const identity = this.resolveIdentity(policy, request, context);
       if (request.headers.authorization !== undefined) this.userNotYetSet.check(policy.keys, identity, context);
       if (seam.limitedByIp !== undefined && identity.startsWith('ip:')) seam.limitedByIp(request);
       const cost = this.resolveCost(policy, request, context);
-      const tier = policy.tiers === undefined ? undefined : await this.resolveTier(policy, request, context, seam);
-      requests.push(storeRequest(policy, identity, typeof cost === 'number' ? cost : await cost, tier));
+      const tier = policy.tiers === undefined ? undefined : this.resolveTier(policy, request, context, seam);
+      if (typeof cost === 'number' && (tier === undefined || typeof tier === 'string')) requests[i] = storeRequest(policy, identity, cost, tier);
+      else (pending ??= []).push(Promise.all([cost, tier]).then(([settled, named]) => (requests[i] = storeRequest(policy, identity, settled, named))));
     }
-    return requests;
+    return pending === undefined ? requests : Promise.all(pending).then(() => requests);
   }
 
   /** The identity a policy limits this request as (see `KeySource`). */
@@ -167,27 +186,17 @@ export class RateLimitGuard implements CanActivate {
    * the policy has no tier of, is its `defaultTier`. A tier function runs once per request,
    * however many policies read it.
    */
-  protected resolveTier(
-    policy: RoutePolicy,
-    request: LimitedRequest,
-    context: ExecutionContext,
-    seam: RateLimitContext,
-  ): string | undefined | Promise<string | undefined> {
+  protected resolveTier(policy: RoutePolicy, request: LimitedRequest, context: ExecutionContext, seam: RateLimitContext): string | undefined | Promise<string | undefined> {
     if (policy.tiers === undefined) return undefined;
     return resolveTier(policy.tiers.source, request, context, seam.target?.(context) ?? context.getArgs());
   }
 
   /** Sets the configured header families for the decisions. */
-  protected setHeaders(
-    policies: readonly RoutePolicy[],
-    decisions: readonly RateLimitDecision[],
-    context: ExecutionContext,
-    seam: RateLimitContext,
-  ): void {
+  protected setHeaders(policies: readonly RoutePolicy[], decisions: readonly RateLimitDecision[], context: ExecutionContext, seam: RateLimitContext): void {
     let plan = this.plans.get(policies);
     if (plan === undefined) this.plans.set(policies, (plan = headerPlan(this.options.headers, policies) ?? null));
     if (plan === null) return;
-    for (const [name, value] of rateLimitHeaders(plan, decisions, Date.now())) seam.setHeader(context, name, value);
+    writeRateLimitHeaders(plan, decisions, Date.now(), (name, value) => seam.setHeader(context, name, value));
   }
 
   /**

@@ -141,10 +141,23 @@ export class RateLimiterService implements BeforeApplicationShutdown, OnApplicat
    * @throws RateLimitStoreError when the store fails or is too slow and failMode is not 'local'
    */
   decide(requests: readonly RateLimitRequest[], charge: boolean): Promise<RateLimitDecision[]> {
+    try {
+      return Promise.resolve(this.decideNow(requests, charge));
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  /**
+   * `decide`, with the decisions themselves when the store made them at once (the memory store),
+   * so the guard waits on no promise; it may throw instead of rejecting.
+   */
+  decideNow(requests: readonly RateLimitRequest[], charge: boolean): RateLimitDecision[] | Promise<RateLimitDecision[]> {
     const decided = this.calls.decide(requests, charge);
     // jittered here, where the store's answers and its remembered refusals meet, so both say the same
     const { retryAfterJitter: jitter } = this.options;
-    return jitter === 0 ? decided : decided.then((decisions) => withJitter(decisions, requests, jitter));
+    if (jitter === 0) return decided;
+    return Array.isArray(decided) ? withJitter(decided, requests, jitter) : decided.then((decisions) => withJitter(decisions, requests, jitter));
   }
 
   /**

@@ -65,31 +65,33 @@ export function headerPlan(families: readonly HeaderFamily[], policies: readonly
  */
 export function rateLimitHeaders(plan: HeaderPlan, decisions: readonly RateLimitDecision[], nowMs: number): Array<[string, string]> {
   const headers: Array<[string, string]> = [];
+  writeRateLimitHeaders(plan, decisions, nowMs, (name, value) => headers.push([name, value]));
+  return headers;
+}
+
+/** `rateLimitHeaders`, each handed to `set` as it is made: the guard's way, with no list and no pair per header. */
+export function writeRateLimitHeaders(plan: HeaderPlan, decisions: readonly RateLimitDecision[], nowMs: number, set: (name: string, value: string) => void): void {
   if (plan.policy !== undefined) {
     let members = '';
     for (let i = 0; i < decisions.length; i++) {
       const d = decisions[i];
       members += `${i === 0 ? '' : ', '}${plan.members[i]}${d.remaining};t=${d.resetAfter}`;
     }
-    headers.push(['RateLimit-Policy', plan.tiered === undefined ? plan.policy : tieredPolicy(plan.tiered, decisions, plan.policy)], ['RateLimit', members]);
+    set('RateLimit-Policy', plan.tiered === undefined ? plan.policy : tieredPolicy(plan.tiered, decisions, plan.policy));
+    set('RateLimit', members);
   }
-  if (!plan.xRateLimit && !plan.legacy) return headers;
+  if (!plan.xRateLimit && !plan.legacy) return;
   const closest = limiting(decisions);
   if (plan.xRateLimit) {
-    headers.push(
-      ['X-RateLimit-Limit', String(closest.limit)],
-      ['X-RateLimit-Remaining', String(closest.remaining)],
-      ['X-RateLimit-Reset', String(Math.ceil(nowMs / 1000) + closest.fullAfter)],
-    );
+    set('X-RateLimit-Limit', String(closest.limit));
+    set('X-RateLimit-Remaining', String(closest.remaining));
+    set('X-RateLimit-Reset', String(Math.ceil(nowMs / 1000) + closest.fullAfter));
   }
   if (plan.legacy) {
-    headers.push(
-      ['RateLimit-Limit', String(closest.limit)],
-      ['RateLimit-Remaining', String(closest.remaining)],
-      ['RateLimit-Reset', String(closest.resetAfter)],
-    );
+    set('RateLimit-Limit', String(closest.limit));
+    set('RateLimit-Remaining', String(closest.remaining));
+    set('RateLimit-Reset', String(closest.resetAfter));
   }
-  return headers;
 }
 
 /**

@@ -44,8 +44,26 @@ export function resolveIdentity(
   return ipIdentity(request, options);
 }
 
+/** IPv4 clients whose identity is remembered, at most; the cache is emptied when it is full. */
+const CACHED_IPS = 16_384;
+/**
+ * The identities of recent IPv4 (and IPv4-mapped) addresses, by the address as the framework gave
+ * it: a client's next request skips parsing it, and its identity is the same string, whose hash
+ * the digest cache (see `digest`) finds at once. IPv6 identities depend on `ipv6Subnet`: not kept.
+ */
+const ipIdentities = new Map<string, string>();
+
 function ipIdentity(request: LimitedRequest, { ipv6Subnet }: KeyOptions): string {
-  return `ip:${normalizeIp(request.ip, ipv6Subnet) ?? 'unknown'}`;
+  const ip = request.ip;
+  const known = typeof ip === 'string' ? ipIdentities.get(ip) : undefined;
+  if (known !== undefined) return known;
+  const address = normalizeIp(ip, ipv6Subnet);
+  const identity = `ip:${address ?? 'unknown'}`;
+  if (address !== undefined && !address.includes('/')) {
+    if (ipIdentities.size >= CACHED_IPS) ipIdentities.clear();
+    ipIdentities.set(ip as string, identity);
+  }
+  return identity;
 }
 
 function fromSource(

@@ -16,7 +16,8 @@ interface Charged {
 /** A route's verdict under some of its policies, kept for the next run of the guard on the same target. */
 interface Charge {
   readonly policies: readonly RoutePolicy[];
-  readonly verdict: Promise<boolean>;
+  /** `true` when it was admitted at once; a refusal is always a (rejected) promise. */
+  readonly verdict: boolean | Promise<boolean>;
 }
 
 /**
@@ -27,8 +28,8 @@ interface Charge {
 export function chargeOnce(
   target: object,
   policies: readonly RoutePolicy[],
-  enforce: (policies: readonly RoutePolicy[]) => Promise<boolean>,
-): Promise<boolean> {
+  enforce: (policies: readonly RoutePolicy[]) => boolean | Promise<boolean>,
+): boolean | Promise<boolean> {
   const charges = (target as Charged)[CHARGES];
   if (charges === undefined) {
     const verdict = enforce(policies);
@@ -42,9 +43,9 @@ export function chargeOnce(
 async function chargeAgain(
   charges: Charge[],
   policies: readonly RoutePolicy[],
-  enforce: (policies: readonly RoutePolicy[]) => Promise<boolean>,
+  enforce: (policies: readonly RoutePolicy[]) => boolean | Promise<boolean>,
 ): Promise<boolean> {
-  const verdicts = new Set<Promise<boolean>>();
+  const verdicts = new Set<boolean | Promise<boolean>>();
   const fresh = policies.filter((policy) => {
     const charge = charges.find((earlier) => earlier.policies.some(({ keyPrefix }) => keyPrefix === policy.keyPrefix));
     if (charge !== undefined) verdicts.add(charge.verdict);

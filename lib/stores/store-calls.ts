@@ -52,6 +52,11 @@ export class StoreCalls {
   /** Decisions the local limiter made (failMode 'local'): their refunds go to it, not to the store. */
   private readonly localDecisions = new WeakSet<RateLimitDecision>();
   private local: MemoryStore | undefined;
+  /**
+   * The store itself when it is a `MemoryStore` whose `consume` and `peek` are its own: they only
+   * wrap its synchronous `decide` in a promise, so its decisions are taken without one.
+   */
+  private readonly immediate: MemoryStore | undefined;
 
   constructor(
     private readonly store: RateLimitStore,
@@ -59,21 +64,32 @@ export class StoreCalls {
     private readonly watcher: StoreCallWatcher = UNWATCHED,
   ) {
     this.deadlines = new DeadlineQueue(options.timeout);
+    const own = store instanceof MemoryStore && store.consume === MemoryStore.prototype.consume && store.peek === MemoryStore.prototype.peek;
+    this.immediate = own ? store : undefined;
   }
 
   /**
-   * Decides store requests within the timeout.
+   * Decides store requests within the timeout: the decisions themselves from the memory store
+   * (which throws a bad request's error instead of rejecting), a promise from any other.
    *
    * @throws RateLimitStoreError when the store fails or is too slow and failMode is not 'local'
    */
-  decide(requests: readonly RateLimitRequest[], charge: boolean): Promise<RateLimitDecision[]> {
+  decide(requests: readonly RateLimitRequest[], charge: boolean): RateLimitDecision[] | Promise<RateLimitDecision[]> {
     if (!this.store.inProcess) return this.decideRemote(requests, charge);
-    if (!this.watcher.timed) return charge ? this.store.consume(requests) : this.store.peek(requests);
-    // an in-process store has decided when it returns its promise: that is its time, and no wrapper per call
-    const started = performance.now();
-    const decided = charge ? this.store.consume(requests) : this.store.peek(requests);
+    // an in-process store has decided when it returns: that is its time, and no wrapper per call
+    const started = this.watcher.timed ? performance.now() : 0;
+    const decided = this.immediate !== undefined ? this.immediate.decide(requests, charge) : this.decideInProcess(requests, charge);
     this.ended('ok', started);
     return decided;
+  }
+
+  /** Another in-process store's promise; one that throws instead of rejecting is answered with a rejection, a store error's `failMode` included. */
+  private decideInProcess(requests: readonly RateLimitRequest[], charge: boolean): Promise<RateLimitDecision[]> {
+    try {
+      return charge ? this.store.consume(requests) : this.store.peek(requests);
+    } catch (error) {
+      return Promise.reject(error);
+    }
   }
 
   /** Whether `decision` is the local limiter's (failMode 'local'), not the store's. */
