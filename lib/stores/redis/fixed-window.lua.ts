@@ -10,8 +10,8 @@ local fixed_window = {}
 
 function fixed_window.decode(raw)
   if not raw then return nil end
-  local f = fields(raw)
-  return { start = f[1], count = f[2], blocked_until = f[3] or 0 }
+  local start, count, blocked_until = fields(raw)
+  return { start = start, count = count, blocked_until = blocked_until or 0 }
 end
 
 function fixed_window.encode(s)

@@ -11,8 +11,8 @@ local gcra = {}
 
 function gcra.decode(raw)
   if not raw then return nil end
-  local f = fields(raw)
-  return { backlog = f[1], at = f[2], blocked_until = f[3] or 0 }
+  local backlog, at, blocked_until = fields(raw)
+  return { backlog = backlog, at = at, blocked_until = blocked_until or 0 }
 end
 
 function gcra.encode(s)

@@ -10,8 +10,8 @@ local sliding_window_counter = {}
 
 function sliding_window_counter.decode(raw)
   if not raw then return nil end
-  local f = fields(raw)
-  return { start = f[1], previous = f[2], count = f[3], blocked_until = f[4] or 0 }
+  local start, previous, count, blocked_until = fields(raw)
+  return { start = start, previous = previous, count = count, blocked_until = blocked_until or 0 }
 end
 
 function sliding_window_counter.encode(s)

@@ -10,8 +10,8 @@ local token_bucket = {}
 
 function token_bucket.decode(raw)
   if not raw then return nil end
-  local f = fields(raw)
-  return { tokens = f[1], at = f[2], blocked_until = f[3] or 0 }
+  local tokens, at, blocked_until = fields(raw)
+  return { tokens = tokens, at = at, blocked_until = blocked_until or 0 }
 end
 
 function token_bucket.encode(s)
