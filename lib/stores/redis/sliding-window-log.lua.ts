@@ -25,10 +25,10 @@ end
 
 -- slidingWindowLog.current, reading the set
 function sliding_window_log.load(key, now, rule)
-  local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]
+  local newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
   -- a clock that goes back before the newest entry expires nothing and logs at that entry
   local at = now
-  if newest then at = math.max(now, tonumber(newest)) end
+  if newest then at = math.max(now, newest) end
   local cutoff = string.format('%d', at - window_ms(rule.rps, rule.burst))
   -- expired entries are skipped here, and dropped only by add: a refused request (or a peek)
   -- leaves the set as it was, as the pure model stores nothing for it
@@ -41,7 +41,7 @@ function sliding_window_log.load(key, now, rule)
     local score = redis.call('ZSCORE', key, BLOCK_MEMBER)
     if score then blocked_until = -tonumber(score) end
   end
-  return { key = key, count = total - expired, expired = expired, at = at, added = 0, blocked_until = blocked_until }
+  return { key = key, count = total - expired, expired = expired, at = at, newest = newest, added = 0, blocked_until = blocked_until }
 end
 
 -- slidingWindowLog.remaining
@@ -54,15 +54,19 @@ function sliding_window_log.wait_ms(s, rule, need)
   -- the request fits once the k oldest entries have left the window
   local k = s.count + log_entries(need) - rule.burst
   if k <= 0 then return 0 end
-  local rank = s.expired + k - 1
-  local entry = redis.call('ZRANGE', s.key, rank, rank, 'WITHSCORES')
-  return tonumber(entry[2]) + window_ms(rule.rps, rule.burst) - s.at
+  -- the newest entry's time (k = count: waitMs(burst)) is known already, the others are read
+  local time = s.newest
+  if k < s.count then
+    local rank = s.expired + k - 1
+    time = tonumber(redis.call('ZRANGE', s.key, rank, rank, 'WITHSCORES')[2])
+  end
+  return time + window_ms(rule.rps, rule.burst) - s.at
 end
 
 -- slidingWindowLog.charge (add writes the entries)
 function sliding_window_log.charge(s, rule, cost)
   local n = log_entries(cost)
-  return { key = s.key, count = s.count + n, expired = s.expired, at = s.at, added = n, blocked_until = s.blocked_until }
+  return { key = s.key, count = s.count + n, expired = s.expired, at = s.at, newest = s.newest, added = n, blocked_until = s.blocked_until }
 end
 
 -- drops the expired entries (the oldest, those load skipped) and writes those charge took (the
@@ -71,7 +75,9 @@ function sliding_window_log.add(key, s)
   if s.expired > 0 then redis.call('ZREMRANGEBYRANK', key, 0, s.expired - 1) end
   s.expired = 0
   local at = string.format('%d', s.at)
-  local n = redis.call('ZCOUNT', key, at, at)
+  -- entries already at this ms (only when the newest is: at is never before it)
+  local n = 0
+  if s.newest == s.at then n = redis.call('ZCOUNT', key, at, at) end
   local args = {}
   for j = 1, s.added do
     args[#args + 1] = at
@@ -83,6 +89,7 @@ function sliding_window_log.add(key, s)
     end
   end
   if #args > 0 then redis.call('ZADD', key, unpack(args)) end
+  s.newest = s.at
 end
 
 -- stores a block that holds as its member (the entries are in the set already)
