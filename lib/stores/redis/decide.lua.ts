@@ -22,9 +22,15 @@ const REFUND_ARGS = 6;
  * own `load` and `add`), and reading, reporting and saving a bucket.
  */
 const SHARED_LUA = `
+-- the math the algorithms call most, as locals: a global's lookup costs about 20 ns a call
+local floor = math.floor
+local ceil = math.ceil
+local max = math.max
+local min = math.min
+local abs = math.abs
 -- algorithms/conversions.ts durationMs
 local function duration_ms(tokens, rps)
-  return math.ceil((tokens * 1000) / rps)
+  return ceil((tokens * 1000) / rps)
 end
 
 -- algorithms/conversions.ts WHOLE_TOLERANCE: 256 * Number.EPSILON, 2^-44 (exact, as in JS)
@@ -32,14 +38,14 @@ local WHOLE_TOLERANCE = 256 * 2 ^ (-52)
 
 -- algorithms/conversions.ts wholeIfNear
 local function whole_if_near(tokens, burst)
-  local whole = math.floor(tokens + 0.5)
-  if math.abs(tokens - whole) <= burst * WHOLE_TOLERANCE then return whole end
+  local whole = floor(tokens + 0.5)
+  if abs(tokens - whole) <= burst * WHOLE_TOLERANCE then return whole end
   return tokens
 end
 
 -- algorithms/conversions.ts windowMs
 local function window_ms(rps, burst)
-  return math.max(1, math.floor((burst * 1000) / rps + 0.5))
+  return max(1, floor((burst * 1000) / rps + 0.5))
 end
 
 -- the numbers of a stored value '<a>|<b>[|<c>[|<d>]]', nil for those it lacks (one match: a
@@ -76,11 +82,11 @@ local function report(m, s, rule, cost, admits, delay_ms, reply)
   if block_ms == 0 then remaining = m.remaining(s, rule) end
   local retry_ms = 0
   if not admits then
-    if cost > rule.burst then retry_ms = -1 else retry_ms = math.max(block_ms, m.wait_ms(s, rule, cost)) end
+    if cost > rule.burst then retry_ms = -1 else retry_ms = max(block_ms, m.wait_ms(s, rule, cost)) end
   end
-  local full_ms = math.max(block_ms, m.wait_ms(s, rule, rule.burst))
+  local full_ms = max(block_ms, m.wait_ms(s, rule, rule.burst))
   local next_ms = 0
-  if remaining < rule.burst then next_ms = math.max(block_ms, m.wait_ms(s, rule, remaining + 1)) end
+  if remaining < rule.burst then next_ms = max(block_ms, m.wait_ms(s, rule, remaining + 1)) end
   local k = reply.n
   reply[k + 1], reply[k + 2], reply[k + 3], reply[k + 4] = admits and 1 or 0, remaining, retry_ms, full_ms
   reply[k + 5], reply[k + 6], reply[k + 7], reply[k + 8] = next_ms, delay_ms, block_ms, s.at
@@ -96,7 +102,7 @@ end
 
 -- algorithms/decide.ts expiryAfter: expiresAt from the waitMs(burst) the report has already worked out
 local function expires_at(s, full_ms)
-  return string.format('%d', s.at + math.max(1, full_ms))
+  return string.format('%d', s.at + max(1, full_ms))
 end
 
 -- stores a charged or blocked state, to expire (on the script's clock) when the bucket is full
@@ -117,7 +123,7 @@ end
 local function clock(given)
   if given ~= '' then return tonumber(given) end
   local time = redis.call('TIME')
-  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  return tonumber(time[1]) * 1000 + floor(tonumber(time[2]) / 1000)
 end
 
 -- the rules this call has read, by their arguments: a batch's policies mostly share a few, and

@@ -20,7 +20,7 @@ local BLOCK_MEMBER = 'block'
 
 -- logEntries
 local function log_entries(cost)
-  return math.ceil(cost)
+  return ceil(cost)
 end
 
 -- slidingWindowLog.current, reading the set
@@ -28,14 +28,14 @@ function sliding_window_log.load(key, now, rule)
   local newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
   -- a clock that goes back before the newest entry expires nothing and logs at that entry
   local at = now
-  if newest then at = math.max(now, newest) end
+  if newest then at = max(now, newest) end
   local cutoff = string.format('%d', at - window_ms(rule.rps, rule.burst))
   -- expired entries are skipped here, and dropped only by add: a refused request (or a peek)
   -- leaves the set as it was, as the pure model stores nothing for it
   local expired = redis.call('ZCOUNT', key, '-inf', cutoff)
   local total = redis.call('ZCARD', key)
   -- a log written under a larger limit (the limit was lowered) keeps its newest burst entries
-  expired = math.max(expired, total - rule.burst)
+  expired = max(expired, total - rule.burst)
   local blocked_until = 0
   if rule.block_ms > 0 then
     local score = redis.call('ZSCORE', key, BLOCK_MEMBER)
@@ -108,7 +108,7 @@ function sliding_window_log.refund(s, rule, cost, charged_at)
   for j = 1, #members do numbers[j] = tonumber(string.match(members[j], ':(%d+)$')) end
   table.sort(numbers)
   local drop = {}
-  for j = #numbers, math.max(1, #numbers - log_entries(cost) + 1), -1 do
+  for j = #numbers, max(1, #numbers - log_entries(cost) + 1), -1 do
     drop[#drop + 1] = at .. ':' .. numbers[j]
     if #drop >= 1000 then
       redis.call('ZREM', s.key, unpack(drop))
