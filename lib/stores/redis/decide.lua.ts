@@ -1,9 +1,5 @@
 import { BLOCK_LUA } from './block.lua.js';
-import { FIXED_WINDOW_LUA } from './fixed-window.lua.js';
-import { GCRA_LUA } from './gcra.lua.js';
-import { SLIDING_WINDOW_COUNTER_LUA } from './sliding-window-counter.lua.js';
-import { SLIDING_WINDOW_LOG_LUA } from './sliding-window-log.lua.js';
-import { TOKEN_BUCKET_LUA } from './token-bucket.lua.js';
+import { MODELS_LUA } from './models.lua.js';
 
 /**
  * Numbers both scripts return per request: allowed, remaining, retryMs, fullMs, nextMs,
@@ -54,16 +50,7 @@ local function fields(raw)
   local a, b, c, d = string.match(raw, '^([^|]*)|([^|]*)|?([^|]*)|?([^|]*)$')
   return tonumber(a), tonumber(b), tonumber(c), tonumber(d)
 end
-${BLOCK_LUA}${TOKEN_BUCKET_LUA}${GCRA_LUA}${FIXED_WINDOW_LUA}${SLIDING_WINDOW_LOG_LUA}${SLIDING_WINDOW_COUNTER_LUA}
-local MODELS = {
-  token_bucket = token_bucket,
-  leaky_bucket = leaky_bucket,
-  fixed_window = fixed_window,
-  sliding_window_log = sliding_window_log,
-  sliding_window_counter = sliding_window_counter,
-  gcra = gcra,
-}
-
+${BLOCK_LUA}${MODELS_LUA}
 local function load(m, key, now, rule)
   if m.load then return m.load(key, now, rule) end
   return m.current(m.decode(redis.call('GET', key)), now, rule)
