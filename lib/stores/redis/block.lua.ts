@@ -13,7 +13,7 @@ end
 -- algorithms/decide.ts blockLeftMs (a block_ms of 0 is none)
 local function block_left_ms(s, rule)
   if rule.block_ms == 0 then return 0 end
-  return math.max(0, s.blocked_until - s.at)
+  return max(0, s.blocked_until - s.at)
 end
 
 -- algorithms/decide.ts startsBlock

@@ -10,8 +10,8 @@ local fixed_window = {}
 
 function fixed_window.decode(raw)
   if not raw then return nil end
-  local f = fields(raw)
-  return { start = f[1], count = f[2], blocked_until = f[3] or 0 }
+  local start, count, blocked_until = fields(raw)
+  return { start = start, count = count, blocked_until = blocked_until or 0 }
 end
 
 function fixed_window.encode(s)
@@ -23,11 +23,11 @@ function fixed_window.current(state, now, rule)
   local w = window_ms(rule.rps, rule.burst)
   -- a clock that goes back into an earlier window stays in the stored one: no fresh quota
   local at = now
-  if state ~= nil then at = math.max(now, state.start) end
-  local start = math.floor(at / w) * w
+  if state ~= nil then at = max(now, state.start) end
+  local start = floor(at / w) * w
   -- a count written under a larger limit (the limit was lowered) is the whole limit now
   local count = 0
-  if state ~= nil and state.start == start then count = math.min(rule.burst, state.count) end
+  if state ~= nil and state.start == start then count = min(rule.burst, state.count) end
   local blocked_until = 0
   if state ~= nil then blocked_until = state.blocked_until end
   return { start = start, count = count, at = at, blocked_until = blocked_until }
@@ -35,7 +35,7 @@ end
 
 -- fixedWindow.remaining
 function fixed_window.remaining(s, rule)
-  return math.floor(rule.burst - s.count)
+  return floor(rule.burst - s.count)
 end
 
 -- fixedWindow.waitMs
@@ -54,7 +54,7 @@ end
 function fixed_window.refund(s, rule, cost, charged_at)
   -- a charge in a window that has ended no longer counts: nothing to give back
   local w = window_ms(rule.rps, rule.burst)
-  if s.start ~= math.floor(charged_at / w) * w then return s end
-  return { start = s.start, count = math.max(0, s.count - cost), at = s.at, blocked_until = s.blocked_until }
+  if s.start ~= floor(charged_at / w) * w then return s end
+  return { start = s.start, count = max(0, s.count - cost), at = s.at, blocked_until = s.blocked_until }
 end
 `;

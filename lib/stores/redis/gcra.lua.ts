@@ -11,8 +11,8 @@ local gcra = {}
 
 function gcra.decode(raw)
   if not raw then return nil end
-  local f = fields(raw)
-  return { backlog = f[1], at = f[2], blocked_until = f[3] or 0 }
+  local backlog, at, blocked_until = fields(raw)
+  return { backlog = backlog, at = at, blocked_until = blocked_until or 0 }
 end
 
 function gcra.encode(s)
@@ -23,19 +23,19 @@ end
 function gcra.current(state, now, rule)
   if state == nil then return { backlog = 0, at = now, blocked_until = 0 } end
   -- a clock that goes backwards drains nothing, and at never moves back
-  local elapsed = math.max(0, now - state.at)
+  local elapsed = max(0, now - state.at)
   -- a backlog written under a larger burst (the limit was lowered since) was a full one as of
   -- its at, and drains from there
-  local stored = math.min(rule.burst, state.backlog)
+  local stored = min(rule.burst, state.backlog)
   -- empty once the whole ms its key expires after have passed, even a rounding step short
-  local backlog = whole_if_near(math.max(0, stored - (elapsed * rule.rps) / 1000), rule.burst)
+  local backlog = whole_if_near(max(0, stored - (elapsed * rule.rps) / 1000), rule.burst)
   if elapsed >= duration_ms(stored, rule.rps) then backlog = 0 end
-  return { backlog = backlog, at = math.max(state.at, now), blocked_until = state.blocked_until }
+  return { backlog = backlog, at = max(state.at, now), blocked_until = state.blocked_until }
 end
 
 -- gcra.remaining
 function gcra.remaining(s, rule)
-  return math.floor(rule.burst - s.backlog)
+  return floor(rule.burst - s.backlog)
 end
 
 -- gcra.waitMs
@@ -53,7 +53,7 @@ end
 
 -- gcra.refund
 function gcra.refund(s, rule, cost, charged_at)
-  return { backlog = math.max(0, s.backlog - cost), at = s.at, blocked_until = s.blocked_until }
+  return { backlog = max(0, s.backlog - cost), at = s.at, blocked_until = s.blocked_until }
 end
 
 -- leakyBucket: gcra plus the wait in the queue

@@ -10,8 +10,8 @@ local sliding_window_counter = {}
 
 function sliding_window_counter.decode(raw)
   if not raw then return nil end
-  local f = fields(raw)
-  return { start = f[1], previous = f[2], count = f[3], blocked_until = f[4] or 0 }
+  local start, previous, count, blocked_until = fields(raw)
+  return { start = start, previous = previous, count = count, blocked_until = blocked_until or 0 }
 end
 
 function sliding_window_counter.encode(s)
@@ -28,22 +28,22 @@ function sliding_window_counter.current(state, now, rule)
   local w = window_ms(rule.rps, rule.burst)
   -- a clock that goes back into an earlier window stays in the stored one: no fresh quota
   local at = now
-  if state ~= nil then at = math.max(now, state.start) end
-  local start = math.floor(at / w) * w
+  if state ~= nil then at = max(now, state.start) end
+  local start = floor(at / w) * w
   if state == nil then return { start = start, previous = 0, count = 0, at = at, blocked_until = 0 } end
   -- counts written under a larger limit (the limit was lowered) are the whole limit now
   local b, blocked_until = rule.burst, state.blocked_until
   if state.start == start then
-    return { start = start, previous = math.min(b, state.previous), count = math.min(b, state.count), at = at, blocked_until = blocked_until }
+    return { start = start, previous = min(b, state.previous), count = min(b, state.count), at = at, blocked_until = blocked_until }
   end
-  if state.start + w == start then return { start = start, previous = math.min(b, state.count), count = 0, at = at, blocked_until = blocked_until } end
+  if state.start + w == start then return { start = start, previous = min(b, state.count), count = 0, at = at, blocked_until = blocked_until } end
   return { start = start, previous = 0, count = 0, at = at, blocked_until = blocked_until }
 end
 
 -- slidingWindowCounter.remaining
 function sliding_window_counter.remaining(s, rule)
   local w = window_ms(rule.rps, rule.burst)
-  return math.max(0, math.floor(((rule.burst - s.count) * w - previous_scaled(s, w)) / w))
+  return max(0, floor(((rule.burst - s.count) * w - previous_scaled(s, w)) / w))
 end
 
 -- slidingWindowCounter.waitMs
@@ -55,10 +55,10 @@ function sliding_window_counter.wait_ms(s, rule, need)
   if room >= 0 then
     if previous_scaled(s, w) <= room * w then return 0 end
     -- it fits later in this window, once enough of the previous window's weight (> 0) has slid out...
-    return math.max(1, w - math.floor((room * w) / s.previous) - elapsed)
+    return max(1, w - floor((room * w) / s.previous) - elapsed)
   end
   -- ...or only in the next one, once enough of this window's count (> burst - need >= 0) has
-  return 2 * w - math.floor(((rule.burst - need) * w) / s.count) - elapsed
+  return 2 * w - floor(((rule.burst - need) * w) / s.count) - elapsed
 end
 
 -- slidingWindowCounter.charge
@@ -70,12 +70,12 @@ end
 function sliding_window_counter.refund(s, rule, cost, charged_at)
   -- the charge counts in the window it was taken in, then in the next one as previous
   local w = window_ms(rule.rps, rule.burst)
-  local charged = math.floor(charged_at / w) * w
+  local charged = floor(charged_at / w) * w
   if s.start == charged then
-    return { start = s.start, previous = s.previous, count = math.max(0, s.count - cost), at = s.at, blocked_until = s.blocked_until }
+    return { start = s.start, previous = s.previous, count = max(0, s.count - cost), at = s.at, blocked_until = s.blocked_until }
   end
   if s.start == charged + w then
-    return { start = s.start, previous = math.max(0, s.previous - cost), count = s.count, at = s.at, blocked_until = s.blocked_until }
+    return { start = s.start, previous = max(0, s.previous - cost), count = s.count, at = s.at, blocked_until = s.blocked_until }
   end
   return s
 end

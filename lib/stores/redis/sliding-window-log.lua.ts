@@ -20,28 +20,28 @@ local BLOCK_MEMBER = 'block'
 
 -- logEntries
 local function log_entries(cost)
-  return math.ceil(cost)
+  return ceil(cost)
 end
 
 -- slidingWindowLog.current, reading the set
 function sliding_window_log.load(key, now, rule)
-  local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]
+  local newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
   -- a clock that goes back before the newest entry expires nothing and logs at that entry
   local at = now
-  if newest then at = math.max(now, tonumber(newest)) end
+  if newest then at = max(now, newest) end
   local cutoff = string.format('%d', at - window_ms(rule.rps, rule.burst))
   -- expired entries are skipped here, and dropped only by add: a refused request (or a peek)
   -- leaves the set as it was, as the pure model stores nothing for it
   local expired = redis.call('ZCOUNT', key, '-inf', cutoff)
   local total = redis.call('ZCARD', key)
   -- a log written under a larger limit (the limit was lowered) keeps its newest burst entries
-  expired = math.max(expired, total - rule.burst)
+  expired = max(expired, total - rule.burst)
   local blocked_until = 0
   if rule.block_ms > 0 then
     local score = redis.call('ZSCORE', key, BLOCK_MEMBER)
     if score then blocked_until = -tonumber(score) end
   end
-  return { key = key, count = total - expired, expired = expired, at = at, added = 0, blocked_until = blocked_until }
+  return { key = key, count = total - expired, expired = expired, at = at, newest = newest, added = 0, blocked_until = blocked_until }
 end
 
 -- slidingWindowLog.remaining
@@ -54,15 +54,19 @@ function sliding_window_log.wait_ms(s, rule, need)
   -- the request fits once the k oldest entries have left the window
   local k = s.count + log_entries(need) - rule.burst
   if k <= 0 then return 0 end
-  local rank = s.expired + k - 1
-  local entry = redis.call('ZRANGE', s.key, rank, rank, 'WITHSCORES')
-  return tonumber(entry[2]) + window_ms(rule.rps, rule.burst) - s.at
+  -- the newest entry's time (k = count: waitMs(burst)) is known already, the others are read
+  local time = s.newest
+  if k < s.count then
+    local rank = s.expired + k - 1
+    time = tonumber(redis.call('ZRANGE', s.key, rank, rank, 'WITHSCORES')[2])
+  end
+  return time + window_ms(rule.rps, rule.burst) - s.at
 end
 
 -- slidingWindowLog.charge (add writes the entries)
 function sliding_window_log.charge(s, rule, cost)
   local n = log_entries(cost)
-  return { key = s.key, count = s.count + n, expired = s.expired, at = s.at, added = n, blocked_until = s.blocked_until }
+  return { key = s.key, count = s.count + n, expired = s.expired, at = s.at, newest = s.newest, added = n, blocked_until = s.blocked_until }
 end
 
 -- drops the expired entries (the oldest, those load skipped) and writes those charge took (the
@@ -71,7 +75,9 @@ function sliding_window_log.add(key, s)
   if s.expired > 0 then redis.call('ZREMRANGEBYRANK', key, 0, s.expired - 1) end
   s.expired = 0
   local at = string.format('%d', s.at)
-  local n = redis.call('ZCOUNT', key, at, at)
+  -- entries already at this ms (only when the newest is: at is never before it)
+  local n = 0
+  if s.newest == s.at then n = redis.call('ZCOUNT', key, at, at) end
   local args = {}
   for j = 1, s.added do
     args[#args + 1] = at
@@ -83,6 +89,7 @@ function sliding_window_log.add(key, s)
     end
   end
   if #args > 0 then redis.call('ZADD', key, unpack(args)) end
+  s.newest = s.at
 end
 
 -- stores a block that holds as its member (the entries are in the set already)
@@ -101,7 +108,7 @@ function sliding_window_log.refund(s, rule, cost, charged_at)
   for j = 1, #members do numbers[j] = tonumber(string.match(members[j], ':(%d+)$')) end
   table.sort(numbers)
   local drop = {}
-  for j = #numbers, math.max(1, #numbers - log_entries(cost) + 1), -1 do
+  for j = #numbers, max(1, #numbers - log_entries(cost) + 1), -1 do
     drop[#drop + 1] = at .. ':' .. numbers[j]
     if #drop >= 1000 then
       redis.call('ZREM', s.key, unpack(drop))

@@ -10,8 +10,8 @@ local token_bucket = {}
 
 function token_bucket.decode(raw)
   if not raw then return nil end
-  local f = fields(raw)
-  return { tokens = f[1], at = f[2], blocked_until = f[3] or 0 }
+  local tokens, at, blocked_until = fields(raw)
+  return { tokens = tokens, at = at, blocked_until = blocked_until or 0 }
 end
 
 function token_bucket.encode(s)
@@ -22,17 +22,17 @@ end
 function token_bucket.current(state, now, rule)
   if state == nil then return { tokens = rule.burst, at = now, blocked_until = 0 } end
   -- a clock that goes backwards adds nothing, and at never moves back
-  local elapsed = math.max(0, now - state.at)
+  local elapsed = max(0, now - state.at)
   -- full once the whole ms its key expires after have passed, even a rounding step short, and
   -- at once when it holds more than burst (written under a larger one)
-  local tokens = whole_if_near(math.min(rule.burst, state.tokens + (elapsed * rule.rps) / 1000), rule.burst)
+  local tokens = whole_if_near(min(rule.burst, state.tokens + (elapsed * rule.rps) / 1000), rule.burst)
   if elapsed >= duration_ms(rule.burst - state.tokens, rule.rps) then tokens = rule.burst end
-  return { tokens = tokens, at = math.max(state.at, now), blocked_until = state.blocked_until }
+  return { tokens = tokens, at = max(state.at, now), blocked_until = state.blocked_until }
 end
 
 -- tokenBucket.remaining
 function token_bucket.remaining(s, rule)
-  return math.floor(s.tokens)
+  return floor(s.tokens)
 end
 
 -- tokenBucket.waitMs
@@ -48,6 +48,6 @@ end
 
 -- tokenBucket.refund
 function token_bucket.refund(s, rule, cost, charged_at)
-  return { tokens = math.min(rule.burst, s.tokens + cost), at = s.at, blocked_until = s.blocked_until }
+  return { tokens = min(rule.burst, s.tokens + cost), at = s.at, blocked_until = s.blocked_until }
 end
 `;
