@@ -75,8 +75,9 @@ describe.each(ADAPTERS)('failMode on %s, against a real redis-server that freeze
         message: 'Rate limiter unavailable. Try again later.',
       });
       expect(results.local.map((r) => r.status)).toEqual([200, 200, 429]);
-      // bounded by the timeout; the margin is for a loaded 2-core machine
-      for (const { ms } of [results.open, results.closed, ...results.local]) expect(ms).toBeLessThan(TIMEOUT + 400);
+      // bounded by the timeout, not by the freeze (which lasts until the finally below); the margin
+      // is for a loaded 2-core machine, where a fresh app's first request took up to 513 ms
+      for (const { ms } of [results.open, results.closed, ...results.local]) expect(ms).toBeLessThan(TIMEOUT + 900);
     } finally {
       process.kill(server.pid, 'SIGCONT');
     }
