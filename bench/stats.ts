@@ -5,8 +5,13 @@
 
 /** One timed run of one contender. */
 export interface Sample {
-  /** What is compared: decisions or requests per second. */
+  /** Decisions or requests per second: for information on a shared machine. */
   perSecond: number;
+  /**
+   * µs of CPU per request or decision, where the comparison measures it: the app process's own
+   * (user + system, HTTP), or Redis's inside the scripts (redis-cost). What the targets read.
+   */
+  cpu?: number;
   /** Counts the run also reports (status codes, Redis calls, errors), by name. */
   counts?: Record<string, number>;
 }
@@ -26,7 +31,7 @@ export interface Summary {
 
 /** What a ratio must be to PASS; without one a ratio is printed for information only. */
 export interface Target {
-  op: '>=' | '>' | '<';
+  op: '>=' | '>' | '<' | '<=';
   value: number;
 }
 
@@ -77,6 +82,11 @@ export function medianRate(samples: readonly Sample[]): number {
   return summarize(samples.map((sample) => sample.perSecond)).median;
 }
 
+/** The median of a contender's CPU per request or decision, µs. */
+export function medianCpu(samples: readonly Sample[]): number {
+  return summarize(samples.map((sample) => sample.cpu ?? Number.NaN)).median;
+}
+
 /** `ours` over `theirs`, as the ratio of their medians (per second: above 1, ours is faster). */
 export function ratioOfMedians(ours: readonly Sample[], theirs: readonly Sample[]): number {
   return medianRate(ours) / medianRate(theirs);
@@ -85,6 +95,7 @@ export function ratioOfMedians(ours: readonly Sample[], theirs: readonly Sample[
 export function meets(value: number, target: Target): boolean {
   if (target.op === '>=') return value >= target.value;
   if (target.op === '>') return value > target.value;
+  if (target.op === '<=') return value <= target.value;
   return value < target.value;
 }
 
@@ -113,6 +124,11 @@ export function formatRatio(value: number): string {
 /** Median, then min–max: `12,345 (11,980–12,700)`. */
 export function formatSummary(summary: Summary): string {
   return `${formatRate(summary.median)} (${formatRate(summary.min)}–${formatRate(summary.max)})`;
+}
+
+/** Microseconds with two decimals, median then min–max: `41.23 (40.10–43.00)`. */
+export function formatMicros(summary: Summary): string {
+  return `${summary.median.toFixed(2)} (${summary.min.toFixed(2)}–${summary.max.toFixed(2)})`;
 }
 
 /**
@@ -146,13 +162,16 @@ export function totalCounts(samples: readonly Sample[]): Record<string, number> 
 }
 
 /**
- * One row per contender: the median per second with its range, then the `counts` named,
- * summed over every round (a count no sample has shows as 0).
+ * One row per contender: with `cpuHead`, the median CPU per request or decision with its range
+ * first; then the median per second with its range, then the `counts` named, summed over every
+ * round (a count no sample has shows as 0).
  */
-export function contenderTable(samples: ReadonlyMap<string, readonly Sample[]>, rateHead: string, counts: readonly string[]): string {
+export function contenderTable(samples: ReadonlyMap<string, readonly Sample[]>, rateHead: string, counts: readonly string[], cpuHead?: string): string {
   const rows = [...samples].map(([name, runs]) => {
     const totals = totalCounts(runs);
-    return [name, formatSummary(summarize(runs.map((run) => run.perSecond))), ...counts.map((count) => formatRate(totals[count] ?? 0))];
+    const cpu = cpuHead === undefined ? [] : [formatMicros(summarize(runs.map((run) => run.cpu ?? Number.NaN)))];
+    return [name, ...cpu, formatSummary(summarize(runs.map((run) => run.perSecond))), ...counts.map((count) => formatRate(totals[count] ?? 0))];
   });
-  return markdownTable(['contender', `${rateHead}: median (min–max)`, ...counts.map((count) => `${count} (all rounds)`)], rows);
+  const cpu = cpuHead === undefined ? [] : [`${cpuHead}: median (min–max)`];
+  return markdownTable(['contender', ...cpu, `${rateHead}: median (min–max)`, ...counts.map((count) => `${count} (all rounds)`)], rows);
 }
