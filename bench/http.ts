@@ -23,13 +23,12 @@
  * the bench Redis; warms up for `warmupSeconds` (not counted); then measures for `seconds`.
  * The load generator runs in the bench process, the app in its child.
  */
-import { type ChildProcess, execFileSync, fork } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { type ChildProcess, fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
 import type { BenchContext, ComparisonReport } from './comparison.js';
 import type { Adapter, Variant } from './server.js';
-import { type Contender, contenderTable, formatRate, medianCpu, type RatioRow, ratioOfMedians, type Sample, type Target, totalCounts } from './stats.js';
+import { type Contender, contenderTable, cpuMicros, formatRate, medianCpu, type RatioRow, ratioOfMedians, type Sample, type Target, totalCounts } from './stats.js';
 
 const CONNECTIONS = 64;
 /** Distinct x-api-key values of the `spread` mode of http-<adapter>. */
@@ -39,8 +38,6 @@ const FLOOD_SPREAD_KEYS = 100;
 const SERVER = fileURLToPath(new URL('./server.js', import.meta.url));
 /** How long a server may take to start listening. */
 const START_TIMEOUT_MS = 30_000;
-/** Clock ticks per second of the times in `/proc/<pid>/stat`. */
-const CLOCK_TICKS = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim());
 
 /** µs of app CPU per request that ours may spend above the headers-only guard, per store. */
 const OVER_HEADERS_ONLY: Record<'memory' | 'redis', Target> = { memory: { op: '<=', value: 3 }, redis: { op: '<=', value: 5 } };
@@ -166,17 +163,6 @@ function contender(context: BenchContext, adapter: Adapter, load: Load): Contend
       }
     },
   };
-}
-
-/**
- * User + system CPU time of process `pid` so far, µs: fields 14 (utime) and 15 (stime) of
- * `/proc/<pid>/stat`, in clock ticks, every thread of the process included (its GC's too).
- */
-function cpuMicros(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  // field 2, the command, is in parentheses and may hold spaces: count from after its ')'
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return ((Number(fields[11]) + Number(fields[12])) * 1e6) / CLOCK_TICKS;
 }
 
 /**

@@ -114,7 +114,7 @@ async function main(): Promise<void> {
         rounds,
         seconds,
         warmupSeconds: WARMUP_SECONDS,
-        redis: { port: server.port, url: server.url },
+        redis: { port: server.port, url: server.url, pid: server.pid },
         admin,
         children: running.children,
         log,

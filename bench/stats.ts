@@ -2,6 +2,11 @@
  * How the benchmarks collect samples and what they make of them: rounds that alternate the
  * contenders, the median with its range, ratios of medians against targets, and Markdown tables.
  */
+import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+
+/** Clock ticks per second of the times in `/proc/<pid>/stat`. */
+const CLOCK_TICKS = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim());
 
 /** One timed run of one contender. */
 export interface Sample {
@@ -174,4 +179,15 @@ export function contenderTable(samples: ReadonlyMap<string, readonly Sample[]>, 
   });
   const cpu = cpuHead === undefined ? [] : [`${cpuHead}: median (min–max)`];
   return markdownTable(['contender', ...cpu, `${rateHead}: median (min–max)`, ...counts.map((count) => `${count} (all rounds)`)], rows);
+}
+
+/**
+ * User + system CPU time of process `pid` so far, µs: fields 14 (utime) and 15 (stime) of
+ * `/proc/<pid>/stat`, in clock ticks, every thread of the process included (its GC's too).
+ */
+export function cpuMicros(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  // field 2, the command, is in parentheses and may hold spaces: count from after its ')'
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return ((Number(fields[11]) + Number(fields[12])) * 1e6) / CLOCK_TICKS;
 }
