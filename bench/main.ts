@@ -20,7 +20,7 @@
  *
  * Environment:
  * - BENCH_ROUNDS: rounds per comparison, each running every contender once (default 3);
- * - BENCH_SECONDS: timed seconds of each run (default 4), after a warm-up that is not counted;
+ * - BENCH_SECONDS: timed seconds of each run (default 3), after a warm-up that is not counted;
  * - BENCH_ONLY: comma-separated comparison names to run, or their prefixes (`http`, `refused-flood`).
  */
 import type { ChildProcess } from 'node:child_process';
@@ -90,7 +90,7 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
 
 async function main(): Promise<void> {
   const rounds = positiveInteger('BENCH_ROUNDS', 3);
-  const seconds = positiveInteger('BENCH_SECONDS', 4);
+  const seconds = positiveInteger('BENCH_SECONDS', 3);
   const comparisons = selectComparisons();
   const runs = comparisons.reduce((sum, c) => sum + c.runsPerRound * rounds, 0);
   const started = performance.now();
