@@ -19,6 +19,8 @@ declare module 'autocannon' {
     pipelining?: number;
     /** Seconds. */
     duration?: number;
+    /** Requests to send in all, in place of a duration. */
+    amount?: number;
     headers?: Record<string, string>;
     requests?: Request[];
   }

@@ -15,8 +15,8 @@ export interface BenchContext {
   seconds: number;
   /** Seconds of warm-up before each timed run, not counted. */
   warmupSeconds: number;
-  /** The bench's own redis-server. */
-  redis: { port: number; url: string };
+  /** The bench's own redis-server (`pid`: its process, whose CPU time redis-cost reads). */
+  redis: { port: number; url: string; pid: number };
   /** A client of that server for the bench's own commands (FLUSHALL, INFO). */
   admin: Redis;
   /** Child processes alive now (app servers, redis-benchmark): killed should the bench stop early. */

@@ -2,10 +2,14 @@
  * `npm run bench`: every comparison of nestjs-ratelimit with the alternatives, in one run.
  *
  * - redis-decisions, memory-decisions (bench/decisions.ts): store decisions per second, against
- *   rate-limiter-flexible and, on Redis, against what redis-benchmark gets from our own script.
+ *   rate-limiter-flexible and, on Redis, against what redis-benchmark gets from our own script;
+ *   in memory, with the driver's own cost measured apart.
+ * - redis-cost (bench/redis-cost.ts): Redis's CPU per decision inside our scripts, per algorithm,
+ *   and inside rate-limiter-flexible's.
  * - http-express, http-fastify, refused-flood-express, refused-flood-fastify (bench/http.ts):
- *   requests per second of a NestJS app without a guard, with ours and with @nestjs/throttler,
- *   and a flood of refused requests.
+ *   the app process's CPU per request (and requests per second) without a guard, with a guard
+ *   that only sets the headers, with ours and with @nestjs/throttler, and of a refused request
+ *   against an admitted one.
  * - guard-metrics (bench/guard-metrics.ts): µs per decision of the guard itself, in this process,
  *   with metrics off, on without an OpenTelemetry SDK, and on with one.
  *
@@ -15,8 +19,8 @@
  * machine's description to bench/last-run.md, from which BENCHMARKS.md is made.
  *
  * Environment:
- * - BENCH_ROUNDS: rounds per comparison, each running every contender once (default 5);
- * - BENCH_SECONDS: timed seconds of each run (default 5), after a warm-up that is not counted;
+ * - BENCH_ROUNDS: rounds per comparison, each running every contender once (default 3);
+ * - BENCH_SECONDS: timed seconds of each run (default 3), after a warm-up that is not counted;
  * - BENCH_ONLY: comma-separated comparison names to run, or their prefixes (`http`, `refused-flood`).
  */
 import type { ChildProcess } from 'node:child_process';
@@ -29,15 +33,17 @@ import type { BenchContext, Comparison } from './comparison.js';
 import { memoryDecisions, redisDecisions } from './decisions.js';
 import { guardMetrics } from './guard-metrics.js';
 import { httpThroughput, refusedFlood } from './http.js';
+import { redisCost } from './redis-cost.js';
 import { alternate, type Contender, formatRate, type RatioRow, ratioTable, verdict } from './stats.js';
 
 const COMPARISONS: readonly Comparison[] = [
   { name: 'redis-decisions', runsPerRound: 4, run: (context) => redisDecisions(context) },
-  { name: 'memory-decisions', runsPerRound: 2, run: (context) => memoryDecisions(context) },
-  { name: 'http-express', runsPerRound: 9, run: (context) => httpThroughput(context, 'express') },
-  { name: 'http-fastify', runsPerRound: 9, run: (context) => httpThroughput(context, 'fastify') },
-  { name: 'refused-flood-express', runsPerRound: 5, run: (context) => refusedFlood(context, 'express') },
-  { name: 'refused-flood-fastify', runsPerRound: 5, run: (context) => refusedFlood(context, 'fastify') },
+  { name: 'redis-cost', runsPerRound: 7, run: (context) => redisCost(context) },
+  { name: 'memory-decisions', runsPerRound: 3, run: (context) => memoryDecisions(context) },
+  { name: 'http-express', runsPerRound: 10, run: (context) => httpThroughput(context, 'express') },
+  { name: 'http-fastify', runsPerRound: 10, run: (context) => httpThroughput(context, 'fastify') },
+  { name: 'refused-flood-express', runsPerRound: 6, run: (context) => refusedFlood(context, 'express') },
+  { name: 'refused-flood-fastify', runsPerRound: 6, run: (context) => refusedFlood(context, 'fastify') },
   { name: 'guard-metrics', runsPerRound: 3, run: (context) => guardMetrics(context) },
 ];
 
@@ -83,8 +89,8 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
 }
 
 async function main(): Promise<void> {
-  const rounds = positiveInteger('BENCH_ROUNDS', 5);
-  const seconds = positiveInteger('BENCH_SECONDS', 5);
+  const rounds = positiveInteger('BENCH_ROUNDS', 3);
+  const seconds = positiveInteger('BENCH_SECONDS', 3);
   const comparisons = selectComparisons();
   const runs = comparisons.reduce((sum, c) => sum + c.runsPerRound * rounds, 0);
   const started = performance.now();
@@ -108,7 +114,7 @@ async function main(): Promise<void> {
         rounds,
         seconds,
         warmupSeconds: WARMUP_SECONDS,
-        redis: { port: server.port, url: server.url },
+        redis: { port: server.port, url: server.url, pid: server.pid },
         admin,
         children: running.children,
         log,

@@ -8,6 +8,8 @@
  *
  * Variants:
  * - none: no guard at all;
+ * - headers-only: a guard that sets the 5 headers ours sets on this route, with values of the
+ *   same shape, and decides nothing: the floor a limiter that sends headers cannot go under;
  * - ours-memory, ours-redis: `RateLimitModule` with one module policy that admits everything
  *   (rps and burst 1e6, keyed by the x-api-key header), on the memory store or on Redis;
  * - throttler-memory, throttler-redis: `@nestjs/throttler` with a limit nobody reaches, keyed by
@@ -19,8 +21,8 @@
  * when asked (`stop`), on SIGTERM, or when its parent goes away.
  */
 import 'reflect-metadata';
-import { Controller, type DynamicModule, Get, Injectable, Module } from '@nestjs/common';
-import { APP_GUARD, NestFactory } from '@nestjs/core';
+import { type CanActivate, Controller, type DynamicModule, type ExecutionContext, Get, Injectable, Module } from '@nestjs/common';
+import { APP_GUARD, HttpAdapterHost, NestFactory } from '@nestjs/core';
 import { ExpressAdapter } from '@nestjs/platform-express';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { ThrottlerStorageRedisService } from '@nest-lab/throttler-storage-redis';
@@ -33,6 +35,7 @@ export type Adapter = (typeof ADAPTERS)[number];
 
 export const VARIANTS = [
   'none',
+  'headers-only',
   'ours-memory',
   'ours-redis',
   'throttler-memory',
@@ -43,7 +46,7 @@ export const VARIANTS = [
 export type Variant = (typeof VARIANTS)[number];
 
 /** Admits everything: no client of the bench comes near a million requests a second. */
-const ADMIT: RateLimitPolicy = { name: 'bench', rps: 1e6, burst: 1e6, key: 'api-key' };
+const ADMIT: RateLimitPolicy & { burst: number } = { name: 'bench', rps: 1e6, burst: 1e6, key: 'api-key' };
 /** Refuses all but the first request of each key for 1000 s. */
 const REFUSE: RateLimitPolicy = { name: 'flood', rps: 0.001, burst: 1, key: 'api-key' };
 /** @nestjs/throttler's equivalent of ADMIT: a billion requests a minute. */
@@ -66,11 +69,39 @@ class ApiKeyThrottlerGuard extends ThrottlerGuard {
   }
 }
 
+/**
+ * Sets what ours sets on an admitted request of this route (`RateLimit-Policy`, `RateLimit`,
+ * `X-RateLimit-Limit`, `-Remaining`, `-Reset`), through the same `HttpAdapter.setHeader`, with
+ * a counter for the remaining: the headers' cost and nothing else.
+ */
+@Injectable()
+class HeadersOnlyGuard implements CanActivate {
+  private static readonly POLICY = `"${ADMIT.name}";q=${ADMIT.burst};w=1`;
+  private static readonly LIMIT = String(ADMIT.burst);
+  private served = 0;
+
+  constructor(private readonly adapterHost: HttpAdapterHost) {}
+
+  canActivate(context: ExecutionContext): boolean {
+    const response = context.getArgByIndex<object>(1);
+    const { httpAdapter } = this.adapterHost;
+    const remaining = String(ADMIT.burst - 1 - (this.served++ % ADMIT.burst));
+    httpAdapter.setHeader(response, 'RateLimit-Policy', HeadersOnlyGuard.POLICY);
+    httpAdapter.setHeader(response, 'RateLimit', `"${ADMIT.name}";r=${remaining};t=1`);
+    httpAdapter.setHeader(response, 'X-RateLimit-Limit', HeadersOnlyGuard.LIMIT);
+    httpAdapter.setHeader(response, 'X-RateLimit-Remaining', remaining);
+    httpAdapter.setHeader(response, 'X-RateLimit-Reset', String(Math.ceil(Date.now() / 1000) + 1));
+    return true;
+  }
+}
+
 /** The modules and providers a variant adds to the app. */
 function guardOf(variant: Variant, redisUrl: string): Pick<DynamicModule, 'imports' | 'providers'> {
   switch (variant) {
     case 'none':
       return {};
+    case 'headers-only':
+      return { providers: [{ provide: APP_GUARD, useClass: HeadersOnlyGuard }] };
     case 'ours-memory':
       return { imports: [RateLimitModule.forRoot({ policies: [ADMIT] })] };
     case 'ours-redis':

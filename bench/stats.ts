@@ -2,11 +2,21 @@
  * How the benchmarks collect samples and what they make of them: rounds that alternate the
  * contenders, the median with its range, ratios of medians against targets, and Markdown tables.
  */
+import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+
+/** Clock ticks per second of the times in `/proc/<pid>/stat`. */
+const CLOCK_TICKS = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim());
 
 /** One timed run of one contender. */
 export interface Sample {
-  /** What is compared: decisions or requests per second. */
+  /** Decisions or requests per second: for information on a shared machine. */
   perSecond: number;
+  /**
+   * µs of CPU per request or decision, where the comparison measures it: the app process's own
+   * (user + system, HTTP), or Redis's inside the scripts (redis-cost). What the targets read.
+   */
+  cpu?: number;
   /** Counts the run also reports (status codes, Redis calls, errors), by name. */
   counts?: Record<string, number>;
 }
@@ -26,7 +36,7 @@ export interface Summary {
 
 /** What a ratio must be to PASS; without one a ratio is printed for information only. */
 export interface Target {
-  op: '>=' | '>' | '<';
+  op: '>=' | '>' | '<' | '<=';
   value: number;
 }
 
@@ -77,6 +87,11 @@ export function medianRate(samples: readonly Sample[]): number {
   return summarize(samples.map((sample) => sample.perSecond)).median;
 }
 
+/** The median of a contender's CPU per request or decision, µs. */
+export function medianCpu(samples: readonly Sample[]): number {
+  return summarize(samples.map((sample) => sample.cpu ?? Number.NaN)).median;
+}
+
 /** `ours` over `theirs`, as the ratio of their medians (per second: above 1, ours is faster). */
 export function ratioOfMedians(ours: readonly Sample[], theirs: readonly Sample[]): number {
   return medianRate(ours) / medianRate(theirs);
@@ -85,6 +100,7 @@ export function ratioOfMedians(ours: readonly Sample[], theirs: readonly Sample[
 export function meets(value: number, target: Target): boolean {
   if (target.op === '>=') return value >= target.value;
   if (target.op === '>') return value > target.value;
+  if (target.op === '<=') return value <= target.value;
   return value < target.value;
 }
 
@@ -113,6 +129,11 @@ export function formatRatio(value: number): string {
 /** Median, then min–max: `12,345 (11,980–12,700)`. */
 export function formatSummary(summary: Summary): string {
   return `${formatRate(summary.median)} (${formatRate(summary.min)}–${formatRate(summary.max)})`;
+}
+
+/** Microseconds with two decimals, median then min–max: `41.23 (40.10–43.00)`. */
+export function formatMicros(summary: Summary): string {
+  return `${summary.median.toFixed(2)} (${summary.min.toFixed(2)}–${summary.max.toFixed(2)})`;
 }
 
 /**
@@ -146,13 +167,27 @@ export function totalCounts(samples: readonly Sample[]): Record<string, number> 
 }
 
 /**
- * One row per contender: the median per second with its range, then the `counts` named,
- * summed over every round (a count no sample has shows as 0).
+ * One row per contender: with `cpuHead`, the median CPU per request or decision with its range
+ * first; then the median per second with its range, then the `counts` named, summed over every
+ * round (a count no sample has shows as 0).
  */
-export function contenderTable(samples: ReadonlyMap<string, readonly Sample[]>, rateHead: string, counts: readonly string[]): string {
+export function contenderTable(samples: ReadonlyMap<string, readonly Sample[]>, rateHead: string, counts: readonly string[], cpuHead?: string): string {
   const rows = [...samples].map(([name, runs]) => {
     const totals = totalCounts(runs);
-    return [name, formatSummary(summarize(runs.map((run) => run.perSecond))), ...counts.map((count) => formatRate(totals[count] ?? 0))];
+    const cpu = cpuHead === undefined ? [] : [formatMicros(summarize(runs.map((run) => run.cpu ?? Number.NaN)))];
+    return [name, ...cpu, formatSummary(summarize(runs.map((run) => run.perSecond))), ...counts.map((count) => formatRate(totals[count] ?? 0))];
   });
-  return markdownTable(['contender', `${rateHead}: median (min–max)`, ...counts.map((count) => `${count} (all rounds)`)], rows);
+  const cpu = cpuHead === undefined ? [] : [`${cpuHead}: median (min–max)`];
+  return markdownTable(['contender', ...cpu, `${rateHead}: median (min–max)`, ...counts.map((count) => `${count} (all rounds)`)], rows);
+}
+
+/**
+ * User + system CPU time of process `pid` so far, µs: fields 14 (utime) and 15 (stime) of
+ * `/proc/<pid>/stat`, in clock ticks, every thread of the process included (its GC's too).
+ */
+export function cpuMicros(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  // field 2, the command, is in parentheses and may hold spaces: count from after its ')'
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return ((Number(fields[11]) + Number(fields[12])) * 1e6) / CLOCK_TICKS;
 }
