@@ -73,6 +73,13 @@ const mediaType = (headers: Record<string, string>) => headers['content-type']?.
 
 const apiKey = () => ({ 'x-api-key': `key-${randomUUID()}` });
 
+/** A new client's third GET of `path` (burst 2), read whole, the first two checked admitted. */
+async function thirdRequest(http: TestApp, path: string): ReturnType<typeof read> {
+  const client = apiKey();
+  for (let i = 0; i < 2; i++) expect((await http.get(path, client)).status).toBe(200);
+  return read(await http.get(path, client));
+}
+
 describe.each(ADAPTERS)('errorFormat on %s', (adapter) => {
   const apps: TestApp[] = [];
   afterEach(async () => {
@@ -90,9 +97,7 @@ describe.each(ADAPTERS)('errorFormat on %s', (adapter) => {
   describe.each(stores)('on the %s store', (_name, makeStore) => {
     it("'problem': a 429 is application/problem+json with the quota-exceeded type, and keeps every header", async () => {
       const http = await start({ store: makeStore(), errorFormat: 'problem' });
-      const client = apiKey();
-      for (let i = 0; i < 2; i++) expect((await http.get('/orders', client)).status).toBe(200);
-      const { status, headers, body } = await read(await http.get('/orders', client));
+      const { status, headers, body } = await thirdRequest(http, '/orders');
 
       expect(status).toBe(429);
       expect(mediaType(headers)).toBe('application/problem+json');
@@ -163,9 +168,7 @@ describe.each(ADAPTERS)('errorFormat on %s', (adapter) => {
         return new HttpException({ code: 'SLOW_DOWN', policy: decision.policy, retryIn: decision.retryAfter }, 429);
       };
       const http = await start({ store: makeStore(), errorFormat: 'problem', exceptionFactory, headers: ['ietf', 'x-ratelimit', 'legacy'] });
-      const client = apiKey();
-      for (let i = 0; i < 2; i++) expect((await http.get('/orders/both', client)).status).toBe(200);
-      const { status, headers, body } = await read(await http.get('/orders/both', client));
+      const { status, headers, body } = await thirdRequest(http, '/orders/both');
 
       expect(status).toBe(429);
       expect(mediaType(headers)).toBe('application/json');
@@ -183,9 +186,7 @@ describe.each(ADAPTERS)('errorFormat on %s', (adapter) => {
 
     it("'nest' (the default): the body and Content-Type are Nest's, as before", async () => {
       const http = await start({ store: makeStore() });
-      const client = apiKey();
-      for (let i = 0; i < 2; i++) expect((await http.get('/orders', client)).status).toBe(200);
-      const { status, headers, body } = await read(await http.get('/orders', client));
+      const { status, headers, body } = await thirdRequest(http, '/orders');
       expect(status).toBe(429);
       expect(mediaType(headers)).toBe('application/json');
       expect(body).toEqual({
