@@ -143,6 +143,31 @@ describe('the refused-key cache of RedisStore (real Redis)', () => {
     console.log(`refused-key cache, requests going on together: ${refusedTogether} refused in the process, none wrongly`);
     expect(refusedTogether).toBeGreaterThan(RUNS / 10);
   }, 30_000 + RUNS * 100);
+
+  it('goes to Redis for a request one policy refuses while another, with a block, may refuse and start it', async () => {
+    // found by the property above (seed 146812577): a refusal of p0 remembered while p1 had room
+    // was reused after another request had filled p1's window, so Redis never started p1's block
+    const run = randomUUID();
+    let now = CASE_EPOCH;
+    const clock = () => now;
+    const rules: Rule[] = [ruleOf('token_bucket', 0.5, 1), { ...ruleOf('fixed_window', 20, 1), blockMs: 300 }];
+    const stores = { withCache: new RedisStore({ client: redis, clock }), byRedis: new RedisStore({ client: redis, clock, cacheRefusals: false }) };
+    const trace: Array<[number, number[]]> = [[3, [0]], [1, [0, 1]], [2, [1]], [9, [0, 1]], [3, [0]], [16, [0]], [16, [1]], [100, [0]]];
+    const byRedis: boolean[] = [];
+    for (const [dt, policies] of trace) {
+      now += dt;
+      const admitted = await Promise.all(
+        Object.entries(stores).map(async ([name, store]) => {
+          const requests = policies.map((i) => ({ key: bucketKey(`rl-block-${run}-${name}:`, `p${i}`, rules[i], 'a'), policy: `p${i}`, rule: rules[i], cost: 1 }));
+          return (await store.consume(requests)).every((decision) => decision.allowed);
+        }),
+      );
+      expect({ at: now - CASE_EPOCH, withCache: admitted[0] }).toEqual({ at: now - CASE_EPOCH, withCache: admitted[1] });
+      byRedis.push(admitted[1]);
+    }
+    // at 15 ms p1's full window refused too and started its block: at 50 ms, in a new window, p1 still refuses
+    expect(byRedis).toEqual([true, false, true, false, false, false, false, false]);
+  });
 });
 
 /** A request of the costly kind: its policies (algorithm, rps, burst) and its cost, the same for each. */

@@ -26,8 +26,7 @@ interface Policy {
   timed: boolean;
 }
 
-/** No call on the way behind one that lands. */
-const none = (): number => 0;
+const none = (): number => 0; // no call on the way behind one that lands
 
 /** Most refused keys remembered; the oldest go first. */
 const MAX_KEYS = 10_000;
@@ -60,10 +59,11 @@ const MAX_AGE_MS = 5_000;
  * policy of the request, with the same rule and cost, was part of the request Redis answered,
  * so the answer carries every policy's headers.
  *
- * A policy with a block (`Rule.blockMs`) starts it when Redis refuses a request, which a refusal
- * answered here would skip: such a policy's refusals are only answered here while the block
- * Redis started holds (until it ends, even where the bucket itself refuses for longer), never
- * foreseen from an admitted request's outcome or among requests let go together.
+ * A policy with a block (`Rule.blockMs`) starts it when Redis refuses a request its bucket
+ * refuses too, which a refusal answered here would skip: a request with such a policy is only
+ * answered here while that policy's block, started by Redis, holds (until it ends, even where a
+ * bucket refuses for longer), even when another policy is what refuses it; never foreseen from
+ * an admitted request's outcome or among requests let go together.
  */
 export class RefusedCache {
   private readonly refusals = new Map<string, Refusal>();
@@ -179,13 +179,18 @@ export class RefusedCache {
     this.refusals.clear();
   }
 
-  /** The refusal's outcomes, `elapsed` ms on, when it covers exactly these requests and times every policy. */
+  /**
+   * The refusal's outcomes, `elapsed` ms on, when it covers exactly these requests, times every
+   * policy, and every policy with a block is in it (charges since may have emptied its bucket).
+   */
   private replay(refusal: Refusal, requests: readonly RateLimitRequest[], elapsed: number): Outcome[] | undefined {
     const outcomes: Outcome[] = [];
     for (const { key, rule, cost } of requests) {
       const policy = refusal.policies.get(key);
       if (policy === undefined || !policy.timed || !sameAs(policy, rule, cost)) return undefined;
-      outcomes.push(agedOutcome(policy.outcome, elapsed));
+      const outcome = agedOutcome(policy.outcome, elapsed);
+      if (policy.blockMs !== undefined && outcome.blockedMs === 0) return undefined;
+      outcomes.push(outcome);
     }
     return outcomes;
   }
