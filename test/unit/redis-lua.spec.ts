@@ -28,8 +28,8 @@ const GLOBALS = new Set(['tonumber', 'tostring', 'type', 'unpack', 'pairs', 'ipa
 const KEYWORDS = new Set(['if', 'elseif', 'while', 'until', 'return', 'and', 'or', 'not', 'in', 'function', 'local']);
 /** Commands that touch no key. */
 const KEYLESS = new Set(['TIME']);
-/** What a key argument may be: a key the script was given, or a variable that holds one. */
-const KEY_ARGUMENT = /^(KEYS\[[^\]]+\]|key|s\.key)$/;
+/** What a key argument may be: a key the script was given (or a run of them), or a variable that holds one. */
+const KEY_ARGUMENT = /^(KEYS\[[^\]]+\]|unpack\(KEYS\b.*\)|key|s\.key)$/;
 
 /** A script without its comments. */
 const uncommented = (lua: string) => lua.replace(/--[^\n]*/g, '');
@@ -122,6 +122,7 @@ describe('the Redis scripts', () => {
     const bad = `
 local function get(key) return redis.call('GET', key) end
 local function built(id) return redis.call('GET', 'rl:' .. id) end
+local values = redis.call('MGET', unpack(ARGV))
 local v = get(ARGV[1] .. ':x')
 local key = ARGV[2]
 redis.call('SET', KEYS[1], table.unpack({ 1 }), bit.band(1, 2), 7 // 2, loadstring('x'))
@@ -129,6 +130,7 @@ goto done
 `;
     expect(undeclaredKeys(bad)).toEqual([
       "redis.call('GET', 'rl:' .. id, ...)",
+      "redis.call('MGET', unpack(ARGV), ...)",
       "get(...) passes ARGV[1] .. ':x' as its key",
       'key assigned: local key = ARGV[2]',
     ]);

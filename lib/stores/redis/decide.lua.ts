@@ -51,9 +51,23 @@ local function fields(raw)
   return tonumber(a), tonumber(b), tonumber(c), tonumber(d)
 end
 ${BLOCK_LUA}${MODELS_LUA}
-local function load(m, key, now, rule)
-  if m.load then return m.load(key, now, rule) end
-  return m.current(m.decode(redis.call('GET', key)), now, rule)
+-- the values of the call's keys, read with one MGET as it starts (nil: none, or not a string,
+-- as the log's sorted set), and the states it stores, by key (false: deleted), with their models
+-- and expiry: a key that several requests of a call share is read and written once (see flush)
+local values = {}
+for from = 1, #KEYS, 1000 do
+  -- unpack passes a few thousand values at most: chunks of 1000
+  local got = redis.call('MGET', unpack(KEYS, from, min(#KEYS, from + 999)))
+  for j = 1, #got do values[from + j - 1] = got[j] end
+end
+local written, written_models, written_until = {}, {}, {}
+
+-- the state of the bucket of KEYS[i] at now
+local function load(m, i, now, rule)
+  if m.load then return m.load(KEYS[i], now, rule) end
+  local state = written[KEYS[i]]
+  if state == nil then state = m.decode(values[i]) elseif state == false then state = nil end
+  return m.current(state, now, rule)
 end
 
 -- algorithms/decide.ts admitted
@@ -87,30 +101,61 @@ local function append(reply, value)
   reply[reply.n] = value
 end
 
+-- the script's clock: ARGV[1], or Redis TIME when it is '' (then time_now is that TIME, and an
+-- expiry can be a TTL from it: see save)
+local time_now = nil
+
 -- algorithms/decide.ts expiryAfter: expiresAt from the waitMs(burst) the report has already worked out
 local function expires_at(s, full_ms)
-  return string.format('%d', s.at + max(1, full_ms))
+  return s.at + max(1, full_ms)
 end
 
--- stores a charged or blocked state, to expire (on the script's clock) when the bucket is full
--- again and no block holds; the log's entries are in the set already (add runs before the report
--- reads them). SET, then PEXPIREAT: SET ... PXAT would do both in one command, but only from
--- Redis 6.2 on
+-- the TTL (on Redis TIME) or the time (on a given clock) a key expires at: see flush
+local function expiry_arg(until_ms)
+  if time_now ~= nil then return string.format('%d', max(1, until_ms - time_now)) end
+  return string.format('%d', until_ms)
+end
+
+-- stores a charged or blocked state, to expire when the bucket is full again and no block holds:
+-- the log's at once (its entries are in the set already: add runs before the report reads them),
+-- a string's when the call ends (flush)
 local function save(m, key, s, full_ms)
-  if full_ms == 0 then
+  if m.add then
     -- full: the same as an absent key (only a refund leaves a bucket full)
-    redis.call('DEL', key)
+    if full_ms == 0 then redis.call('DEL', key) return end
+    m.save_block(key, s)
+    redis.call(time_now ~= nil and 'PEXPIRE' or 'PEXPIREAT', key, expiry_arg(expires_at(s, full_ms)))
     return
   end
-  if m.add then m.save_block(key, s) else redis.call('SET', key, m.encode(s)) end
-  redis.call('PEXPIREAT', key, expires_at(s, full_ms))
+  if full_ms == 0 then
+    written[key] = false
+  else
+    written[key], written_models[key], written_until[key] = s, m, expires_at(s, full_ms)
+  end
+end
+
+-- writes the states the call stored, each key once, its last: on Redis TIME one SET ... PX, the
+-- TTL from the very clock the state is dated on; on a given clock SET, then PEXPIREAT at its
+-- time (SET ... PXAT does both, but only from Redis 6.2 on)
+local function flush()
+  for key, s in pairs(written) do
+    if s == false then
+      redis.call('DEL', key)
+    elseif time_now ~= nil then
+      redis.call('SET', key, written_models[key].encode(s), 'PX', expiry_arg(written_until[key]))
+    else
+      redis.call('SET', key, written_models[key].encode(s))
+      redis.call('PEXPIREAT', key, expiry_arg(written_until[key]))
+    end
+  end
 end
 
 -- ARGV[1]: now, integer ms, or '' for Redis TIME
 local function clock(given)
   if given ~= '' then return tonumber(given) end
   local time = redis.call('TIME')
-  return tonumber(time[1]) * 1000 + floor(tonumber(time[2]) / 1000)
+  time_now = tonumber(time[1]) * 1000 + floor(tonumber(time[2]) / 1000)
+  return time_now
 end
 
 -- the rules this call has read, by their arguments: a batch's policies mostly share a few, and
@@ -154,7 +199,7 @@ end
  * allowed (0/1), remaining (tokens), retryMs (-1: never), fullMs (until full), nextMs (until
  * one more token), delayMs, blockedMs (until the block ends, 0: none), at (ms). Then now (ms).
  *
- * A key expires (PEXPIREAT, on the script's clock) when its bucket is full again and no block
+ * A key expires (on the script's clock) when its bucket is full again and no block
  * holds. A refused request writes only the blocks it starts.
  */
 export const DECIDE_LUA = `${SHARED_LUA}
@@ -170,7 +215,7 @@ local function decide(first, base, n, charge, now, reply)
     models[i] = MODELS[ARGV[at + 1]]
     rules[i] = rule_at(at)
     costs[i] = tonumber(ARGV[at + 5])
-    states[i] = load(models[i], KEYS[first + i], now, rules[i])
+    states[i] = load(models[i], first + i, now, rules[i])
     admits[i] = admitted(models[i], states[i], rules[i], costs[i])
     allowed = allowed and admits[i]
   end
@@ -209,6 +254,7 @@ while base < #ARGV do
   first = first + n
   base = base + 3 + n * ${DECIDE_ARGS}
 end
+flush()
 append(reply, now)
 reply.n = nil
 return reply
@@ -237,9 +283,10 @@ for i = 1, #KEYS do
   local m = MODELS[ARGV[base + 1]]
   local rule = rule_at(base)
   local cost = tonumber(ARGV[base + 5])
-  local s = m.refund(load(m, KEYS[i], now, rule), rule, cost, tonumber(ARGV[base + 6]))
+  local s = m.refund(load(m, i, now, rule), rule, cost, tonumber(ARGV[base + 6]))
   save(m, KEYS[i], s, report(m, s, rule, cost, true, 0, reply))
 end
+flush()
 append(reply, now)
 reply.n = nil
 return reply
