@@ -9,7 +9,9 @@ import { DECIDE_LUA, REFUND_LUA } from '../../lib/stores/redis/decide.lua.js';
 const SINCE: Readonly<Record<string, string>> = {
   DEL: '1.0.0',
   GET: '1.0.0',
+  MGET: '1.0.0',
   SET: '1.0.0',
+  PX: '2.6.12', // SET's option
   PEXPIRE: '2.6.0',
   PEXPIREAT: '2.6.0',
   TIME: '2.6.0',
