@@ -19,6 +19,7 @@ import { type RedisServer, startRedisServer, stopRedisServer } from '../support/
 import { useTestRedis } from '../support/redis/test-redis.js';
 import { ADAPTERS, read, startApp, type TestApp } from '../support/app.js';
 import { DRIVERS, startGraphqlApp } from '../support/graphql-apps.js';
+import { QUOTA_EXCEEDED, REDUCED_CAPACITY_DOCUMENT } from '../support/problem-documents.js';
 import { startMicroservice, TenantsController } from '../support/microservice-apps.js';
 
 /**
@@ -65,8 +66,6 @@ const stores: Array<[string, () => RateLimitStore]> = [
   ['Redis', () => new RedisStore({ client: redis() })],
 ];
 
-const QUOTA_EXCEEDED = 'https://iana.org/assignments/http-problem-types#quota-exceeded';
-const REDUCED_CAPACITY = 'https://iana.org/assignments/http-problem-types#temporary-reduced-capacity';
 
 /** The media type of a response, without parameters (a charset). */
 const mediaType = (headers: Record<string, string>) => headers['content-type']?.split(';')[0].trim();
@@ -85,14 +84,7 @@ function expectReducedCapacity({ status, headers, body }: Awaited<ReturnType<typ
   expect(status).toBe(503);
   expect(mediaType(headers)).toBe('application/problem+json');
   expect(headers['retry-after']).toBe('1');
-  expect(body).toEqual({
-    type: REDUCED_CAPACITY,
-    title: 'Temporary Reduced Capacity',
-    status: 503,
-    detail: 'Rate limiter unavailable. Try again later.',
-    'violated-policies': [],
-    retryAfter: 1,
-  });
+  expect(body).toEqual(REDUCED_CAPACITY_DOCUMENT);
 }
 
 describe.each(ADAPTERS)('errorFormat on %s', (adapter) => {

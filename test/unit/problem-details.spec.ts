@@ -9,15 +9,13 @@ import {
   reducedCapacity,
 } from '../../lib/rate-limit.exception.js';
 import type { RateLimitDecision } from '../../lib/stores/rate-limit-store.interface.js';
+import { QUOTA_EXCEEDED, REDUCED_CAPACITY_DOCUMENT } from '../support/problem-documents.js';
 
 /**
  * `errorFormat: 'problem'` without a server: the RFC 9457 bodies, the exceptions that carry them,
  * and the HTTP seam that sets their Content-Type. The e2e spec (problem-json) checks that both
  * adapters send them as set here.
  */
-
-const QUOTA_EXCEEDED = 'https://iana.org/assignments/http-problem-types#quota-exceeded';
-const REDUCED_CAPACITY = 'https://iana.org/assignments/http-problem-types#temporary-reduced-capacity';
 
 function decision(policy: string, fields: Partial<RateLimitDecision> = {}): RateLimitDecision {
   return { allowed: false, policy, limit: 10, remaining: 0, resetAfter: 1, fullAfter: 10, retryAfter: 1, delay: 0, ...fields };
@@ -65,14 +63,7 @@ describe('quotaExceeded: the problem document of a 429', () => {
 
 describe('reducedCapacity: the problem document of a 503', () => {
   it('has the temporary-reduced-capacity type, no violated policy and a retry in 1 s', () => {
-    expect(reducedCapacity()).toEqual({
-      type: REDUCED_CAPACITY,
-      title: 'Temporary Reduced Capacity',
-      status: 503,
-      detail: 'Rate limiter unavailable. Try again later.',
-      'violated-policies': [],
-      retryAfter: 1,
-    });
+    expect(reducedCapacity()).toEqual(REDUCED_CAPACITY_DOCUMENT);
   });
 });
 
