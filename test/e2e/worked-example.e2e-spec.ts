@@ -95,11 +95,12 @@ describe.each(ADAPTERS)("the seeds' worked example on %s", (adapter) => {
 
       await new Promise((resolve) => setTimeout(resolve, 1_000));
       const later = (await burstOf(http, apiKey, 20)).filter((r) => r.status === 200).length;
-      const since = performance.now() - firstDone;
-      console.log(`${adapter}, ${storeName}, real clock: ${since.toFixed(0)} ms later ${later} of 20 passed`);
+      const ended = performance.now();
+      console.log(`${adapter}, ${storeName}, real clock: ${(ended - firstDone).toFixed(0)} ms later ${later} of 20 passed`);
       expect(later).toBeGreaterThanOrEqual(9);
-      // at most what refilled since the burst, plus the fraction of a token it left
-      expect(later).toBeLessThanOrEqual(Math.ceil(since / 100) + 1);
+      // The bucket may have run dry early in a slow burst and refilled from then on, so bound the
+      // whole run: never more than the burst plus what refilled between the first request and the last.
+      expect(passed + later).toBeLessThanOrEqual(50 + Math.ceil((ended - started) / 100));
     });
   });
 });
