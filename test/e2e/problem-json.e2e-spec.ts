@@ -66,7 +66,6 @@ const stores: Array<[string, () => RateLimitStore]> = [
   ['Redis', () => new RedisStore({ client: redis() })],
 ];
 
-
 /** The media type of a response, without parameters (a charset). */
 const mediaType = (headers: Record<string, string>) => headers['content-type']?.split(';')[0].trim();
 

@@ -3,7 +3,7 @@
  * refusal for want of a store answers with, as the specs expect them on the wire.
  */
 export const QUOTA_EXCEEDED = 'https://iana.org/assignments/http-problem-types#quota-exceeded';
-export const REDUCED_CAPACITY = 'https://iana.org/assignments/http-problem-types#temporary-reduced-capacity';
+const REDUCED_CAPACITY = 'https://iana.org/assignments/http-problem-types#temporary-reduced-capacity';
 
 /** The body of a 503 under `errorFormat: 'problem'`: no policy violated, a retry in 1 s. */
 export const REDUCED_CAPACITY_DOCUMENT = {
