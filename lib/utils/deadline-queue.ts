@@ -72,10 +72,12 @@ export class DeadlineQueue {
     this.timer.unref();
   }
 
+  // Not unref()'d: while only unref()'d immediates are pending, Node does not keep its poll phase
+  // from blocking, so with no socket to read (Redis stopped) the check would wait for the next
+  // event of any kind (a reconnect timer 200 ms on) instead of running right after the reads.
   private readonly afterReads = (): void => {
     this.timer = undefined;
     this.check = setImmediate(this.expire);
-    this.check.unref();
   };
 
   private readonly expire = (): void => {
@@ -96,4 +98,25 @@ export class DeadlineQueue {
     }
     this.arm();
   };
+}
+
+/**
+ * One `DeadlineQueue` per timeout, made when a call first needs it: for calls whose timeouts may
+ * differ (a store's callers pass theirs), still one timer per timeout rather than one per call.
+ */
+export class Deadlines {
+  private readonly queues = new Map<number, DeadlineQueue>();
+
+  /** `DeadlineQueue.race` with a timeout of `timeoutMs`, counted from now. */
+  race<T>(promise: Promise<T>, timeoutMs: number, onTimeout: () => Error): Promise<T> {
+    let queue = this.queues.get(timeoutMs);
+    if (queue === undefined) this.queues.set(timeoutMs, (queue = new DeadlineQueue(timeoutMs)));
+    return queue.race(promise, onTimeout);
+  }
+
+  /** Clears every timer (see `DeadlineQueue.close`). */
+  close(): void {
+    for (const queue of this.queues.values()) queue.close();
+    this.queues.clear();
+  }
 }
