@@ -60,9 +60,18 @@ export interface RateLimitStore {
    */
   readonly inProcess?: boolean;
   /**
+   * `true` for a remote store that bounds `consume` and `peek` by their `timeoutMs` itself,
+   * counted from when each call leaves the process (is handed to its client), and that settles
+   * past it with a `RateLimitStoreError` whose `reason` is `'timeout'`, only once the replies that
+   * had arrived by then have been read. The module then sets no deadline of its own on them: time
+   * this process spends not running (a busy event loop, a collection pause) never counts against
+   * `timeout`. `RedisStore` does this; any other remote store is bounded from when it is asked.
+   */
+  readonly timesCalls?: boolean;
+  /**
    * Decides and, when every policy admits the request, charges every bucket. `timeoutMs` is how
    * long the caller waits for the answer (the module's `timeout`): a remote store should charge
-   * nothing for a call that only reaches its server after that.
+   * nothing for a call that only reaches its server after that (see `timesCalls`).
    *
    * A key given more than once in one call is one bucket, decided and charged once: when its
    * requests agree (same rule, same cost), each gets that decision (under its own `policy`);

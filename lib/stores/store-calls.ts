@@ -1,9 +1,9 @@
 import { Logger } from '@nestjs/common';
-import { circuitOpen, resetAllUnsupported, storeBack, storeFailed, storeFailing, storeTimedOut } from '../rate-limit.messages.js';
+import { circuitOpen, resetAllUnsupported, storeBack, storeFailed, storeFailing } from '../rate-limit.messages.js';
 import { CircuitBreaker } from '../utils/circuit-breaker.js';
 import { DeadlineQueue } from '../utils/deadline-queue.js';
 import { MemoryStore } from './memory/memory.store.js';
-import { RateLimitStoreError } from './rate-limit-store.error.js';
+import { RateLimitStoreError, storeTimeout } from './rate-limit-store.error.js';
 import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from './rate-limit-store.interface.js';
 
 /** Store failures in a row after which calls stop going to the store. */
@@ -40,10 +40,11 @@ export interface StoreCallWatcher {
 const UNWATCHED: StoreCallWatcher = { timed: false, called: () => undefined, failed: () => undefined, breaker: () => undefined };
 
 /**
- * The module's store as the service calls it: each call within `timeout`; after 3 failures in a
- * row a circuit breaker stops calling it (one probe every 250 ms); a failed call takes
- * `failMode`'s way out (`'local'`: an in-process limiter decides). A store in this process
- * cannot hang or lose its server: it is called directly.
+ * The module's store as the service calls it: each call within `timeout` (from when it leaves the
+ * process, for a store that `timesCalls`; else from when it is asked); after 3 failures in a row
+ * a circuit breaker stops calling it (one probe every 250 ms); a failed call takes `failMode`'s
+ * way out (`'local'`: an in-process limiter decides). A store in this process cannot hang or lose
+ * its server: it is called directly.
  */
 export class StoreCalls {
   private readonly deadlines: DeadlineQueue;
@@ -113,7 +114,7 @@ export class StoreCalls {
     if (this.store.resetAll === undefined) throw new Error(resetAllUnsupported);
     await this.local?.resetAll(prefix);
     await this.store.resetAll(prefix).catch((error: unknown) => {
-      throw error instanceof RateLimitStoreError ? error : new RateLimitStoreError(storeFailed(error), { cause: error });
+      throw storeError(error);
     });
   }
 
@@ -145,16 +146,17 @@ export class StoreCalls {
     }
     if (!this.breaker.allow()) {
       this.ended('breaker_open', started);
-      return this.fallback(requests, charge, new RateLimitStoreError(circuitOpen));
+      return this.fallback(requests, charge, new RateLimitStoreError(circuitOpen, { reason: 'breaker_open' }));
     }
     const { timeout } = this.options;
     let decisions: RateLimitDecision[];
     try {
-      decisions = await this.bounded(charge ? this.store.consume(requests, timeout) : this.store.peek(requests, timeout));
+      const call = charge ? this.store.consume(requests, timeout) : this.store.peek(requests, timeout);
+      decisions = await (this.store.timesCalls === true ? call : this.bounded(call));
     } catch (error) {
-      const failure = error instanceof RateLimitStoreError ? error : new RateLimitStoreError(storeFailed(error), { cause: error });
-      // a call that failed once the caller stopped waiting timed out, whichever error says so
-      this.ended(performance.now() - started >= timeout ? 'timeout' : 'error', started);
+      const failure = storeError(error);
+      // a call Redis dropped as run too late timed out as much as one never answered
+      this.ended(failure.reason === 'timeout' || failure.reason === 'stale' ? 'timeout' : 'error', started);
       this.watcher.failed(failure, this.options.failMode);
       if (this.breaker.failed()) {
         this.logger.error(storeFailing(failure.message, this.options.failMode, BREAKER_PROBE_MS));
@@ -185,6 +187,11 @@ export class StoreCalls {
   }
 
   private bounded<T>(promise: Promise<T>): Promise<T> {
-    return this.deadlines.race(promise, () => new RateLimitStoreError(storeTimedOut(this.options.timeout)));
+    return this.deadlines.race(promise, () => storeTimeout(this.options.timeout));
   }
+}
+
+/** A store's failure as a `RateLimitStoreError`: as it is, or wrapping what the store threw. */
+function storeError(error: unknown): RateLimitStoreError {
+  return error instanceof RateLimitStoreError ? error : new RateLimitStoreError(storeFailed(error), { cause: error });
 }
