@@ -213,8 +213,8 @@ export function unknownStoreOption(store: string, option: string, value: unknown
 }
 
 /** A call Redis ran after its caller had stopped waiting: it decided and charged nothing. */
-export function staleStoreCall(staleAfterTimeouts: number, timeoutMs: number): string {
-  return `Redis ran the call more than ${staleAfterTimeouts} x ${timeoutMs} ms after it was sent; it was dropped`;
+export function staleStoreCall(timeoutMs: number): string {
+  return `Redis ran the call more than ${timeoutMs} ms after it was sent, when its caller had stopped waiting; it was dropped`;
 }
 
 /** A cost that is not a finite number > 0; `argument` names what holds it (`cost`, `requests[1].cost`). */

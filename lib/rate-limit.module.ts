@@ -47,8 +47,7 @@ import { StoreOwner } from './stores/store-owner.js';
     {
       provide: StoreOwner,
       // after RATE_LIMIT_OPTIONS, which has checked `store` and `redis`
-      useFactory: (options: RateLimitModuleOptions, { timeout }: ResolvedOptions) =>
-        StoreOwner.open({ store: options.store, redis: options.redis, timeout }),
+      useFactory: (options: RateLimitModuleOptions) => StoreOwner.open({ store: options.store, redis: options.redis }),
       inject: [RATE_LIMIT_MODULE_OPTIONS, RATE_LIMIT_OPTIONS],
     },
     {

@@ -13,8 +13,6 @@ export type RedisOption = Redis | Cluster | string | RedisOptions;
 export interface StoreChoice {
   store?: RateLimitStore;
   redis?: RedisOption;
-  /** The module's `timeout`, ms: a client the module creates times its commands out after it. */
-  timeout: number;
 }
 
 /** How long start waits for a Redis client the module created to connect, ms. */
@@ -36,7 +34,7 @@ export class StoreOwner implements OnApplicationShutdown {
   ) {}
 
   /** Opens the store the options choose. */
-  static async open({ store, redis, timeout }: StoreChoice): Promise<StoreOwner> {
+  static async open({ store, redis }: StoreChoice): Promise<StoreOwner> {
     if (store !== undefined) return new StoreOwner(store, undefined, undefined);
     if (redis === undefined) {
       const memory = new MemoryStore();
@@ -46,7 +44,7 @@ export class StoreOwner implements OnApplicationShutdown {
       const store = new RedisStore({ client: redis });
       return new StoreOwner(store, store, undefined);
     }
-    const client = await createRedisClient(redis, timeout);
+    const client = await createRedisClient(redis);
     const created = new RedisStore({ client });
     return new StoreOwner(created, created, client);
   }
@@ -75,12 +73,14 @@ export function isRedisClient(value: unknown): value is Redis | Cluster {
 /**
  * A client fit for a limiter: a request must never wait on Redis longer than the limiter's
  * timeout, and a command must never run late. So commands are not queued while disconnected
- * (they fail at once and `failMode` decides), each has a timeout, none is retried or resent
- * after a reconnect, reconnecting is tried every 250 ms at most, and a READONLY or LOADING reply
- * (a primary turned replica, a server still loading) makes it reconnect. Through Sentinel it
- * follows a failover when the sentinels announce it.
+ * (they fail at once and `failMode` decides), none is retried or resent after a reconnect,
+ * reconnecting is tried every 250 ms at most, and a READONLY or LOADING reply (a primary turned
+ * replica, a server still loading) makes it reconnect. Through Sentinel it follows a failover
+ * when the sentinels announce it. No `commandTimeout`: the store bounds each call itself, from
+ * when it is sent and after reading the replies that came (ioredis's timer per command fires
+ * before a reply that arrived during a stall of the app is read).
  */
-async function createRedisClient(redis: string | RedisOptions, timeout: number): Promise<Redis> {
+async function createRedisClient(redis: string | RedisOptions): Promise<Redis> {
   let Client: typeof Redis;
   try {
     ({ Redis: Client } = await import('ioredis'));
@@ -89,7 +89,6 @@ async function createRedisClient(redis: string | RedisOptions, timeout: number):
   }
   const limiterDefaults: RedisOptions = {
     enableOfflineQueue: false,
-    commandTimeout: timeout,
     maxRetriesPerRequest: 0,
     autoResendUnfulfilledCommands: false,
     retryStrategy: (attempt) => Math.min(attempt * 50, RECONNECT_MAX_MS),

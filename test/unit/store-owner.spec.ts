@@ -20,7 +20,7 @@ class NotedStore extends MemoryStore {
 describe('StoreOwner', () => {
   it('uses a store the app passes in and leaves it open', async () => {
     const store = new NotedStore();
-    const owner = await StoreOwner.open({ store, timeout: 100 });
+    const owner = await StoreOwner.open({ store });
     expect(owner.store).toBe(store);
     await owner.onApplicationShutdown();
     expect(store.closed).toBe(false);
@@ -28,7 +28,7 @@ describe('StoreOwner', () => {
   });
 
   it('opens a MemoryStore when no store is chosen, and closes it', async () => {
-    const owner = await StoreOwner.open({ timeout: 100 });
+    const owner = await StoreOwner.open({});
     expect(owner.store).toBeInstanceOf(MemoryStore);
     await owner.store.consume([{ key: 'k', policy: 'p', rule: { algorithm: 'token_bucket', rps: 1, burst: 2 }, cost: 1 }]);
     expect((owner.store as MemoryStore).size).toBe(1);
@@ -39,7 +39,7 @@ describe('StoreOwner', () => {
   it('makes a RedisStore on a client the app passes in, and never closes that client', async () => {
     // lazyConnect: the client never connects, so no Redis is needed; quit() would end it
     const client = new Redis({ lazyConnect: true });
-    const owner = await StoreOwner.open({ redis: client, timeout: 100 });
+    const owner = await StoreOwner.open({ redis: client });
     expect(owner.store).toBeInstanceOf(RedisStore);
     await owner.close();
     expect(client.status).toBe('wait');

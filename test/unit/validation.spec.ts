@@ -384,7 +384,7 @@ const ROWS: Row[] = [
       jest.unstable_mockModule('ioredis', () => {
         throw new Error("Cannot find package 'ioredis'");
       });
-      return thrown(() => StoreOwner.open({ redis: 'redis://localhost:6379', timeout: 100 }));
+      return thrown(() => StoreOwner.open({ redis: 'redis://localhost:6379' }));
     },
     `${OPTION} "redis": needs the "ioredis" package: npm install ioredis, got "redis://localhost:6379"`,
   ],

@@ -108,12 +108,14 @@ end
  * each had a call of its own; batching them saves Redis the cost of a script call per request.
  *
  * KEYS                 bucket keys of every request's policies, request after request
- * ARGV[1]              now, integer ms, or '' to use Redis TIME (the only clock outside tests)
+ * ARGV[1]              now, integer ms, or '' to use Redis TIME (the only clock outside tests;
+ *                      see clock in bucket-io.lua.ts)
  * then per request, from b = 1 (then b moves past the request's arguments):
  * ARGV[b + 1]          n, its number of policies (its keys are the next n of KEYS)
  * ARGV[b + 2]          '1' to charge when every policy admits, '0' to only look (peek)
- * ARGV[b + 3]          deadline, integer ms on the script's clock: past it the request is not
- *                      decided and charges nothing; '' for none
+ * ARGV[b + 3]          deadline, integer ms on the script's clock: when the caller stops waiting
+ *                      (see `RedisClock.deadline`); past it the request is not decided and
+ *                      charges nothing; '' for none
  * ARGV[b + 4 + 5(i-1)] algorithm of policy i ('token_bucket', 'fixed_window', ...)
  * ARGV[b + 5 + 5(i-1)] rps, tokens per second, as a decimal string (may be fractional)
  * ARGV[b + 6 + 5(i-1)] burst, tokens
@@ -169,7 +171,8 @@ while base < #ARGV do
   local n = tonumber(ARGV[base + 1])
   local deadline = ARGV[base + 3]
   -- a request that runs after its caller stopped waiting (it sat in the socket of a frozen or
-  -- busy Redis) is not decided and charges nothing: it has had its failMode outcome already
+  -- busy Redis) is not decided and charges nothing: it has had its failMode outcome already, or
+  -- is about to
   if deadline ~= '' and now > tonumber(deadline) then
     append(reply, 0)
   else
@@ -190,7 +193,7 @@ return reply
  * same request: each algorithm's `refund` (`algorithms/*.ts`) in Lua, for every policy.
  *
  * KEYS[i]              bucket key of policy i
- * ARGV[1]              now, integer ms; '' to use Redis TIME
+ * ARGV[1]              now, integer ms; '' to use Redis TIME (as for the decide script)
  * ARGV[2 + 6(i-1)]     algorithm of policy i
  * ARGV[3 + 6(i-1)]     rps, tokens per second
  * ARGV[4 + 6(i-1)]     burst, tokens

@@ -3,8 +3,10 @@ import type { RateLimitRequest } from '../rate-limit-store.interface.js';
 /** The charging calls on one key that are on their way to Redis. */
 interface Pending {
   calls: number;
-  drained?: Promise<void>;
-  drain?: () => void;
+  /** What one of them failed with, if one did. */
+  failure?: unknown;
+  drained?: Promise<unknown>;
+  drain?: (failure: unknown) => void;
 }
 
 /**
@@ -25,21 +27,28 @@ export class PendingCalls {
     }
   }
 
-  /** Counts a charging call on these keys as landed; the last one to land lets those waiting go on. */
-  land(requests: readonly RateLimitRequest[]): void {
+  /**
+   * Counts a charging call on these keys as landed, answered or failed (`failure`); the last one
+   * to land lets those waiting go on.
+   */
+  land(requests: readonly RateLimitRequest[], failure?: unknown): void {
     for (const { key } of requests) {
       const pending = this.byKey.get(key)!;
+      if (failure !== undefined) pending.failure ??= failure;
       if (--pending.calls > 0) continue;
       this.byKey.delete(key);
-      pending.drain?.();
+      pending.drain?.(pending.failure);
     }
   }
 
-  /** When the calls on their way on the first of these keys that has any have all landed; `undefined`: there are none. */
-  drained(requests: readonly RateLimitRequest[]): Promise<void> | undefined {
+  /**
+   * When the calls on their way on the first of these keys that has any have all landed: with
+   * what one of them failed with, if one did. `undefined`: there are none.
+   */
+  drained(requests: readonly RateLimitRequest[]): Promise<unknown> | undefined {
     for (const { key } of requests) {
       const pending = this.byKey.get(key);
-      if (pending !== undefined) return (pending.drained ??= new Promise<void>((resolve) => (pending.drain = resolve)));
+      if (pending !== undefined) return (pending.drained ??= new Promise<unknown>((resolve) => (pending.drain = resolve)));
     }
     return undefined;
   }

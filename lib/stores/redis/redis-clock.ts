@@ -1,11 +1,11 @@
 /**
- * How long the smallest offset between Redis's clock and the local one is kept, ms: then the
- * next reply's is taken afresh, so that a clock that drifts or is stepped is followed.
+ * How much a kept sample of Redis's clock loses per ms of its age, ms: a newer sample replaces it
+ * once its round trip is shorter than the kept one's plus this much per ms since (1 ms a second,
+ * ten times what two clocks drift apart at worst). A sample read after a stall of the app (a long
+ * round trip) so never replaces a good one, and a good one is taken afresh often enough to follow
+ * the clocks' drift.
  */
-const OFFSET_KEPT_MS = 1_000;
-
-/** A call that runs this many timeouts after it was sent charges nothing. */
-export const STALE_AFTER_TIMEOUTS = 2;
+const AGING_PER_MS = 0.001;
 
 /**
  * The clocks a `RedisStore` works with: the local one (a test clock, else `performance.now()`),
@@ -13,16 +13,20 @@ export const STALE_AFTER_TIMEOUTS = 2;
  * call), and Redis's, per hash slot (each Cluster node has its own), as far as the replies show
  * it. The local estimate of the script's clock only dates answers (see `RefusedCache`) and sets
  * deadlines.
+ *
+ * A reply shows Redis's clock minus the local one within bounds: Redis decided after the call was
+ * sent and before its reply was read, so the offset lies between Redis's time less the read time
+ * (`low`) and Redis's time less the send time (`high`). Of the replies, the one with the
+ * narrowest bounds is kept (see `AGING_PER_MS`); one whose bounds do not meet the kept ones' says
+ * that a clock was stepped, and is taken at once.
  */
 export class RedisClock {
-  /**
-   * Per hash slot, Redis's clock minus the local one, ms, at least: the smallest a reply showed
-   * within `OFFSET_KEPT_MS` (NaN: no reply yet). A reply shows Redis's clock when it decided
-   * against the local clock before the call was sent, which is never more than Redis's own.
-   */
-  private readonly offsets: Float64Array;
-  /** Per hash slot, when `offsets` was last taken afresh (local ms). */
-  private readonly offsetsTakenAt: Float64Array;
+  /** Per hash slot, the kept offset's lower bound, ms (NaN: no reply yet). */
+  private readonly low: Float64Array;
+  /** Per hash slot, the kept offset's upper bound, ms. */
+  private readonly high: Float64Array;
+  /** Per hash slot, when the kept sample's reply was read (local ms). */
+  private readonly takenAt: Float64Array;
 
   /** The clock (integer ms) sent with every call instead of Redis `TIME`, if any. */
   private given: (() => number) | undefined;
@@ -38,8 +42,9 @@ export class RedisClock {
     slots: number,
   ) {
     this.given = given;
-    this.offsets = new Float64Array(slots).fill(NaN);
-    this.offsetsTakenAt = new Float64Array(slots);
+    this.low = new Float64Array(slots).fill(NaN);
+    this.high = new Float64Array(slots);
+    this.takenAt = new Float64Array(slots);
   }
 
   /** Local time, ms. */
@@ -63,31 +68,35 @@ export class RedisClock {
   }
 
   /**
-   * Takes in Redis's clock minus the local one as a reply from `slot` showed it (`sample`, at
-   * local time `now`), and returns the offset to use: the smallest of the last `OFFSET_KEPT_MS`.
-   * Each sample is at least the true offset (Redis decided after the call was sent), so the
-   * smallest is the closest, and never less than it while the two clocks keep their pace.
+   * Takes in a reply from `slot`: Redis's clock read `redisNow` in a call sent at local time
+   * `sentAt` whose reply was read at `readAt`. Returns the earliest local time Redis can have
+   * decided at, by the kept bounds: `redisNow` less the offset's upper bound.
    */
-  learn(slot: number, sample: number, now: number): number {
-    if (!(this.offsets[slot] <= sample) || now - this.offsetsTakenAt[slot] >= OFFSET_KEPT_MS) {
-      this.offsets[slot] = sample;
-      this.offsetsTakenAt[slot] = now;
+  learn(slot: number, redisNow: number, sentAt: number, readAt: number): number {
+    const low = redisNow - readAt;
+    const high = redisNow - sentAt;
+    const kept = this.low[slot];
+    const stepped = high < kept || low > this.high[slot];
+    const narrower = high - low <= this.high[slot] - kept + (readAt - this.takenAt[slot]) * AGING_PER_MS;
+    if (Number.isNaN(kept) || stepped || narrower) {
+      this.low[slot] = low;
+      this.high[slot] = high;
+      this.takenAt[slot] = readAt;
     }
-    return this.offsets[slot];
+    return redisNow - this.high[slot];
   }
 
   /**
-   * The time on Redis's clock after which a call sent at `sentAt` is surely of no use: its
-   * caller stopped waiting `timeoutMs` after sending, and a busy event loop may notice that
-   * late, so the deadline is `STALE_AFTER_TIMEOUTS` times that. Redis's clock is estimated from
-   * the replies: the offset they show is never less than Redis's own, so the deadline is never
-   * early, however late a reply is read. A call run between the two charges for a request that
-   * got its failMode outcome: fewer admissions, never more. '' before a reply, or with a given
-   * clock (the script then knows only when the call was sent, not when it runs).
+   * The time on Redis's clock after which a call sent now, at local time `sentAt`, is of no use:
+   * its caller stops waiting `timeoutMs` after sending it (see `RedisStore`). Set by the offset's
+   * lower bound, it is never later than that moment, so a call Redis runs after it charges
+   * nothing, and nothing is charged once a caller has had its `failMode` answer. '' (none) before
+   * a reply, when the kept bounds are wider than `timeoutMs` (they would say too little), and with
+   * a given clock (the script then knows when the call was sent, not when it runs).
    */
   deadline(slot: number, sentAt: number, timeoutMs: number | undefined): string {
-    const offset = this.offsets[slot];
-    if (timeoutMs === undefined || this.given || Number.isNaN(offset)) return '';
-    return String(Math.ceil(sentAt + offset + STALE_AFTER_TIMEOUTS * timeoutMs));
+    const low = this.low[slot];
+    if (timeoutMs === undefined || this.given !== undefined || !(this.high[slot] - low <= timeoutMs)) return '';
+    return String(Math.floor(sentAt + low + timeoutMs));
   }
 }

@@ -1,9 +1,9 @@
 import type { Cluster, Redis } from 'ioredis';
 import type { Outcome } from '../../algorithms/algorithm.types.js';
-import { storeTimedOut } from '../../rate-limit.messages.js';
+import { Deadlines } from '../../utils/deadline-queue.js';
 import { type Charge, chargeOf, toDecision } from '../decision.js';
 import { distinctRequests, spreadDecisions } from '../distinct-requests.js';
-import { RateLimitStoreError } from '../rate-limit-store.error.js';
+import { storeTimeout } from '../rate-limit-store.error.js';
 import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from '../rate-limit-store.interface.js';
 import { groupBySlot, HASH_SLOTS } from './hash-slot.js';
 import { PendingCalls } from './pending-calls.js';
@@ -27,8 +27,10 @@ export type { RedisStoreClock, RedisStoreOptions } from './redis-store-options.j
  * key different identities spans slots: one call per slot runs in parallel, and when any slot
  * refuses, what the others charged is given back, so a refused request leaves no charge.
  *
- * A call that Redis only runs after the caller stopped waiting (`timeoutMs`, e.g. queued in a
- * frozen server) charges nothing.
+ * Each call is bounded by the caller's `timeoutMs` from when it is sent (see `timesCalls`): a
+ * stall of the app's own event loop before it leaves, or while its reply waits to be read, is not
+ * taken for a slow Redis. A call that Redis only runs after its caller stopped waiting (queued in
+ * a frozen server, say) charges nothing.
  *
  * On a Redis-compatible server whose scripts cannot read `TIME`, the store warns once and
  * decides on the app's clock (see `RedisStoreOptions.clock`; `clock: 'app'` says so up front).
@@ -38,11 +40,15 @@ export type { RedisStoreClock, RedisStoreOptions } from './redis-store-options.j
  * @example new RedisStore({ client: new Redis(process.env.DRAGONFLY_URL), clock: 'app' })
  */
 export class RedisStore implements RateLimitStore {
+  /** Every call is bounded by its `timeoutMs` from when it leaves the process (see `SlotBatches`). */
+  readonly timesCalls = true;
   readonly client: Redis | Cluster;
   private readonly cluster: boolean;
   private readonly clock: RedisClock;
   private readonly scripts: RedisScripts;
   private readonly batches: SlotBatches;
+  /** The timers of calls on their way, one per timeout. */
+  private readonly deadlines = new Deadlines();
   private readonly refused: RefusedCache | undefined;
   /** Charging calls on their way, by key: only kept while `refused` is on. */
   private readonly pending = new PendingCalls();
@@ -54,7 +60,7 @@ export class RedisStore implements RateLimitStore {
     const given = givenClock(options.clock);
     this.clock = new RedisClock(given, options.clock === 'app' ? undefined : given, this.cluster ? HASH_SLOTS : 1);
     this.scripts = new RedisScripts(this.client, this.clock);
-    this.batches = new SlotBatches(this.scripts, this.clock);
+    this.batches = new SlotBatches(this.scripts, this.clock, this.deadlines);
     this.refused = options.cacheRefusals === false ? undefined : new RefusedCache();
   }
 
@@ -85,6 +91,7 @@ export class RedisStore implements RateLimitStore {
 
   async close(): Promise<void> {
     this.refused?.clear();
+    this.deadlines.close();
   }
 
   /**
@@ -123,38 +130,39 @@ export class RedisStore implements RateLimitStore {
     const distinct = distinctRequests(requests, charge ? 'RedisStore.consume' : 'RedisStore.peek');
     if (distinct.positions) return spreadDecisions(await this.call(distinct.requests, charge, timeoutMs), requests, distinct.positions);
     if (requests.length === 0) return [];
-    // the caller's timeout counts from here, and so does the deadline Redis gets
-    const askedAt = this.clock.localNow();
     const cache = charge ? this.refused : undefined;
     if (cache !== undefined) {
       const known = this.cached(requests);
       if (known !== undefined) return known;
-      const calls = cache.contended(requests, askedAt) ? this.pending.drained(requests) : undefined;
+      const calls = cache.contended(requests, this.clock.localNow()) ? this.pending.drained(requests) : undefined;
       if (calls !== undefined) {
         // A flood on these buckets: calls on them are on their way, and they most likely leave
         // nothing for this request. Their answers come sooner than a call of our own would, so
         // wait for them (once) and look again, with the others that waited: those the buckets
         // can hold go to Redis together, the rest are refused here.
-        await calls;
-        const now = this.clock.localNow();
-        const outcomes = cache.lookupTogether(requests, now);
+        const failure = await calls;
+        // Redis is slow or gone: a call of our own would add its timeout to theirs
+        if (failure !== undefined) throw failure;
+        const outcomes = cache.lookupTogether(requests, this.clock.localNow());
         if (outcomes !== undefined) return requests.map((request, i) => toDecision(request, outcomes[i]));
-        // the caller has had its failMode answer: sending now would charge a request already answered
-        if (timeoutMs !== undefined && now - askedAt >= timeoutMs) throw new RateLimitStoreError(storeTimedOut(timeoutMs));
       }
       this.pending.depart(requests);
     }
+    let failure: unknown;
     try {
       // a single Redis (or Sentinel) takes every key in one call: no slots to work out
       const groups = this.cluster ? groupBySlot(requests.map((request) => request.key), true) : undefined;
       const { outcomes, decidedAt } =
         groups === undefined || groups.size === 1
-          ? await this.batches.decide(requests, charge, groups?.keys().next().value ?? 0, askedAt, timeoutMs)
-          : await this.acrossSlots(requests, groups, charge, askedAt, timeoutMs);
+          ? await this.batches.decide(requests, charge, groups?.keys().next().value ?? 0, timeoutMs)
+          : await this.acrossSlots(requests, groups, charge, timeoutMs);
       cache?.remember(requests, outcomes, decidedAt, this.pending.behind);
       return requests.map((request, i) => toDecision(request, outcomes[i]));
+    } catch (error) {
+      failure = error;
+      throw error;
     } finally {
-      if (cache !== undefined) this.pending.land(requests);
+      if (cache !== undefined) this.pending.land(requests, failure);
     }
   }
 
@@ -166,13 +174,10 @@ export class RedisStore implements RateLimitStore {
     requests: readonly RateLimitRequest[],
     groups: Map<number, number[]>,
     charge: boolean,
-    sentAt: number,
-    timeoutMs?: number,
+    timeoutMs: number | undefined,
   ): Promise<{ outcomes: Outcome[]; decidedAt: number }> {
     const slots = [...groups];
-    const settled = await Promise.allSettled(
-      slots.map(([slot, group]) => this.batches.decide(group.map((i) => requests[i]), charge, slot, sentAt, timeoutMs)),
-    );
+    const settled = await Promise.allSettled(slots.map(([slot, group]) => this.batches.decide(group.map((i) => requests[i]), charge, slot, timeoutMs)));
     const outcomes: Outcome[] = new Array(requests.length);
     let allowed = true;
     let decidedAt = Infinity;
@@ -187,7 +192,8 @@ export class RedisStore implements RateLimitStore {
         settled.map(async (result, k) => {
           if (result.status === 'rejected' || !result.value.outcomes.every((outcome) => outcome.allowed)) return;
           const group = slots[k][1];
-          const refunded = await this.scripts.refund(group.map((i) => requests[i]), result.value.at);
+          const refund = this.scripts.refund(group.map((i) => requests[i]), result.value.at);
+          const refunded = timeoutMs === undefined ? await refund : await this.deadlines.race(refund, timeoutMs, () => storeTimeout(timeoutMs));
           group.forEach((i, j) => (outcomes[i] = refunded.outcomes[j]));
         }),
       );

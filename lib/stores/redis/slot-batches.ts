@@ -1,8 +1,9 @@
 import { staleStoreCall } from '../../rate-limit.messages.js';
-import { RateLimitStoreError } from '../rate-limit-store.error.js';
+import type { Deadlines } from '../../utils/deadline-queue.js';
+import { RateLimitStoreError, storeTimeout } from '../rate-limit-store.error.js';
 import type { RateLimitRequest } from '../rate-limit-store.interface.js';
 import { REPLY_WIDTH } from './decide.lua.js';
-import { type RedisClock, STALE_AFTER_TIMEOUTS } from './redis-clock.js';
+import type { RedisClock } from './redis-clock.js';
 import type { RedisScripts } from './redis-scripts.js';
 import { parseAnswer, type Reply } from './script-reply.js';
 
@@ -12,6 +13,18 @@ import { parseAnswer, type Reply } from './script-reply.js';
  */
 export const MAX_BATCH_KEYS = 64;
 
+/** A request of a batch, waiting for its answer. */
+interface Waiting {
+  /** Its number of policies. */
+  count: number;
+  /** How long its caller waits once the call is sent, ms; `undefined`: as long as it takes. */
+  timeoutMs: number | undefined;
+  /** Where its deadline goes in the batch's arguments (set when the batch is sent). */
+  deadlineAt: number;
+  resolve: (reply: Reply) => void;
+  reject: (error: unknown) => void;
+}
+
 /**
  * Requests of one hash slot waiting to go to Redis in one decide call: their keys, and the
  * script's arguments after its clock.
@@ -19,8 +32,7 @@ export const MAX_BATCH_KEYS = 64;
 interface Batch {
   keys: string[];
   args: string[];
-  /** Per request: its number of policies, and its caller (`undefined`: Redis ran it too late). */
-  waiting: { count: number; resolve: (reply: Reply | undefined) => void; reject: (error: unknown) => void }[];
+  waiting: Waiting[];
 }
 
 /**
@@ -29,6 +41,12 @@ interface Batch {
  * goes in the same decide call, so a busy instance makes one Redis call for many requests and
  * an idle one sends each at once. Each request stays atomic and exact: the script decides them
  * in turn (see `DECIDE_LUA`).
+ *
+ * A request's time counts from when its call is sent, not from when it joined the batch: a stall
+ * of the app's own event loop in between (a heavy request, a collection pause) is the app's, not
+ * Redis's. From then on its caller waits its `timeoutMs` at most, and gets its answer when the
+ * reply had arrived by then (the deadlines are checked after the replies are read: see
+ * `DeadlineQueue`); the script drops a request it runs only after that (see `RedisClock.deadline`).
  */
 export class SlotBatches {
   /** Requests not yet sent, by hash slot. */
@@ -37,56 +55,70 @@ export class SlotBatches {
   constructor(
     private readonly scripts: RedisScripts,
     private readonly clock: RedisClock,
+    private readonly deadlines: Deadlines,
   ) {}
 
   /**
-   * Decides requests of one hash slot, sent at local time `sentAt`, in the slot's batch.
+   * Decides requests of one hash slot in the slot's batch; `timeoutMs` counts from when the call
+   * is sent.
    *
-   * @throws RateLimitStoreError when Redis ran the call after its deadline (see `RedisClock.deadline`)
+   * @throws RateLimitStoreError past the timeout (`'timeout'`), or when Redis ran the call after
+   * it (`'stale'`)
    */
-  async decide(requests: readonly RateLimitRequest[], charge: boolean, slot: number, sentAt: number, timeoutMs?: number): Promise<Reply> {
+  decide(requests: readonly RateLimitRequest[], charge: boolean, slot: number, timeoutMs: number | undefined): Promise<Reply> {
     let batch = this.batches.get(slot);
     if (batch === undefined) {
       const opened: Batch = (batch = { keys: [], args: [], waiting: [] });
       this.batches.set(slot, opened);
       setImmediate(() => this.send(slot, opened));
     }
-    batch.args.push(String(requests.length), charge ? '1' : '0', this.clock.deadline(slot, sentAt, timeoutMs));
+    const deadlineAt = batch.args.length + 2;
+    batch.args.push(String(requests.length), charge ? '1' : '0', '');
     for (const { key, rule, cost } of requests) {
       batch.keys.push(key);
       batch.args.push(rule.algorithm, String(rule.rps), String(rule.burst), rule.blockMs === undefined ? '0' : String(rule.blockMs), String(cost));
     }
-    const reply = new Promise<Reply | undefined>((resolve, reject) => batch.waiting.push({ count: requests.length, resolve, reject }));
+    const opened = batch;
+    const reply = new Promise<Reply>((resolve, reject) => opened.waiting.push({ count: requests.length, timeoutMs, deadlineAt, resolve, reject }));
     if (batch.keys.length >= MAX_BATCH_KEYS) this.send(slot, batch);
-    const decided = await reply;
-    if (decided === undefined) throw new RateLimitStoreError(staleStoreCall(STALE_AFTER_TIMEOUTS, timeoutMs!));
-    return decided;
+    return reply;
   }
 
   /** Sends a slot's batch in one decide call (unless it went already) and answers each request. */
-  private async send(slot: number, batch: Batch): Promise<void> {
+  private send(slot: number, batch: Batch): void {
     if (this.batches.get(slot) !== batch) return;
     this.batches.delete(slot);
     const sentAt = this.clock.localNow();
-    let raw: number[];
-    try {
-      raw = await this.scripts.decide(batch.keys, batch.args);
-    } catch (error) {
-      for (const { reject } of batch.waiting) reject(error);
-      return;
-    }
-    // per request: 0 (past its deadline), or 1 and its policies' outcomes; then Redis's clock
+    for (const waiting of batch.waiting) batch.args[waiting.deadlineAt] = this.clock.deadline(slot, sentAt, waiting.timeoutMs);
+    // on the client's socket from here: each caller's time starts now
+    const answers = this.scripts.decide(batch.keys, batch.args).then((raw) => this.answers(slot, batch, raw, sentAt));
+    batch.waiting.forEach((waiting, i) => {
+      const answer = answers.then((all) => {
+        if (all[i] instanceof RateLimitStoreError) throw all[i];
+        return all[i];
+      });
+      const { timeoutMs } = waiting;
+      const bounded = timeoutMs === undefined ? answer : this.deadlines.race(answer, timeoutMs, () => storeTimeout(timeoutMs));
+      bounded.then(waiting.resolve, waiting.reject);
+    });
+  }
+
+  /**
+   * Each request's answer from a decide call's reply: per request 0 (Redis ran it past its
+   * deadline: a stale error) or 1 and its policies' outcomes; then Redis's clock.
+   */
+  private answers(slot: number, batch: Batch, raw: number[], sentAt: number): (Reply | RateLimitStoreError)[] {
     const redisNow = raw[raw.length - 1];
-    const decidedAt = redisNow - this.clock.learn(slot, redisNow - sentAt, sentAt);
+    const decidedAt = this.clock.learn(slot, redisNow, sentAt, this.clock.localNow());
     let at = 0;
-    for (const { count, resolve } of batch.waiting) {
+    return batch.waiting.map(({ count, timeoutMs }) => {
       if (raw[at] === 0) {
-        resolve(undefined);
         at += 1;
-      } else {
-        resolve({ ...parseAnswer(raw, at + 1, count), decidedAt });
-        at += 1 + count * REPLY_WIDTH;
+        return new RateLimitStoreError(staleStoreCall(timeoutMs!), { reason: 'stale' });
       }
-    }
+      const reply = { ...parseAnswer(raw, at + 1, count), decidedAt };
+      at += 1 + count * REPLY_WIDTH;
+      return reply;
+    });
   }
 }
