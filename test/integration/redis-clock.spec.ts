@@ -8,6 +8,7 @@ import { MemoryStore } from '../../lib/stores/memory/memory.store.js';
 import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from '../../lib/stores/rate-limit-store.interface.js';
 import { RedisStore, type RedisStoreClock } from '../../lib/stores/redis/redis.store.js';
 import { redisTimeUnusable, TIME_PROBE } from '../../lib/stores/redis/time-probe.js';
+import { ManualClock } from '../../lib/testing/index.js';
 import { CASE_EPOCH, ruleOf } from '../cases/index.js';
 import { freePort, type RedisServer, startRedisServer, stopRedisServer } from '../support/redis/process.js';
 import { connectTestRedis, testRedisUrl } from '../support/redis/test-redis.js';
@@ -242,5 +243,24 @@ describe('a Redis that is down at the first call (own redis-server)', () => {
     } finally {
       client.disconnect();
     }
+  });
+});
+
+describe('a given clock far from real time', () => {
+  it.each([0, 2_000_000])('a ManualClock at %i keeps its buckets: a key lives its time to full, counted on Redis from the call', async (start) => {
+    const clock = new ManualClock(start);
+    const store = new RedisStore({ client: redis, clock });
+    // full again 100 s after a token is taken: on any clock, no key of it expires during the test
+    const rule = ruleOf('token_bucket', 0.01, 2);
+    const req: RateLimitRequest = { key: bucketKey(`rl-clock-${randomUUID()}:`, 'given', rule, 'ip:1'), policy: 'given', rule, cost: 1 };
+    const decisions = [];
+    for (let i = 0; i < 3; i++) decisions.push((await store.consume([req]))[0]);
+    expect(decisions.map((d) => [d.allowed, d.remaining])).toEqual([[true, 1], [true, 0], [false, 0]]);
+    const ttl = await redis.pttl(req.key);
+    expect(ttl).toBeGreaterThan(190_000);
+    expect(ttl).toBeLessThanOrEqual(200_000);
+    // the clock moves on by hand: the bucket refills on it, not on Redis's
+    clock.advance('100s');
+    expect((await store.consume([req]))[0]).toMatchObject({ allowed: true, remaining: 0 });
   });
 });

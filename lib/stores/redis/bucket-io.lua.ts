@@ -23,19 +23,20 @@ local function load(m, i, now, rule)
   return m.current(state, now, rule)
 end
 
--- the script's clock: ARGV[1], or Redis TIME when it is '' (then time_now is that TIME, and an
--- expiry can be a TTL from it: see save)
-local time_now = nil
+-- the script's clock, ms: ARGV[1], or Redis TIME when it is '' (see clock); and the time on it
+-- that the keys' TTLs count from (see ttl_ms)
+local script_now, expiry_base = nil, nil
 
 -- algorithms/decide.ts expiryAfter: expiresAt from the waitMs(burst) the report has already worked out
 local function expires_at(s, full_ms)
   return s.at + max(1, full_ms)
 end
 
--- the TTL (on Redis TIME) or the time (on a given clock) a key expires at: see flush
-local function expiry_arg(until_ms)
-  if time_now ~= nil then return string.format('%d', max(1, until_ms - time_now)) end
-  return string.format('%d', until_ms)
+-- the TTL of a key that expires at until_ms on the script's clock: the time until then, ms, from
+-- expiry_base. Redis counts it on its own clock, so a given clock's times are durations to it, as
+-- far as that clock is from Redis's (a test's clock at 0, the app's own)
+local function ttl_ms(until_ms)
+  return string.format('%d', max(1, until_ms - expiry_base))
 end
 
 -- stores a charged or blocked state, to expire when the bucket is full again and no block holds:
@@ -46,7 +47,7 @@ local function save(m, key, s, full_ms)
     -- full: the same as an absent key (only a refund leaves a bucket full)
     if full_ms == 0 then redis.call('DEL', key) return end
     m.save_block(key, s)
-    redis.call(time_now ~= nil and 'PEXPIRE' or 'PEXPIREAT', key, expiry_arg(expires_at(s, full_ms)))
+    redis.call('PEXPIRE', key, ttl_ms(expires_at(s, full_ms)))
     return
   end
   if full_ms == 0 then
@@ -56,27 +57,32 @@ local function save(m, key, s, full_ms)
   end
 end
 
--- writes the states the call stored, each key once, its last: on Redis TIME one SET ... PX, the
--- TTL from the very clock the state is dated on; on a given clock SET, then PEXPIREAT at its
--- time (SET ... PXAT does both, but only from Redis 6.2 on)
+-- writes the states the call stored, each key once, its last: one SET ... PX each, the TTL from
+-- the very clock the state is dated on
 local function flush()
   for key, s in pairs(written) do
     if s == false then
       redis.call('DEL', key)
-    elseif time_now ~= nil then
-      redis.call('SET', key, written_models[key].encode(s), 'PX', expiry_arg(written_until[key]))
     else
-      redis.call('SET', key, written_models[key].encode(s))
-      redis.call('PEXPIREAT', key, expiry_arg(written_until[key]))
+      redis.call('SET', key, written_models[key].encode(s), 'PX', ttl_ms(written_until[key]))
     end
   end
 end
 
--- ARGV[1]: now, integer ms, or '' for Redis TIME
+-- ARGV[1]: '' for Redis TIME; else the given clock's now, integer ms, and when that clock is
+-- ahead of the app's real time (a test's, pinned in the future), a space and that real time: TTLs
+-- then count from it, so keys live until the given clock's times come (a clock that is moved by
+-- hand can run slower than Redis's: this keeps its buckets while it has not reached them)
 local function clock(given)
-  if given ~= '' then return tonumber(given) end
-  local time = redis.call('TIME')
-  time_now = tonumber(time[1]) * 1000 + floor(tonumber(time[2]) / 1000)
-  return time_now
+  if given ~= '' then
+    local now, real = string.match(given, '^(%S+) ?(%S*)$')
+    script_now = tonumber(now)
+    expiry_base = tonumber(real) or script_now
+  else
+    local time = redis.call('TIME')
+    script_now = tonumber(time[1]) * 1000 + floor(tonumber(time[2]) / 1000)
+    expiry_base = script_now
+  end
+  return script_now
 end
 `;

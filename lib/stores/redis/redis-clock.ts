@@ -52,9 +52,16 @@ export class RedisClock {
     return this.test ? this.test() : performance.now();
   }
 
-  /** A script's ARGV[1]: the given clock's time, or '' for Redis `TIME`. */
+  /**
+   * A script's ARGV[1]: '' for Redis `TIME`; else the given clock's time, and when that is ahead of
+   * this process's real time (`Date.now()`: a test clock pinned in the future), that real time
+   * after a space, for the keys' TTLs to count from (see `ttl_ms` in `BUCKET_IO_LUA`).
+   */
   scriptNow(): string {
-    return this.given ? String(this.given()) : '';
+    if (this.given === undefined) return '';
+    const now = this.given();
+    const real = Date.now();
+    return now > real ? `${now} ${real}` : String(now);
   }
 
   /** Whether the scripts read Redis `TIME`. */
