@@ -1,46 +1,59 @@
+import { createHash } from 'node:crypto';
 import { Logger } from '@nestjs/common';
 import type { Cluster, Redis } from 'ioredis';
+import { storeFailed } from '../../rate-limit.messages.js';
+import { RateLimitStoreError } from '../rate-limit-store.error.js';
 import type { RateLimitRequest } from '../rate-limit-store.interface.js';
 import { DECIDE_LUA, REFUND_LUA } from './decide.lua.js';
 import type { RedisClock } from './redis-clock.js';
 import { type Answer, parseAnswer } from './script-reply.js';
 import { redisTimeUnusable, TIME_PROBE, TIME_PROBE_LUA, timeUnusable } from './time-probe.js';
 
-/** The names the scripts are defined under on the ioredis client. */
-const DECIDE = 'nestjsRateLimitDecide';
-const REFUND = 'nestjsRateLimitRefund';
+/** A script as the store runs it: its text, and the SHA-1 that EVALSHA names it by. */
+interface Script {
+  readonly lua: string;
+  readonly sha: string;
+}
 
-type ScriptCommand = (numKeys: number, ...args: string[]) => Promise<number[]>;
+function script(lua: string): Script {
+  return { lua, sha: createHash('sha1').update(lua).digest('hex') };
+}
+
+const DECIDE = script(DECIDE_LUA);
+const REFUND = script(REFUND_LUA);
+
+type ScriptCommand = (numKeys: number, ...args: string[]) => Promise<unknown>;
 
 /**
- * The decide and refund scripts on one ioredis client, defined on it once as commands
- * (`defineCommand`: a call is an EVALSHA, the script is sent whole only when Redis does not have
- * it). Every call's ARGV[1] is the clock (see `RedisClock.scriptNow`); with Redis `TIME`, a probe
- * that it works inside a script starts with the store, and no call waits for it (see `checkTime`).
+ * The decide and refund scripts on one ioredis client. They are loaded into Redis when the store
+ * starts (`SCRIPT LOAD`, on every master of a Cluster) and again whenever the client is ready after
+ * a reconnect, so no decision pays for sending and compiling them; each call is an `EVALSHA`, and
+ * one that meets a Redis without them (`NOSCRIPT`: restarted, flushed, failed over) is sent whole.
+ * Every call's ARGV[1] is the clock (see `RedisClock.scriptNow`); with Redis `TIME`, a probe that
+ * it works inside a script starts with the store, and no call waits for it (see `checkTime`).
  */
 export class RedisScripts {
-  private readonly decideCommand: ScriptCommand;
-  private readonly refundCommand: ScriptCommand;
   /** Whether the scripts' clock is settled: a given one, or Redis `TIME` probed (see `checkTime`). */
   private timeChecked: boolean;
   /** The `TIME` probe under way, if any. */
   private timeCheck: Promise<void> | undefined;
+  /** Whether the store has started talking to Redis (a lazyConnect client is left alone until its first call). */
+  private started = false;
   private readonly logger = new Logger('RedisStore');
 
   constructor(
     private readonly client: Redis | Cluster,
     private readonly clock: RedisClock,
   ) {
-    this.decideCommand = this.define(DECIDE, DECIDE_LUA);
-    this.refundCommand = this.define(REFUND, REFUND_LUA);
     this.timeChecked = !clock.redisTime;
+    client.on('ready', this.load);
     // a client that is to connect only when used (lazyConnect) is left alone until then
-    if (!this.timeChecked && client.status !== 'wait') this.timeCheck = this.checkTime();
+    if (client.status !== 'wait') this.start();
   }
 
   /** Runs `DECIDE_LUA` on `keys`, with `args` after its clock (ARGV[2] on): its raw reply. */
   decide(keys: readonly string[], args: readonly string[]): Promise<number[]> {
-    return this.run(this.decideCommand, DECIDE_LUA, keys, args);
+    return this.run(DECIDE, keys, args);
   }
 
   /** Gives back what a decide call charged for requests of one hash slot (`at` from its reply). */
@@ -50,24 +63,56 @@ export class RedisScripts {
       args.push(rule.algorithm, String(rule.rps), String(rule.burst), String(rule.blockMs ?? 0), String(cost), String(at[i]));
     });
     const keys = requests.map((request) => request.key);
-    return parseAnswer(await this.run(this.refundCommand, REFUND_LUA, keys, args), 0, requests.length);
+    return parseAnswer(await this.run(REFUND, keys, args), 0, requests.length);
+  }
+
+  /** Stops reloading the scripts on the client's reconnections: the store is closed. */
+  close(): void {
+    this.client.off('ready', this.load);
   }
 
   /**
-   * Runs a script by its SHA. ioredis sends it whole after a NOSCRIPT reply, but only once per
-   * connection until the next flush: calls that got NOSCRIPT together with a `SCRIPT FLUSH` between
-   * them would fail, so those are sent whole here.
+   * Runs a script by its SHA (sent on the client's socket before this returns), and whole when
+   * Redis does not have it. A failure is a `RateLimitStoreError`: `'unavailable'` when Redis could
+   * not be reached, `'error'` when it answered one.
    */
-  private async run(command: ScriptCommand, lua: string, keys: readonly string[], args: readonly string[]): Promise<number[]> {
+  private async run({ lua, sha }: Script, keys: readonly string[], args: readonly string[]): Promise<number[]> {
+    if (!this.started) this.start();
     if (!this.timeChecked) this.timeCheck ??= this.checkTime();
     const now = this.clock.scriptNow();
     try {
-      return await command(keys.length, ...keys, now, ...args);
+      try {
+        return (await this.client.evalsha(sha, keys.length, ...keys, now, ...args)) as number[];
+      } catch (error) {
+        if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT')) throw error;
+        return (await this.client.eval(lua, keys.length, ...keys, now, ...args)) as number[];
+      }
     } catch (error) {
-      if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT')) throw error;
-      return (await this.client.eval(lua, keys.length, ...keys, now, ...args)) as number[];
+      // a reply error is Redis's answer; anything else (closed, not writable, refused) is Redis out of reach
+      const reason = error instanceof Error && error.name === 'ReplyError' ? 'error' : 'unavailable';
+      throw new RateLimitStoreError(storeFailed(error), { cause: error, reason });
     }
   }
+
+  /** The store's first talk with Redis: the scripts loaded, and `TIME` probed unless a clock is given. */
+  private start(): void {
+    this.started = true;
+    this.load();
+    if (!this.timeChecked) this.timeCheck ??= this.checkTime();
+  }
+
+  /**
+   * Loads both scripts into Redis (on a Cluster, into every master it knows), so that calls find
+   * them. Nothing waits for it; where it fails (Redis down, the Cluster not ready yet), the next
+   * `ready` loads them, and until then a call that meets `NOSCRIPT` sends its script whole.
+   */
+  private readonly load = (): void => {
+    const cluster = this.client as Cluster;
+    const nodes: (Redis | Cluster)[] = cluster.isCluster === true ? cluster.nodes('master') : [this.client];
+    for (const node of nodes) {
+      for (const { lua } of [DECIDE, REFUND]) node.script('LOAD', lua).catch(() => undefined);
+    }
+  };
 
   /**
    * Probes Redis `TIME` inside a script: one EVAL (ioredis sends a defined command's first call

@@ -1,0 +1,110 @@
+import { createHash, randomUUID } from 'node:crypto';
+import { Cluster, Redis } from 'ioredis';
+import { bucketKey } from '../../lib/keys/bucket-key.js';
+import type { RateLimitRequest } from '../../lib/stores/rate-limit-store.interface.js';
+import { DECIDE_LUA, REFUND_LUA } from '../../lib/stores/redis/decide.lua.js';
+import { RedisStore } from '../../lib/stores/redis/redis.store.js';
+import { ruleOf } from '../cases/index.js';
+import { parseInfo } from '../support/redis/client.js';
+import { startRedisCluster } from '../support/redis/cluster.js';
+import { type RedisServer, startRedisServer, stopRedisGroup, stopRedisServer } from '../support/redis/process.js';
+
+const sha = (lua: string) => createHash('sha1').update(lua).digest('hex');
+const SCRIPTS = [sha(DECIDE_LUA), sha(REFUND_LUA)];
+
+const request = (): RateLimitRequest => {
+  const rule = ruleOf('token_bucket', 1, 5);
+  return { key: bucketKey('rl-load:', 'load', rule, `ip:${randomUUID()}`), policy: 'load', rule, cost: 1 };
+};
+
+/** How often the server ran a command (`eval`, `evalsha`, `script|load`) and answered an error (`NOSCRIPT`). */
+async function stats(client: Redis): Promise<{ calls: (command: string) => number; errors: (code: string) => number }> {
+  const commands = parseInfo(await client.info('commandstats'));
+  const errors = parseInfo(await client.info('errorstats'));
+  const count = (value: string | undefined, field: string) => Number(new RegExp(`${field}=(\\d+)`).exec(value ?? '')?.[1] ?? 0);
+  return { calls: (command) => count(commands[`cmdstat_${command}`], 'calls'), errors: (code) => count(errors[`errorstat_${code}`], 'count') };
+}
+
+/** Once what `client` was sent before has been answered (replies come in order). */
+const answered = async (client: Redis) => void (await client.ping());
+
+/**
+ * The scripts are loaded into Redis when the store starts (every master of a Cluster) and when its
+ * client is ready again after a reconnect, so that no decision pays for sending and compiling them:
+ * each is an EVALSHA that finds its script. A Redis that lost them anyway (SCRIPT FLUSH) is still
+ * served, by sending the script whole (see stores.spec.ts).
+ */
+describe('loading the scripts (own redis-server)', () => {
+  let server: RedisServer;
+  let client: Redis;
+
+  beforeEach(async () => {
+    server = await startRedisServer();
+    client = new Redis(server.url);
+    client.on('error', () => undefined);
+    await new Promise((resolve) => client.once('ready', resolve));
+  });
+  afterEach(() => {
+    client.disconnect();
+    stopRedisServer(server.pid);
+  });
+
+  it('loads them when the store is made: the first decision is one EVALSHA, never a NOSCRIPT or an EVAL', async () => {
+    // clock 'app': no probe of TIME, whose one-line script ioredis sends by EVAL
+    const store = new RedisStore({ client, clock: 'app' });
+    await answered(client);
+    expect(await client.script('EXISTS', ...SCRIPTS)).toEqual([1, 1]);
+    expect(await store.consume([request()])).toMatchObject([{ allowed: true, remaining: 4 }]);
+    const { calls, errors } = await stats(client);
+    expect([calls('evalsha'), calls('eval'), errors('NOSCRIPT')]).toEqual([1, 0, 0]);
+    await store.close();
+  });
+
+  it('loads them again when its client is ready after Redis restarted', async () => {
+    const store = new RedisStore({ client, clock: 'app' });
+    await answered(client);
+    const { port } = server;
+    stopRedisServer(server.pid);
+    server = await startRedisServer([], { port });
+    await new Promise((resolve) => client.once('ready', resolve));
+    await answered(client);
+    expect(await client.script('EXISTS', ...SCRIPTS)).toEqual([1, 1]);
+    expect(await store.consume([request()])).toMatchObject([{ allowed: true, remaining: 4 }]);
+    const { calls, errors } = await stats(client);
+    expect([calls('evalsha'), calls('eval'), errors('NOSCRIPT')]).toEqual([1, 0, 0]);
+    await store.close();
+  });
+
+  it('leaves a lazyConnect client alone until its first call, and loads them ahead of it', async () => {
+    const lazy = new Redis(server.url, { lazyConnect: true });
+    const store = new RedisStore({ client: lazy, clock: 'app' });
+    expect(lazy.status).toBe('wait');
+    expect(await store.consume([request()])).toMatchObject([{ allowed: true, remaining: 4 }]);
+    const { calls, errors } = await stats(client);
+    expect([calls('evalsha'), calls('eval'), errors('NOSCRIPT')]).toEqual([1, 0, 0]);
+    await store.close();
+    lazy.disconnect();
+  });
+});
+
+describe('loading the scripts on a Redis Cluster (own cluster)', () => {
+  it('loads them into every master when the store is made', async () => {
+    const started = await startRedisCluster();
+    const cluster = new Cluster(started.nodes, { lazyConnect: true });
+    try {
+      await cluster.connect();
+      const store = new RedisStore({ client: cluster, clock: 'app' });
+      const masters = cluster.nodes('master');
+      expect(masters).toHaveLength(3);
+      for (const master of masters) {
+        await answered(master);
+        expect(await master.script('EXISTS', ...SCRIPTS)).toEqual([1, 1]);
+      }
+      expect(await store.consume([request()])).toMatchObject([{ allowed: true, remaining: 4 }]);
+      await store.close();
+    } finally {
+      cluster.disconnect();
+      await stopRedisGroup(started);
+    }
+  });
+});
