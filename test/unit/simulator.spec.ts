@@ -8,8 +8,9 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { simulate } from '../../lib/simulator/simulate.js';
-import { parseSimulateArgs, type SimulateOptions } from '../../lib/simulator/simulate-args.js';
+import { MAX_RATE_REQUESTS, parseSimulateArgs, SimulateArgumentError, type SimulateOptions } from '../../lib/simulator/simulate-args.js';
 import type { Summary } from '../../lib/simulator/summary.js';
+import { evenlySpaced } from '../../lib/simulator/traffic.js';
 
 let dir: string;
 
@@ -201,5 +202,45 @@ describe('simulate --compare and --json', () => {
     expect(first.match(/>requests\/s</g)).toHaveLength(6);
     expect(first).toContain('>admitted</text>');
     expect(first).toContain('>refused</text>');
+  });
+});
+
+describe('simulate --rate: a run that ends', () => {
+  const policy = ['--policy', '{"rps":10,"burst":50}'];
+
+  it('refuses a --rate and --duration that make more than 10,000,000 requests before deciding any, naming the flags', () => {
+    expect(() => parseSimulateArgs([...policy, '--rate', '1e308', '--duration', '1s'])).toThrow(
+      new SimulateArgumentError(
+        'Invalid nestjs-ratelimit simulate argument --rate: times --duration 1s makes over 1e308 requests; a run simulates at most 10,000,000: lower --rate or --duration, got "1e308"',
+      ),
+    );
+    expect(() => parseSimulateArgs([...policy, '--rate', '200', '--duration', '1d'])).toThrow(
+      'Invalid nestjs-ratelimit simulate argument --rate: times --duration 1d makes 17,280,000 requests; a run simulates at most 10,000,000: lower --rate or --duration, got "200"',
+    );
+    expect(() => parseSimulateArgs([...policy, '--rate', '1e14', '--duration', '1d'])).toThrow('times --duration 1d makes 8.64e+18 requests');
+    // the default --duration counts too
+    expect(() => parseSimulateArgs([...policy, '--rate', '1000001'])).toThrow(/times --duration 10s makes 10,000,010 requests/);
+    expect(parseSimulateArgs([...policy, '--rate', '1000', '--duration', '10000s'])).toMatchObject({ traffic: { rate: 1000, durationMs: 10_000_000 } });
+    expect(MAX_RATE_REQUESTS).toBe(10_000_000);
+  });
+
+  it('refuses a --duration over a day: counts are kept per second, and evenly spaced traffic only repeats itself', () => {
+    expect(() => parseSimulateArgs([...policy, '--rate', '0.001', '--duration', '2d'])).toThrow(
+      new SimulateArgumentError('Invalid nestjs-ratelimit simulate argument --duration: must be at most 1d (86400 s); replay a --trace for longer traffic, got "2d"'),
+    );
+    expect(parseSimulateArgs([...policy, '--rate', '1', '--duration', '1d'])).toMatchObject({ traffic: { rate: 1, durationMs: 86_400_000 } });
+  });
+
+  it('says on stderr how far a long run is, every second or so of its clock', () => {
+    // a clock that moves 600 ms each time it is read: read every 16,384 requests, a line every other read
+    let now = 0;
+    const lines: string[] = [];
+    const arrivals = [...evenlySpaced(1000, 100_000, (line) => lines.push(line), () => (now += 600))];
+    expect(arrivals).toHaveLength(100_000);
+    expect(lines).toEqual([
+      'simulate: 32,768 of 100,000 requests (32 %), 27,307 requests/s',
+      'simulate: 65,536 of 100,000 requests (65 %), 27,307 requests/s',
+      'simulate: 98,304 of 100,000 requests (98 %), 27,307 requests/s',
+    ]);
   });
 });
