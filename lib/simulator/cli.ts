@@ -28,6 +28,7 @@ Traffic (one of):
 Outputs (a per-second table and a chart on stdout by default):
   --svg <file>               chart of admitted and refused requests over time
   --csv <file>               one row per request: time_ms,key,allowed,remaining,retry_after
+                             (a key that starts as a formula does is written as text: '=...)
   --json                     a summary on stdout: share refused overall and per key
   --top <n>                  keys refused most the summary lists (default ${DEFAULT_TOP})
 `;

