@@ -1,7 +1,7 @@
 import { normalizeIp } from '../keys/ip.js';
 import type { Arrival } from './simulation.js';
 
-/** The formats a trace may be in, told apart by its first line. */
+/** The formats a trace may be in, told apart by its first line that is a request or a CSV header. */
 export type TraceFormat = 'csv' | 'ndjson' | 'access-log';
 
 /** Parses one line: the request it records, or why it records none (a bad line). */
@@ -53,27 +53,28 @@ function arrivalOf(time: unknown, key: unknown, cost: unknown): Arrival | string
   return { time: ms, key: key === undefined || key === '' ? NO_KEY : String(key), cost: parsedCost };
 }
 
-/** The format of a trace whose first non-empty line is `line`. */
+/** The format `line` is in, as far as its look tells. */
 export function detectFormat(line: string): TraceFormat {
   if (line.startsWith('{')) return 'ndjson';
   return ACCESS_LOG.test(line) ? 'access-log' : 'csv';
 }
 
 /**
- * The parser for a trace whose first non-empty line is `first`, and whether that line is a CSV
- * header (to be skipped): one whose first field is not a time. A header may name its columns
- * `time`, `key` and `cost` in any order; otherwise they are taken in that order.
+ * The parser for a trace whose format `first` (a line before any request) tells, and whether
+ * that line is a CSV header (to be skipped). A header is what the CSV format defines: a line
+ * whose first field is no time and that names a `time` column, and `key` and `cost` if it has
+ * them, in any order (other columns are not read). Without a header the columns are time, key,
+ * cost in that order, and a first line that is neither a header nor a request is a bad line
+ * like any other.
  */
 export function parserFor(first: string): { format: TraceFormat; header: boolean; parse: LineParser } {
   const format = detectFormat(first);
   if (format === 'ndjson') return { format, header: false, parse: parseNdjsonLine };
   if (format === 'access-log') return { format, header: false, parse: parseAccessLogLine };
   const fields = splitCsv(first);
-  if (parseTime(fields[0]) !== undefined) return { format, header: false, parse: csvParser(0, 1, 2) };
   const names = fields.map((name) => name.trim().toLowerCase());
-  const named = names.includes('time');
-  const column = (name: string, position: number) => (named ? names.indexOf(name) : position);
-  return { format, header: true, parse: csvParser(column('time', 0), column('key', 1), column('cost', 2)) };
+  if (parseTime(fields[0]) !== undefined || !names.includes('time')) return { format, header: false, parse: csvParser(0, 1, 2) };
+  return { format, header: true, parse: csvParser(names.indexOf('time'), names.indexOf('key'), names.indexOf('cost')) };
 }
 
 /** A CSV line's parser that reads time, key and cost from the given columns (-1: none). */

@@ -70,8 +70,9 @@ export function* evenlySpaced(rate: number, durationMs: number, progress: (line:
 
 /**
  * The requests of a trace file (`-`: stdin), read line by line (readline over a stream: memory does not grow
- * with the file). The first non-empty line decides the format (see `parserFor`). A line that
- * records no request is counted in `report` (the first few kept with their numbers), never thrown.
+ * with the file). The first line that is a CSV header or records a request decides the format
+ * (see `parserFor`); a bad line before it does not. A line that records no request, the first
+ * included, is counted in `report` (the first few kept with their numbers), never thrown.
  * Every ~1 s of reading, `progress` gets a line saying how far it is.
  *
  * @throws when the file cannot be opened or read
@@ -88,18 +89,27 @@ export async function* readTrace(file: string, report: TraceReport, progress: (l
       tick(number);
       const line = (number === 1 ? raw.replace(/^\uFEFF/, '') : raw).trim();
       if (line === '') continue;
-      if (parse === undefined) {
+      // until a header or a request settles the format, each line is read by the format it looks like
+      let parseLine = parse;
+      if (parseLine === undefined) {
         const parser = parserFor(line);
         report.format = parser.format;
-        parse = parser.parse;
-        if (parser.header) continue;
+        if (parser.header) {
+          parse = parser.parse;
+          continue;
+        }
+        parseLine = parser.parse;
       }
-      const parsed = parse(line);
+      const parsed = parseLine(line);
       if (typeof parsed === 'string') {
         if (++report.badLines <= SHOWN_BAD_LINES) {
-          report.firstBadLines.push({ line: number, reason: parsed, text: line.length > SHOWN_TEXT ? `${line.slice(0, SHOWN_TEXT)}…` : line });
+          const reason = parse === undefined && report.format === 'csv' ? `${parsed}; nor is the line a header (a CSV header names a "time" column)` : parsed;
+          report.firstBadLines.push({ line: number, reason, text: line.length > SHOWN_TEXT ? `${line.slice(0, SHOWN_TEXT)}…` : line });
         }
-      } else yield parsed;
+      } else {
+        parse = parseLine;
+        yield parsed;
+      }
     }
   } finally {
     lines.close();

@@ -58,7 +58,17 @@ describe('CSV', () => {
     const named = parserFor('Cost, Key ,path,Time');
     expect(named.header).toBe(true);
     expect(named.parse('3,k,/a,5')).toEqual({ time: 5, key: 'k', cost: 3 });
-    expect(parserFor('ts,client').parse('7,c')).toEqual({ time: 7, key: 'c', cost: undefined });
+    const timeOnly = parserFor('time');
+    expect(timeOnly.header).toBe(true);
+    expect(timeOnly.parse('5,k,3')).toEqual({ time: 5, key: '-', cost: undefined });
+  });
+
+  it('takes no other first line for a header: one that names no time column is read as a request (and is a bad line)', () => {
+    const { header, parse } = parserFor('ts,client');
+    expect(header).toBe(false);
+    expect(parse('ts,client')).toBe('time is neither milliseconds nor ISO 8601: "ts"');
+    expect(parse('7,c')).toEqual({ time: 7, key: 'c', cost: undefined });
+    expect(parserFor('1e12,alice').header).toBe(false);
   });
 
   it('reads quoted fields', () => {
@@ -155,6 +165,32 @@ describe('readTrace', () => {
       { line: 2, reason: 'not JSON', text: 'garbage' },
       ...[0, 1, 2, 3].map((i) => ({ line: 4 + i, reason: `time is neither milliseconds nor ISO 8601: "t${i}"`, text: `{"time":"t${i}"}` })),
     ]);
+  });
+
+  it('reports a first line that is neither a header nor a request as a bad line, and reads on', async () => {
+    // 1e12 is no time here (milliseconds are written in full), and no header names a time column
+    const { times, report } = await read('1e12,alice\n1000000001000,alice\n1e12,alice\n');
+    expect(times).toEqual([1_000_000_001_000]);
+    expect(report).toMatchObject({ format: 'csv', lines: 3, badLines: 2 });
+    expect(report.firstBadLines).toEqual([
+      { line: 1, reason: 'time is neither milliseconds nor ISO 8601: "1e12"; nor is the line a header (a CSV header names a "time" column)', text: '1e12,alice' },
+      { line: 3, reason: 'time is neither milliseconds nor ISO 8601: "1e12"', text: '1e12,alice' },
+    ]);
+    // a header the format does not define is no header either
+    expect(await read('ts,client\n7,c\n')).toMatchObject({ times: [7], report: { badLines: 1, firstBadLines: [{ line: 1, text: 'ts,client' }] } });
+  });
+
+  it('lets the first line that records a request decide the format, not a bad line before it', async () => {
+    const ndjson = await read('# exported 2026-11-26\n{"time":1,"key":"a"}\n{"time":2}\n');
+    expect(ndjson.times).toEqual([1, 2]);
+    expect(ndjson.report).toMatchObject({ format: 'ndjson', badLines: 1, firstBadLines: [{ line: 1, text: '# exported 2026-11-26' }] });
+    const log = await read('garbage\n127.0.0.1 - - [10/Oct/2000:13:55:36 -0700] "GET / HTTP/1.0" 200 1\n');
+    expect(log.times).toEqual([T0]);
+    expect(log.report).toMatchObject({ format: 'access-log', badLines: 1 });
+    // once a header or a request has settled it, the format stays
+    const settled = await read('1,a\n{"time":2}\n');
+    expect(settled.times).toEqual([1]);
+    expect(settled.report).toMatchObject({ format: 'csv', badLines: 1, firstBadLines: [{ line: 2, reason: 'time is neither milliseconds nor ISO 8601: "{time:2}"' }] });
   });
 
   it('cuts a long bad line to 80 characters', async () => {
