@@ -22,14 +22,25 @@ const MILLISECONDS = /^-?\d+(?:\.\d+)?$/;
 const ISO_8601 = /^\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?)?(Z|[+-]\d{2}:?\d{2})?$/;
 
 /**
+ * A number of milliseconds as a trace time: whole (a fraction is dropped) and within
+ * ±`Number.MAX_SAFE_INTEGER`, past which two milliseconds are one number and the arithmetic on
+ * times is no longer exact. `undefined` outside.
+ */
+function wholeMilliseconds(ms: number): number | undefined {
+  const whole = Math.floor(ms);
+  return Number.isSafeInteger(whole) ? whole : undefined;
+}
+
+/**
  * A trace time as integer milliseconds: a number of milliseconds (Unix time, or any origin; a
- * fraction is dropped), or an ISO 8601 date-time. `undefined` when it is neither.
+ * fraction is dropped; at most ±2^53 - 1, about 285,000 years), or an ISO 8601 date-time.
+ * `undefined` when it is neither.
  */
 export function parseTime(value: unknown): number | undefined {
-  if (typeof value === 'number') return Number.isFinite(value) ? Math.floor(value) : undefined;
+  if (typeof value === 'number') return wholeMilliseconds(value);
   if (typeof value !== 'string') return undefined;
   const text = value.trim();
-  if (MILLISECONDS.test(text)) return Math.floor(Number(text));
+  if (MILLISECONDS.test(text)) return wholeMilliseconds(Number(text));
   const iso = ISO_8601.exec(text);
   if (!iso) return undefined;
   const ms = Date.parse(`${text.replace(' ', 'T').replace(',', '.')}${iso[1] === undefined && text.length > 10 ? 'Z' : ''}`);
@@ -43,10 +54,18 @@ function parseCost(value: unknown): number | undefined | string {
   return typeof cost === 'number' && Number.isFinite(cost) && cost > 0 ? cost : `cost is not a positive number: ${JSON.stringify(value)}`;
 }
 
+/** Why `time` is no trace time. */
+function badTime(time: unknown): string {
+  const number = typeof time === 'number' || (typeof time === 'string' && MILLISECONDS.test(time.trim()));
+  return number
+    ? `time is beyond ±${Number.MAX_SAFE_INTEGER} ms, where milliseconds are no longer exact: ${typeof time === 'number' ? time : JSON.stringify(time)}`
+    : `time is neither milliseconds nor ISO 8601: ${JSON.stringify(time ?? null)}`;
+}
+
 /** The request of a line's time, key and cost, or why they make none. */
 function arrivalOf(time: unknown, key: unknown, cost: unknown): Arrival | string {
   const ms = parseTime(time);
-  if (ms === undefined) return `time is neither milliseconds nor ISO 8601: ${JSON.stringify(time ?? null)}`;
+  if (ms === undefined) return badTime(time);
   const parsedCost = parseCost(cost);
   if (typeof parsedCost === 'string') return parsedCost;
   if (key !== undefined && typeof key !== 'string' && typeof key !== 'number') return `key is not a string: ${JSON.stringify(key)}`;

@@ -287,3 +287,49 @@ describe('simulate --csv: keys a spreadsheet would run as formulas', () => {
     );
   });
 });
+
+describe('simulate: traces over huge spans', () => {
+  /** The x axis's labels in the terminal chart: the line under the plot, ending in " s". */
+  const axisLine = (stdout: string): string => stdout.split('\n').filter((line) => / s$/.test(line) && !line.includes('requests')).pop()!;
+
+  it('spaces the terminal x axis by its labels: none run together, whatever their digits', async () => {
+    const trace = join(dir, 'span.csv');
+    // the widest span a trace can have: times from -(2^53 - 1) to 2^53 - 1 ms
+    await writeFile(trace, '-9007199254740991,a\n9007199254740991,a\n');
+    const { stdout } = await run('--policy', '{"rps":10,"burst":5}', '--trace', trace);
+    const axis = axisLine(stdout);
+    expect(axis).toBe(`${' '.repeat(8)}0${' '.repeat(15)}4503599627376   9007199254752    18014398509482 s`);
+    expect(Math.max(...stdout.split('\n').map((line) => [...line].length))).toBeLessThanOrEqual(80);
+
+    await writeFile(trace, '0,a\n9007199254740991,a\n');
+    const labels = axisLine((await run('--policy', '{"rps":10,"burst":5}', '--trace', trace)).stdout);
+    expect(labels).toMatch(/^ {8}0( {2,}\d+)+ {2,}9007199254741 s$/);
+  });
+
+  it('spaces the SVG x axis by its labels, each inside the picture', async () => {
+    const trace = join(dir, 'span-svg.csv');
+    const svg = join(dir, 'span.svg');
+    await writeFile(trace, '-9007199254740991,a\n9007199254740991,a\n');
+    await run('--policy', '{"rps":10,"burst":5}', '--trace', trace, '--svg', svg);
+    // the x labels: centred numbers under the plot; a digit at 12 px is at most 0.6 em, 7.2 px, wide
+    const labels = [...(await readFile(svg, 'utf8')).matchAll(/<text x="([\d.]+)" y="\d+" text-anchor="middle" fill="#424242">(\d+)<\/text>/g)].map(([, x, text]) => ({
+      x: Number(x),
+      width: text.length * 7.2,
+    }));
+    expect(labels.length).toBeGreaterThanOrEqual(3);
+    for (let i = 1; i < labels.length; i++) {
+      const [left, right] = [labels[i - 1], labels[i]];
+      expect(right.x - right.width / 2 - (left.x + left.width / 2)).toBeGreaterThanOrEqual(6);
+    }
+    expect(labels.at(-1)!.x + labels.at(-1)!.width / 2).toBeLessThanOrEqual(800);
+  });
+
+  it('reports a time past 2^53 - 1 ms as a bad line instead of failing to draw the span', async () => {
+    const trace = join(dir, 'past.csv');
+    await writeFile(trace, `0,a\n1${'0'.repeat(300)},a\n-9007199254740992,a\n`);
+    const { stdout } = await run('--policy', '{"rps":10,"burst":5}', '--trace', trace);
+    expect(stdout).toContain('1 request replayed');
+    expect(stdout).toContain('line 2: time is beyond ±9007199254740991 ms, where milliseconds are no longer exact: "1000000000');
+    expect(stdout).toContain('line 3: time is beyond ±9007199254740991 ms, where milliseconds are no longer exact: "-9007199254740992"');
+  });
+});

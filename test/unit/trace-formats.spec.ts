@@ -32,11 +32,14 @@ describe('parseTime', () => {
     ['2000-10-10 20:55:36', T0], // no zone: UTC, whatever the machine's
     ['2000-10-10T20:55', T0 - 36_000],
     ['2000-10-10', Date.UTC(2000, 9, 10)],
+    // the widest whole milliseconds a number holds exactly: 2^53 - 1 either way
+    ['9007199254740991', Number.MAX_SAFE_INTEGER],
+    ['-9007199254740991', -Number.MAX_SAFE_INTEGER],
   ])('%j is %d ms', (text, ms) => {
     expect(parseTime(text)).toBe(ms);
   });
 
-  it.each(['', 'now', '10/Oct/2000:13:55:36', '2000-13-45T00:00:00Z', '1e3', NaN, Infinity, null, {}])('%j is no time', (text) => {
+  it.each(['', 'now', '10/Oct/2000:13:55:36', '2000-13-45T00:00:00Z', '1e3', NaN, Infinity, null, {}, '9007199254740992', '-9007199254740993', `1${'0'.repeat(400)}`, 1e300])('%j is no time', (text) => {
     expect(parseTime(text)).toBeUndefined();
   });
 });
@@ -81,6 +84,7 @@ describe('CSV', () => {
     expect(parse('yesterday,k')).toBe('time is neither milliseconds nor ISO 8601: "yesterday"');
     expect(parse('1,k,0')).toBe('cost is not a positive number: "0"');
     expect(parse('1,k,heavy')).toBe('cost is not a positive number: "heavy"');
+    expect(parse('9007199254740993,k')).toBe('time is beyond ±9007199254740991 ms, where milliseconds are no longer exact: "9007199254740993"');
   });
 });
 
@@ -97,6 +101,7 @@ describe('NDJSON', () => {
     expect(parseNdjsonLine('{"key":"k"}')).toBe('time is neither milliseconds nor ISO 8601: null');
     expect(parseNdjsonLine('{"time":1,"key":{"id":1}}')).toBe('key is not a string: {"id":1}');
     expect(parseNdjsonLine('{"time":1,"cost":-1}')).toBe('cost is not a positive number: -1');
+    expect(parseNdjsonLine('{"time":1e300}')).toBe('time is beyond ±9007199254740991 ms, where milliseconds are no longer exact: 1e+300');
   });
 });
 
