@@ -6,7 +6,7 @@
  */
 import { InvalidPolicyError } from '../policy/resolve-policy.js';
 import { simulate } from './simulate.js';
-import { DEFAULT_DURATION, DEFAULT_TOP, parseCommandLine, SimulateArgumentError } from './simulate-args.js';
+import { DEFAULT_DURATION, DEFAULT_TOP, MAX_RATE_REQUESTS, parseCommandLine, SimulateArgumentError } from './simulate-args.js';
 
 const USAGE = `Usage: nestjs-ratelimit simulate <policies> <traffic> [outputs]
 
@@ -20,13 +20,15 @@ Policies (one of):
     --limit <n> --window <d>   requests per window ('10s', '1m', '1h')
 
 Traffic (one of):
-  --rate <n> [--duration <d>]  n requests per second, evenly spaced (default ${DEFAULT_DURATION})
+  --rate <n> [--duration <d>]  n requests per second, evenly spaced (default ${DEFAULT_DURATION});
+                             at most ${MAX_RATE_REQUESTS.toLocaleString('en-US')} requests, for at most 1d
   --trace <file>             CSV or NDJSON of time[,key[,cost]] (time in ms or ISO 8601),
                              or an access log in common or combined log format; - is stdin
 
 Outputs (a per-second table and a chart on stdout by default):
   --svg <file>               chart of admitted and refused requests over time
   --csv <file>               one row per request: time_ms,key,allowed,remaining,retry_after
+                             (a key that starts as a formula does is written as text: '=...)
   --json                     a summary on stdout: share refused overall and per key
   --top <n>                  keys refused most the summary lists (default ${DEFAULT_TOP})
 `;

@@ -3,12 +3,25 @@ import type { WriteStream } from 'node:fs';
 import { open } from 'node:fs/promises';
 import type { RateLimitDecision } from '../stores/rate-limit-store.interface.js';
 import type { Arrival } from './simulation.js';
+import { NO_KEY } from './trace-formats.js';
 
 /** Characters gathered before one write to the file. */
 const CHUNK = 64 * 1024;
 
-/** A key as a CSV field: quoted when it holds a comma, a quote or a line break. */
-const field = (text: string): string => (/[",\r\n]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text);
+/** What a spreadsheet reads as the start of a formula when a cell begins with it (OWASP, "CSV Injection"). */
+const FORMULA_START = /^[=+\-@\t\r]/;
+
+/**
+ * A key as a CSV field a spreadsheet shows as text: a key from a trace that begins as a formula
+ * does (`=`, `+`, `-`, `@`, tab, carriage return) gets a `'` before it and double quotes around
+ * it, as OWASP advises, so that opening the file runs nothing; a key with a comma, a quote or a
+ * line break is quoted as RFC 4180 says. `-` alone, the simulator's name for "no key", is written
+ * as it is: nothing follows the sign, so it is no formula.
+ */
+export function csvKey(key: string): string {
+  if (key !== NO_KEY && FORMULA_START.test(key)) return `"'${key.replace(/"/g, '""')}"`;
+  return /[",\r\n]/.test(key) ? `"${key.replace(/"/g, '""')}"` : key;
+}
 
 /**
  * The `--csv` file: one row per request, `time_ms,key,allowed,remaining,retry_after` (seconds,
@@ -40,7 +53,7 @@ export class CsvOutput {
   row({ time, key }: Arrival, lane: string, { allowed, remaining, retryAfter }: RateLimitDecision): boolean {
     if (this.error) throw this.error;
     const retry = retryAfter === Infinity ? '' : String(retryAfter);
-    this.pending += `${time},${field(key)},${this.withLane ? `${lane},` : ''}${allowed},${remaining},${retry}\n`;
+    this.pending += `${time},${csvKey(key)},${this.withLane ? `${lane},` : ''}${allowed},${remaining},${retry}\n`;
     if (this.pending.length < CHUNK) return false;
     const full = !this.stream.write(this.pending);
     this.pending = '';

@@ -96,9 +96,13 @@ export function binned(panel: Panel, span: { first: number; last: number }, maxB
   return { width, seconds, bins };
 }
 
+/** The smallest axis step of 1, 2 or 5 times a power of ten that is at least `min` (> 0). */
+export function niceStepAtLeast(min: number): number {
+  const power = 10 ** Math.floor(Math.log10(min));
+  return [1, 2, 5, 10].find((m) => m * power >= min)! * power;
+}
+
 /** A step for an axis from 0 to `max` with about `ticks` ticks: 1, 2 or 5 times a power of ten. */
 export function niceStep(max: number, ticks: number): number {
-  const raw = Math.max(max, 1) / ticks;
-  const power = 10 ** Math.floor(Math.log10(raw));
-  return [1, 2, 5, 10].find((m) => m * power >= raw)! * power;
+  return niceStepAtLeast(Math.max(max, 1) / ticks);
 }

@@ -4,11 +4,23 @@ import type { RateLimitPolicy } from '../policy/policy.types.js';
 import { InvalidPolicyError, parseWindow, resolvePolicy } from '../policy/resolve-policy.js';
 import { duplicatePolicyName, invalidPolicy, invalidSimulateArgument } from '../rate-limit.messages.js';
 import type { Lane, SimulatedPolicy } from './simulation.js';
+import { requestsOf } from './traffic.js';
 
 /** Requests the `--json` summary lists as the keys refused most, unless `--top` says otherwise. */
 export const DEFAULT_TOP = 10;
 /** `--duration` when `--rate` is given without one. */
 export const DEFAULT_DURATION = '10s';
+/**
+ * Most requests `--rate` and `--duration` may make together: a run decides each one, so more
+ * would run for minutes (about 1 µs per request and policy), and evenly spaced traffic shows all
+ * it has to show long before.
+ */
+export const MAX_RATE_REQUESTS = 10_000_000;
+/**
+ * Longest `--duration`, seconds (one day): the run keeps counts per second of every lane, so a
+ * longer one would hold hundreds of megabytes for traffic that only repeats itself.
+ */
+export const MAX_DURATION_SECONDS = 86_400;
 
 /** A command line that does not hold: the CLI prints the message and exits with status 2. */
 export class SimulateArgumentError extends Error {
@@ -149,7 +161,15 @@ function trafficOf({ rate, duration, trace }: Values): Traffic {
   if (!(perSecond > 0 && Number.isFinite(perSecond))) fail('--rate', rate, 'must be a positive number of requests per second');
   const seconds = parseWindow(duration ?? DEFAULT_DURATION);
   if (seconds === undefined) fail('--duration', duration, `must be a positive number of seconds or a duration such as '10s', '1m', '1h'`);
-  return { rate: perSecond, durationMs: Math.round(seconds! * 1000) };
+  if (seconds! > MAX_DURATION_SECONDS) fail('--duration', duration, `must be at most 1d (${MAX_DURATION_SECONDS} s); replay a --trace for longer traffic`);
+  const durationMs = Math.round(seconds! * 1000);
+  // refused here, before a request is decided: the count is known, and past the bound the run would not end in reasonable time
+  const requests = requestsOf(perSecond, durationMs);
+  if (requests > MAX_RATE_REQUESTS) {
+    const count = !Number.isFinite(requests) ? 'over 1e308' : requests < 1e15 ? requests.toLocaleString('en-US') : requests.toExponential(2);
+    fail('--rate', rate, `times --duration ${duration ?? DEFAULT_DURATION} makes ${count} requests; a run simulates at most ${MAX_RATE_REQUESTS.toLocaleString('en-US')}: lower --rate or --duration`);
+  }
+  return { rate: perSecond, durationMs };
 }
 
 function topOf(top: string | undefined): number {

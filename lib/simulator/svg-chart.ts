@@ -1,4 +1,4 @@
-import { type Bin, type Binned, binned, niceStep, type Panel, spanOf } from './panels.js';
+import { type Bin, type Binned, binned, niceStep, niceStepAtLeast, type Panel, spanOf } from './panels.js';
 
 const WIDTH = 800;
 const LEFT = 70;
@@ -14,6 +14,13 @@ const PLOT_WIDTH = WIDTH - LEFT - RIGHT;
 const MAX_BINS = 200;
 const COLORS = { admitted: '#2e7d32', refused: '#d84315', grid: '#e0e0e0', axis: '#424242', text: '#212121' };
 const FONT = 'font-family="system-ui, -apple-system, Segoe UI, Helvetica, Arial, sans-serif"';
+/**
+ * Width of a character of an axis label, px: 0.6 of the 12 px font, at least a digit's width in
+ * the fonts above (the viewer's font is not known, so labels are spaced by this bound).
+ */
+const LABEL_CHAR = 7.2;
+/** Least space between two x-axis labels, px. */
+const LABEL_GAP = 12;
 
 /** A coordinate or a value, to two decimals without trailing zeros: short, and the same on every machine. */
 const n = (value: number): string => String(Math.round(value * 100) / 100);
@@ -66,10 +73,11 @@ function panelSvg(panel: Panel, { seconds, bins }: Binned, top: number, yMax: nu
   const offered = bins.map((bin) => bin.offered / bin.seconds);
   parts.push(`<path d="${area(bins, x, y, admitted, undefined)}" fill="${COLORS.admitted}"/>`);
   parts.push(`<path d="${area(bins, x, y, offered, admitted)}" fill="${COLORS.refused}"/>`);
-  const xStep = niceStep(seconds, 10);
+  const xStep = timeStep(seconds);
   for (let s = 0; s <= seconds; s += xStep) {
     parts.push(`<line x1="${n(x(s))}" y1="${base}" x2="${n(x(s))}" y2="${base + 4}" stroke="${COLORS.axis}"/>`);
-    parts.push(`<text x="${n(x(s))}" y="${base + 17}" text-anchor="middle" fill="${COLORS.axis}">${n(s)}</text>`);
+    // a label that would cross the picture's edge is left out (its tick stays)
+    if (x(s) + labelWidth(s) / 2 <= WIDTH) parts.push(`<text x="${n(x(s))}" y="${base + 17}" text-anchor="middle" fill="${COLORS.axis}">${n(s)}</text>`);
   }
   parts.push(`<line x1="${LEFT}" y1="${plotTop}" x2="${LEFT}" y2="${base}" stroke="${COLORS.axis}"/>`);
   parts.push(`<line x1="${LEFT}" y1="${base}" x2="${LEFT + PLOT_WIDTH}" y2="${base}" stroke="${COLORS.axis}"/>`);
@@ -78,6 +86,26 @@ function panelSvg(panel: Panel, { seconds, bins }: Binned, top: number, yMax: nu
   parts.push(`<text x="18" y="${middle}" transform="rotate(-90 18 ${middle})" text-anchor="middle" fill="${COLORS.axis}">requests/s</text>`);
   parts.push('</g>');
   return parts.join('\n');
+}
+
+/** How wide an x-axis label of `s` seconds is drawn, px (see `LABEL_CHAR`). */
+const labelWidth = (s: number): number => n(s).length * LABEL_CHAR;
+
+/**
+ * The step of the x axis over `seconds`: about ten ticks, fewer when their labels would come
+ * closer than `LABEL_GAP` (over a long span a label has many digits).
+ */
+function timeStep(seconds: number): number {
+  const perSecond = PLOT_WIDTH / seconds;
+  const widest = (step: number): number => {
+    let width = 0;
+    for (let s = 0; s <= seconds; s += step) width = Math.max(width, labelWidth(s));
+    return width;
+  };
+  let step = niceStep(seconds, 10);
+  // 1 -> 2 -> 5 -> 10: each round has fewer labels than the last, so this ends
+  while (step * perSecond < widest(step) + LABEL_GAP) step = niceStepAtLeast(step * 1.5);
+  return step;
 }
 
 /**

@@ -78,11 +78,13 @@ function chartLines({ width, seconds, bins }: Binned, top: number): string[] {
     lines.push(`${label.padStart(AXIS_WIDTH - 2)} ┤${cells}`);
   }
   lines.push(`${'0'.padStart(AXIS_WIDTH - 2)} └${'─'.repeat(bins.length * chars)}`);
-  // a tick label under the start of every few bins, never closer than 8 characters, and the end
+  // a tick label under the start of every few bins, and the end: starts at least 8 characters
+  // apart, and 2 spaces between labels however many digits a long span gives them
   const end = `${seconds} s`;
-  const every = Math.ceil(8 / chars);
+  const spacing = Math.max(8, String((bins.length - 1) * width).length + 2);
+  const every = Math.ceil(spacing / chars);
   let ticks = '';
-  for (let i = 0; i * chars + 8 + end.length <= bins.length * chars; i += every) ticks = `${ticks.padEnd(i * chars)}${i * width}`;
+  for (let i = 0; i * chars + spacing + end.length <= bins.length * chars; i += every) ticks = `${ticks.padEnd(i * chars)}${i * width}`;
   lines.push(`${' '.repeat(AXIS_WIDTH)}${ticks}${end.padStart(bins.length * chars + 1 - ticks.length)}`);
   lines.push(`${' '.repeat(AXIS_WIDTH)}requests/s: ${ADMITTED} admitted  ${REFUSED} refused${width === 1 ? '' : `  (a column: ${width} s)`}`);
   return lines;

@@ -1,7 +1,7 @@
 import { normalizeIp } from '../keys/ip.js';
 import type { Arrival } from './simulation.js';
 
-/** The formats a trace may be in, told apart by its first line. */
+/** The formats a trace may be in, told apart by its first line that is a request or a CSV header. */
 export type TraceFormat = 'csv' | 'ndjson' | 'access-log';
 
 /** Parses one line: the request it records, or why it records none (a bad line). */
@@ -22,14 +22,25 @@ const MILLISECONDS = /^-?\d+(?:\.\d+)?$/;
 const ISO_8601 = /^\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?)?(Z|[+-]\d{2}:?\d{2})?$/;
 
 /**
+ * A number of milliseconds as a trace time: whole (a fraction is dropped) and within
+ * ±`Number.MAX_SAFE_INTEGER`, past which two milliseconds are one number and the arithmetic on
+ * times is no longer exact. `undefined` outside.
+ */
+function wholeMilliseconds(ms: number): number | undefined {
+  const whole = Math.floor(ms);
+  return Number.isSafeInteger(whole) ? whole : undefined;
+}
+
+/**
  * A trace time as integer milliseconds: a number of milliseconds (Unix time, or any origin; a
- * fraction is dropped), or an ISO 8601 date-time. `undefined` when it is neither.
+ * fraction is dropped; at most ±2^53 - 1, about 285,000 years), or an ISO 8601 date-time.
+ * `undefined` when it is neither.
  */
 export function parseTime(value: unknown): number | undefined {
-  if (typeof value === 'number') return Number.isFinite(value) ? Math.floor(value) : undefined;
+  if (typeof value === 'number') return wholeMilliseconds(value);
   if (typeof value !== 'string') return undefined;
   const text = value.trim();
-  if (MILLISECONDS.test(text)) return Math.floor(Number(text));
+  if (MILLISECONDS.test(text)) return wholeMilliseconds(Number(text));
   const iso = ISO_8601.exec(text);
   if (!iso) return undefined;
   const ms = Date.parse(`${text.replace(' ', 'T').replace(',', '.')}${iso[1] === undefined && text.length > 10 ? 'Z' : ''}`);
@@ -43,37 +54,46 @@ function parseCost(value: unknown): number | undefined | string {
   return typeof cost === 'number' && Number.isFinite(cost) && cost > 0 ? cost : `cost is not a positive number: ${JSON.stringify(value)}`;
 }
 
+/** Why `time` is no trace time. */
+function badTime(time: unknown): string {
+  const number = typeof time === 'number' || (typeof time === 'string' && MILLISECONDS.test(time.trim()));
+  return number
+    ? `time is beyond ±${Number.MAX_SAFE_INTEGER} ms, where milliseconds are no longer exact: ${typeof time === 'number' ? time : JSON.stringify(time)}`
+    : `time is neither milliseconds nor ISO 8601: ${JSON.stringify(time ?? null)}`;
+}
+
 /** The request of a line's time, key and cost, or why they make none. */
 function arrivalOf(time: unknown, key: unknown, cost: unknown): Arrival | string {
   const ms = parseTime(time);
-  if (ms === undefined) return `time is neither milliseconds nor ISO 8601: ${JSON.stringify(time ?? null)}`;
+  if (ms === undefined) return badTime(time);
   const parsedCost = parseCost(cost);
   if (typeof parsedCost === 'string') return parsedCost;
   if (key !== undefined && typeof key !== 'string' && typeof key !== 'number') return `key is not a string: ${JSON.stringify(key)}`;
   return { time: ms, key: key === undefined || key === '' ? NO_KEY : String(key), cost: parsedCost };
 }
 
-/** The format of a trace whose first non-empty line is `line`. */
+/** The format `line` is in, as far as its look tells. */
 export function detectFormat(line: string): TraceFormat {
   if (line.startsWith('{')) return 'ndjson';
   return ACCESS_LOG.test(line) ? 'access-log' : 'csv';
 }
 
 /**
- * The parser for a trace whose first non-empty line is `first`, and whether that line is a CSV
- * header (to be skipped): one whose first field is not a time. A header may name its columns
- * `time`, `key` and `cost` in any order; otherwise they are taken in that order.
+ * The parser for a trace whose format `first` (a line before any request) tells, and whether
+ * that line is a CSV header (to be skipped). A header is what the CSV format defines: a line
+ * whose first field is no time and that names a `time` column, and `key` and `cost` if it has
+ * them, in any order (other columns are not read). Without a header the columns are time, key,
+ * cost in that order, and a first line that is neither a header nor a request is a bad line
+ * like any other.
  */
 export function parserFor(first: string): { format: TraceFormat; header: boolean; parse: LineParser } {
   const format = detectFormat(first);
   if (format === 'ndjson') return { format, header: false, parse: parseNdjsonLine };
   if (format === 'access-log') return { format, header: false, parse: parseAccessLogLine };
   const fields = splitCsv(first);
-  if (parseTime(fields[0]) !== undefined) return { format, header: false, parse: csvParser(0, 1, 2) };
   const names = fields.map((name) => name.trim().toLowerCase());
-  const named = names.includes('time');
-  const column = (name: string, position: number) => (named ? names.indexOf(name) : position);
-  return { format, header: true, parse: csvParser(column('time', 0), column('key', 1), column('cost', 2)) };
+  if (parseTime(fields[0]) !== undefined || !names.includes('time')) return { format, header: false, parse: csvParser(0, 1, 2) };
+  return { format, header: true, parse: csvParser(names.indexOf('time'), names.indexOf('key'), names.indexOf('cost')) };
 }
 
 /** A CSV line's parser that reads time, key and cost from the given columns (-1: none). */

