@@ -54,7 +54,7 @@ export class SlotBatches {
     batch.args.push(String(requests.length), charge ? '1' : '0', this.clock.deadline(slot, sentAt, timeoutMs));
     for (const { key, rule, cost } of requests) {
       batch.keys.push(key);
-      batch.args.push(rule.algorithm, String(rule.rps), String(rule.burst), rule.blockMs === undefined ? '0' : String(rule.blockMs), String(cost));
+      batch.args.push(rule.algorithm, String(rule.rps), String(rule.burst), rule.blockMs === undefined ? '0' : String(rule.blockMs), rule.limit === undefined ? '' : String(rule.limit), String(cost));
     }
     const reply = new Promise<Reply | undefined>((resolve, reject) => batch.waiting.push({ count: requests.length, resolve, reject }));
     if (batch.keys.length >= MAX_BATCH_KEYS) this.send(slot, batch);
