@@ -38,8 +38,6 @@ export function invalidPolicy(where: string, problem: string): string {
   return `Invalid @RateLimit policy on ${where}: ${problem}`;
 }
 
-/** What a factor of `rps` (`adaptive.min`, `setScale`) must be, at least `least`, or `who` (a policy, a tier) would refill slower than `days` allow. */
-export const factorAtLeast = (least: number, who: string, days: number): string => `must be at least ${least}: below it ${who} would take more than ${days} days to refill, the longest a bucket may take`;
 /** A module option that does not hold. */
 export function invalidOption(option: string, value: unknown, expected: string): string {
   return `Invalid RateLimitModule option "${option}": ${expected}, got ${show(value)}`;

@@ -34,9 +34,14 @@ export function leastFactor({ rps, burst }: Pick<Rule, 'rps' | 'burst'>): number
   return burst / (rps * MAX_REFILL_SECONDS);
 }
 
-/** A least factor (`leastFactor` of `rule`, or `LEAST_FACTOR`) as a message shows it: rounded up to 3 significant digits. */
-export function leastFactorShown(rule: Pick<Rule, 'rps' | 'burst'> | number): number {
+/**
+ * What a factor of `rps` (`adaptive.min`, a `setScale` factor) must be for `who` (the policy, a
+ * tier, every policy) to refill within `MAX_REFILL_DAYS`, as a message says it: at least the least
+ * factor of `rule` (`LEAST_FACTOR` for every policy), rounded up to 3 significant digits.
+ */
+export function factorAtLeast(rule: Pick<Rule, 'rps' | 'burst'> | number, who: string): string {
   const least = typeof rule === 'number' ? rule : leastFactor(rule);
   const step = 10 ** (Math.floor(Math.log10(least)) - 2);
-  return Number((Math.ceil(least / step) * step).toPrecision(3));
+  const shown = Number((Math.ceil(least / step) * step).toPrecision(3));
+  return `must be at least ${shown}: below it ${who} would take more than ${MAX_REFILL_DAYS} days to refill, the longest a bucket may take`;
 }

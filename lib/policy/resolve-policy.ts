@@ -1,6 +1,6 @@
 import { ALGORITHMS, type Algorithm, type Rule, WINDOW_ALGORITHMS } from '../algorithms/algorithm.types.js';
-import { factorAtLeast, invalidPolicy, invalidPolicyField, invalidPolicyValue } from '../rate-limit.messages.js';
-import { leastFactorShown, MAX_REFILL_DAYS, MAX_RPS, refillTooSlow } from './policy-bounds.js';
+import { invalidPolicy, invalidPolicyField, invalidPolicyValue } from '../rate-limit.messages.js';
+import { factorAtLeast, MAX_REFILL_DAYS, MAX_RPS, refillTooSlow } from './policy-bounds.js';
 import type { CostSource, KeySource, RateLimitPolicy, ResolvedPolicy, ResolvedTiers, TierLimits } from './policy.types.js';
 import { OUTCOME_FIELDS, resolveOutcomeFields } from './resolve-outcome-fields.js';
 import { resolveTiers, TIER_FIELDS } from './resolve-tiers.js';
@@ -157,7 +157,7 @@ export function resolvePolicy(policy: RateLimitPolicy, where: string, defaultNam
   // the adaptive factor scales every tier's rate: none may pass the bound on refilling
   const min = outcome.adaptive?.min ?? 1;
   for (const [tier, each] of tiers === undefined ? [[undefined, rule] as const] : tiers.rules) {
-    if (refillTooSlow(each, min)) fail('adaptive.min', min, factorAtLeast(leastFactorShown(each), tier === undefined ? 'the policy' : `tier "${tier}"`, MAX_REFILL_DAYS));
+    if (refillTooSlow(each, min)) fail('adaptive.min', min, factorAtLeast(each, tier === undefined ? 'the policy' : `tier "${tier}"`));
   }
   return tiers === undefined ? { name, rule, cost, defaultCost, key, ...outcome } : { name, rule, cost, defaultCost, key, tiers, ...outcome };
 }

@@ -1,7 +1,7 @@
 import { type Rule, SCALED_BY_LIMIT } from '../algorithms/algorithm.types.js';
 import { wholeIfNear } from '../algorithms/conversions.js';
-import { LEAST_FACTOR, leastFactor, leastFactorShown, MAX_REFILL_DAYS, refillTooSlow } from '../policy/policy-bounds.js';
-import { factorAtLeast, invalidArgument } from '../rate-limit.messages.js';
+import { factorAtLeast, LEAST_FACTOR, leastFactor, refillTooSlow } from '../policy/policy-bounds.js';
+import { invalidArgument } from '../rate-limit.messages.js';
 import type { RoutePolicy, RouteTier } from './route-policy.js';
 
 /**
@@ -52,13 +52,13 @@ export class Scales {
     if (typeof factor !== 'number' || !(factor > 0 && factor <= 1)) {
       throw new RangeError(invalidArgument(where, 'factor', factor, 'must be a number above 0 and at most 1'));
     }
-    if (factor < LEAST_FACTOR) throw new RangeError(invalidArgument(where, 'factor', factor, factorAtLeast(leastFactorShown(LEAST_FACTOR), 'every policy', MAX_REFILL_DAYS)));
+    if (factor < LEAST_FACTOR) throw new RangeError(invalidArgument(where, 'factor', factor, factorAtLeast(LEAST_FACTOR, 'every policy')));
     for (const policy of known) {
       if (name !== '*' && policy.name !== name) continue;
       for (const tier of rulesOf(policy)) {
         if (!refillTooSlow(tier.rule, factor)) continue;
         const who = `policy "${policy.name}"${tier.name === undefined ? '' : ` (tier "${tier.name}")`}`;
-        throw new RangeError(invalidArgument(where, 'factor', factor, factorAtLeast(leastFactorShown(tier.rule), who, MAX_REFILL_DAYS)));
+        throw new RangeError(invalidArgument(where, 'factor', factor, factorAtLeast(tier.rule, who)));
       }
     }
     if (name === '*') {

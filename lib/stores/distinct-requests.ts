@@ -22,7 +22,7 @@ export function checkCost(cost: unknown, where: string, argument: string): asser
   if (!(cost > 0 && cost < Infinity)) throw new RangeError(invalidCost(where, argument, cost));
 }
 
-/** Whether two rules are the same in every field: one bucket may be decided under either. */
+/** Whether two rules are the same in every field, a scaled window's limit included: the one test of a rule for a bucket. */
 export function sameRule(a: Rule, b: Rule): boolean {
   return a.algorithm === b.algorithm && a.rps === b.rps && a.burst === b.burst && a.blockMs === b.blockMs && a.limit === b.limit;
 }
