@@ -8,6 +8,7 @@ import type { ResolvedOptions } from './rate-limit-options.js';
 import { withJitter } from './keys/retry-jitter.js';
 import { RateLimitMetrics } from './observability/rate-limit-metrics.js';
 import { RateLimitTelemetry } from './observability/rate-limit-telemetry.js';
+import { RoutePolicies } from './routes/route-policies.js';
 import { type RoutePolicy, routePolicy, storeRequest } from './routes/route-policy.js';
 import { Scales } from './routes/scales.js';
 import { checkCost } from './stores/distinct-requests.js';
@@ -44,8 +45,10 @@ export class RateLimiterService implements BeforeApplicationShutdown, OnApplicat
   private readonly waiting = new Set<Promise<void>>();
   /** Each policy given to `consume`, `peek` or `reset`, validated once. */
   private readonly compiled = new WeakMap<RateLimitPolicy, RoutePolicy>();
-  /** The factors `setScale` puts on policies' `rps`: the guard applies them to each route's policies. */
+  /** The factors `setScale` puts on policies: the guard applies them to each route's policies. */
   readonly scales = new Scales();
+  /** The module's policies as they apply to requests, for `setScale` to check a factor against. */
+  private readonly modulePolicies: readonly RoutePolicy[];
   /** Where the guard, this service and its store calls report what they do: metrics and diagnostics_channel events. */
   readonly telemetry: RateLimitTelemetry;
 
@@ -53,7 +56,9 @@ export class RateLimiterService implements BeforeApplicationShutdown, OnApplicat
     @Inject(RATE_LIMIT_OPTIONS) private readonly options: ResolvedOptions,
     @Inject(RateLimitStore) store: RateLimitStore,
     @Optional() @Inject(RateLimitMetrics) metrics: RateLimitMetrics | null = null,
+    @Optional() @Inject(RoutePolicies) private readonly routes: RoutePolicies | null = null,
   ) {
+    this.modulePolicies = options.policies.map((policy) => routePolicy(policy, options));
     this.telemetry = new RateLimitTelemetry(metrics, options, (decision) => this.calls.decidedLocally(decision));
     this.calls = new StoreCalls(store, options, this.telemetry.storeCalls(store));
   }
@@ -95,12 +100,19 @@ export class RateLimiterService implements BeforeApplicationShutdown, OnApplicat
   }
 
   /**
-   * Multiplies a policy's `rps` by `factor` (0 < factor <= 1; 1: the full rate) from the next
-   * decision on, in this process (`'*'`: every policy). An `adaptive` policy's factor is the module's.
+   * Scales a policy by `factor` (0 < factor <= 1; 1: the full rate) from the next decision on, in
+   * this process (`'*'`: every policy): its `rps` times the factor, or for a `fixed_window` or
+   * `sliding_window_counter` its limit, its window kept (so a lower factor never admits more,
+   * whatever factors other instances on the store have). An `adaptive` policy's factor is the module's.
+   *
+   * @throws RangeError naming the policy for a factor under which one the module knows by that
+   * name (on a route or in its `policies`; every one for `'*'`) would take more than 365 days to
+   * refill, the bound policies are held to at start (a policy first used later is held at the
+   * least factor it takes)
    * @example limiter.setScale('api', 0.5) // half the rate while a dependency struggles
    */
   setScale(policyName: string, factor: number): void {
-    this.scales.set(policyName, factor);
+    this.scales.set(policyName, factor, [...this.modulePolicies, ...(this.routes?.all() ?? [])]);
   }
 
   /** A policy's factor (see `setScale`): 1 unless scaled. */

@@ -24,6 +24,14 @@ export const ALGORITHMS: readonly Algorithm[] = [
 export const WINDOW_ALGORITHMS: ReadonlySet<Algorithm> = new Set<Algorithm>(['fixed_window', 'sliding_window_log', 'sliding_window_counter']);
 
 /**
+ * The algorithms a factor (`RateLimiterService.setScale`) scales by their limit (`Rule.limit`),
+ * keeping their window: they count per window, and a longer window would start a fresh count. The
+ * others have their `rps` scaled: a bucket's state reads the same at any rate, and the log, which
+ * keeps each entry's time, counts every one of them in a longer window.
+ */
+export const SCALED_BY_LIMIT: ReadonlySet<Algorithm> = new Set<Algorithm>(['fixed_window', 'sliding_window_counter']);
+
+/**
  * The rule a bucket follows: its algorithm, its rate and its capacity. Plain data, the same for
  * every store.
  */
@@ -33,6 +41,14 @@ export interface Rule {
   rps: number;
   /** Capacity in tokens, a whole number >= 1. */
   burst: number;
+  /**
+   * Tokens a `fixed_window` or `sliding_window_counter` admits per window while a factor below 1
+   * scales it (`RateLimiterService.setScale`): `burst` times the factor, above 0 and below
+   * `burst`, may be fractional; absent: `burst`. The window stays `burst / rps` and `burst` stays
+   * the capacity (a cost above it can never pass), so a bucket keeps its windows and its count
+   * whatever factor each decision comes with. See `windowLimit`.
+   */
+  limit?: number;
   /**
    * Milliseconds a refusal of this rule blocks its bucket for (a whole number >= 1), whatever
    * refills meanwhile; absent: no block. A rule with a block keeps its buckets under keys of

@@ -1,3 +1,5 @@
+import type { Rule } from './algorithm.types.js';
+
 /**
  * Milliseconds, rounded up, that `tokens` take to refill at `rps` tokens per second.
  * The Lua scripts compute the same expression in the same order (`math.ceil(n * 1000 / rps)`),
@@ -44,4 +46,15 @@ export function ceilSeconds(ms: number): number {
  */
 export function windowMs(rps: number, burst: number): number {
   return Math.max(1, Math.floor((burst * 1000) / rps + 0.5));
+}
+
+/**
+ * What a window admits a request of `need` tokens under: what the window may hold, the rule's
+ * scaled `limit` (`burst` when unscaled), or `need` when that is more. So a request whose cost is
+ * above the scaled limit (but within `burst`, else it never passes) still gets into a window that
+ * holds nothing yet: a lower factor slows it to one per window, never shuts it out, and no window
+ * ever holds more than `burst`. Lua: `window_limit`, the same expression.
+ */
+export function windowLimit(rule: Rule, need: number): number {
+  return Math.max(rule.limit ?? rule.burst, need);
 }

@@ -1,5 +1,5 @@
 import type { AlgorithmModel } from './algorithm.types.js';
-import { windowMs } from './conversions.js';
+import { windowLimit, windowMs } from './conversions.js';
 
 /** A fixed window's stored state. */
 export interface FixedWindowState {
@@ -16,7 +16,8 @@ export interface FixedWindowState {
 /**
  * Fixed window: at most `limit` (= burst) tokens per window of `burst / rps` seconds, the
  * windows aligned to the clock (`floor(now / window)`). Up to twice the limit can pass across
- * a window boundary.
+ * a window boundary. Under a factor (`Rule.limit`) the window admits its scaled limit, or one
+ * request of a larger cost while it holds nothing (`windowLimit`); its window stays the same.
  *
  * Mirrored line for line by `stores/redis/fixed-window.lua.ts`: change both together.
  */
@@ -31,13 +32,14 @@ export const fixedWindow: AlgorithmModel<FixedWindowState> = {
     return { start, count, at, blockedUntil: state === undefined ? 0 : state.blockedUntil };
   },
 
-  remaining(state, { burst }) {
-    return Math.floor(burst - state.count);
+  remaining(state, rule) {
+    // Another instance under a larger factor (or none) may have taken more than this rule's limit.
+    return Math.max(0, Math.floor(windowLimit(rule, 1) - state.count));
   },
 
-  waitMs(state, { rps, burst }, need) {
-    // A new window starts empty, and need <= burst, so the window's end always suffices.
-    return state.count + need <= burst ? 0 : state.start + windowMs(rps, burst) - state.at;
+  waitMs(state, rule, need) {
+    // A new window starts empty, which admits any need (<= burst), so the window's end always suffices.
+    return state.count + need <= windowLimit(rule, need) ? 0 : state.start + windowMs(rule.rps, rule.burst) - state.at;
   },
 
   charge(state, _rule, cost) {

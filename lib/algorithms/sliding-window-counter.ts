@@ -1,5 +1,5 @@
 import type { AlgorithmModel } from './algorithm.types.js';
-import { windowMs } from './conversions.js';
+import { windowLimit, windowMs } from './conversions.js';
 
 /** A sliding window counter's stored state. */
 export interface SlidingWindowCounterState {
@@ -28,7 +28,8 @@ function previousScaled(state: SlidingWindowCounterState, w: number): number {
  * the last window, `previous * (share of the previous window still inside) + count`. A request
  * of `cost` passes when the estimate plus `cost` stays within `limit` (= burst). Two numbers
  * per key instead of a log; how often it decides differently from the exact log is measured
- * by `scripts/compare-algorithms.ts` (README).
+ * by `scripts/compare-algorithms.ts` (README). Under a factor (`Rule.limit`) the estimate is held
+ * to the scaled limit, or to a larger cost while it is 0 (`windowLimit`); the window stays the same.
  *
  * Mirrored line for line by `stores/redis/sliding-window-counter.lua.ts`: change both together.
  */
@@ -46,23 +47,24 @@ export const slidingWindowCounter: AlgorithmModel<SlidingWindowCounterState> = {
     return { start, previous: 0, count: 0, at, blockedUntil };
   },
 
-  remaining(state, { rps, burst }) {
-    const w = windowMs(rps, burst);
-    return Math.max(0, Math.floor(((burst - state.count) * w - previousScaled(state, w)) / w));
+  remaining(state, rule) {
+    const w = windowMs(rule.rps, rule.burst);
+    return Math.max(0, Math.floor(((windowLimit(rule, 1) - state.count) * w - previousScaled(state, w)) / w));
   },
 
-  waitMs(state, { rps, burst }, need) {
-    const w = windowMs(rps, burst);
+  waitMs(state, rule, need) {
+    const w = windowMs(rule.rps, rule.burst);
+    const limit = windowLimit(rule, need);
     const elapsed = state.at - state.start;
     // What this window's count leaves for the previous window's weight.
-    const room = burst - state.count - need;
+    const room = limit - state.count - need;
     if (room >= 0) {
       if (previousScaled(state, w) <= room * w) return 0;
       // It fits later in this window, once enough of the previous window's weight (> 0) has slid out...
       return Math.max(1, w - Math.floor((room * w) / state.previous) - elapsed);
     }
-    // ...or only in the next one, once enough of this window's count (> burst - need >= 0) has.
-    return 2 * w - Math.floor(((burst - need) * w) / state.count) - elapsed;
+    // ...or only in the next one, once enough of this window's count (> limit - need >= 0) has.
+    return 2 * w - Math.floor(((limit - need) * w) / state.count) - elapsed;
   },
 
   charge(state, _rule, cost) {

@@ -1,13 +1,17 @@
+import { limitOf } from '../stores/decision.js';
 import type { RateLimitDecision } from '../stores/rate-limit-store.interface.js';
 
 /** Header families the guard can send. */
 export type HeaderFamily = 'ietf' | 'legacy' | 'x-ratelimit';
 
-/** What the headers need of a policy: its name, and its rule's capacity and rate (each tier's, for a tiered one). */
+/** What the headers need of a rule: its capacity and rate, and a scaled window's limit. */
+type DescribedRule = { rps: number; burst: number; limit?: number };
+
+/** What the headers need of a policy: its name, and its rule (each tier's, for a tiered one). */
 export interface DescribedPolicy {
   name: string;
-  rule: { rps: number; burst: number };
-  tiers?: { byName: ReadonlyMap<string, { rule: { rps: number; burst: number } }> } | undefined;
+  rule: DescribedRule;
+  tiers?: { byName: ReadonlyMap<string, { rule: DescribedRule }> } | undefined;
 }
 
 /**
@@ -33,7 +37,7 @@ export interface HeaderPlan {
 export function headerPlan(families: readonly HeaderFamily[], policies: readonly DescribedPolicy[]): HeaderPlan | undefined {
   if (families.length === 0 || policies.length === 0) return undefined;
   const ietf = families.includes('ietf');
-  const member = (name: string, rule: { rps: number; burst: number }) => `${sfString(name)};q=${rule.burst};w=${windowSeconds(rule)}`;
+  const member = (name: string, rule: DescribedRule) => `${sfString(name)};q=${limitOf(rule)};w=${windowSeconds(rule)}`;
   const tiered = ietf && policies.some(({ tiers }) => tiers !== undefined);
   return {
     policy: ietf ? policies.map(({ name, rule }) => member(name, rule)).join(', ') : undefined,

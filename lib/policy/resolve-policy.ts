@@ -1,5 +1,6 @@
 import { ALGORITHMS, type Algorithm, type Rule, WINDOW_ALGORITHMS } from '../algorithms/algorithm.types.js';
 import { invalidPolicy, invalidPolicyField, invalidPolicyValue } from '../rate-limit.messages.js';
+import { factorAtLeast, MAX_REFILL_DAYS, MAX_RPS, refillTooSlow } from './policy-bounds.js';
 import type { CostSource, KeySource, RateLimitPolicy, ResolvedPolicy, ResolvedTiers, TierLimits } from './policy.types.js';
 import { OUTCOME_FIELDS, resolveOutcomeFields } from './resolve-outcome-fields.js';
 import { resolveTiers, TIER_FIELDS } from './resolve-tiers.js';
@@ -17,17 +18,6 @@ const TOKEN = /^[!#$%&'*+.^_`|~0-9a-z-]+$/i;
 /** Visible ASCII without braces: fit for a header value and the bucket key (braces would make a Cluster hash tag). */
 const NAME = /^[\x21-\x7a|~]+$/;
 
-/**
- * Highest rate, tokens per second. The algorithms keep full precision up to it next to a
- * 13-digit millisecond clock (see `gcra.ts`); no per-client limit needs more.
- */
-export const MAX_RPS = 1_000_000;
-/**
- * Longest a bucket may take to refill (a window to last), days. Every key lives at most this
- * long, and a limit slower than one token a year is a typo (a rate in the wrong unit). With
- * `MAX_RPS`, it keeps `burst` and `limit` below 2^53, where every token still counts.
- */
-export const MAX_REFILL_DAYS = 365;
 /**
  * Longest explicit policy name, characters. The name is in every bucket key, next to the prefix
  * and 24 characters of tag and digest, and twice in the RateLimit headers of every response:
@@ -164,6 +154,11 @@ export function resolvePolicy(policy: RateLimitPolicy, where: string, defaultNam
   const name = policy.name === undefined ? defaultPolicyName(defaultName) : policy.name;
 
   const outcome = resolveOutcomeFields(policy, fail);
+  // the adaptive factor scales every tier's rate: none may pass the bound on refilling
+  const min = outcome.adaptive?.min ?? 1;
+  for (const [tier, each] of tiers === undefined ? [[undefined, rule] as const] : tiers.rules) {
+    if (refillTooSlow(each, min)) fail('adaptive.min', min, factorAtLeast(each, tier === undefined ? 'the policy' : `tier "${tier}"`));
+  }
   return tiers === undefined ? { name, rule, cost, defaultCost, key, ...outcome } : { name, rule, cost, defaultCost, key, tiers, ...outcome };
 }
 

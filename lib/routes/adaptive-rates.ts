@@ -79,11 +79,25 @@ export class AdaptiveRates {
       const p99 = steered.p99(since);
       const { latency, min } = steered.target;
       const factor = p99 !== undefined && p99 > latency ? Math.max(min, steered.factor * STEP_DOWN) : Math.min(1, steered.factor + STEP_UP);
-      if (factor !== steered.factor) this.scale(name, (steered.factor = factor));
+      if (factor !== steered.factor) this.steer(name, steered, factor);
       if (p99 !== undefined || factor < 1) busy = true;
       else this.policies.delete(name);
     }
     if (!busy) this.close();
+  }
+
+  /**
+   * Sets a policy's factor. `adaptive.min` keeps the policy's own refill within the start-time
+   * bound, but another policy of the same name (a handler's in place of the module's) may not
+   * take it, and `setScale` refuses it then: that policy's factor stays where it is.
+   */
+  private steer(name: string, steered: Steered, factor: number): void {
+    try {
+      this.scale(name, factor);
+      steered.factor = factor;
+    } catch (error) {
+      if (!(error instanceof RangeError)) throw error;
+    }
   }
 
   /** Stops the timer (a later `record` starts it again). */

@@ -64,6 +64,15 @@ export class RoutePolicies {
     return declares(metatype as Function) || this.scanner.getAllMethodNames(prototype).some((method) => declares(prototype[method]));
   }
 
+  /**
+   * The policies of every route read so far (every controller's and declaring provider's once the
+   * module has started), module policies among them, as often as they apply: what a factor for
+   * them (`RateLimiterService.setScale`) is checked against.
+   */
+  *all(): Iterable<RoutePolicy> {
+    for (const handlers of this.routes.values()) for (const policies of handlers.values()) yield* policies;
+  }
+
   /** The policies of a route, in order: module, class, handler. */
   forRoute(controller: Type, handler: Handler): readonly RoutePolicy[] {
     return this.routes.get(controller)?.get(handler) ?? this.remember(controller, handler, this.compile(controller, handler));

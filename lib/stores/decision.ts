@@ -1,4 +1,4 @@
-import type { Outcome } from '../algorithms/algorithm.types.js';
+import type { Outcome, Rule } from '../algorithms/algorithm.types.js';
 import { ceilSeconds } from '../algorithms/conversions.js';
 import type { RateLimitDecision, RateLimitRequest } from './rate-limit-store.interface.js';
 
@@ -42,12 +42,21 @@ class ChargeOf extends OnTarget {
   }
 }
 
+/**
+ * A rule's limit in whole tokens, as decisions and headers show it (`limit`, `q`,
+ * `X-RateLimit-Limit`): `burst`, or a scaled window's `Rule.limit` rounded down, and at least 1,
+ * as a window that holds nothing admits a request of any cost up to `burst` (see `windowLimit`).
+ */
+export function limitOf(rule: Pick<Rule, 'burst' | 'limit'>): number {
+  return rule.limit === undefined ? rule.burst : Math.max(1, Math.floor(rule.limit));
+}
+
 /** Turns an algorithm's millisecond outcome into the public decision, the same for every store. */
 export function toDecision(request: RateLimitRequest, outcome: Outcome): RateLimitDecision {
   const decision: RateLimitDecision = {
     allowed: outcome.allowed,
     policy: request.policy,
-    limit: request.rule.burst,
+    limit: limitOf(request.rule),
     remaining: outcome.remaining,
     resetAfter: ceilSeconds(outcome.nextMs),
     fullAfter: ceilSeconds(outcome.fullMs),

@@ -1,3 +1,4 @@
+import type { Rule } from '../algorithms/algorithm.types.js';
 import { invalidCost, invalidRepeatedKey, invalidRequest, invalidRequestKey, invalidRequests } from '../rate-limit.messages.js';
 import type { RateLimitDecision, RateLimitRequest } from './rate-limit-store.interface.js';
 
@@ -19,6 +20,11 @@ const PAIRWISE_UP_TO = 8;
 export function checkCost(cost: unknown, where: string, argument: string): asserts cost is number {
   if (typeof cost !== 'number') throw new TypeError(invalidCost(where, argument, cost));
   if (!(cost > 0 && cost < Infinity)) throw new RangeError(invalidCost(where, argument, cost));
+}
+
+/** Whether two rules are the same in every field, a scaled window's limit included: the one test of a rule for a bucket. */
+export function sameRule(a: Rule, b: Rule): boolean {
+  return a.algorithm === b.algorithm && a.rps === b.rps && a.burst === b.burst && a.blockMs === b.blockMs && a.limit === b.limit;
 }
 
 /** A store call's requests with each key once. */
@@ -74,8 +80,7 @@ export function distinctRequests(requests: readonly RateLimitRequest[], where: s
       continue;
     }
     const first = distinct[seen];
-    const { algorithm, rps, burst, blockMs } = request.rule;
-    if (first.rule.algorithm !== algorithm || first.rule.rps !== rps || first.rule.burst !== burst || first.rule.blockMs !== blockMs) {
+    if (!sameRule(first.rule, request.rule)) {
       throw new TypeError(invalidRepeatedKey(where, given[seen], i, request.key, 'rule'));
     }
     if (first.cost !== request.cost) throw new TypeError(invalidRepeatedKey(where, given[seen], i, request.key, 'cost'));

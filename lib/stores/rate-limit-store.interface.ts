@@ -10,7 +10,7 @@ export interface RateLimitDecision {
   allowed: boolean;
   /** The policy's name. */
   policy: string;
-  /** The policy's capacity (`burst`, or `limit` for windows). */
+  /** The policy's capacity (`burst`, or `limit` for windows; under a factor, a window's scaled limit rounded down, at least 1). */
   limit: number;
   /** Whole tokens left after this request; never negative. Uncharged when the request was refused. */
   remaining: number;

@@ -8,10 +8,11 @@ export interface Step {
   cost?: number;
   /**
    * The rule this request is decided under, when not the case's (the policy changed between
-   * deploys and the bucket outlived the change). The same algorithm, so the same key.
+   * deploys and the bucket outlived the change, or the instance deciding it has the policy under
+   * a factor: `Rule.limit`). The same algorithm, so the same key.
    */
   rule?: Rule;
-  expect: Partial<Omit<RateLimitDecision, 'policy' | 'limit'>>;
+  expect: Partial<Omit<RateLimitDecision, 'policy'>>;
 }
 
 /** A case: one bucket, a sequence of requests at fixed instants. */

@@ -2,6 +2,8 @@ import type { Rule } from '../../lib/algorithms/algorithm.types.js';
 import type { Case } from './cases.js';
 
 const fw = (rps: number, burst: number): Rule => ({ algorithm: 'fixed_window', rps, burst });
+/** 10 per 10 s under a factor (`RateLimiterService.setScale`): its limit scaled, its window the same. */
+const scaled = (limit: number): Rule => ({ ...fw(1, 10), limit });
 
 /** 100000 tokens a day (a window of 86400 s). */
 const PER_DAY = 100_000 / 86_400;
@@ -140,6 +142,45 @@ export const FIXED_WINDOW_CASES: Case[] = [
       // 100 taken is the whole of 20, not 80 more than it
       { at: 5_000, rule: fw(2, 20), expect: { allowed: false, remaining: 0, retryAfter: 5, resetAfter: 5, fullAfter: 5 } },
       { at: 10_000, rule: fw(2, 20), expect: { allowed: true, remaining: 19, fullAfter: 10 } },
+    ],
+  },
+  {
+    name: 'a factor scales the limit and keeps the window and its count, whatever factor each instance has',
+    // 10 per 10 s, decided by instances at factors 1, 0.5 and 0.75
+    rule: fw(1, 10),
+    steps: [
+      { at: 0, expect: { allowed: true, limit: 10, remaining: 9, fullAfter: 10 } },
+      // at 0.5: 5 per window, of which 1 is taken; the window still ends at 10 s
+      { at: 1_000, rule: scaled(5), expect: { allowed: true, limit: 5, remaining: 3, resetAfter: 9, fullAfter: 9 } },
+      { at: 2_000, rule: scaled(5), cost: 3, expect: { allowed: true, limit: 5, remaining: 0 } },
+      { at: 2_000, rule: scaled(5), expect: { allowed: false, limit: 5, remaining: 0, retryAfter: 8 } },
+      // the instance at 1 sees the same count: 5 of 10
+      { at: 2_000, expect: { allowed: true, limit: 10, remaining: 4 } },
+      // at 0.75: 7.5 per window, shown as 7; 6 taken, then 7, then 7.5
+      { at: 3_000, rule: scaled(7.5), expect: { allowed: true, limit: 7, remaining: 0 } },
+      { at: 3_000, rule: scaled(7.5), cost: 0.5, expect: { allowed: true, limit: 7, remaining: 0 } },
+      { at: 3_000, rule: scaled(7.5), cost: 0.5, expect: { allowed: false, remaining: 0, retryAfter: 7 } },
+      { at: 10_000, rule: scaled(5), expect: { allowed: true, limit: 5, remaining: 4, resetAfter: 10, fullAfter: 10 } },
+    ],
+  },
+  {
+    name: 'under a factor, a cost above the scaled limit gets into a window that holds nothing',
+    rule: fw(1, 10),
+    steps: [
+      // at 0.2: 2 per window; 8 at once only into an empty one
+      { at: 0, rule: scaled(2), cost: 8, expect: { allowed: true, limit: 2, remaining: 0, fullAfter: 10 } },
+      { at: 1_000, rule: scaled(2), expect: { allowed: false, remaining: 0, retryAfter: 9 } },
+      // not "never": the next window would take it
+      { at: 1_000, rule: scaled(2), cost: 8, expect: { allowed: false, remaining: 0, retryAfter: 9 } },
+      { at: 1_000, rule: scaled(2), cost: 11, expect: { allowed: false, retryAfter: Infinity } },
+      { at: 10_000, rule: scaled(2), expect: { allowed: true, limit: 2, remaining: 1 } },
+      { at: 10_000, rule: scaled(2), cost: 8, expect: { allowed: false, remaining: 1, retryAfter: 10 } },
+      // at 0.05: half a request per window, shown as 1, and one request gets into an empty window
+      { at: 20_000, rule: scaled(0.5), expect: { allowed: true, limit: 1, remaining: 0, fullAfter: 10 } },
+      { at: 21_000, rule: scaled(0.5), expect: { allowed: false, limit: 1, remaining: 0, retryAfter: 9 } },
+      { at: 30_000, rule: scaled(0.5), cost: 0.25, expect: { allowed: true, remaining: 0 } },
+      { at: 30_000, rule: scaled(0.5), cost: 0.25, expect: { allowed: true, remaining: 0 } },
+      { at: 30_000, rule: scaled(0.5), cost: 0.25, expect: { allowed: false, retryAfter: 10 } },
     ],
   },
   {

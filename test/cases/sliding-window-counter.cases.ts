@@ -2,6 +2,8 @@ import type { Rule } from '../../lib/algorithms/algorithm.types.js';
 import type { Case } from './cases.js';
 
 const swc = (rps: number, burst: number): Rule => ({ algorithm: 'sliding_window_counter', rps, burst });
+/** 10 per 10 s under a factor (`RateLimiterService.setScale`): its limit scaled, its window the same. */
+const scaled = (limit: number): Rule => ({ ...swc(1, 10), limit });
 
 /** 100000 tokens a day (a window of 86400 s). */
 const PER_DAY = 100_000 / 86_400;
@@ -192,6 +194,38 @@ export const SLIDING_WINDOW_COUNTER_CASES: Case[] = [
       { at: 5_000, rule: swc(2, 20), expect: { allowed: false, remaining: 0, retryAfter: 6, resetAfter: 6, fullAfter: 15 } },
       // previous 20, 80 % of it inside: 16, so 4 left
       { at: 12_000, rule: swc(2, 20), expect: { allowed: true, remaining: 3 } },
+    ],
+  },
+  {
+    name: 'a factor scales the limit and keeps the windows and their counts, whatever factor each instance has',
+    // 10 per 10 s, decided by instances at factors 1 and 0.5
+    rule: swc(1, 10),
+    steps: [
+      { at: 0, cost: 6, expect: { allowed: true, limit: 10, remaining: 4 } },
+      // at 0.5, 5 per window: 1 more fits in the next window once 6 * (10000 - e) / 10000 <= 4, at e = 3334
+      { at: 0, rule: scaled(5), expect: { allowed: false, limit: 5, remaining: 0, retryAfter: 14 } },
+      { at: 10_000, rule: scaled(5), expect: { allowed: false, limit: 5, remaining: 0, retryAfter: 4 } },
+      // e = 5000: estimate 3, then 4 and 5
+      { at: 15_000, rule: scaled(5), expect: { allowed: true, limit: 5, remaining: 1 } },
+      { at: 15_000, rule: scaled(5), expect: { allowed: true, limit: 5, remaining: 0 } },
+      // the instance at 1 sees the same estimate, 5: then 6 of 10
+      { at: 15_000, expect: { allowed: true, limit: 10, remaining: 4 } },
+      { at: 15_000, rule: scaled(5), expect: { allowed: false, remaining: 0 } },
+    ],
+  },
+  {
+    name: 'under a factor, a cost above the scaled limit gets in once nothing weighs any more',
+    rule: swc(1, 10),
+    steps: [
+      // at 0.2: 2 per window; 8 at once only when the estimate is 0
+      { at: 0, rule: scaled(2), cost: 8, expect: { allowed: true, limit: 2, remaining: 0, fullAfter: 20 } },
+      // not "never": once this window's 8 has slid out of the next one, at 20 s
+      { at: 5_000, rule: scaled(2), cost: 8, expect: { allowed: false, remaining: 0, retryAfter: 15 } },
+      { at: 5_000, rule: scaled(2), cost: 11, expect: { allowed: false, retryAfter: Infinity } },
+      { at: 20_000, rule: scaled(2), cost: 8, expect: { allowed: true, remaining: 0 } },
+      // at 0.05: half a request per window, shown as 1
+      { at: 40_000, rule: scaled(0.5), expect: { allowed: true, limit: 1, remaining: 0 } },
+      { at: 45_000, rule: scaled(0.5), expect: { allowed: false, limit: 1, remaining: 0, retryAfter: 15 } },
     ],
   },
   {

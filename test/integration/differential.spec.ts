@@ -1,10 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
 import type { Redis } from 'ioredis';
-import { ALGORITHMS, type Algorithm, type Held, type Outcome, WINDOW_ALGORITHMS } from '../../lib/algorithms/algorithm.types.js';
+import { ALGORITHMS, type Algorithm, type Held, type Outcome, SCALED_BY_LIMIT, WINDOW_ALGORITHMS } from '../../lib/algorithms/algorithm.types.js';
 import { durationMs, windowMs } from '../../lib/algorithms/conversions.js';
 import { decideAll, expiresAt, modelOf } from '../../lib/algorithms/decide.js';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
+import { scaledRule } from '../../lib/routes/scales.js';
 import { toDecision } from '../../lib/stores/decision.js';
 import { MemoryStore } from '../../lib/stores/memory/memory.store.js';
 import type { RateLimitDecision, RateLimitRequest } from '../../lib/stores/rate-limit-store.interface.js';
@@ -42,6 +43,12 @@ interface Step {
   cost: number;
   /** Names of the policies the request is decided against, all-or-nothing. */
   policies: string[];
+  /**
+   * The factor (`RateLimiterService.setScale`) the instance deciding it has on its windows whose
+   * limit a factor scales (`SCALED_BY_LIMIT`); absent: none. Instances with different factors
+   * share a bucket: its key and its windows are the same under all of them.
+   */
+  factor?: number;
 }
 
 interface Run {
@@ -98,11 +105,12 @@ class Model {
   }
 }
 
-function requestsOf({ identity, cost, policies: names }: Step, policies: readonly Policy[], prefix: string): RateLimitRequest[] {
+function requestsOf({ identity, cost, policies: names, factor }: Step, policies: readonly Policy[], prefix: string): RateLimitRequest[] {
   return names.map((name) => {
     const { algorithm, rps, burst, blockMs } = policies.find((p) => p.name === name)!;
     const rule = blockMs === undefined ? ruleOf(algorithm, rps, burst) : { ...ruleOf(algorithm, rps, burst), blockMs };
-    return { key: bucketKey(prefix, name, rule, identity), policy: name, rule, cost };
+    const scaled = factor === undefined || !SCALED_BY_LIMIT.has(algorithm) ? rule : scaledRule(rule, factor);
+    return { key: bucketKey(prefix, name, rule, identity), policy: name, rule: scaled, cost };
   });
 }
 
@@ -199,8 +207,15 @@ const costSeed = fc.oneof(
   },
 );
 
+/** Mostly none; else a factor as `setScale` or `adaptive` would set it, down to a fraction of a token per window. */
+const factorSeed = fc.oneof(
+  { weight: 3, arbitrary: fc.constant(undefined) },
+  { weight: 2, arbitrary: fc.constantFrom(1, 0.75, 0.5, 0.3, 0.1, 0.05, 0.001) },
+);
+
 const stepSeed = fc.record({
   dt: dtSeed,
+  factor: factorSeed,
   identity: fc.constantFrom(...IDENTITIES),
   cost: costSeed,
   others: fc.subarray(POLICY_NAMES.slice(1)),
@@ -216,10 +231,11 @@ type StepSeed = typeof stepSeed extends fc.Arbitrary<infer T> ? T : never;
 function traceOf(seeds: readonly StepSeed[], policies: readonly Policy[]): Step[] {
   const model = new Model();
   let now = CASE_EPOCH;
-  return seeds.map(({ dt, identity, cost, others, firstLast }) => {
+  return seeds.map(({ dt, factor, identity, cost, others, firstLast }) => {
     const more = others.filter((name) => policies.some((p) => p.name === name));
     const step: Step = {
       dt: 0,
+      ...(factor !== undefined && { factor }),
       identity,
       cost: 'cost' in cost ? cost.cost : policies[cost.policy % policies.length].burst * cost.share,
       policies: firstLast ? [...more, POLICY_NAMES[0]] : [POLICY_NAMES[0], ...more],

@@ -2,7 +2,7 @@ import { bucketKey } from '../../lib/keys/bucket-key.js';
 import { identityFraction, jitteredRetryAfter } from '../../lib/keys/retry-jitter.js';
 import { ADAPTIVE_TICK_MS, ADAPTIVE_WINDOW_MS, AdaptiveRates } from '../../lib/routes/adaptive-rates.js';
 import { type RoutePolicy, routePolicy } from '../../lib/routes/route-policy.js';
-import { Scales } from '../../lib/routes/scales.js';
+import { Scales, scaledRule } from '../../lib/routes/scales.js';
 import { resolvePolicy } from '../../lib/policy/resolve-policy.js';
 
 /** Pure pieces of per-client limits: the per-identity jitter, the scale factors and the adaptive controller (clock pinned). */
@@ -95,6 +95,54 @@ describe('Scales', () => {
     expect(() => scales.set(7 as never, 0.5)).toThrow(TypeError);
     expect(scales.get('api')).toBe(1);
   });
+
+  it("scales a fixed or sliding window counter's limit and keeps its window (rps and burst), its key the same", () => {
+    const scales = new Scales();
+    const fixed = policy({ algorithm: 'fixed_window', rps: undefined, burst: undefined, limit: 10, window: '10s' });
+    const counter = policy({ name: 'other', algorithm: 'sliding_window_counter', rps: undefined, burst: undefined, limit: 100, window: '1m' });
+    scales.set('*', 0.75);
+    const [scaledFixed, scaledCounter] = scales.apply([fixed, counter]);
+    expect(scaledFixed.rule).toEqual({ ...fixed.rule, limit: 7.5 });
+    expect(scaledCounter.rule).toEqual({ ...counter.rule, limit: 75 });
+    expect([scaledFixed.keyPrefix, scaledCounter.keyPrefix]).toEqual([fixed.keyPrefix, counter.keyPrefix]);
+  });
+
+  it.each([['token_bucket'], ['leaky_bucket'], ['gcra'], ['sliding_window_log']])("scales a %s policy's rps", (algorithm) => {
+    const scales = new Scales();
+    const bucket = policy({ algorithm });
+    scales.set('api', 0.25);
+    expect(scales.scaled(bucket).rule).toEqual({ ...bucket.rule, rps: 2.5 });
+  });
+
+  it('takes a scaled limit within rounding of a whole number as that number (100 x 0.29 is 28.999999999999996)', () => {
+    expect(scaledRule({ algorithm: 'fixed_window', rps: 10, burst: 100 }, 0.29).limit).toBe(29);
+    expect(scaledRule({ algorithm: 'fixed_window', rps: 10, burst: 10 }, 0.75).limit).toBe(7.5);
+  });
+
+  it('checks a factor against the policies it is given: none may take more than 365 days to refill under it', () => {
+    const scales = new Scales();
+    const yearly = policy({ name: 'yearly', rps: undefined, burst: undefined, limit: 1, window: '300d' });
+    const tiered = policy({ name: 'tiered', rps: undefined, burst: undefined, tier: 'user:plan', tiers: { free: { limit: 1, window: '200d' }, pro: { rps: 1 } }, defaultTier: 'pro' });
+    // 300 days: 0.822 at least (300 / 365, rounded up), for that policy only
+    expect(() => scales.set('yearly', 0.8, [api, yearly])).toThrow('at least 0.822: below it policy "yearly" would take more than 365 days');
+    scales.set('yearly', 0.83, [api, yearly]);
+    scales.set('api', 0.01, [api, yearly]);
+    expect(() => scales.set('*', 0.5, [api, tiered])).toThrow('below it policy "tiered" (tier "free") would take more than 365 days');
+    scales.set('*', 0.55, [api, tiered]);
+    // 1e6 tokens a second with a burst of 1 is the fastest policy there is: 3.17e-14 of it takes 365 days
+    expect(() => scales.set('other', 3e-14)).toThrow('at least 3.18e-14: below it every policy would take more than 365 days');
+    expect([scales.get('yearly'), scales.get('api'), scales.get('tiered')]).toEqual([0.55, 0.55, 0.55]);
+  });
+
+  it('holds a policy it was not given at the least factor it takes: 365 days to refill, never more', () => {
+    const scales = new Scales();
+    scales.set('api', 1e-12);
+    const { rule } = scales.scaled(api);
+    // rps 10, burst 20: 2 s to refill, 365 days at 6.34e-8
+    expect(rule.burst / rule.rps / 86_400).toBeCloseTo(365, 6);
+    const window = policy({ algorithm: 'fixed_window', rps: 10, burst: 20 });
+    expect(scales.scaled(window).rule.limit).toBeCloseTo(20 * (2 / (365 * 86_400)), 20);
+  });
 });
 
 describe('AdaptiveRates', () => {
@@ -134,6 +182,21 @@ describe('AdaptiveRates', () => {
     expect(climbing).toBeLessThanOrEqual(ADAPTIVE_WINDOW_MS / ADAPTIVE_TICK_MS);
     expect(recovering.at(-1)).toBe(1);
     expect(set.at(-1)).toEqual(['api', 1]);
+    rates.close();
+  });
+
+  it('leaves a factor where it is when setScale refuses the next one (a policy of the same name cannot take it)', () => {
+    let now = 0;
+    const scales = new Scales();
+    const yearly = policy({ name: 'api', rps: undefined, burst: undefined, limit: 1, window: '300d' });
+    const rates = new AdaptiveRates((name, factor) => scales.set(name, factor, [adaptive, yearly]), () => now);
+    for (let tick = 0; tick < 3; tick++) {
+      rates.record(adaptive, 300);
+      now += ADAPTIVE_TICK_MS;
+      expect(() => rates.tick()).not.toThrow();
+    }
+    // 0.75 is refused (300 days / 0.75 is more than 365): the factor stays at 1
+    expect([rates.factor('api'), scales.get('api')]).toEqual([1, 1]);
     rates.close();
   });
 

@@ -679,4 +679,31 @@ describe('retryAfterJitter and setScale through the guard', () => {
     await guard.canActivate(http(route));
     expect(seam.headers[0]).toEqual(['RateLimit-Policy', '"api";q=4;w=2']);
   });
+
+  it("scales a fixed window's limit and keeps its window, in whole numbers in the headers", async () => {
+    const { guard, seam, limiter } = guarded();
+    const route = routeWith([{ name: 'api', algorithm: 'fixed_window', limit: 10, window: '10s', key: 'ip', cost: 'header:x-cost' }]);
+    await guard.canActivate(http(route));
+    expect(seam.headers.slice(0, 4)).toEqual([
+      ['RateLimit-Policy', '"api";q=10;w=10'],
+      ['RateLimit', '"api";r=9;t=10'],
+      ['RateLimit-Limit', '10'],
+      ['RateLimit-Remaining', '9'],
+    ]);
+    // 0.75: 7.5 per window, shown as 7; 1 taken, then 2
+    limiter.setScale('api', 0.75);
+    seam.headers.length = 0;
+    await guard.canActivate(http(route));
+    expect(seam.headers.slice(0, 4)).toEqual([
+      ['RateLimit-Policy', '"api";q=7;w=10'],
+      ['RateLimit', '"api";r=5;t=10'],
+      ['RateLimit-Limit', '7'],
+      ['RateLimit-Remaining', '5'],
+    ]);
+    // a cost the scaled window cannot hold now, but the next one can: a wait, not "never"
+    seam.headers.length = 0;
+    const refused = (await rejection(guard.canActivate(http(route, { headers: { 'x-cost': '8' } })))) as Refused;
+    expect(refused.decision).toMatchObject({ allowed: false, limit: 7, remaining: 5, retryAfter: 10 });
+    expect(seam.headers).toContainEqual(['Retry-After', '10']);
+  });
 });

@@ -120,6 +120,25 @@ const limiter = (call: (service: RateLimiterService) => Promise<unknown>) => asy
     await service.onApplicationShutdown();
   }
 };
+/** The message `setScale(name, factor)` makes on a service with the module's `policies`. */
+const scaling = (options: RateLimitModuleOptions, name: string, factor: number) => async () => {
+  const service = new RateLimiterService(resolveOptions(options), new MemoryStore());
+  try {
+    return await thrown(() => service.setScale(name, factor));
+  } finally {
+    await service.onApplicationShutdown();
+  }
+};
+/** The message `setScale(name, factor)` makes once the app has started with `policy` on a handler. */
+const scalingRoute = (policy: unknown, name: string, factor: number) => async () => {
+  const moduleRef = await Test.createTestingModule({ imports: [RateLimitModule.forRoot()], controllers: [controllerWith(policy)] }).compile();
+  await moduleRef.init();
+  try {
+    return await thrown(() => moduleRef.get(RateLimiterService).setScale(name, factor));
+  } finally {
+    await moduleRef.close();
+  }
+};
 /** The message a `MemoryStore` call makes. */
 const memory = (call: (store: MemoryStore) => Promise<unknown>) => () => thrown(() => call(new MemoryStore()));
 const TB = { algorithm: 'token_bucket', rps: 1, burst: 5 } as const;
@@ -184,6 +203,9 @@ const ROWS: Row[] = [
   ['adaptive latency 0', policy({ rps: 1, adaptive: { latency: 0 } }), `${ON_HANDLER} "adaptive.latency" must be a positive number of milliseconds, got 0`],
   ['adaptive min 0', policy({ rps: 1, adaptive: { latency: 250, min: 0 } }), `${ON_HANDLER} "adaptive.min" must be a factor of rps above 0 and at most 1, got 0`],
   ['adaptive min above 1', policy({ rps: 1, adaptive: { latency: 250, min: 1.5 } }), `${ON_HANDLER} "adaptive.min" must be a factor of rps above 0 and at most 1, got 1.5`],
+  ['adaptive min past 365 days to refill', policy({ rps: 1, burst: 10, adaptive: { latency: 250, min: 1e-7 } }), `${ON_HANDLER} "adaptive.min" must be at least 3.18e-7: below it the policy would take more than 365 days to refill, the longest a bucket may take, got 1e-7`],
+  ['adaptive default min past 365 days to refill', policy({ limit: 1, window: '100d', adaptive: { latency: 250 } }), `${ON_HANDLER} "adaptive.min" must be at least 0.274: below it the policy would take more than 365 days to refill, the longest a bucket may take, got 0.1`],
+  ['adaptive min past 365 days for a tier', policy({ ...TIERED, tiers: { free: { limit: 1, window: '300d' }, pro: { rps: 5, burst: 10 } }, adaptive: { latency: 250, min: 0.5 } }), `${ON_HANDLER} "adaptive.min" must be at least 0.822: below it tier "free" would take more than 365 days to refill, the longest a bucket may take, got 0.5`],
   ['algorithm in the wrong case', policy({ algorithm: 'Token_Bucket', rps: 1 }), `${ON_HANDLER} "algorithm" must be one of 'token_bucket', 'leaky_bucket', 'fixed_window', 'sliding_window_log', 'sliding_window_counter', 'gcra', got "Token_Bucket"`],
   ['algorithm null', policy({ algorithm: null, rps: 1 }), `${ON_HANDLER} "algorithm" must be one of 'token_bucket', 'leaky_bucket', 'fixed_window', 'sliding_window_log', 'sliding_window_counter', 'gcra', got null`],
   ['algorithm a number', policy({ algorithm: 1, rps: 1 }), `${ON_HANDLER} "algorithm" must be one of 'token_bucket', 'leaky_bucket', 'fixed_window', 'sliding_window_log', 'sliding_window_counter', 'gcra', got 1`],
@@ -368,6 +390,11 @@ const ROWS: Row[] = [
   ['RateLimiterService: setScale factor above 1', limiter(async (l) => l.setScale('api', 2)), `Invalid argument to RateLimiterService.setScale: "factor" must be a number above 0 and at most 1, got 2`],
   ['RateLimiterService: setScale factor a string', limiter(async (l) => l.setScale('api', '0.5' as never)), `Invalid argument to RateLimiterService.setScale: "factor" must be a number above 0 and at most 1, got "0.5"`],
   ['RateLimiterService: setScale name a number', limiter(async (l) => l.setScale(5 as never, 0.5)), `Invalid argument to RateLimiterService.setScale: "policyName" must be a policy's name or '*', got 5`],
+  ['RateLimiterService: setScale factor 1e-17', limiter(async (l) => l.setScale('api', 1e-17)), `Invalid argument to RateLimiterService.setScale: "factor" must be at least 3.18e-14: below it every policy would take more than 365 days to refill, the longest a bucket may take, got 1e-17`],
+  ['RateLimiterService: setScale factor the least double', limiter(async (l) => l.setScale('*', Number.MIN_VALUE)), `Invalid argument to RateLimiterService.setScale: "factor" must be at least 3.18e-14: below it every policy would take more than 365 days to refill, the longest a bucket may take, got 5e-324`],
+  ['RateLimiterService: setScale past 365 days for a module policy', scaling({ policies: [{ name: 'api', rps: 10, burst: 5 }] }, 'api', 1e-10), `Invalid argument to RateLimiterService.setScale: "factor" must be at least 1.59e-8: below it policy "api" would take more than 365 days to refill, the longest a bucket may take, got 1e-10`],
+  ['RateLimiterService: setScale * past 365 days for a route policy', scalingRoute({ name: 'yearly', limit: 1, window: '300d' }, '*', 0.5), `Invalid argument to RateLimiterService.setScale: "factor" must be at least 0.822: below it policy "yearly" would take more than 365 days to refill, the longest a bucket may take, got 0.5`],
+  ['RateLimiterService: setScale past 365 days for a tier', scalingRoute({ ...TIERED, name: 'plans', tiers: { free: { limit: 1, window: '200d' }, pro: { rps: 5, burst: 10 } } }, 'plans', 0.5), `Invalid argument to RateLimiterService.setScale: "factor" must be at least 0.548: below it policy "plans" (tier "free") would take more than 365 days to refill, the longest a bucket may take, got 0.5`],
   ['RateLimiterService: identity a number', limiter((l) => l.reset(42 as never, { rps: 1 })), `Invalid argument to RateLimiterService.reset: "identity" must be a string such as 'user:42', got 42`],
   ['MemoryStore: requests not a list', memory((m) => m.consume({ key: 'k' } as never)), 'Invalid argument to MemoryStore.consume: "requests" must be a list of requests, got {"key":"k"}'],
   ['MemoryStore: a request null', memory((m) => m.peek([null as never])), 'Invalid argument to MemoryStore.peek: "requests[0]" must be a request such as { key, policy, rule, cost }, got null'],

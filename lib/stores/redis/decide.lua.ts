@@ -9,9 +9,9 @@ import { MODELS_LUA } from './models.lua.js';
  */
 export const REPLY_WIDTH = 8;
 /** Arguments the decide script takes per policy, after its request's three. */
-const DECIDE_ARGS = 5;
+const DECIDE_ARGS = 6;
 /** Arguments the refund script takes per request, after its leading one. */
-const REFUND_ARGS = 6;
+const REFUND_ARGS = 7;
 
 /**
  * What both scripts share: the algorithms (each a Lua table mirroring its pure model;
@@ -43,6 +43,11 @@ end
 -- algorithms/conversions.ts windowMs
 local function window_ms(rps, burst)
   return max(1, floor((burst * 1000) / rps + 0.5))
+end
+
+-- algorithms/conversions.ts windowLimit (rule.limit is burst for a rule without one: see rule_at)
+local function window_limit(rule, need)
+  return max(rule.limit, need)
 end
 
 -- the numbers of a stored value '<a>|<b>[|<c>[|<d>]]', nil for those it lacks (one match: a
@@ -87,13 +92,14 @@ end
 -- a lookup costs a sixth of three tonumber and a table (no rule is ever changed once read)
 local rules_read = {}
 
--- the rule of the policy whose arguments follow ARGV[base]: rps, burst and block (its algorithm picks the model)
+-- the rule of the policy whose arguments follow ARGV[base]: rps, burst, block and a window's
+-- scaled limit ('' for none: burst) (its algorithm picks the model)
 local function rule_at(base)
-  local rps, burst, block_ms = ARGV[base + 2], ARGV[base + 3], ARGV[base + 4]
-  local id = rps .. '|' .. burst .. '|' .. block_ms
+  local rps, burst, block_ms, limit = ARGV[base + 2], ARGV[base + 3], ARGV[base + 4], ARGV[base + 5]
+  local id = rps .. '|' .. burst .. '|' .. block_ms .. '|' .. limit
   local rule = rules_read[id]
   if rule == nil then
-    rule = { rps = tonumber(rps), burst = tonumber(burst), block_ms = tonumber(block_ms) }
+    rule = { rps = tonumber(rps), burst = tonumber(burst), block_ms = tonumber(block_ms), limit = tonumber(limit) or tonumber(burst) }
     rules_read[id] = rule
   end
   return rule
@@ -116,11 +122,12 @@ end
  * ARGV[b + 3]          deadline, integer ms on the script's clock: when the caller stops waiting
  *                      (see `RedisClock.deadline`); past it the request is not decided and
  *                      charges nothing; '' for none
- * ARGV[b + 4 + 5(i-1)] algorithm of policy i ('token_bucket', 'fixed_window', ...)
- * ARGV[b + 5 + 5(i-1)] rps, tokens per second, as a decimal string (may be fractional)
- * ARGV[b + 6 + 5(i-1)] burst, tokens
- * ARGV[b + 7 + 5(i-1)] block, integer ms a refusal blocks for; '0' for none
- * ARGV[b + 8 + 5(i-1)] cost, tokens (may be fractional)
+ * ARGV[b + 4 + 6(i-1)] algorithm of policy i ('token_bucket', 'fixed_window', ...)
+ * ARGV[b + 5 + 6(i-1)] rps, tokens per second, as a decimal string (may be fractional)
+ * ARGV[b + 6 + 6(i-1)] burst, tokens
+ * ARGV[b + 7 + 6(i-1)] block, integer ms a refusal blocks for; '0' for none
+ * ARGV[b + 8 + 6(i-1)] a window's scaled limit (`Rule.limit`), tokens (may be fractional); '' for none
+ * ARGV[b + 9 + 6(i-1)] cost, tokens (may be fractional)
  *
  * Returns per request 0 when it was past its deadline, else 1 and then 8 integers per policy:
  * allowed (0/1), remaining (tokens), retryMs (-1: never), fullMs (until full), nextMs (until
@@ -141,7 +148,7 @@ local function decide(first, base, n, charge, now, reply)
     local at = base + (i - 1) * ${DECIDE_ARGS}
     models[i] = MODELS[ARGV[at + 1]]
     rules[i] = rule_at(at)
-    costs[i] = tonumber(ARGV[at + 5])
+    costs[i] = tonumber(ARGV[at + 6])
     states[i] = load(models[i], first + i, now, rules[i])
     admits[i] = admitted(models[i], states[i], rules[i], costs[i])
     allowed = allowed and admits[i]
@@ -194,12 +201,13 @@ return reply
  *
  * KEYS[i]              bucket key of policy i
  * ARGV[1]              now, integer ms; '' to use Redis TIME (as for the decide script)
- * ARGV[2 + 6(i-1)]     algorithm of policy i
- * ARGV[3 + 6(i-1)]     rps, tokens per second
- * ARGV[4 + 6(i-1)]     burst, tokens
- * ARGV[5 + 6(i-1)]     block, integer ms a refusal blocks for; '0' for none
- * ARGV[6 + 6(i-1)]     cost the charge took, tokens
- * ARGV[7 + 6(i-1)]     at of the charged state (from the decide reply), integer ms
+ * ARGV[2 + 7(i-1)]     algorithm of policy i
+ * ARGV[3 + 7(i-1)]     rps, tokens per second
+ * ARGV[4 + 7(i-1)]     burst, tokens
+ * ARGV[5 + 7(i-1)]     block, integer ms a refusal blocks for; '0' for none
+ * ARGV[6 + 7(i-1)]     a window's scaled limit, tokens; '' for none
+ * ARGV[7 + 7(i-1)]     cost the charge took, tokens
+ * ARGV[8 + 7(i-1)]     at of the charged state (from the decide reply), integer ms
  *
  * Returns what decide returns, for the buckets as they are after the refund (allowed 1, no delay).
  */
@@ -210,8 +218,8 @@ for i = 1, #KEYS do
   local base = 1 + (i - 1) * ${REFUND_ARGS}
   local m = MODELS[ARGV[base + 1]]
   local rule = rule_at(base)
-  local cost = tonumber(ARGV[base + 5])
-  local s = m.refund(load(m, i, now, rule), rule, cost, tonumber(ARGV[base + 6]))
+  local cost = tonumber(ARGV[base + 6])
+  local s = m.refund(load(m, i, now, rule), rule, cost, tonumber(ARGV[base + 7]))
   save(m, KEYS[i], s, report(m, s, rule, cost, true, 0, reply))
 end
 flush()

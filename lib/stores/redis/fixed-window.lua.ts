@@ -35,13 +35,14 @@ end
 
 -- fixedWindow.remaining
 function fixed_window.remaining(s, rule)
-  return floor(rule.burst - s.count)
+  -- another instance under a larger factor (or none) may have taken more than this rule's limit
+  return max(0, floor(window_limit(rule, 1) - s.count))
 end
 
 -- fixedWindow.waitMs
 function fixed_window.wait_ms(s, rule, need)
-  -- a new window starts empty, and need <= burst, so the window's end always suffices
-  if s.count + need <= rule.burst then return 0 end
+  -- a new window starts empty, which admits any need (<= burst), so the window's end always suffices
+  if s.count + need <= window_limit(rule, need) then return 0 end
   return s.start + window_ms(rule.rps, rule.burst) - s.at
 end
 

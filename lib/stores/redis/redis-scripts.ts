@@ -60,7 +60,7 @@ export class RedisScripts {
   async refund(requests: readonly RateLimitRequest[], at: readonly number[]): Promise<Answer> {
     const args: string[] = [];
     requests.forEach(({ rule, cost }, i) => {
-      args.push(rule.algorithm, String(rule.rps), String(rule.burst), String(rule.blockMs ?? 0), String(cost), String(at[i]));
+      args.push(rule.algorithm, String(rule.rps), String(rule.burst), String(rule.blockMs ?? 0), rule.limit === undefined ? '' : String(rule.limit), String(cost), String(at[i]));
     });
     const keys = requests.map((request) => request.key);
     return parseAnswer(await this.run(REFUND, keys, args), 0, requests.length);

@@ -1,4 +1,5 @@
-import { type Algorithm, type Outcome, WINDOW_ALGORITHMS } from '../../algorithms/algorithm.types.js';
+import { type Outcome, type Rule, WINDOW_ALGORITHMS } from '../../algorithms/algorithm.types.js';
+import { sameRule } from '../distinct-requests.js';
 import type { RateLimitRequest } from '../rate-limit-store.interface.js';
 import { waitForCost } from './wait-for-cost.js';
 
@@ -16,10 +17,8 @@ interface Refusal {
 
 /** One policy of a remembered request. */
 interface Policy {
-  algorithm: Algorithm;
-  rps: number;
-  burst: number;
-  blockMs: number | undefined;
+  /** Its rule as the request had it (a scaled window's limit included: see `sameAs`). */
+  rule: Rule;
   cost: number;
   outcome: Outcome;
   /** Whether the cache knows how long the policy refuses a request like it: else only Redis answers one. */
@@ -146,7 +145,7 @@ export class RefusedCache {
       policies ??= new Map(
         requests.map(({ key, rule, cost }, j) => [
           key,
-          { algorithm: rule.algorithm, rps: rule.rps, burst: rule.burst, blockMs: rule.blockMs, cost, outcome: asRefused(outcomes[j], waits[j]), timed: waits[j] !== undefined },
+          { rule, cost, outcome: asRefused(outcomes[j], waits[j]), timed: waits[j] !== undefined },
         ]),
       );
       // contended only (wait 0 or not known): refused by nothing here, but the next requests wait for the calls behind
@@ -189,7 +188,7 @@ export class RefusedCache {
       const policy = refusal.policies.get(key);
       if (policy === undefined || !policy.timed || !sameAs(policy, rule, cost)) return undefined;
       const outcome = agedOutcome(policy.outcome, elapsed);
-      if (policy.blockMs !== undefined && outcome.blockedMs === 0) return undefined;
+      if (policy.rule.blockMs !== undefined && outcome.blockedMs === 0) return undefined;
       outcomes.push(outcome);
     }
     return outcomes;
@@ -215,10 +214,9 @@ function asRefused(outcome: Outcome, wait: number | undefined): Outcome {
   return { ...outcome, allowed: retryMs === 0, retryMs, delayMs: 0 };
 }
 
-/** Whether a remembered policy is the one a request has now. */
+/** Whether a remembered policy is the one a request has now (a factor that changed since makes it another). */
 function sameAs(policy: Policy, rule: RateLimitRequest['rule'], cost: number): boolean {
-  const { algorithm, rps, burst, blockMs } = rule;
-  return policy.algorithm === algorithm && policy.rps === rps && policy.burst === burst && policy.blockMs === blockMs && policy.cost === cost;
+  return sameRule(policy.rule, rule) && policy.cost === cost;
 }
 
 /**
@@ -226,7 +224,7 @@ function sameAs(policy: Policy, rule: RateLimitRequest['rule'], cost: number): b
  * the most. Before `nextMs` (less the rounding) it holds fewer than `remaining + 1` tokens; then
  * a bucket that refills at `rps` gains no faster, and a window (`WINDOW_ALGORITHMS`) may be full.
  */
-function room({ algorithm, rps, burst, cost, outcome: { remaining, nextMs } }: Policy, elapsed: number): number {
+function room({ rule: { algorithm, rps, burst }, cost, outcome: { remaining, nextMs } }: Policy, elapsed: number): number {
   if (elapsed < nextMs - ROUNDING_MS) return Math.ceil((remaining + 1) / cost) - 1;
   const tokens = WINDOW_ALGORITHMS.has(algorithm) ? burst : Math.min(burst, remaining + 1 + ((elapsed - nextMs + ROUNDING_MS) * rps) / 1000);
   return Math.floor(tokens / cost);

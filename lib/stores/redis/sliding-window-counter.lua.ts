@@ -43,22 +43,23 @@ end
 -- slidingWindowCounter.remaining
 function sliding_window_counter.remaining(s, rule)
   local w = window_ms(rule.rps, rule.burst)
-  return max(0, floor(((rule.burst - s.count) * w - previous_scaled(s, w)) / w))
+  return max(0, floor(((window_limit(rule, 1) - s.count) * w - previous_scaled(s, w)) / w))
 end
 
 -- slidingWindowCounter.waitMs
 function sliding_window_counter.wait_ms(s, rule, need)
   local w = window_ms(rule.rps, rule.burst)
+  local limit = window_limit(rule, need)
   local elapsed = s.at - s.start
   -- what this window's count leaves for the previous window's weight
-  local room = rule.burst - s.count - need
+  local room = limit - s.count - need
   if room >= 0 then
     if previous_scaled(s, w) <= room * w then return 0 end
     -- it fits later in this window, once enough of the previous window's weight (> 0) has slid out...
     return max(1, w - floor((room * w) / s.previous) - elapsed)
   end
-  -- ...or only in the next one, once enough of this window's count (> burst - need >= 0) has
-  return 2 * w - floor(((rule.burst - need) * w) / s.count) - elapsed
+  -- ...or only in the next one, once enough of this window's count (> limit - need >= 0) has
+  return 2 * w - floor(((limit - need) * w) / s.count) - elapsed
 end
 
 -- slidingWindowCounter.charge

@@ -76,7 +76,7 @@ export class SlotBatches {
     batch.args.push(String(requests.length), charge ? '1' : '0', '');
     for (const { key, rule, cost } of requests) {
       batch.keys.push(key);
-      batch.args.push(rule.algorithm, String(rule.rps), String(rule.burst), rule.blockMs === undefined ? '0' : String(rule.blockMs), String(cost));
+      batch.args.push(rule.algorithm, String(rule.rps), String(rule.burst), rule.blockMs === undefined ? '0' : String(rule.blockMs), rule.limit === undefined ? '' : String(rule.limit), String(cost));
     }
     const opened = batch;
     const reply = new Promise<Reply>((resolve, reject) => opened.waiting.push({ count: requests.length, timeoutMs, deadlineAt, resolve, reject }));

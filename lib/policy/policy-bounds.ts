@@ -1,0 +1,47 @@
+import type { Rule } from '../algorithms/algorithm.types.js';
+
+/**
+ * Highest rate, tokens per second. The algorithms keep full precision up to it next to a
+ * 13-digit millisecond clock (see `gcra.ts`); no per-client limit needs more.
+ */
+export const MAX_RPS = 1_000_000;
+/**
+ * Longest a bucket may take to refill (a window to last), days. Every key lives at most this
+ * long, and a limit slower than one token a year is a typo (a rate in the wrong unit). With
+ * `MAX_RPS`, it keeps `burst` and `limit` below 2^53, where every token still counts.
+ */
+export const MAX_REFILL_DAYS = 365;
+/** `MAX_REFILL_DAYS` in seconds. */
+const MAX_REFILL_SECONDS = MAX_REFILL_DAYS * 86_400;
+/**
+ * The least factor (`RateLimiterService.setScale`) any policy takes: below it even the fastest one
+ * (`MAX_RPS`, a burst of 1) would take more than `MAX_REFILL_DAYS` to refill.
+ */
+export const LEAST_FACTOR = 1 / (MAX_RPS * MAX_REFILL_SECONDS);
+
+/**
+ * Whether `rule` with its rate times `factor` (0 < factor <= 1) would take more than
+ * `MAX_REFILL_DAYS` to refill, `burst / (rps * factor)`: the bound a policy is held to at start,
+ * which a factor that scales it (`RateLimiterService.setScale`, `adaptive.min`) must keep too. A
+ * factor of 1 always keeps it (the policy passed at start).
+ */
+export function refillTooSlow({ rps, burst }: Pick<Rule, 'rps' | 'burst'>, factor: number): boolean {
+  return factor < 1 && burst / (rps * factor) > MAX_REFILL_SECONDS;
+}
+
+/** The factor at which `rule` takes `MAX_REFILL_DAYS` to refill: the least it takes (see `refillTooSlow`). */
+export function leastFactor({ rps, burst }: Pick<Rule, 'rps' | 'burst'>): number {
+  return burst / (rps * MAX_REFILL_SECONDS);
+}
+
+/**
+ * What a factor of `rps` (`adaptive.min`, a `setScale` factor) must be for `who` (the policy, a
+ * tier, every policy) to refill within `MAX_REFILL_DAYS`, as a message says it: at least the least
+ * factor of `rule` (`LEAST_FACTOR` for every policy), rounded up to 3 significant digits.
+ */
+export function factorAtLeast(rule: Pick<Rule, 'rps' | 'burst'> | number, who: string): string {
+  const least = typeof rule === 'number' ? rule : leastFactor(rule);
+  const step = 10 ** (Math.floor(Math.log10(least)) - 2);
+  const shown = Number((Math.ceil(least / step) * step).toPrecision(3));
+  return `must be at least ${shown}: below it ${who} would take more than ${MAX_REFILL_DAYS} days to refill, the longest a bucket may take`;
+}
