@@ -1,5 +1,5 @@
 import { type CanActivate, type ExecutionContext, Inject, Injectable, Logger } from '@nestjs/common';
-import type { RateLimitContext } from './contexts/rate-limit-context.js';
+import { outcomeTarget, type RateLimitContext } from './contexts/rate-limit-context.js';
 import { RateLimitContexts } from './contexts/rate-limit-contexts.js';
 import { type HeaderPlan, headerPlan, limiting, writeRateLimitHeaders } from './headers/rate-limit-headers.js';
 import { resolveCost } from './keys/cost.js';
@@ -65,10 +65,10 @@ export class RateLimitGuard implements CanActivate {
     const request = seam.request(context);
     if (request === undefined) return true;
 
-    // once per request or message: a second run (a global guard and @UseGuards, the next field of
-    // a GraphQL request) shares the first's verdict for the policies the first decided
+    // once per request or message: a second run (a global guard and @UseGuards, the next field of a GraphQL
+    // operation) shares the first's verdict for the policies it decided; a field's own, once per selection
     const target = seam.target?.(context) ?? context.getArgs();
-    return chargeOnce(target, policies, (fresh) => this.enforce(fresh, request, context, seam));
+    return chargeOnce(target, policies, (fresh) => this.enforce(fresh, request, context, seam), seam.selection?.(context));
   }
 
   /**
@@ -148,7 +148,7 @@ export class RateLimitGuard implements CanActivate {
    */
   protected watchOutcome(policies: readonly RoutePolicy[], decisions: readonly RateLimitDecision[], context: ExecutionContext, seam: RateLimitContext): void {
     const watched = watchedOf(policies, decisions);
-    if (watched !== undefined) watch(seam.target?.(context) ?? context.getArgs(), watched);
+    if (watched !== undefined) watch(outcomeTarget(seam, context), watched);
   }
 
   /**

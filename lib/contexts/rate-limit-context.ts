@@ -14,11 +14,18 @@ export interface RateLimitContext {
   request(context: ExecutionContext): LimitedRequest | undefined;
   /**
    * What the guard charges once, however many times it runs on it (a global guard and
-   * `@UseGuards` together, the fields of one GraphQL request): an object that lives as long as
+   * `@UseGuards` together, the fields of one GraphQL operation): an object that lives as long as
    * the request or message, and that the guard can mark (not frozen). Default: the handler's
    * arguments (`context.getArgs()`).
    */
   target?(context: ExecutionContext): object;
+  /**
+   * What a policy the handler declares itself is charged once on, and where the outcome of a
+   * decision made for it is kept (GraphQL: one selection of a field in one operation, however
+   * many items of a list it resolves). An object that lives as long as `target`. Without it:
+   * `target`.
+   */
+  selection?(context: ExecutionContext): object;
   /** Sets a rate-limit header on the answer (a transport without headers ignores it). */
   setHeader(context: ExecutionContext, name: string, value: string): void;
   /**
@@ -38,6 +45,14 @@ export interface RateLimitContext {
    * `undefined`, or a seam without it: the handler's outcome decides (it ends without an error).
    */
   succeeded?(context: ExecutionContext): Promise<boolean> | undefined;
+}
+
+/**
+ * What the outcome of a decision made in `context` is kept on for `RateLimitOutcomeInterceptor`:
+ * its selection (a GraphQL field's: each alias is settled by its own outcome), else its target.
+ */
+export function outcomeTarget(seam: RateLimitContext, context: ExecutionContext): object {
+  return seam.selection?.(context) ?? seam.target?.(context) ?? context.getArgs();
 }
 
 /** A request's client, watched while the request waits. */

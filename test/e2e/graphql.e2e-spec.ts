@@ -65,18 +65,37 @@ describe.each(GRAPHQL_SUITES)('GraphQL on %s, %s store', (driver, store) => {
     expectRefused(await gql.post('{ books authors }', { headers }), ['books', 'authors'], 'catalog', 'positive');
   });
 
-  it('charges a field-level policy once too, for the same field under two aliases', async () => {
+  it("charges a field's own policy once per selection: each alias pays its own cost", async () => {
     const headers = apiKey();
-    // search costs its `first`: 2 a request against a burst of 20, not 4
-    for (let request = 1; request <= 10; request++) {
-      const allowed = await gql.post('{ a: search(first: 2) b: search(first: 2) }', { headers });
-      expect(allowed.body.errors).toBeUndefined();
-      expect(allowed.headers['x-ratelimit-remaining']).toBe(String(20 - 2 * request));
-    }
-    expectRefused(await gql.post('{ a: search(first: 2) b: search(first: 2) }', { headers }), ['a', 'b'], 'search', 'positive');
+    // search costs its `first`, against a burst of 20: 1 + 19, and nothing is left for c
+    const spent = await gql.post('{ a: search(first: 1) b: search(first: 19) c: search(first: 1) }', { headers });
+    expect(spent.body.data).toEqual({ a: ['result 0'], b: Array.from({ length: 19 }, (_, index) => `result ${index}`), c: null });
+    expect(spent.body.errors?.map(({ path }) => path)).toEqual([['c']]);
+    expectRefusal(spent.body.errors![0], 'search', 'positive');
+    expect(spent.headers['x-ratelimit-remaining']).toBe('0');
+    expectRefused(await gql.post('{ search(first: 1) }', { headers }), ['search'], 'search', 'positive');
   });
 
-  it('charges a field resolver once per request, however many objects it resolves', async () => {
+  it('charges a class-level policy once per operation, however many aliases and fields it covers', async () => {
+    const headers = apiKey();
+    const answer = await gql.post('{ a: books b: books c: authors d: authors }', { headers });
+    expect(answer.body).toEqual({ data: { a: 'books', b: 'books', c: 'authors', d: 'authors' } });
+    expect(answer.headers.ratelimit).toBe('"catalog";r=1;t=1000');
+  });
+
+  it("refuses a second alias of a field by its own policy, the operation charged once by the class's", async () => {
+    const headers = apiKey();
+    const answer = await gql.post('{ a: rare b: rare books }', { headers });
+    expect(answer.body.data).toEqual({ a: 'rare', b: null, books: 'books' });
+    expect(answer.body.errors?.map(({ path }) => path)).toEqual([['b']]);
+    expectRefusal(answer.body.errors![0], 'rare', 'positive');
+    // a field its own policy refuses does not refuse the fields beside it: the operation was admitted
+    const next = await gql.post('{ rare authors }', { headers });
+    expect(next.body.data).toEqual({ rare: null, authors: 'authors' });
+    expectRefusal(next.body.errors![0], 'rare', 'positive');
+  });
+
+  it('charges a field resolver once per selection, however many objects it resolves', async () => {
     const headers = apiKey();
     const reviewed = { shelf: ['Emma', 'Persuasion', 'Sanditon'].map((title) => ({ title, reviews: `reviews of ${title}` })) };
     expect((await gql.post('{ shelf { title reviews } }', { headers })).body).toEqual({ data: reviewed });
@@ -86,6 +105,16 @@ describe.each(GRAPHQL_SUITES)('GraphQL on %s, %s store', (driver, store) => {
     expect(refused.body.data).toEqual({ shelf: ['Emma', 'Persuasion', 'Sanditon'].map((title) => ({ title, reviews: null })) });
     // (Mercurius writes a list index in a path as a string)
     expect(refused.body.errors?.map(({ path }) => path?.map(String))).toEqual(['0', '1', '2'].map((index) => ['shelf', index, 'reviews']));
+    for (const error of refused.body.errors ?? []) expectRefusal(error, 'reviews', 'positive');
+  });
+
+  it('charges a field resolver under two aliases of its list twice: both selections take the burst of 2', async () => {
+    const headers = apiKey();
+    const twice = await gql.post('{ a: shelf { reviews } b: shelf { reviews } }', { headers });
+    expect(twice.body.errors).toBeUndefined();
+    expect(twice.headers.ratelimit).toBe('"reviews";r=0;t=1000');
+    const refused = await gql.post('{ shelf { reviews } }', { headers });
+    expect(refused.body.errors).toHaveLength(3);
     for (const error of refused.body.errors ?? []) expectRefusal(error, 'reviews', 'positive');
   });
 
