@@ -90,8 +90,10 @@ export class RateLimitGraphqlError extends IntrinsicException {
  * (and per object a guarded field resolver resolves). What it charges once is one execution of an
  * operation (each operation of a batched HTTP request is one), and for a policy on the field's
  * own handler, one selection of that field in it: each alias is its own, the items of a list
- * under one are not. A query or mutation sent over a WebSocket is keyed by the upgrade request,
- * with no headers. Subscriptions are not limited: the guard runs when one starts, never per event.
+ * under one are not. The headers of one HTTP response are written from every decision its
+ * operations and fields made. A query or mutation sent over a WebSocket is keyed by the upgrade
+ * request, with no headers. Subscriptions are not limited: the guard runs when one starts, never
+ * per event.
  *
  * Nothing of `graphql` or `@nestjs/graphql` is imported: a resolver's arguments are
  * `(root, args, context, info)` as they are.
@@ -142,6 +144,16 @@ export class GraphqlRateLimitContext implements RateLimitContext {
   setHeader(context: ExecutionContext, name: string, value: string): void {
     const response = this.operationOf(context)?.response;
     if (response !== undefined) this.adapterHost.httpAdapter?.setHeader(response, name, value);
+  }
+
+  /** The HTTP response: every field of every operation of one HTTP request writes its headers. */
+  sharedAnswer(context: ExecutionContext): object | undefined {
+    return this.operationOf(context)?.response;
+  }
+
+  /** Express's response and Fastify's reply both have `removeHeader`. */
+  removeHeader(context: ExecutionContext, name: string): void {
+    (this.operationOf(context)?.response as { removeHeader?(name: string): unknown } | undefined)?.removeHeader?.(name);
   }
 
   refusal(decision: RateLimitDecision, cost: number): Error {

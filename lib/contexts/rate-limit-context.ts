@@ -29,6 +29,15 @@ export interface RateLimitContext {
   /** Sets a rate-limit header on the answer (a transport without headers ignores it). */
   setHeader(context: ExecutionContext, name: string, value: string): void;
   /**
+   * The answer several decisions share, when they do (GraphQL: the HTTP response of every field
+   * of every operation a request carries): its headers are then written from all of them, as
+   * one request's would be. Names it by an object that lives as long as the answer; `undefined`,
+   * or a seam without it: each decision's answer is its own.
+   */
+  sharedAnswer?(context: ExecutionContext): object | undefined;
+  /** Removes a header set before: a shared answer's `Retry-After` that a later refusal, never admittable, no longer warrants. */
+  removeHeader?(context: ExecutionContext, name: string): void;
+  /**
    * The error a refused request ends with; `decision` is the policy that frees up last, `cost`
    * what the request asked of it, `decisions` every policy's decision on the request.
    */

@@ -89,6 +89,7 @@ describe.each(GRAPHQL_SUITES)('GraphQL on %s, %s store', (driver, store) => {
     expect(answer.body.data).toEqual({ a: 'rare', b: null, books: 'books' });
     expect(answer.body.errors?.map(({ path }) => path)).toEqual([['b']]);
     expectRefusal(answer.body.errors![0], 'rare', 'positive');
+    expect(answer.headers.ratelimit?.split(', ').sort()).toEqual(['"catalog";r=1;t=1000', expect.stringMatching(/^"rare";r=0;t=\d+$/)]);
     // a field its own policy refuses does not refuse the fields beside it: the operation was admitted
     const next = await gql.post('{ rare authors }', { headers });
     expect(next.body.data).toEqual({ rare: null, authors: 'authors' });
@@ -176,6 +177,80 @@ describe.each(GRAPHQL_SUITES)('GraphQL on %s, %s store', (driver, store) => {
     expect((await gql.post('{ authors }', { headers: apiKey() })).body).toEqual({ data: { authors: 'authors' } });
   });
 
+  describe('one HTTP response, several decisions', () => {
+    /** Spends the whole of `catalog` (burst 2) and of `search` (burst 20) for `headers`' key. */
+    async function spend(headers: Record<string, string>): Promise<void> {
+      expect((await gql.post('{ books }', { headers })).body.errors).toBeUndefined();
+      expect((await gql.post('{ books search(first: 20) }', { headers })).body.errors).toBeUndefined();
+    }
+    /** The members of a list header, in the order they were decided in (a Redis store may answer fields in either). */
+    const members = (value: string | undefined) => (value ?? '').split(', ').sort();
+
+    it.each(['{ books search(first: 5) }', '{ search(first: 5) books }'])(
+      '%s: Retry-After from the refusal that frees up last, every policy listed, whatever the order of the fields',
+      async (query) => {
+        const headers = apiKey();
+        await spend(headers);
+        const refused = await gql.post(query, { headers });
+        // catalog frees 1 token in 1,000 s, search 5 in 5,000 s
+        const retryAfters = Object.fromEntries((refused.body.errors ?? []).map(({ path, extensions }) => [path?.[0], extensions?.retryAfter]));
+        expect(retryAfters).toEqual({ books: 1000, search: 5000 });
+        expect(refused.headers['retry-after']).toBe('5000');
+        expect(members(refused.headers['ratelimit-policy'])).toEqual(['"catalog";q=2;w=2000', '"search";q=20;w=20000']);
+        expect(members(refused.headers.ratelimit)).toEqual([expect.stringMatching(/^"catalog";r=0;t=\d+$/), expect.stringMatching(/^"search";r=0;t=\d+$/)]);
+        // the single-policy headers describe the same policy as Retry-After
+        expect(refused.headers['x-ratelimit-limit']).toBe('20');
+        expect(refused.headers['x-ratelimit-remaining']).toBe('0');
+      },
+    );
+
+    it.each(['{ search(first: 5) bulk }', '{ bulk search(first: 5) }'])(
+      '%s: no Retry-After once a field can never be admitted, though another was refused for a while',
+      async (query) => {
+        const headers = apiKey();
+        await spend(headers);
+        const refused = await gql.post(query, { headers });
+        const retryAfters = Object.fromEntries((refused.body.errors ?? []).map(({ path, extensions }) => [path?.[0], extensions?.retryAfter]));
+        expect(retryAfters).toEqual({ search: 5000, bulk: null });
+        expect(refused.headers['retry-after']).toBeUndefined();
+        expect(refused.headers['x-ratelimit-limit']).toBe('2');
+        expect(members(refused.headers['ratelimit-policy'])).toEqual(['"bulk";q=2;w=2000', '"search";q=20;w=20000']);
+      },
+    );
+
+    it('lists the policy of a field admitted beside one refused, with what it has left', async () => {
+      const headers = apiKey();
+      await spend(headers);
+      const mixed = await gql.post('{ books tenant }', { headers });
+      expect(mixed.body.data).toEqual({ books: null, tenant: 'tenant' });
+      expect(mixed.headers['retry-after']).toBe('1000');
+      expect(members(mixed.headers.ratelimit)).toEqual([expect.stringMatching(/^"catalog";r=0;t=\d+$/), '"tenant";r=999;t=1000']);
+    });
+
+    it('charges each operation of a batched request: a class-level policy once per operation', async () => {
+      const headers = apiKey();
+      const answer = await gql.batch(['{ a: books b: authors }', '{ a: books }', '{ a: authors }'], { headers });
+      expect(answer.status).toBe(200);
+      // two of the three operations pass (whichever the driver ran first), each charged once
+      const refused = answer.body.filter(({ errors }) => errors !== undefined);
+      expect(refused).toHaveLength(1);
+      expect(Object.values(refused[0].data ?? {}).every((value) => value === null)).toBe(true);
+      for (const error of refused[0].errors ?? []) expectRefusal(error, 'catalog', 'positive');
+      expect(answer.headers['retry-after']).toBe(String(refused[0].errors![0].extensions?.retryAfter));
+      expect(answer.headers.ratelimit).toMatch(/^"catalog";r=0;t=\d+$/);
+    });
+
+    it("charges a field's own policy per selection in each operation of a batch: 10 operations of a burst of 20", async () => {
+      const headers = apiKey();
+      const answer = await gql.batch(Array.from({ length: 10 }, () => '{ a: search(first: 2) b: search(first: 2) }'), { headers });
+      const admitted = answer.body.flatMap(({ data }) => Object.values(data ?? {})).filter((value) => value !== null);
+      expect(admitted).toHaveLength(10);
+      expect(answer.body.flatMap(({ errors }) => errors ?? [])).toHaveLength(10);
+      expect(answer.headers['x-ratelimit-remaining']).toBe('0');
+      expect(answer.headers['retry-after']).toBe('2000');
+    });
+  });
+
   it("limits by IP where the policy says so, whatever the API key", async () => {
     expect((await gql.post('{ byIp }', { headers: apiKey() })).body).toEqual({ data: { byIp: 'by-ip' } });
     expect((await gql.post('{ byIp }', { headers: apiKey() })).body).toEqual({ data: { byIp: 'by-ip' } });
@@ -223,6 +298,29 @@ describe.each(GRAPHQL_SUITES)('GraphQL on %s, %s store', (driver, store) => {
       expect(answer.body.errors?.length).toBeGreaterThan(0);
       expect(answer.headers['x-ratelimit-limit']).toBeUndefined();
     });
+  });
+});
+
+describe.each(GRAPHQL_SUITES)('GraphQL on %s, %s store, under a module-wide policy', (driver, store) => {
+  it('charges it once per operation, whatever its fields, and once for each operation of a batch', async () => {
+    const gql = await startGraphqlApp(driver, { ...storeOptions(store, redis()), policies: [{ name: 'everything', rps: 0.001, burst: 5 }] });
+    /** `everything`'s member of an answer's RateLimit header. */
+    const everything = ({ headers }: { headers: Record<string, string> }) => headers.ratelimit?.split(', ').find((member) => member.startsWith('"everything"'));
+    try {
+      const headers = apiKey();
+      const one = await gql.post('{ a: search(first: 1) b: search(first: 1) shelf { reviews } }', { headers });
+      expect(one.body.errors).toBeUndefined();
+      expect(everything(one)).toBe('"everything";r=4;t=1000');
+
+      // the operations of a batch run side by side: which one comes last is the driver's business
+      const batch = await gql.batch(Array.from({ length: 5 }, () => '{ search(first: 1) }'), { headers });
+      expect(batch.body.filter(({ data }) => data?.search !== null)).toEqual(Array.from({ length: 4 }, () => ({ data: { search: ['result 0'] } })));
+      const [refused] = batch.body.filter(({ data }) => data?.search === null);
+      expectRefusal(refused.errors![0], 'everything', 'positive');
+      expect(everything(batch)).toMatch(/^"everything";r=0;t=\d+$/);
+    } finally {
+      await gql.close();
+    }
   });
 });
 
