@@ -1,5 +1,6 @@
 import { type CallHandler, type ExecutionContext, Inject, Injectable, type NestInterceptor, Optional } from '@nestjs/common';
 import { finalize, type Observable, tap } from 'rxjs';
+import { outcomeTarget } from './contexts/rate-limit-context.js';
 import { RateLimitContexts } from './contexts/rate-limit-contexts.js';
 import { RateLimiterService } from './rate-limiter.service.js';
 import { AdaptiveRates } from './routes/adaptive-rates.js';
@@ -24,7 +25,7 @@ export class RateLimitOutcomeInterceptor implements NestInterceptor {
 
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
     const seam = this.contexts?.for(context.getType());
-    const watched = seam === undefined ? undefined : takeWatched(seam.target?.(context) ?? context.getArgs());
+    const watched = seam === undefined ? undefined : takeWatched(outcomeTarget(seam, context));
     if (seam === undefined || watched === undefined) return next.handle();
     const startedAt = performance.now();
     const settle = (succeeded: boolean): void => this.settle(watched, succeeded, performance.now() - startedAt);

@@ -1,7 +1,8 @@
 import { type CanActivate, type ExecutionContext, Inject, Injectable, Logger } from '@nestjs/common';
-import type { RateLimitContext } from './contexts/rate-limit-context.js';
+import { AnswerHeaders } from './answer-headers.js';
+import { outcomeTarget, type RateLimitContext } from './contexts/rate-limit-context.js';
 import { RateLimitContexts } from './contexts/rate-limit-contexts.js';
-import { type HeaderPlan, headerPlan, limiting, writeRateLimitHeaders } from './headers/rate-limit-headers.js';
+import { limiting } from './headers/rate-limit-headers.js';
 import { resolveCost } from './keys/cost.js';
 import { type LimitedRequest, resolveIdentity } from './keys/identity.js';
 import { resolveTier } from './keys/tier.js';
@@ -38,8 +39,8 @@ import type { RateLimitDecision, RateLimitRequest } from './stores/rate-limit-st
 export class RateLimitGuard implements CanActivate {
   protected readonly logger = new Logger('RateLimitGuard');
   private readonly userNotYetSet = new UserNotYetSetWarning(this.logger);
-  /** Each route's header plan, by its (cached) list of policies; `null`: no headers. */
-  private readonly plans = new WeakMap<readonly RoutePolicy[], HeaderPlan | null>();
+  /** Writes each answer's headers, from its own decisions or from all those of an answer they share. */
+  private readonly headers: AnswerHeaders;
   /** Each route's policies less those a `skipIf` let pass, one list per set skipped (so its plan is cached). */
   private readonly unskipped = new Unskipped();
 
@@ -48,7 +49,9 @@ export class RateLimitGuard implements CanActivate {
     protected readonly routes: RoutePolicies,
     protected readonly limiter: RateLimiterService,
     protected readonly contexts: RateLimitContexts,
-  ) {}
+  ) {
+    this.headers = new AnswerHeaders(options.headers);
+  }
 
   /** `true` at once for what is not limited; else the verdict of `enforce`, shared by every run on one request (the first of a kind of context waits for its seam to be made). */
   canActivate(context: ExecutionContext): boolean | Promise<boolean> {
@@ -65,10 +68,10 @@ export class RateLimitGuard implements CanActivate {
     const request = seam.request(context);
     if (request === undefined) return true;
 
-    // once per request or message: a second run (a global guard and @UseGuards, the next field of
-    // a GraphQL request) shares the first's verdict for the policies the first decided
+    // once per request or message: a second run (a global guard and @UseGuards, the next field of a GraphQL
+    // operation) shares the first's verdict for the policies it decided; a field's own, once per selection
     const target = seam.target?.(context) ?? context.getArgs();
-    return chargeOnce(target, policies, (fresh) => this.enforce(fresh, request, context, seam));
+    return chargeOnce(target, policies, (fresh) => this.enforce(fresh, request, context, seam), seam.selection?.(context));
   }
 
   /**
@@ -148,7 +151,7 @@ export class RateLimitGuard implements CanActivate {
    */
   protected watchOutcome(policies: readonly RoutePolicy[], decisions: readonly RateLimitDecision[], context: ExecutionContext, seam: RateLimitContext): void {
     const watched = watchedOf(policies, decisions);
-    if (watched !== undefined) watch(seam.target?.(context) ?? context.getArgs(), watched);
+    if (watched !== undefined) watch(outcomeTarget(seam, context), watched);
   }
 
   /**
@@ -191,12 +194,9 @@ export class RateLimitGuard implements CanActivate {
     return resolveTier(policy.tiers.source, request, context, seam.target?.(context) ?? context.getArgs());
   }
 
-  /** Sets the configured header families for the decisions. */
+  /** Sets the configured header families for the decisions (on a GraphQL HTTP response, for every decision made for it). */
   protected setHeaders(policies: readonly RoutePolicy[], decisions: readonly RateLimitDecision[], context: ExecutionContext, seam: RateLimitContext): void {
-    let plan = this.plans.get(policies);
-    if (plan === undefined) this.plans.set(policies, (plan = headerPlan(this.options.headers, policies) ?? null));
-    if (plan === null) return;
-    writeRateLimitHeaders(plan, decisions, Date.now(), (name, value) => seam.setHeader(context, name, value));
+    this.headers.decided(policies, decisions, context, seam);
   }
 
   /**
@@ -205,7 +205,7 @@ export class RateLimitGuard implements CanActivate {
    * that frees up last, the one the headers describe; `decisions` are every policy's.
    */
   protected onRefusal(refused: RateLimitDecision, cost: number, context: ExecutionContext, seam: RateLimitContext, decisions: readonly RateLimitDecision[] = [refused]): never {
-    if (Number.isFinite(refused.retryAfter)) seam.setHeader(context, 'Retry-After', String(refused.retryAfter));
+    this.headers.retryAfter(refused, context, seam);
     const factory = this.options.exceptionFactory;
     throw factory === undefined ? seam.refusal(refused, cost, context, decisions) : factory(refused, context);
   }
@@ -231,7 +231,7 @@ export class RateLimitGuard implements CanActivate {
     } catch (error) {
       if (departure?.signal.aborted) throw departure.gone();
       if (!(error instanceof RateLimitUnavailableException)) throw error;
-      seam.setHeader(context, 'Retry-After', '1');
+      this.headers.retryAfter(undefined, context, seam);
       throw seam.unavailable(error, context);
     } finally {
       departure?.end();
@@ -241,7 +241,7 @@ export class RateLimitGuard implements CanActivate {
   /** What a request gets when the store cannot decide: `failMode` 'open' lets it through. */
   protected onStoreFailure(error: RateLimitStoreError, context: ExecutionContext, seam: RateLimitContext): boolean {
     if (this.options.failMode === 'closed' && this.options.mode !== 'shadow') {
-      seam.setHeader(context, 'Retry-After', '1');
+      this.headers.retryAfter(undefined, context, seam);
       throw seam.unavailable(error, context);
     }
     return true;

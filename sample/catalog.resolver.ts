@@ -26,15 +26,16 @@ function pageSize(context: ExecutionContext): number {
 
 /**
  * The catalog over GraphQL (POST /graphql), anonymous like the REST one: clients are told apart by
- * API key, else by IP. The class's policy covers both root fields and is charged once per HTTP
- * request, however many of them a query selects. A refused field is an error with
- * `extensions: { code: 'RATE_LIMITED', policy, retryAfter }`; the rate-limit headers and
- * `Retry-After` are on the HTTP response.
+ * API key, else by IP. The class's policy covers both root fields and is charged once per
+ * operation, however many of them (or aliases of them) a query selects; `products`' own policy is
+ * charged once per selection, so each alias pays for its own page. A refused field is an error
+ * with `extensions: { code: 'RATE_LIMITED', policy, retryAfter }`; the rate-limit headers and
+ * `Retry-After` are on the HTTP response, written from every field's decision.
  */
 @Resolver(() => Product)
 @RateLimit({ rps: 10, burst: 50 })
 export class CatalogResolver {
-  /** Up to 100 products' worth of tokens, refilling 20 a second; asking for more than 100 is never admitted. */
+  /** Up to 100 products' worth of tokens, refilling 20 a second, paid by each alias; asking for more than 100 is never admitted. */
   @Query(() => [Product])
   @RateLimit({ rps: 20, burst: 100, cost: pageSize })
   products(@Args('first', { type: () => Int, defaultValue: 10 }) first: number): Product[] {

@@ -34,15 +34,35 @@ interface UpgradeRequest {
 /** A resolver's `info`, as far as this reads it. */
 interface ResolveInfo {
   operation?: { operation?: string };
+  /**
+   * The operation's variables as graphql-js and graphql-jit coerce them: an object made for each
+   * execution (each operation of a batch has its own; a cached document does not share it).
+   */
+  variableValues?: unknown;
+  /** The field's nodes in the document; the first names its selection (a cached document's nodes serve every request). */
+  fieldNodes?: readonly unknown[];
+  /** Where the field's value goes in the answer: response keys (aliases) and, for items of a list, indices (numbers). */
+  path?: ResponsePath;
 }
 
-/** What the guard reads and writes for one operation. */
+/** graphql-js's `Path` (graphql-jit's has no `typename`). */
+interface ResponsePath {
+  readonly prev: ResponsePath | undefined;
+  readonly key: string | number;
+}
+
+/**
+ * One execution of a query or mutation: what the guard reads for it, and the target its
+ * operation-wide policies are charged once on (see `target`). Made when its first field asks, and
+ * gone with the execution (it is kept by the execution's own `variableValues`).
+ */
 interface Operation {
-  request: LimitedRequest;
-  /** Charged once: the HTTP request, or the context of an operation sent over a WebSocket. */
-  target: object;
-  /** The HTTP response the headers go on; none over a WebSocket. */
-  response?: unknown;
+  /** The request its keys read; `undefined` when its context holds none. */
+  request: LimitedRequest | undefined;
+  /** The HTTP response its headers go on (the operations of a batch share it); none over a WebSocket. */
+  response: object | undefined;
+  /** Its selections, each charged once (see `selection`): by field node, then by path without list indices. */
+  selections?: Map<unknown, Map<string, object>>;
 }
 
 /** Requests whose GraphQL context holds no request: one bucket for all, as for an unknown IP. */
@@ -66,10 +86,14 @@ export class RateLimitGraphqlError extends IntrinsicException {
 /**
  * GraphQL operations (`@nestjs/graphql` with Apollo or Mercurius): keys read the operation's
  * HTTP request, headers go on its HTTP response, and a refusal is the field's error with
- * `extensions: { code: 'RATE_LIMITED', policy, retryAfter }`. The guard runs once per root field;
- * the target is the HTTP request, so the fields of one request are charged once. A query or
- * mutation sent over a WebSocket is keyed by the upgrade request and charged once per operation,
- * with no headers. Subscriptions are not limited: the guard runs when one starts, never per event.
+ * `extensions: { code: 'RATE_LIMITED', policy, retryAfter }`. The guard runs once per root field
+ * (and per object a guarded field resolver resolves). What it charges once is one execution of an
+ * operation (each operation of a batched HTTP request is one), and for a policy on the field's
+ * own handler, one selection of that field in it: each alias is its own, the items of a list
+ * under one are not. The headers of one HTTP response are written from every decision its
+ * operations and fields made. A query or mutation sent over a WebSocket is keyed by the upgrade
+ * request, with no headers. Subscriptions are not limited: the guard runs when one starts, never
+ * per event.
  *
  * Nothing of `graphql` or `@nestjs/graphql` is imported: a resolver's arguments are
  * `(root, args, context, info)` as they are.
@@ -77,13 +101,15 @@ export class RateLimitGraphqlError extends IntrinsicException {
 export class GraphqlRateLimitContext implements RateLimitContext {
   private readonly logger = new Logger('RateLimitGuard');
   private requestMissed = false;
+  /** Each execution's operation, by the object that is its own (see `executionOf`). */
+  private readonly operations = new WeakMap<object, Operation>();
 
   constructor(private readonly adapterHost: HttpAdapterHost) {}
 
   request(context: ExecutionContext): LimitedRequest | undefined {
     if (context.getArgByIndex<ResolveInfo | undefined>(3)?.operation?.operation === 'subscription') return undefined;
-    const operation = operationOf(context);
-    if (operation !== undefined) return operation.request;
+    const request = this.operationOf(context)?.request;
+    if (request !== undefined) return request;
     if (!this.requestMissed) {
       this.requestMissed = true;
       this.logger.warn(graphqlWithoutRequest);
@@ -91,13 +117,43 @@ export class GraphqlRateLimitContext implements RateLimitContext {
     return NO_REQUEST;
   }
 
+  /** The execution of the operation: its fields share what it was charged. */
   target(context: ExecutionContext): object {
-    return operationOf(context)?.target ?? context.getArgByIndex<object | undefined>(2) ?? context.getArgs();
+    return this.operationOf(context) ?? context.getArgs();
+  }
+
+  /**
+   * The field's selection in its operation: its node in the document and its path of response
+   * keys (so each alias, and each place a fragment is spread, is one), without list indices (so
+   * a field resolver run for every item of a list is one).
+   */
+  selection(context: ExecutionContext): object {
+    const operation = this.operationOf(context);
+    const info = context.getArgByIndex<ResolveInfo | undefined>(3);
+    const node = info?.fieldNodes?.[0];
+    if (operation === undefined || node === undefined) return operation ?? context.getArgs();
+    const byNode = (operation.selections ??= new Map());
+    let byPath = byNode.get(node);
+    if (byPath === undefined) byNode.set(node, (byPath = new Map()));
+    const path = pathOf(info?.path);
+    let selection = byPath.get(path);
+    if (selection === undefined) byPath.set(path, (selection = {}));
+    return selection;
   }
 
   setHeader(context: ExecutionContext, name: string, value: string): void {
-    const response = operationOf(context)?.response;
+    const response = this.operationOf(context)?.response;
     if (response !== undefined) this.adapterHost.httpAdapter?.setHeader(response, name, value);
+  }
+
+  /** The HTTP response: every field of every operation of one HTTP request writes its headers. */
+  sharedAnswer(context: ExecutionContext): object | undefined {
+    return this.operationOf(context)?.response;
+  }
+
+  /** Express's response and Fastify's reply both have `removeHeader`. */
+  removeHeader(context: ExecutionContext, name: string): void {
+    (this.operationOf(context)?.response as { removeHeader?(name: string): unknown } | undefined)?.removeHeader?.(name);
   }
 
   refusal(decision: RateLimitDecision, cost: number): Error {
@@ -108,25 +164,52 @@ export class GraphqlRateLimitContext implements RateLimitContext {
   unavailable(): Error {
     return withoutStack(() => new RateLimitGraphqlError(storeUnavailable, { code: 'RATE_LIMIT_UNAVAILABLE', retryAfter: 1 }));
   }
+
+  /** The operation a resolver runs in, made when its first field asks; `undefined` when nothing tells its execution. */
+  private operationOf(context: ExecutionContext): Operation | undefined {
+    const execution = executionOf(context);
+    if (execution === undefined) return undefined;
+    let operation = this.operations.get(execution);
+    if (operation === undefined) this.operations.set(execution, (operation = readOperation(context.getArgByIndex(2))));
+    return operation;
+  }
 }
 
 /**
- * The request, target and response of a resolver's operation, wherever its driver keeps them
- * (see `GraphqlContext`); `undefined` when its context holds no request.
+ * The object that is one execution's own: its `variableValues`, made by graphql-js and
+ * graphql-jit for each (the GraphQL context is one per operation on Apollo and Mercurius, but an
+ * app's `context` could hand every request the same object); else the GraphQL context.
  */
-function operationOf(context: ExecutionContext): Operation | undefined {
-  const graphql = context.getArgByIndex<GraphqlContext | null | undefined>(2);
-  if (typeof graphql !== 'object' || graphql === null) return undefined;
+function executionOf(context: ExecutionContext): object | undefined {
+  const variables = context.getArgByIndex<ResolveInfo | undefined>(3)?.variableValues;
+  if (typeof variables === 'object' && variables !== null) return variables;
+  const graphql = context.getArgByIndex<unknown>(2);
+  return typeof graphql === 'object' && graphql !== null ? graphql : undefined;
+}
+
+/** The request and response of an operation, wherever its driver keeps them (see `GraphqlContext`). */
+function readOperation(graphql: GraphqlContext | null | undefined): Operation {
+  if (typeof graphql !== 'object' || graphql === null) return { request: undefined, response: undefined };
   const { req, reply } = graphql;
   if (isRequest(req)) {
     // Mercurius's reply over HTTP is Fastify's, with the Node response as `raw`
-    return { request: req, target: req, response: graphql.res ?? (reply?.raw === undefined ? req.res : reply) };
+    const response = graphql.res ?? (reply?.raw === undefined ? req.res : reply);
+    return { request: req, response: typeof response === 'object' && response !== null ? response : undefined };
   }
-  // over a WebSocket, each operation has a context of its own; the socket keeps one request for all
+  // over a WebSocket the socket keeps one request for all its operations
   const upgrade = (req as { extra?: { request?: UpgradeRequest } } | undefined)?.extra?.request;
-  if (isRequest(upgrade)) return { request: { ip: upgrade.socket?.remoteAddress, headers: upgrade.headers }, target: graphql };
+  if (isRequest(upgrade)) return { request: { ip: upgrade.socket?.remoteAddress, headers: upgrade.headers }, response: undefined };
   const request = graphql.request ?? reply?.request;
-  return isRequest(request) ? { request, target: graphql } : undefined;
+  return { request: isRequest(request) ? request : undefined, response: undefined };
+}
+
+/** A field's path of response keys, without list indices: `'shelf.reviews'` for `shelf[0].reviews` and `shelf[1].reviews`. */
+function pathOf(path: ResponsePath | undefined): string {
+  let keys = '';
+  for (let at = path; at; at = at.prev) {
+    if (typeof at.key === 'string') keys = keys === '' ? at.key : `${at.key}.${keys}`;
+  }
+  return keys;
 }
 
 /** Whether a value of a GraphQL context is a request: anything with headers. */

@@ -14,13 +14,29 @@ export interface RateLimitContext {
   request(context: ExecutionContext): LimitedRequest | undefined;
   /**
    * What the guard charges once, however many times it runs on it (a global guard and
-   * `@UseGuards` together, the fields of one GraphQL request): an object that lives as long as
+   * `@UseGuards` together, the fields of one GraphQL operation): an object that lives as long as
    * the request or message, and that the guard can mark (not frozen). Default: the handler's
    * arguments (`context.getArgs()`).
    */
   target?(context: ExecutionContext): object;
+  /**
+   * What a policy the handler declares itself is charged once on, and where the outcome of a
+   * decision made for it is kept (GraphQL: one selection of a field in one operation, however
+   * many items of a list it resolves). An object that lives as long as `target`. Without it:
+   * `target`.
+   */
+  selection?(context: ExecutionContext): object;
   /** Sets a rate-limit header on the answer (a transport without headers ignores it). */
   setHeader(context: ExecutionContext, name: string, value: string): void;
+  /**
+   * The answer several decisions share, when they do (GraphQL: the HTTP response of every field
+   * of every operation a request carries): its headers are then written from all of them, as
+   * one request's would be. Names it by an object that lives as long as the answer; `undefined`,
+   * or a seam without it: each decision's answer is its own.
+   */
+  sharedAnswer?(context: ExecutionContext): object | undefined;
+  /** Removes a header set before: a shared answer's `Retry-After` that a later refusal, never admittable, no longer warrants. */
+  removeHeader?(context: ExecutionContext, name: string): void;
   /**
    * The error a refused request ends with; `decision` is the policy that frees up last, `cost`
    * what the request asked of it, `decisions` every policy's decision on the request.
@@ -38,6 +54,14 @@ export interface RateLimitContext {
    * `undefined`, or a seam without it: the handler's outcome decides (it ends without an error).
    */
   succeeded?(context: ExecutionContext): Promise<boolean> | undefined;
+}
+
+/**
+ * What the outcome of a decision made in `context` is kept on for `RateLimitOutcomeInterceptor`:
+ * its selection (a GraphQL field's: each alias is settled by its own outcome), else its target.
+ */
+export function outcomeTarget(seam: RateLimitContext, context: ExecutionContext): object {
+  return seam.selection?.(context) ?? seam.target?.(context) ?? context.getArgs();
 }
 
 /** A request's client, watched while the request waits. */

@@ -20,16 +20,35 @@ interface Charge {
   readonly verdict: boolean | Promise<boolean>;
 }
 
+type Enforce = (policies: readonly RoutePolicy[]) => boolean | Promise<boolean>;
+
+/** Each route's policies split by where a GraphQL field charges them, worked out once per route. */
+const SPLITS = new WeakMap<readonly RoutePolicy[], { operation: readonly RoutePolicy[]; own: readonly RoutePolicy[] }>();
+
 /**
  * Charges a request or message once per policy, however many times the guard runs on it (a
- * global guard and `@UseGuards`, the fields of one GraphQL request): `enforce` decides the
+ * global guard and `@UseGuards`, the fields of one GraphQL operation): `enforce` decides the
  * policies not charged yet, and a later run shares the verdicts of those charged before.
+ *
+ * With a `selection` (a GraphQL field's, see `RateLimitContext.selection`), the policies its
+ * handler declares itself are charged once per selection, once the others, charged once per
+ * `target` (the operation), have admitted it: a field its own policy refuses leaves the
+ * operation's charge in place (the operation runs), and a refused operation charges no field.
  */
-export function chargeOnce(
-  target: object,
-  policies: readonly RoutePolicy[],
-  enforce: (policies: readonly RoutePolicy[]) => boolean | Promise<boolean>,
-): boolean | Promise<boolean> {
+export function chargeOnce(target: object, policies: readonly RoutePolicy[], enforce: Enforce, selection: object = target): boolean | Promise<boolean> {
+  if (selection === target) return chargeOn(target, policies, enforce);
+  let split = SPLITS.get(policies);
+  if (split === undefined) {
+    split = { operation: policies.filter((policy) => policy.onHandler !== true), own: policies.filter((policy) => policy.onHandler === true) };
+    SPLITS.set(policies, split);
+  }
+  const operation = split.operation.length === 0 ? true : chargeOn(target, split.operation, enforce);
+  if (split.own.length === 0) return operation;
+  return chargeOn(selection, split.own, (fresh) => (operation === true ? enforce(fresh) : Promise.resolve(operation).then((admitted) => admitted && enforce(fresh))));
+}
+
+/** Charges `policies` once on `target`: at once on a target the guard has not run on, else only those not charged there yet. */
+function chargeOn(target: object, policies: readonly RoutePolicy[], enforce: Enforce): boolean | Promise<boolean> {
   const charges = (target as Charged)[CHARGES];
   if (charges === undefined) {
     const verdict = enforce(policies);
@@ -40,11 +59,7 @@ export function chargeOnce(
 }
 
 /** A target the guard has run on before: only the policies not yet charged are decided. */
-async function chargeAgain(
-  charges: Charge[],
-  policies: readonly RoutePolicy[],
-  enforce: (policies: readonly RoutePolicy[]) => boolean | Promise<boolean>,
-): Promise<boolean> {
+async function chargeAgain(charges: Charge[], policies: readonly RoutePolicy[], enforce: Enforce): Promise<boolean> {
   const verdicts = new Set<boolean | Promise<boolean>>();
   const fresh = policies.filter((policy) => {
     const charge = charges.find((earlier) => earlier.policies.some(({ keyPrefix }) => keyPrefix === policy.keyPrefix));

@@ -4,7 +4,8 @@ import { type RoutePolicy, watchesOutcome } from './route-policy.js';
 /**
  * Where an admitted request keeps what its outcome settles, until `RateLimitOutcomeInterceptor`
  * takes it: on its target (see `RateLimitContext.target`), as its charges are (see `charges.ts`),
- * so whichever guard or interceptor instance runs on it finds it, and it is taken once.
+ * so whichever guard or interceptor instance runs on it finds it, and it is taken once. A GraphQL
+ * field keeps it on its selection: each alias is settled by its own outcome.
  */
 const WATCHED = Symbol('nestjs-ratelimit watched');
 

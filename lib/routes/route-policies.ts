@@ -90,6 +90,8 @@ export class RoutePolicies {
     const route = `${controller.name}.${handler.name}`;
     const byName = new Map<string, ResolvedPolicy>();
     for (const policy of this.options.policies) byName.set(policy.name, policy);
+    /** The names the handler declares itself, each replacing a class or module policy of its name. */
+    const onHandler = new Set<string>();
     const levels: Array<[Function, string, string]> = [
       [controller, `${controller.name} (class)`, controller.name],
       [handler, route, route],
@@ -111,6 +113,7 @@ export class RoutePolicies {
         }
         seen.add(resolved.name);
         byName.set(resolved.name, resolved);
+        if (target === handler) onHandler.add(resolved.name);
       });
     }
 
@@ -118,7 +121,9 @@ export class RoutePolicies {
 
     const skip = this.skipped(controller, handler, route, new Set(byName.keys()));
     if (skip === true) return [];
-    return [...byName.values()].filter((policy) => !skip.has(policy.name)).map((policy) => routePolicy(policy, this.options));
+    return [...byName.values()]
+      .filter((policy) => !skip.has(policy.name))
+      .map((policy) => (onHandler.has(policy.name) ? { ...routePolicy(policy, this.options), onHandler: true } : routePolicy(policy, this.options)));
   }
 
   private skipped(controller: Type, handler: Handler, route: string, names: ReadonlySet<string>): true | Set<string> {

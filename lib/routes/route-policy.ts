@@ -28,6 +28,11 @@ export interface RoutePolicy {
   readonly skipIf: SkipIf | undefined;
   /** The latency target the module steers this policy's rate by. */
   readonly adaptive: Required<AdaptiveRate> | undefined;
+  /**
+   * Whether the route's handler declares it itself (not its class or the module): a GraphQL
+   * field charges such a policy once per selection, the others once per operation.
+   */
+  readonly onHandler?: boolean;
 }
 
 /** The tiers of a tiered policy as they apply to requests. */

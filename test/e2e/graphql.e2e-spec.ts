@@ -65,18 +65,38 @@ describe.each(GRAPHQL_SUITES)('GraphQL on %s, %s store', (driver, store) => {
     expectRefused(await gql.post('{ books authors }', { headers }), ['books', 'authors'], 'catalog', 'positive');
   });
 
-  it('charges a field-level policy once too, for the same field under two aliases', async () => {
+  it("charges a field's own policy once per selection: each alias pays its own cost", async () => {
     const headers = apiKey();
-    // search costs its `first`: 2 a request against a burst of 20, not 4
-    for (let request = 1; request <= 10; request++) {
-      const allowed = await gql.post('{ a: search(first: 2) b: search(first: 2) }', { headers });
-      expect(allowed.body.errors).toBeUndefined();
-      expect(allowed.headers['x-ratelimit-remaining']).toBe(String(20 - 2 * request));
-    }
-    expectRefused(await gql.post('{ a: search(first: 2) b: search(first: 2) }', { headers }), ['a', 'b'], 'search', 'positive');
+    // search costs its `first`, against a burst of 20: 1 + 19, and nothing is left for c
+    const spent = await gql.post('{ a: search(first: 1) b: search(first: 19) c: search(first: 1) }', { headers });
+    expect(spent.body.data).toEqual({ a: ['result 0'], b: Array.from({ length: 19 }, (_, index) => `result ${index}`), c: null });
+    expect(spent.body.errors?.map(({ path }) => path)).toEqual([['c']]);
+    expectRefusal(spent.body.errors![0], 'search', 'positive');
+    expect(spent.headers['x-ratelimit-remaining']).toBe('0');
+    expectRefused(await gql.post('{ search(first: 1) }', { headers }), ['search'], 'search', 'positive');
   });
 
-  it('charges a field resolver once per request, however many objects it resolves', async () => {
+  it('charges a class-level policy once per operation, however many aliases and fields it covers', async () => {
+    const headers = apiKey();
+    const answer = await gql.post('{ a: books b: books c: authors d: authors }', { headers });
+    expect(answer.body).toEqual({ data: { a: 'books', b: 'books', c: 'authors', d: 'authors' } });
+    expect(answer.headers.ratelimit).toBe('"catalog";r=1;t=1000');
+  });
+
+  it("refuses a second alias of a field by its own policy, the operation charged once by the class's", async () => {
+    const headers = apiKey();
+    const answer = await gql.post('{ a: rare b: rare books }', { headers });
+    expect(answer.body.data).toEqual({ a: 'rare', b: null, books: 'books' });
+    expect(answer.body.errors?.map(({ path }) => path)).toEqual([['b']]);
+    expectRefusal(answer.body.errors![0], 'rare', 'positive');
+    expect(answer.headers.ratelimit?.split(', ').sort()).toEqual(['"catalog";r=1;t=1000', expect.stringMatching(/^"rare";r=0;t=\d+$/)]);
+    // a field its own policy refuses does not refuse the fields beside it: the operation was admitted
+    const next = await gql.post('{ rare authors }', { headers });
+    expect(next.body.data).toEqual({ rare: null, authors: 'authors' });
+    expectRefusal(next.body.errors![0], 'rare', 'positive');
+  });
+
+  it('charges a field resolver once per selection, however many objects it resolves', async () => {
     const headers = apiKey();
     const reviewed = { shelf: ['Emma', 'Persuasion', 'Sanditon'].map((title) => ({ title, reviews: `reviews of ${title}` })) };
     expect((await gql.post('{ shelf { title reviews } }', { headers })).body).toEqual({ data: reviewed });
@@ -86,6 +106,16 @@ describe.each(GRAPHQL_SUITES)('GraphQL on %s, %s store', (driver, store) => {
     expect(refused.body.data).toEqual({ shelf: ['Emma', 'Persuasion', 'Sanditon'].map((title) => ({ title, reviews: null })) });
     // (Mercurius writes a list index in a path as a string)
     expect(refused.body.errors?.map(({ path }) => path?.map(String))).toEqual(['0', '1', '2'].map((index) => ['shelf', index, 'reviews']));
+    for (const error of refused.body.errors ?? []) expectRefusal(error, 'reviews', 'positive');
+  });
+
+  it('charges a field resolver under two aliases of its list twice: both selections take the burst of 2', async () => {
+    const headers = apiKey();
+    const twice = await gql.post('{ a: shelf { reviews } b: shelf { reviews } }', { headers });
+    expect(twice.body.errors).toBeUndefined();
+    expect(twice.headers.ratelimit).toMatch(/^"reviews";r=0;t=\d+$/);
+    const refused = await gql.post('{ shelf { reviews } }', { headers });
+    expect(refused.body.errors).toHaveLength(3);
     for (const error of refused.body.errors ?? []) expectRefusal(error, 'reviews', 'positive');
   });
 
@@ -147,6 +177,82 @@ describe.each(GRAPHQL_SUITES)('GraphQL on %s, %s store', (driver, store) => {
     expect((await gql.post('{ authors }', { headers: apiKey() })).body).toEqual({ data: { authors: 'authors' } });
   });
 
+  describe('one HTTP response, several decisions', () => {
+    /** Spends the whole of `catalog` (burst 2) and of `search` (burst 20) for `headers`' key. */
+    async function spend(headers: Record<string, string>): Promise<void> {
+      expect((await gql.post('{ books }', { headers })).body.errors).toBeUndefined();
+      expect((await gql.post('{ books search(first: 20) }', { headers })).body.errors).toBeUndefined();
+    }
+    /** The members of a list header, in the order they were decided in (a Redis store may answer fields in either). */
+    const members = (value: string | undefined) => (value ?? '').split(', ').sort();
+
+    it.each(['{ books search(first: 5) }', '{ search(first: 5) books }'])(
+      '%s: Retry-After from the refusal that frees up last, every policy listed, whatever the order of the fields',
+      async (query) => {
+        const headers = apiKey();
+        await spend(headers);
+        const refused = await gql.post(query, { headers });
+        // catalog frees 1 token in about 1,000 s, search 5 in about 5,000 s
+        const retryAfters = Object.fromEntries((refused.body.errors ?? []).map(({ path, extensions }) => [path?.[0], extensions?.retryAfter as number]));
+        expect(Object.keys(retryAfters).sort()).toEqual(['books', 'search']);
+        expect(retryAfters.search).toBeGreaterThan(retryAfters.books);
+        expect(refused.headers['retry-after']).toBe(String(retryAfters.search));
+        expect(members(refused.headers['ratelimit-policy'])).toEqual(['"catalog";q=2;w=2000', '"search";q=20;w=20000']);
+        expect(members(refused.headers.ratelimit)).toEqual([expect.stringMatching(/^"catalog";r=0;t=\d+$/), expect.stringMatching(/^"search";r=0;t=\d+$/)]);
+        // the single-policy headers describe the same policy as Retry-After
+        expect(refused.headers['x-ratelimit-limit']).toBe('20');
+        expect(refused.headers['x-ratelimit-remaining']).toBe('0');
+      },
+    );
+
+    it.each(['{ search(first: 5) bulk }', '{ bulk search(first: 5) }'])(
+      '%s: no Retry-After once a field can never be admitted, though another was refused for a while',
+      async (query) => {
+        const headers = apiKey();
+        await spend(headers);
+        const refused = await gql.post(query, { headers });
+        const retryAfters = Object.fromEntries((refused.body.errors ?? []).map(({ path, extensions }) => [path?.[0], extensions?.retryAfter]));
+        expect(retryAfters).toEqual({ search: expect.any(Number), bulk: null });
+        expect(refused.headers['retry-after']).toBeUndefined();
+        expect(refused.headers['x-ratelimit-limit']).toBe('2');
+        expect(members(refused.headers['ratelimit-policy'])).toEqual(['"bulk";q=2;w=2000', '"search";q=20;w=20000']);
+      },
+    );
+
+    it('lists the policy of a field admitted beside one refused, with what it has left', async () => {
+      const headers = apiKey();
+      await spend(headers);
+      const mixed = await gql.post('{ books tenant }', { headers });
+      expect(mixed.body.data).toEqual({ books: null, tenant: 'tenant' });
+      expect(mixed.headers['retry-after']).toBe(String(mixed.body.errors?.[0].extensions?.retryAfter));
+      expect(members(mixed.headers.ratelimit)).toEqual([expect.stringMatching(/^"catalog";r=0;t=\d+$/), '"tenant";r=999;t=1000']);
+    });
+
+    it('charges each operation of a batched request: a class-level policy once per operation', async () => {
+      const headers = apiKey();
+      const answer = await gql.batch(['{ a: books b: authors }', '{ a: books }', '{ a: authors }'], { headers });
+      expect(answer.status).toBe(200);
+      // two of the three operations pass (whichever the driver ran first), each charged once
+      const refused = answer.body.filter(({ errors }) => errors !== undefined);
+      expect(refused).toHaveLength(1);
+      expect(Object.values(refused[0].data ?? {}).every((value) => value === null)).toBe(true);
+      for (const error of refused[0].errors ?? []) expectRefusal(error, 'catalog', 'positive');
+      expect(answer.headers['retry-after']).toBe(String(refused[0].errors![0].extensions?.retryAfter));
+      expect(answer.headers.ratelimit).toMatch(/^"catalog";r=0;t=\d+$/);
+    });
+
+    it("charges a field's own policy per selection in each operation of a batch: 10 operations of a burst of 20", async () => {
+      const headers = apiKey();
+      const answer = await gql.batch(Array.from({ length: 10 }, () => '{ a: search(first: 2) b: search(first: 2) }'), { headers });
+      const admitted = answer.body.flatMap(({ data }) => Object.values(data ?? {})).filter((value) => value !== null);
+      expect(admitted).toHaveLength(10);
+      expect(answer.body.flatMap(({ errors }) => errors ?? [])).toHaveLength(10);
+      expect(answer.headers['x-ratelimit-remaining']).toBe('0');
+      const waits = answer.body.flatMap(({ errors }) => errors ?? []).map(({ extensions }) => extensions?.retryAfter as number);
+      expect(answer.headers['retry-after']).toBe(String(Math.max(...waits)));
+    });
+  });
+
   it("limits by IP where the policy says so, whatever the API key", async () => {
     expect((await gql.post('{ byIp }', { headers: apiKey() })).body).toEqual({ data: { byIp: 'by-ip' } });
     expect((await gql.post('{ byIp }', { headers: apiKey() })).body).toEqual({ data: { byIp: 'by-ip' } });
@@ -194,6 +300,29 @@ describe.each(GRAPHQL_SUITES)('GraphQL on %s, %s store', (driver, store) => {
       expect(answer.body.errors?.length).toBeGreaterThan(0);
       expect(answer.headers['x-ratelimit-limit']).toBeUndefined();
     });
+  });
+});
+
+describe.each(GRAPHQL_SUITES)('GraphQL on %s, %s store, under a module-wide policy', (driver, store) => {
+  it('charges it once per operation, whatever its fields, and once for each operation of a batch', async () => {
+    const gql = await startGraphqlApp(driver, { ...storeOptions(store, redis()), policies: [{ name: 'everything', rps: 0.001, burst: 5 }] });
+    /** `everything`'s member of an answer's RateLimit header. */
+    const everything = ({ headers }: { headers: Record<string, string> }) => headers.ratelimit?.split(', ').find((member) => member.startsWith('"everything"'));
+    try {
+      const headers = apiKey();
+      const one = await gql.post('{ a: search(first: 1) b: search(first: 1) shelf { reviews } }', { headers });
+      expect(one.body.errors).toBeUndefined();
+      expect(everything(one)).toBe('"everything";r=4;t=1000');
+
+      // the operations of a batch run side by side: which one comes last is the driver's business
+      const batch = await gql.batch(Array.from({ length: 5 }, () => '{ search(first: 1) }'), { headers });
+      expect(batch.body.filter(({ data }) => data?.search !== null)).toEqual(Array.from({ length: 4 }, () => ({ data: { search: ['result 0'] } })));
+      const [refused] = batch.body.filter(({ data }) => data?.search === null);
+      expectRefusal(refused.errors![0], 'everything', 'positive');
+      expect(everything(batch)).toMatch(/^"everything";r=0;t=\d+$/);
+    } finally {
+      await gql.close();
+    }
   });
 });
 

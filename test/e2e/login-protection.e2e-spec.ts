@@ -261,3 +261,47 @@ describe.each(DRIVERS)("count: 'failures' on GraphQL, %s", (driver) => {
     expect(answers).toEqual(['welcome', 'welcome', 'welcome', 'wrong password', 'welcome', 'wrong password', 'RATE_LIMITED']);
   });
 });
+
+describe.each((['memory', 'redis'] as const).flatMap((store) => DRIVERS.map((driver) => [driver, store] as const)))(
+  "count: 'failures' and blockFor under aliases, GraphQL on %s, %s store",
+  (driver, storeName) => {
+    let gql: GraphqlApp;
+    beforeAll(async () => {
+      gql = await startGraphqlApp(driver, STORES[storeName]());
+    });
+    afterAll(() => gql.close());
+
+    /** A mutation of `passwords.length` aliased `signIn` fields (limit 3 failures, then an hour's block), as GraphQL runs them: one after another. */
+    async function signIns(passwords: string[], headers: Record<string, string>) {
+      const fields = passwords.map((password, i) => `a${i}: signIn(password: "${password}")`).join(' ');
+      const answer = await gql.post(`mutation { ${fields} }`, { headers });
+      const outcomes = passwords.map((_, i) => {
+        const error = answer.body.errors?.find(({ path }) => path?.[0] === `a${i}`);
+        return error === undefined ? answer.body.data?.[`a${i}`] : error.extensions?.code === 'RATE_LIMITED' ? error.extensions.retryAfter : error.message;
+      });
+      return { outcomes, headers: answer.headers };
+    }
+
+    it('counts each aliased failure: 3 wrong passwords reach the resolver, then the client is blocked for the hour', async () => {
+      const headers = { 'x-client': randomUUID() };
+      const first = await signIns(Array.from({ length: 100 }, (_, i) => `guess-${i}`), headers);
+      expect(first.outcomes.slice(0, 4)).toEqual(['wrong password', 'wrong password', 'wrong password', 3600]);
+      expect(first.outcomes.slice(4).every((outcome) => outcome === 3600)).toBe(true);
+      expect(first.headers['retry-after']).toBe('3600');
+      // blocked: the next request, even with the right password
+      const next = await signIns(['right', 'guess'], headers);
+      expect(next.outcomes).toEqual([3600, 3600]);
+    });
+
+    it('counts the failures of the aliases after one that succeeds', async () => {
+      const headers = { 'x-client': randomUUID() };
+      const { outcomes } = await signIns(['right', ...Array.from({ length: 100 }, (_, i) => `guess-${i}`)], headers);
+      expect(outcomes[0]).toBe('welcome');
+      // 3, once the success has given its charge back; 2 if a store took the next alias's charge first
+      const wrong = outcomes.filter((outcome) => outcome === 'wrong password').length;
+      expect(wrong).toBeGreaterThanOrEqual(2);
+      expect(wrong).toBeLessThanOrEqual(3);
+      expect((await signIns(['guess'], headers)).outcomes).toEqual([3600]);
+    });
+  },
+);

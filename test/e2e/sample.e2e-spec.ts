@@ -275,7 +275,7 @@ describe.each(stores)('sample app, %s', (_name, redisUrl, storeType) => {
     expect(blocked.status).toBe(429);
   });
 
-  it('answers the catalog over GraphQL with the headers of every policy, charging a request once for both root fields', async () => {
+  it('answers the catalog over GraphQL with the headers of every policy, charging the class policy once for both root fields', async () => {
     const reply = await query('{ products(first: 2) { id name } product(id: "1") { name } }', { 'x-api-key': apiKey('graphql') });
     expect(reply.status).toBe(200);
     expect(reply.body).toEqual({
@@ -288,6 +288,15 @@ describe.each(stores)('sample app, %s', (_name, redisUrl, storeType) => {
     expect(remaining(reply, 'global')).toBe(199);
     expect(remaining(reply, 'CatalogResolver')).toBe(49);
     expect(remaining(reply, 'CatalogResolver.products')).toBe(98);
+  });
+
+  it("charges each alias of products its own page, and the class's policy once for the operation (the README's curl)", async () => {
+    const reply = await query('{ a: products(first: 2) { id } b: products(first: 3) { id } }', { 'x-api-key': apiKey('graphql-aliases') });
+    // the catalog holds 2 products: b gets both, and pays for the 3 it asked for
+    expect(reply.body).toEqual({ data: { a: [{ id: '1' }, { id: '2' }], b: [{ id: '1' }, { id: '2' }] } });
+    expect(remaining(reply, 'global')).toBe(199);
+    expect(remaining(reply, 'CatalogResolver')).toBe(49);
+    expect(remaining(reply, 'CatalogResolver.products')).toBe(95);
   });
 
   it('refuses a GraphQL query over its budget with a RATE_LIMITED error, and one over the bucket for good', async () => {

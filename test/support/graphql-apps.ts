@@ -9,6 +9,7 @@ import {
   GqlExecutionContext,
   GraphQLModule,
   Int,
+  Mutation,
   ObjectType,
   Parent,
   Query,
@@ -66,7 +67,7 @@ export class Ticker extends EventEmitter {
  */
 const Json = new GraphQLScalarType({ name: 'Json', parseValue: (value) => value, serialize: (value) => value });
 
-/** Two root queries and a subscription under one class-level policy (burst 2). */
+/** Root queries and a subscription under one class-level policy (burst 2); `rare` has one of its own too. */
 @RateLimit({ name: 'catalog', rps: NO_REFILL, burst: 2 })
 @Resolver()
 class CatalogResolver {
@@ -80,6 +81,13 @@ class CatalogResolver {
   @Query(() => String, { nullable: true })
   authors(): string {
     return 'authors';
+  }
+
+  /** Under the class's policy and one of its own: one selection per client, ever. */
+  @RateLimit({ name: 'rare', rps: NO_REFILL, burst: 1 })
+  @Query(() => String, { nullable: true })
+  rare(): string {
+    return 'rare';
   }
 
   /** Each `tick` the test emits, as an event. */
@@ -157,9 +165,21 @@ class LoginResolver {
   @RateLimit({ name: 'gql-login', limit: 2, window: '15m', key: 'header:x-client', count: 'failures' })
   @Query(() => String, { nullable: true })
   login(@Args('password', { type: () => String }) password: string): string {
-    if (password !== 'right') throw new Error('wrong password');
-    return 'welcome';
+    return signIn(password);
   }
+
+  /** The README's login protection as a mutation, whose root fields GraphQL runs one after another: 3 failures, then an hour's block. */
+  @RateLimit({ name: 'gql-sign-in', limit: 3, window: '15m', key: 'header:x-client', count: 'failures', blockFor: '1h' })
+  @Mutation(() => String, { nullable: true })
+  signIn(@Args('password', { type: () => String }) password: string): string {
+    return signIn(password);
+  }
+}
+
+/** `'welcome'` for the right password; else the field's error. */
+function signIn(password: string): string {
+  if (password !== 'right') throw new Error('wrong password');
+  return 'welcome';
 }
 
 /** What the app logged at `error` and `warn`: Nest logs an error for each exception it does not know. */
@@ -182,6 +202,8 @@ export interface GraphqlApp {
   ticker: Ticker;
   /** POSTs an operation to `/graphql`; `variables` as a string is sent as it is (JSON that `JSON.stringify` cannot write). */
   post(query: string, options?: { variables?: Record<string, unknown> | string; headers?: Record<string, string> }): Promise<GraphqlResponse>;
+  /** POSTs a batch of operations in one HTTP request (Apollo `allowBatchedHttpRequests`, Mercurius `allowBatchedQueries`). */
+  batch(queries: string[], options?: { headers?: Record<string, string> }): Promise<GraphqlBatchResponse>;
   /** A graphql-ws client on `/graphql`, sending `headers` with its upgrade request; the caller disposes of it. */
   subscriptions(headers?: Record<string, string>): Client;
   close(): Promise<void>;
@@ -192,6 +214,13 @@ export interface GraphqlResponse {
   status: number;
   headers: Record<string, string>;
   body: { data?: Record<string, unknown> | null; errors?: GraphqlError[] };
+}
+
+/** The answer to a batch: one body per operation, in order, on one HTTP response. */
+export interface GraphqlBatchResponse {
+  status: number;
+  headers: Record<string, string>;
+  body: Array<GraphqlResponse['body']>;
 }
 
 /** One entry of a GraphQL answer's `errors`. */
@@ -221,19 +250,22 @@ export async function startGraphqlApp(driver: DriverName, options: RateLimitModu
   const app = moduleRef.createNestApplication(driver === 'apollo' ? new ExpressAdapter() : new FastifyAdapter(), { logger });
   await app.listen(0, '127.0.0.1');
   const url = (await app.getUrl()).replace('[::1]', '127.0.0.1');
+  /** POSTs `body` (JSON) to `/graphql`: the answer's status, headers and parsed body. */
+  const send = async <T>(body: string, headers: Record<string, string>) => {
+    const response = await fetch(`${url}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body });
+    const text = await response.text();
+    return { status: response.status, headers: Object.fromEntries(response.headers.entries()), body: parse(text) as T };
+  };
   return {
     app,
     logger,
     ticker: app.get(Ticker),
-    post: async (query, { variables, headers = {} } = {}) => {
-      const response = await fetch(`${url}/graphql`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json', ...headers },
-        body: typeof variables === 'string' ? `{"query":${JSON.stringify(query)},"variables":${variables}}` : JSON.stringify({ query, variables }),
-      });
-      const text = await response.text();
-      return { status: response.status, headers: Object.fromEntries(response.headers.entries()), body: parse(text) };
-    },
+    post: (query, { variables, headers = {} } = {}) =>
+      send<GraphqlResponse['body']>(
+        typeof variables === 'string' ? `{"query":${JSON.stringify(query)},"variables":${variables}}` : JSON.stringify({ query, variables }),
+        headers,
+      ),
+    batch: (queries, { headers = {} } = {}) => send<GraphqlBatchResponse['body']>(JSON.stringify(queries.map((query) => ({ query }))), headers),
     subscriptions: (headers = {}) =>
       createClient({
         url: `${url.replace('http', 'ws')}/graphql`,
@@ -248,9 +280,9 @@ export async function startGraphqlApp(driver: DriverName, options: RateLimitModu
   };
 }
 
-function parse(text: string): GraphqlResponse['body'] {
+function parse(text: string): unknown {
   try {
-    return JSON.parse(text) as GraphqlResponse['body'];
+    return JSON.parse(text);
   } catch {
     throw new Error(`not a GraphQL answer: ${text.slice(0, 200)}`);
   }
@@ -262,6 +294,7 @@ function apolloModule() {
     autoSchemaFile: true,
     fieldResolverEnhancers: ['guards'],
     graphiql: false,
+    allowBatchedHttpRequests: true,
     subscriptions: { 'graphql-ws': true },
     // as in development: a stack in an answer would show
     includeStacktraceInErrorResponses: true,
@@ -274,6 +307,7 @@ function mercuriusModule() {
     autoSchemaFile: true,
     fieldResolverEnhancers: ['guards'],
     graphiql: false,
+    allowBatchedQueries: true,
     // queries and mutations over the socket too, as graphql-ws allows and Apollo does
     subscription: { fullWsTransport: true },
   });

@@ -498,6 +498,29 @@ describe('RateLimitGuard: once per request, however many times it runs', () => {
     expect(await left(limiter, PAIR)).toBe(0);
   });
 
+  it("charges a handler's own policy once per selection and the class's once per target (GraphQL aliases)", async () => {
+    const { guard, seam, limiter } = guarded();
+    const B_ONLY: RateLimitPolicy = { name: 'b-only', rps: 0.001, burst: 5 };
+    /** Each request's selections by alias, as the GraphQL seam keeps them per operation. */
+    const selections = new WeakMap<object, Map<string, object>>();
+    Object.assign(byRequest(seam), {
+      selection: (context: ExecutionContext) => {
+        const [request, { alias }] = context.getArgs<[object, { alias: string }]>();
+        const byAlias = selections.get(request) ?? selections.set(request, new Map()).get(request)!;
+        return byAlias.get(alias) ?? byAlias.set(alias, {}).get(alias)!;
+      },
+    });
+    const aliased = (handler: 'a' | 'b', alias: string, request: LimitedRequest) =>
+      new ExecutionContextHost([request, { alias }], FieldsController, FieldsController.prototype[handler]);
+
+    const request = { ip: IP, headers: {} };
+    const runs = [aliased('b', 'x', request), aliased('b', 'y', request), aliased('a', 'z', request), aliased('b', 'x', request)];
+    expect(await Promise.all(runs.map((context) => guard.canActivate(context)))).toEqual([true, true, true, true]);
+    // the class's pair once for the request; b-only once for x (run twice, as by two guards) and once for y
+    expect(await left(limiter, PAIR)).toBe(1);
+    expect(await left(limiter, B_ONLY)).toBe(3);
+  });
+
   it('lets through, uncharged, a request the seam does not limit', async () => {
     const { guard, seam, store } = guarded();
     seam.request = () => undefined as unknown as LimitedRequest;
