@@ -79,7 +79,7 @@ export class RateLimitGuard implements CanActivate {
   protected enforce(route: readonly RoutePolicy[], request: LimitedRequest, context: ExecutionContext, seam: RateLimitContext): boolean | Promise<boolean> {
     try {
       if (this.options.skipIf === undefined && !anySkipIf(route)) return this.decideUnder(route, request, context, seam);
-      return this.skipping(route, context).then((applying) => {
+      return this.skipping(route, request, context).then((applying) => {
         if (applying !== route) this.limiter.telemetry.skipped(context, route, applying);
         return applying.length === 0 || this.decideUnder(applying, request, context, seam);
       });
@@ -137,9 +137,9 @@ export class RateLimitGuard implements CanActivate {
   }
 
   /** The policies that apply to the request: none when the module's `skipIf` says so, else those whose own does not. */
-  protected async skipping(policies: readonly RoutePolicy[], context: ExecutionContext): Promise<readonly RoutePolicy[]> {
-    if (this.options.skipIf !== undefined && (await this.options.skipIf(context))) return [];
-    return this.unskipped.of(policies, context);
+  protected async skipping(policies: readonly RoutePolicy[], request: LimitedRequest, context: ExecutionContext): Promise<readonly RoutePolicy[]> {
+    if (this.options.skipIf !== undefined && (await this.options.skipIf(context, request))) return [];
+    return this.unskipped.of(policies, request, context);
   }
 
   /**

@@ -1,18 +1,8 @@
 import type { ExecutionContext } from '@nestjs/common';
-import type { KeySource } from '../policy/policy.types.js';
+import type { KeySource, LimitedRequest } from '../policy/policy.types.js';
 import { normalizeIp } from './ip.js';
 
-/**
- * A request as the key and cost sources read it: an Express or Fastify request fits as it is,
- * and a context's seam hands one over for every kind of request it limits.
- */
-export interface LimitedRequest {
-  ip?: string;
-  headers: Record<string, string | string[] | undefined>;
-  user?: { id?: unknown; sub?: unknown } | null;
-  /** Parsed query parameters (`'query:<name>'` costs). */
-  query?: Record<string, unknown>;
-}
+export type { LimitedRequest } from '../policy/policy.types.js';
 
 /** The module options the key sources depend on. */
 export interface KeyOptions {

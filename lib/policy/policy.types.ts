@@ -2,6 +2,20 @@ import type { ExecutionContext } from '@nestjs/common';
 import type { Algorithm, Rule } from '../algorithms/algorithm.types.js';
 
 /**
+ * A request as the key, cost and `skipIf` sources read it: an Express or Fastify request fits as
+ * it is, and a context's seam hands one over for every kind of request it limits (GraphQL: the
+ * operation's HTTP request; a gateway: the connection; a microservice message: none of them,
+ * `headers` is `{}`).
+ */
+export interface LimitedRequest {
+  ip?: string;
+  headers: Record<string, string | string[] | undefined>;
+  user?: { id?: unknown; sub?: unknown } | null;
+  /** Parsed query parameters (`'query:<name>'` costs). */
+  query?: Record<string, unknown>;
+}
+
+/**
  * Where a policy takes the client's identity from.
  *
  * - `'ip'`: the framework's `req.ip` (the app's trust-proxy setting decides), IPv4-mapped IPv6
@@ -115,10 +129,13 @@ export interface RateLimitPolicy {
 
 /**
  * Whether a request passes a policy (or, as the module's `skipIf`, every policy) uncharged.
+ * `request` is what the key sources read, in every context (HTTP, GraphQL, gateways,
+ * microservices): its `ip`, `headers` (`{}` where the transport has none) and `user`.
  *
- * @example skipIf: (ctx) => ctx.switchToHttp().getRequest().ip === '10.0.0.1'
+ * @example skipIf: (ctx, request) => request.ip === '10.0.0.1'
+ * @example skipIf: async (ctx, request) => allowList.has(request.ip)
  */
-export type SkipIf = (context: ExecutionContext) => boolean | Promise<boolean>;
+export type SkipIf = (context: ExecutionContext, request: LimitedRequest) => boolean | Promise<boolean>;
 
 /** A target latency and the least factor of `rps` the module may scale a policy down to. */
 export interface AdaptiveRate {

@@ -1,4 +1,5 @@
 import type { ExecutionContext } from '@nestjs/common';
+import type { LimitedRequest } from '../keys/identity.js';
 import type { RoutePolicy } from './route-policy.js';
 
 /** Whether a policy of a route has a `skipIf` (a loop, not `some`: no closure per request). */
@@ -14,10 +15,10 @@ export function anySkipIf(policies: readonly RoutePolicy[]): boolean {
 export class Unskipped {
   private readonly lists = new WeakMap<readonly RoutePolicy[], Map<number, readonly RoutePolicy[]>>();
 
-  /** `policies` less those whose `skipIf` says the request in `context` passes; each `skipIf` runs once. */
-  async of(policies: readonly RoutePolicy[], context: ExecutionContext): Promise<readonly RoutePolicy[]> {
+  /** `policies` less those whose `skipIf` says `request` passes; each `skipIf` runs once, with `(context, request)`. */
+  async of(policies: readonly RoutePolicy[], request: LimitedRequest, context: ExecutionContext): Promise<readonly RoutePolicy[]> {
     let skipped = 0;
-    for (let i = 0; i < policies.length; i++) if (policies[i].skipIf !== undefined && (await policies[i].skipIf!(context))) skipped |= 1 << i;
+    for (let i = 0; i < policies.length; i++) if (policies[i].skipIf !== undefined && (await policies[i].skipIf!(context, request))) skipped |= 1 << i;
     if (skipped === 0) return policies;
     let lists = this.lists.get(policies);
     if (lists === undefined) this.lists.set(policies, (lists = new Map()));

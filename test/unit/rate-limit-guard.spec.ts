@@ -628,6 +628,18 @@ describe('skipIf', () => {
     expect((await limiter.peek(`ip:${IP}`, { name: 'other', rps: 0.001, burst: 5, key: 'ip' }))[0].remaining).toBe(5 - 4);
   });
 
+  it('hands the module\'s and each policy\'s skipIf the request the key sources read, as its second argument', async () => {
+    const given: Array<[string, LimitedRequest]> = [];
+    const watching = (who: string) => (_context: ExecutionContext, request: LimitedRequest) => (given.push([who, request]), false);
+    const { guard } = guarded({ skipIf: watching('module') });
+    const context = http(routeWith([{ ...API, skipIf: watching('policy') }]), { headers: { 'x-trusted': 'no' } });
+    await guard.canActivate(context);
+    expect(given).toEqual([
+      ['module', context.getArgByIndex(0)],
+      ['policy', context.getArgByIndex(0)],
+    ]);
+  });
+
   it("lets every policy go uncharged when the module's skipIf says so", async () => {
     const { guard, seam, store } = guarded({ skipIf: trusted });
     const route = routeWith([API]);
