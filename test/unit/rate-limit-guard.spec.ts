@@ -640,6 +640,21 @@ describe('skipIf', () => {
     ]);
   });
 
+  it('skips exactly the policies whose skipIf says so, however many a route has (33: no bit of one aliases another)', async () => {
+    const policies: RateLimitPolicy[] = Array.from({ length: 33 }, (_, i) => ({ name: `p${i}`, rps: 0.001, burst: i === 0 ? 1 : 1000, key: 'ip' }));
+    policies[32].skipIf = () => true;
+    const { guard, seam, limiter } = guarded();
+    const route = routeWith(policies);
+    expect(await guard.canActivate(http(route))).toBe(true);
+    const named = seam.headers.find(([name]) => name === 'RateLimit-Policy')![1];
+    expect(named).toContain('"p0"');
+    expect(named).toContain('"p31"');
+    expect(named).not.toContain('"p32"');
+    expect(await rejection(guard.canActivate(http(route)))).toMatchObject({ decision: { policy: 'p0' } });
+    expect((await limiter.peek(`ip:${IP}`, policies[31]))[0].remaining).toBe(999);
+    expect((await limiter.peek(`ip:${IP}`, { ...policies[32], skipIf: undefined }))[0].remaining).toBe(1000);
+  });
+
   it("lets every policy go uncharged when the module's skipIf says so", async () => {
     const { guard, seam, store } = guarded({ skipIf: trusted });
     const route = routeWith([API]);
