@@ -23,16 +23,21 @@ export interface LimitedRequest {
  * - `'user'`: `req.user.id ?? req.user.sub`, as set by the app's own auth guard.
  * - `'api-key'`: the header named by the module's `apiKeyHeader` (default `x-api-key`).
  * - `'header:<name>'`: any request header.
- * - a function of the execution context returning a string, or `undefined` to pass.
+ * - a function of the execution context returning a string, or `undefined` to pass; or a promise
+ *   of either, awaited for at most the module's `timeout` (milliseconds). Past it the module's
+ *   `failMode` answers: `'open'` lets the request through uncharged, `'closed'` refuses it as
+ *   unavailable (503 on HTTP), `'local'` goes on to the next source (the IP when none is left).
+ *   A function that throws, or whose promise rejects, fails the request.
  *
  * @example key: ['user', 'api-key', 'ip']   // the first source that yields wins
+ * @example key: async (ctx) => (await tenants.byHost(ctx.switchToHttp().getRequest().hostname))?.id
  */
 export type KeySource =
   | 'ip'
   | 'user'
   | 'api-key'
   | `header:${string}`
-  | ((context: ExecutionContext) => string | undefined);
+  | ((context: ExecutionContext) => string | undefined | Promise<string | undefined>);
 
 /**
  * Tokens one request takes: a number, a request header or query parameter (parsed as a decimal
@@ -48,8 +53,10 @@ export type CostSource =
 
 /**
  * Where a tiered policy reads a request's tier: `'user:<field>'` is `req.user[field]` (as the
- * app's auth set it, say a JWT claim), or a function of the execution context (sync or async).
- * A value that names no tier, `undefined`, or a function that throws: the policy's `defaultTier`.
+ * app's auth set it, say a JWT claim), or a function of the execution context (sync or async: a
+ * promise is awaited for at most the module's `timeout`, milliseconds). A value that names no
+ * tier, `undefined`, a function that throws or rejects, or a promise past `timeout`: the policy's
+ * `defaultTier`.
  *
  * @example tier: 'user:plan'
  * @example tier: async (ctx) => (await plans.of(ctx.switchToHttp().getRequest().user))?.tier
