@@ -5,8 +5,9 @@ import { RateLimitContexts } from './contexts/rate-limit-contexts.js';
 import { limiting } from './headers/rate-limit-headers.js';
 import { resolveCost } from './keys/cost.js';
 import { type LimitedRequest, resolveIdentity } from './keys/identity.js';
+import { KeyTimeoutError, SourceDeadlines } from './keys/source-deadline.js';
 import { resolveTier } from './keys/tier.js';
-import { routeName, UserNotYetSetWarning } from './keys/user-not-yet-set.js';
+import { IdentityWarnings, routeName } from './keys/identity-warnings.js';
 import { RATE_LIMIT_OPTIONS } from './rate-limit.constants.js';
 import { RateLimitUnavailableException } from './rate-limit.exception.js';
 import { shadowRefusal } from './rate-limit.messages.js';
@@ -38,7 +39,8 @@ import type { RateLimitDecision, RateLimitRequest } from './stores/rate-limit-st
 @Injectable()
 export class RateLimitGuard implements CanActivate {
   protected readonly logger = new Logger('RateLimitGuard');
-  private readonly userNotYetSet = new UserNotYetSetWarning(this.logger);
+  private readonly identities = new IdentityWarnings(this.logger);
+  private readonly deadlines = new SourceDeadlines();
   /** Writes each answer's headers, from its own decisions or from all those of an answer they share. */
   private readonly headers: AnswerHeaders;
   /** Each route's policies less those a `skipIf` let pass, one list per set skipped (so its plan is cached). */
@@ -82,7 +84,7 @@ export class RateLimitGuard implements CanActivate {
   protected enforce(route: readonly RoutePolicy[], request: LimitedRequest, context: ExecutionContext, seam: RateLimitContext): boolean | Promise<boolean> {
     try {
       if (this.options.skipIf === undefined && !anySkipIf(route)) return this.decideUnder(route, request, context, seam);
-      return this.skipping(route, context).then((applying) => {
+      return this.skipping(route, request, context).then((applying) => {
         if (applying !== route) this.limiter.telemetry.skipped(context, route, applying);
         return applying.length === 0 || this.decideUnder(applying, request, context, seam);
       });
@@ -91,11 +93,11 @@ export class RateLimitGuard implements CanActivate {
     }
   }
 
-  /** Builds the store requests of the policies that apply and decides them. */
+  /** Builds the store requests of the policies that apply and decides them; `failMode` answers for a key function past `timeout`. */
   private decideUnder(applying: readonly RoutePolicy[], request: LimitedRequest, context: ExecutionContext, seam: RateLimitContext): boolean | Promise<boolean> {
     const policies = this.limiter.scales.apply(applying);
     const requests = this.buildRequests(policies, request, context, seam);
-    return Array.isArray(requests) ? this.decide(policies, requests, context, seam) : requests.then((built) => this.decide(policies, built, context, seam));
+    return Array.isArray(requests) ? this.decide(policies, requests, context, seam) : requests.then((built) => this.decide(policies, built, context, seam), (error: unknown) => this.failOver(error, policies, context, seam));
   }
 
   /** Asks the store; `failMode` answers for a store that cannot. */
@@ -133,16 +135,17 @@ export class RateLimitGuard implements CanActivate {
     this.onRefusal(refused, cost, context, seam, decisions);
   }
 
-  /** A store error's answer under `failMode`; any other error is thrown on. */
-  private failOver(error: unknown, policies: readonly RoutePolicy[], context: ExecutionContext, seam: RateLimitContext): boolean {
+  /** A store error's answer under `failMode` (a key function past `timeout` is answered alike: no bucket to charge); any other error is thrown on. */
+  private failOver(failure: unknown, policies: readonly RoutePolicy[], context: ExecutionContext, seam: RateLimitContext): boolean {
+    const error = failure instanceof KeyTimeoutError ? new RateLimitStoreError(failure.message, { cause: failure }) : failure;
     if (!(error instanceof RateLimitStoreError)) throw error;
     return this.limiter.telemetry.failedOver(context, policies, () => this.onStoreFailure(error, context, seam));
   }
 
   /** The policies that apply to the request: none when the module's `skipIf` says so, else those whose own does not. */
-  protected async skipping(policies: readonly RoutePolicy[], context: ExecutionContext): Promise<readonly RoutePolicy[]> {
-    if (this.options.skipIf !== undefined && (await this.options.skipIf(context))) return [];
-    return this.unskipped.of(policies, context);
+  protected async skipping(policies: readonly RoutePolicy[], request: LimitedRequest, context: ExecutionContext): Promise<readonly RoutePolicy[]> {
+    if (this.options.skipIf !== undefined && (await this.options.skipIf(context, request))) return [];
+    return this.unskipped.of(policies, request, context);
   }
 
   /**
@@ -156,27 +159,25 @@ export class RateLimitGuard implements CanActivate {
 
   /**
    * One store request per policy: its bucket for this client and its cost. A promise only when a
-   * cost or tier function answers with one.
+   * key, cost or tier function answers with one.
    */
   protected buildRequests(policies: readonly RoutePolicy[], request: LimitedRequest, context: ExecutionContext, seam: RateLimitContext): RateLimitRequest[] | Promise<RateLimitRequest[]> {
     const requests: RateLimitRequest[] = new Array(policies.length);
     let pending: Promise<unknown>[] | undefined;
     for (let i = 0; i < policies.length; i++) {
       const policy = policies[i];
-      const identity = this.resolveIdentity(policy, request, context);
-      if (request.headers.authorization !== undefined) this.userNotYetSet.check(policy.keys, identity, context);
-      if (seam.limitedByIp !== undefined && identity.startsWith('ip:')) seam.limitedByIp(request);
+      const identity = this.identities.checked(policy.keys, this.resolveIdentity(policy, request, context), request, context, seam);
       const cost = this.resolveCost(policy, request, context);
       const tier = policy.tiers === undefined ? undefined : this.resolveTier(policy, request, context, seam);
-      if (typeof cost === 'number' && (tier === undefined || typeof tier === 'string')) requests[i] = storeRequest(policy, identity, cost, tier);
-      else (pending ??= []).push(Promise.all([cost, tier]).then(([settled, named]) => (requests[i] = storeRequest(policy, identity, settled, named))));
+      if (typeof identity === 'string' && typeof cost === 'number' && (tier === undefined || typeof tier === 'string')) requests[i] = storeRequest(policy, identity, cost, tier);
+      else (pending ??= []).push(Promise.all([identity, cost, tier]).then(([key, settled, named]) => (requests[i] = storeRequest(policy, key, settled, named))));
     }
     return pending === undefined ? requests : Promise.all(pending).then(() => requests);
   }
 
-  /** The identity a policy limits this request as (see `KeySource`). */
-  protected resolveIdentity(policy: RoutePolicy, request: LimitedRequest, context: ExecutionContext): string {
-    return resolveIdentity(policy.keys, request, context, this.options);
+  /** The identity a policy limits this request as (see `KeySource`); a promise only when a key function answers with one. */
+  protected resolveIdentity(policy: RoutePolicy, request: LimitedRequest, context: ExecutionContext): string | Promise<string> {
+    return resolveIdentity(policy.keys, request, context, this.options, this.deadlines);
   }
 
   /** Tokens this request takes under a policy (see `CostSource`); an unusable cost is `defaultCost`. */
@@ -191,7 +192,7 @@ export class RateLimitGuard implements CanActivate {
    */
   protected resolveTier(policy: RoutePolicy, request: LimitedRequest, context: ExecutionContext, seam: RateLimitContext): string | undefined | Promise<string | undefined> {
     if (policy.tiers === undefined) return undefined;
-    return resolveTier(policy.tiers.source, request, context, seam.target?.(context) ?? context.getArgs());
+    return resolveTier(policy.tiers.source, request, context, seam.target?.(context) ?? context.getArgs(), this.deadlines, this.options.timeout);
   }
 
   /** Sets the configured header families for the decisions (on a GraphQL HTTP response, for every decision made for it). */

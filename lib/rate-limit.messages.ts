@@ -246,3 +246,8 @@ export function ioredisMissing(redis: unknown): string {
 export function invalidSimulateArgument(flag: string, value: unknown, expected: string): string {
   return `Invalid nestjs-ratelimit simulate argument ${flag}: ${expected}${value === undefined ? '' : `, got ${show(value)}`}`;
 }
+
+/** A key function whose promise did not settle within `timeout`: `failMode` answered for the request. */
+export function keyTimedOut(timeoutMs: number): string {
+  return `A rate-limit key function did not answer within ${timeoutMs} ms: the request was answered as failMode says`;
+}

@@ -1,18 +1,10 @@
 import type { ExecutionContext } from '@nestjs/common';
-import type { KeySource } from '../policy/policy.types.js';
+import type { KeySource, LimitedRequest } from '../policy/policy.types.js';
+import { keyTimedOut } from '../rate-limit.messages.js';
 import { normalizeIp } from './ip.js';
+import { isThenable, KeyTimeoutError, type SourceDeadlines } from './source-deadline.js';
 
-/**
- * A request as the key and cost sources read it: an Express or Fastify request fits as it is,
- * and a context's seam hands one over for every kind of request it limits.
- */
-export interface LimitedRequest {
-  ip?: string;
-  headers: Record<string, string | string[] | undefined>;
-  user?: { id?: unknown; sub?: unknown } | null;
-  /** Parsed query parameters (`'query:<name>'` costs). */
-  query?: Record<string, unknown>;
-}
+export type { LimitedRequest } from '../policy/policy.types.js';
 
 /** The module options the key sources depend on. */
 export interface KeyOptions {
@@ -20,6 +12,10 @@ export interface KeyOptions {
   apiKeyHeader: string;
   /** IPv6 prefix length clients are grouped by. */
   ipv6Subnet: number;
+  /** Longest a key function's promise is awaited, milliseconds. */
+  timeout: number;
+  /** What a key function past `timeout` makes of the request (see `KeySource`). */
+  failMode: 'open' | 'closed' | 'local';
 }
 
 /**
@@ -29,6 +25,11 @@ export interface KeyOptions {
  * socket, a test harness) is `ip:unknown`: a kind of its own that no address can take, one
  * bucket for all such requests, never a bucket per garbage value.
  *
+ * A promise only when a key function answers with one: it is awaited for at most `timeout`.
+ * Past it, with `failMode` `'local'` the next source is tried; otherwise the promise rejects with
+ * `KeyTimeoutError`, for `failMode` to answer. A function that throws, or whose promise rejects,
+ * fails the request with its error.
+ *
  * `RateLimiterService` takes the same strings, so code can reach a guard's bucket by name.
  */
 export function resolveIdentity(
@@ -36,12 +37,57 @@ export function resolveIdentity(
   request: LimitedRequest,
   context: ExecutionContext,
   options: KeyOptions,
-): string {
-  for (const source of sources) {
-    const identity = fromSource(source, request, context, options);
+  deadlines: SourceDeadlines,
+): string | Promise<string> {
+  return identityFrom(0, sources, request, context, options, deadlines);
+}
+
+/** The identity from the first source at or after `start` that yields, else the IP. */
+function identityFrom(
+  start: number,
+  sources: readonly KeySource[],
+  request: LimitedRequest,
+  context: ExecutionContext,
+  options: KeyOptions,
+  deadlines: SourceDeadlines,
+): string | Promise<string> {
+  for (let i = start; i < sources.length; i++) {
+    const source = sources[i];
+    if (typeof source !== 'function') {
+      const identity = fromSource(source, request, options);
+      if (identity !== undefined) return identity;
+      continue;
+    }
+    const value = source(context);
+    if (isThenable(value)) return awaited(value, i, sources, request, context, options, deadlines);
+    const identity = customIdentity(value);
     if (identity !== undefined) return identity;
   }
   return ipIdentity(request, options);
+}
+
+/** The identity a key function's promise names, or the next source's when it names none (or, under `failMode: 'local'`, is too late). */
+async function awaited(
+  value: PromiseLike<unknown>,
+  at: number,
+  sources: readonly KeySource[],
+  request: LimitedRequest,
+  context: ExecutionContext,
+  options: KeyOptions,
+  deadlines: SourceDeadlines,
+): Promise<string> {
+  let identity: string | undefined;
+  try {
+    identity = customIdentity(await deadlines.race(Promise.resolve(value), options.timeout, () => new KeyTimeoutError(keyTimedOut(options.timeout))));
+  } catch (error) {
+    if (!(error instanceof KeyTimeoutError) || options.failMode !== 'local') throw error;
+  }
+  return identity ?? identityFrom(at + 1, sources, request, context, options, deadlines);
+}
+
+/** What a key function returned, as an identity: a non-empty string, else none. */
+function customIdentity(value: unknown): string | undefined {
+  return typeof value === 'string' && value.length > 0 ? `custom:${value}` : undefined;
 }
 
 /** IPv4 clients whose identity is remembered, at most; the cache is emptied when it is full. */
@@ -66,16 +112,7 @@ function ipIdentity(request: LimitedRequest, { ipv6Subnet }: KeyOptions): string
   return identity;
 }
 
-function fromSource(
-  source: KeySource,
-  request: LimitedRequest,
-  context: ExecutionContext,
-  options: KeyOptions,
-): string | undefined {
-  if (typeof source === 'function') {
-    const value = source(context);
-    return typeof value === 'string' && value.length > 0 ? `custom:${value}` : undefined;
-  }
+function fromSource(source: Exclude<KeySource, Function>, request: LimitedRequest, options: KeyOptions): string | undefined {
   switch (source) {
     case 'ip':
       return ipIdentity(request, options);

@@ -1,6 +1,7 @@
 import type { ExecutionContext } from '@nestjs/common';
 import type { TierSource } from '../policy/policy.types.js';
 import type { LimitedRequest } from './identity.js';
+import { isThenable, type SourceDeadlines } from './source-deadline.js';
 
 /**
  * Where a request keeps the tiers its tier functions named: on its target (the object the guard
@@ -19,26 +20,37 @@ interface WithTiers {
  * The tier a request names through `source`, or `undefined` when it names none: `'user:<field>'`
  * reads `req.user[field]`; a function is called once per `target` (its answer, or its promise,
  * kept for the other policies that read it). A string or a finite number names a tier; anything
- * else, and a function that throws or rejects, names none (the policy's `defaultTier` applies).
+ * else, a function that throws or rejects, and a promise that does not settle within `timeoutMs`
+ * (the module's `timeout`), names none (the policy's `defaultTier` applies).
  */
-export function resolveTier(source: TierSource, request: LimitedRequest, context: ExecutionContext, target: object): Named {
+export function resolveTier(
+  source: TierSource,
+  request: LimitedRequest,
+  context: ExecutionContext,
+  target: object,
+  deadlines: SourceDeadlines,
+  timeoutMs: number,
+): Named {
   if (typeof source !== 'function') return tierName((request.user as Record<string, unknown> | null | undefined)?.[source.slice('user:'.length)]);
   const memo = ((target as WithTiers)[TIERS] ??= new Map());
   if (memo.has(source)) return memo.get(source);
-  const named = callTier(source, context);
+  const named = callTier(source, context, deadlines, timeoutMs);
   memo.set(source, named);
   return named;
 }
 
-function callTier(source: Extract<TierSource, Function>, context: ExecutionContext): Named {
+/** What `deadlines` rejects a late tier with: named by no one, so made once. */
+const LATE = new Error('a tier function did not answer within the timeout');
+
+function callTier(source: Extract<TierSource, Function>, context: ExecutionContext, deadlines: SourceDeadlines, timeoutMs: number): Named {
   let raw: unknown;
   try {
     raw = source(context);
   } catch {
     return undefined;
   }
-  if (typeof (raw as PromiseLike<unknown> | undefined)?.then !== 'function') return tierName(raw);
-  return Promise.resolve(raw).then(tierName, () => undefined);
+  if (!isThenable(raw)) return tierName(raw);
+  return deadlines.race(Promise.resolve(raw), timeoutMs, () => LATE).then(tierName, () => undefined);
 }
 
 function tierName(value: unknown): string | undefined {

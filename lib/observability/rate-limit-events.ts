@@ -1,6 +1,6 @@
 import { channel } from 'node:diagnostics_channel';
 import type { ExecutionContext } from '@nestjs/common';
-import { routeName } from '../keys/user-not-yet-set.js';
+import { routeName } from '../keys/identity-warnings.js';
 import type { ContextType, FailMode } from '../rate-limit-options.interface.js';
 import type { RateLimitStoreError } from '../stores/rate-limit-store.error.js';
 import type { RateLimitDecision } from '../stores/rate-limit-store.interface.js';

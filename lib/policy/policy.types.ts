@@ -2,6 +2,20 @@ import type { ExecutionContext } from '@nestjs/common';
 import type { Algorithm, Rule } from '../algorithms/algorithm.types.js';
 
 /**
+ * A request as the key, cost and `skipIf` sources read it: an Express or Fastify request fits as
+ * it is, and a context's seam hands one over for every kind of request it limits (GraphQL: the
+ * operation's HTTP request; a gateway: the connection; a microservice message: none of them,
+ * `headers` is `{}`).
+ */
+export interface LimitedRequest {
+  ip?: string;
+  headers: Record<string, string | string[] | undefined>;
+  user?: { id?: unknown; sub?: unknown } | null;
+  /** Parsed query parameters (`'query:<name>'` costs). */
+  query?: Record<string, unknown>;
+}
+
+/**
  * Where a policy takes the client's identity from.
  *
  * - `'ip'`: the framework's `req.ip` (the app's trust-proxy setting decides), IPv4-mapped IPv6
@@ -9,16 +23,21 @@ import type { Algorithm, Rule } from '../algorithms/algorithm.types.js';
  * - `'user'`: `req.user.id ?? req.user.sub`, as set by the app's own auth guard.
  * - `'api-key'`: the header named by the module's `apiKeyHeader` (default `x-api-key`).
  * - `'header:<name>'`: any request header.
- * - a function of the execution context returning a string, or `undefined` to pass.
+ * - a function of the execution context returning a string, or `undefined` to pass; or a promise
+ *   of either, awaited for at most the module's `timeout` (milliseconds). Past it the module's
+ *   `failMode` answers: `'open'` lets the request through uncharged, `'closed'` refuses it as
+ *   unavailable (503 on HTTP), `'local'` goes on to the next source (the IP when none is left).
+ *   A function that throws, or whose promise rejects, fails the request.
  *
  * @example key: ['user', 'api-key', 'ip']   // the first source that yields wins
+ * @example key: async (ctx) => (await tenants.byHost(ctx.switchToHttp().getRequest().hostname))?.id
  */
 export type KeySource =
   | 'ip'
   | 'user'
   | 'api-key'
   | `header:${string}`
-  | ((context: ExecutionContext) => string | undefined);
+  | ((context: ExecutionContext) => string | undefined | Promise<string | undefined>);
 
 /**
  * Tokens one request takes: a number, a request header or query parameter (parsed as a decimal
@@ -34,8 +53,10 @@ export type CostSource =
 
 /**
  * Where a tiered policy reads a request's tier: `'user:<field>'` is `req.user[field]` (as the
- * app's auth set it, say a JWT claim), or a function of the execution context (sync or async).
- * A value that names no tier, `undefined`, or a function that throws: the policy's `defaultTier`.
+ * app's auth set it, say a JWT claim), or a function of the execution context (sync or async: a
+ * promise is awaited for at most the module's `timeout`, milliseconds). A value that names no
+ * tier, `undefined`, a function that throws or rejects, or a promise past `timeout`: the policy's
+ * `defaultTier`.
  *
  * @example tier: 'user:plan'
  * @example tier: async (ctx) => (await plans.of(ctx.switchToHttp().getRequest().user))?.tier
@@ -115,10 +136,13 @@ export interface RateLimitPolicy {
 
 /**
  * Whether a request passes a policy (or, as the module's `skipIf`, every policy) uncharged.
+ * `request` is what the key sources read, in every context (HTTP, GraphQL, gateways,
+ * microservices): its `ip`, `headers` (`{}` where the transport has none) and `user`.
  *
- * @example skipIf: (ctx) => ctx.switchToHttp().getRequest().ip === '10.0.0.1'
+ * @example skipIf: (ctx, request) => request.ip === '10.0.0.1'
+ * @example skipIf: async (ctx, request) => allowList.has(request.ip)
  */
-export type SkipIf = (context: ExecutionContext) => boolean | Promise<boolean>;
+export type SkipIf = (context: ExecutionContext, request: LimitedRequest) => boolean | Promise<boolean>;
 
 /** A target latency and the least factor of `rps` the module may scale a policy down to. */
 export interface AdaptiveRate {

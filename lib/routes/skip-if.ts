@@ -1,4 +1,5 @@
 import type { ExecutionContext } from '@nestjs/common';
+import type { LimitedRequest } from '../keys/identity.js';
 import type { RoutePolicy } from './route-policy.js';
 
 /** Whether a policy of a route has a `skipIf` (a loop, not `some`: no closure per request). */
@@ -9,20 +10,30 @@ export function anySkipIf(policies: readonly RoutePolicy[]): boolean {
 
 /**
  * A route's policies less those whose `skipIf` lets a request pass: one list per route and set
- * skipped (a bit per policy), made once, so whatever is cached per list (a header plan) is too.
+ * skipped (keyed by the indexes skipped, however many policies the route has), made once, so
+ * whatever is cached per list (a header plan) is too.
  */
 export class Unskipped {
-  private readonly lists = new WeakMap<readonly RoutePolicy[], Map<number, readonly RoutePolicy[]>>();
+  private readonly lists = new WeakMap<readonly RoutePolicy[], Map<string, readonly RoutePolicy[]>>();
 
-  /** `policies` less those whose `skipIf` says the request in `context` passes; each `skipIf` runs once. */
-  async of(policies: readonly RoutePolicy[], context: ExecutionContext): Promise<readonly RoutePolicy[]> {
-    let skipped = 0;
-    for (let i = 0; i < policies.length; i++) if (policies[i].skipIf !== undefined && (await policies[i].skipIf!(context))) skipped |= 1 << i;
-    if (skipped === 0) return policies;
+  /** `policies` less those whose `skipIf` says `request` passes; each `skipIf` runs once, with `(context, request)`. */
+  async of(policies: readonly RoutePolicy[], request: LimitedRequest, context: ExecutionContext): Promise<readonly RoutePolicy[]> {
+    let skipped: number[] | undefined;
+    for (let i = 0; i < policies.length; i++) {
+      const skipIf = policies[i].skipIf;
+      if (skipIf !== undefined && (await skipIf(context, request))) (skipped ??= []).push(i);
+    }
+    if (skipped === undefined) return policies;
     let lists = this.lists.get(policies);
     if (lists === undefined) this.lists.set(policies, (lists = new Map()));
-    let list = lists.get(skipped);
-    if (list === undefined) lists.set(skipped, (list = policies.filter((_policy, i) => (skipped & (1 << i)) === 0)));
+    const set = skipped.join(',');
+    let list = lists.get(set);
+    if (list === undefined) lists.set(set, (list = without(policies, skipped)));
     return list;
   }
+}
+
+/** `policies` less those at `indexes`. */
+function without(policies: readonly RoutePolicy[], indexes: readonly number[]): readonly RoutePolicy[] {
+  return policies.filter((_policy, i) => !indexes.includes(i));
 }

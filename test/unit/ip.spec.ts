@@ -1,8 +1,10 @@
 import type { ExecutionContext } from '@nestjs/common';
 import type { Rule } from '../../lib/algorithms/algorithm.types.js';
+import type { KeySource } from '../../lib/policy/policy.types.js';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
-import { resolveIdentity } from '../../lib/keys/identity.js';
+import { type LimitedRequest, resolveIdentity } from '../../lib/keys/identity.js';
 import { normalizeIp } from '../../lib/keys/ip.js';
+import { SourceDeadlines } from '../../lib/keys/source-deadline.js';
 import { MemoryStore } from '../../lib/stores/memory/memory.store.js';
 
 describe('normalizeIp', () => {
@@ -56,10 +58,13 @@ describe('normalizeIp with an ipv6Subnet', () => {
 
 describe('IP buckets, from req.ip to the store', () => {
   const context = {} as ExecutionContext;
-  const options = { apiKeyHeader: 'x-api-key', ipv6Subnet: 64 };
+  const options = { apiKeyHeader: 'x-api-key', ipv6Subnet: 64, timeout: 100, failMode: 'open' as const };
+  // no key function here: nothing is ever awaited
+  const deadlines = new SourceDeadlines();
+  const identityOf = (sources: KeySource[], request: LimitedRequest, keyOptions = options) => resolveIdentity(sources, request, context, keyOptions, deadlines) as string;
   const rule: Rule = { algorithm: 'token_bucket', rps: 0.001, burst: 5 };
   const keyOf = (ip: string | undefined, keyOptions = options) =>
-    bucketKey('rl:', 'per-ip', 'token_bucket', resolveIdentity(['ip'], { ip, headers: {} }, context, keyOptions));
+    bucketKey('rl:', 'per-ip', 'token_bucket', identityOf(['ip'], { ip, headers: {} }, keyOptions));
   /** Sends one request per address through a store; returns how many were admitted. */
   const admitted = (ips: readonly (string | undefined)[]) => {
     const store = new MemoryStore({ clock: () => 1_000 });
@@ -91,10 +96,10 @@ describe('IP buckets, from req.ip to the store', () => {
   });
 
   it('keys a request without a usable IP as ip:unknown, apart from every address', () => {
-    const unknown = resolveIdentity(['ip'], { ip: undefined, headers: {} }, context, options);
+    const unknown = identityOf(['ip'], { ip: undefined, headers: {} });
     expect(unknown).toBe('ip:unknown');
-    expect(resolveIdentity(['ip'], { ip: 'not an ip', headers: {} }, context, options)).toBe('ip:unknown');
-    expect(resolveIdentity(['user', 'api-key'], { headers: {} }, context, options)).toBe('ip:unknown');
+    expect(identityOf(['ip'], { ip: 'not an ip', headers: {} })).toBe('ip:unknown');
+    expect(identityOf(['user', 'api-key'], { headers: {} })).toBe('ip:unknown');
     expect(keyOf(undefined)).not.toBe(keyOf('0.0.0.0'));
   });
 });

@@ -21,6 +21,7 @@ import {
 import { lastValueFrom, type Observable, of, throwError } from 'rxjs';
 import { RateLimitContexts } from '../../lib/contexts/rate-limit-contexts.js';
 import { headerValue } from '../../lib/keys/identity.js';
+import { keyTimedOut } from '../../lib/rate-limit.messages.js';
 import { resolveOptions } from '../../lib/rate-limit-options.js';
 import { RoutePolicies } from '../../lib/routes/route-policies.js';
 import { AdaptiveRates } from '../../lib/routes/adaptive-rates.js';
@@ -365,6 +366,77 @@ describe('RateLimitGuard.buildRequests', () => {
   });
 });
 
+describe('RateLimitGuard: key and tier functions that answer with a promise', () => {
+  /** The module's `timeout` here, ms: only a promise that never settles reaches it. */
+  const TIMEOUT = 50;
+  const tenantOf = (context: ExecutionContext) => context.getArgByIndex<LimitedRequest>(0).headers['x-tenant'] as string | undefined;
+  const TENANT: RateLimitPolicy = { name: 'tenant', rps: 0.001, burst: 1, key: [async (context) => tenantOf(context), 'api-key'] };
+  const asTenant = (route: Type, tenant: string) => http(route, { headers: { 'x-tenant': tenant } });
+  const never = () => new Promise<string>(() => undefined);
+
+  it("awaits a key function's promise: one bucket per identity it names; when it names none, the next source's", async () => {
+    const { guard, limiter } = guarded();
+    const route = routeWith([TENANT]);
+    expect(await guard.canActivate(asTenant(route, 'acme'))).toBe(true);
+    expect(await rejection(guard.canActivate(asTenant(route, 'acme')))).toBeInstanceOf(Refused);
+    expect(await guard.canActivate(asTenant(route, 'globex'))).toBe(true);
+    expect((await limiter.peek('custom:globex', TENANT))[0].remaining).toBe(0);
+    expect(await guard.canActivate(http(route, { headers: { 'x-api-key': 'k' } }))).toBe(true);
+    expect((await limiter.peek('api-key:k', TENANT))[0].remaining).toBe(0);
+    expect((await limiter.peek(`ip:${IP}`, TENANT))[0].remaining).toBe(1);
+  });
+
+  it('answers without a promise where every key is a value (the memory store decides in the call)', () => {
+    const { guard } = guarded();
+    expect(guard.canActivate(asTenant(routeWith([{ ...TENANT, key: [(context) => tenantOf(context), 'ip'] }]), 'acme'))).toBe(true);
+  });
+
+  it('fails the request with the error of a key function whose promise rejects, as with one that throws, charging nothing', async () => {
+    const bug = new Error('tenant lookup failed');
+    const { guard, store } = guarded();
+    expect(await rejection(guard.canActivate(http(routeWith([{ ...TENANT, key: () => Promise.reject(bug) }]))))).toBe(bug);
+    expect((store as MemoryStore).size).toBe(0);
+  });
+
+  it("lets the request through uncharged once `timeout` has passed, with failMode 'open'", async () => {
+    const { guard, seam, store } = guarded({ timeout: TIMEOUT, failMode: 'open' });
+    const started = performance.now();
+    expect(await guard.canActivate(http(routeWith([{ ...TENANT, key: never }, { name: 'per-ip', rps: 0.001, burst: 5, key: 'ip' }])))).toBe(true);
+    expect(performance.now() - started).toBeGreaterThanOrEqual(TIMEOUT);
+    expect(seam.headers).toEqual([]);
+    expect((store as MemoryStore).size).toBe(0);
+  });
+
+  it("ends it with Retry-After: 1 and the seam's unavailable error with failMode 'closed'; lets it through in shadow mode", async () => {
+    const { guard, seam } = guarded({ timeout: TIMEOUT, failMode: 'closed' });
+    const route = routeWith([{ ...TENANT, key: never }]);
+    const error = await rejection(guard.canActivate(http(route)));
+    expect(error).toBeInstanceOf(Unavailable);
+    expect((error as Unavailable).cause).toBeInstanceOf(RateLimitStoreError);
+    expect(((error as Unavailable).cause as Error).message).toBe(keyTimedOut(TIMEOUT));
+    expect(seam.headers).toEqual([['Retry-After', '1']]);
+    expect(await guarded({ timeout: TIMEOUT, failMode: 'closed', mode: 'shadow' }).guard.canActivate(http(route))).toBe(true);
+  });
+
+  it("goes on to the next source with failMode 'local': the request is still limited", async () => {
+    const { guard, limiter } = guarded({ timeout: TIMEOUT, failMode: 'local' });
+    const route = routeWith([{ ...TENANT, key: [never, 'api-key'] }]);
+    expect(await guard.canActivate(http(route, { headers: { 'x-api-key': 'k' } }))).toBe(true);
+    expect(await rejection(guard.canActivate(http(route, { headers: { 'x-api-key': 'k' } })))).toBeInstanceOf(Refused);
+    expect((await limiter.peek('api-key:k', TENANT))[0].remaining).toBe(0);
+  });
+
+  it("limits by the policy's defaultTier when a tier function's promise passes `timeout`", async () => {
+    const plan: RateLimitPolicy = { name: 'plan', key: 'ip', tiers: { free: { rps: 0.001, burst: 1 }, pro: { rps: 0.001, burst: 5 } }, tier: never, defaultTier: 'free' };
+    const { guard } = guarded({ timeout: TIMEOUT });
+    const route = routeWith([plan]);
+    const started = performance.now();
+    expect(await guard.canActivate(http(route))).toBe(true);
+    expect(performance.now() - started).toBeGreaterThanOrEqual(TIMEOUT);
+    expect(await rejection(guard.canActivate(http(route)))).toMatchObject({ decision: { policy: 'plan', tier: 'free' } });
+  });
+});
+
 describe('RateLimitGuard: a leaky_bucket turn', () => {
   const QUEUE: RateLimitPolicy = { name: 'queue', algorithm: 'leaky_bucket', rps: 1, burst: 3 };
   const remaining = async (limiter: RateLimiterService) => (await limiter.peek(`ip:${IP}`, QUEUE))[0].remaining;
@@ -649,6 +721,33 @@ describe('skipIf', () => {
     expect(await guard.canActivate(http(route))).toBe(true);
     expect(await rejection(guard.canActivate(http(route)))).toMatchObject({ decision: { policy: 'api' } });
     expect((await limiter.peek(`ip:${IP}`, { name: 'other', rps: 0.001, burst: 5, key: 'ip' }))[0].remaining).toBe(5 - 4);
+  });
+
+  it('hands the module\'s and each policy\'s skipIf the request the key sources read, as its second argument', async () => {
+    const given: Array<[string, LimitedRequest]> = [];
+    const watching = (who: string) => (_context: ExecutionContext, request: LimitedRequest) => (given.push([who, request]), false);
+    const { guard } = guarded({ skipIf: watching('module') });
+    const context = http(routeWith([{ ...API, skipIf: watching('policy') }]), { headers: { 'x-trusted': 'no' } });
+    await guard.canActivate(context);
+    expect(given).toEqual([
+      ['module', context.getArgByIndex(0)],
+      ['policy', context.getArgByIndex(0)],
+    ]);
+  });
+
+  it('skips exactly the policies whose skipIf says so, however many a route has (33: no bit of one aliases another)', async () => {
+    const policies: RateLimitPolicy[] = Array.from({ length: 33 }, (_, i) => ({ name: `p${i}`, rps: 0.001, burst: i === 0 ? 1 : 1000, key: 'ip' }));
+    policies[32].skipIf = () => true;
+    const { guard, seam, limiter } = guarded();
+    const route = routeWith(policies);
+    expect(await guard.canActivate(http(route))).toBe(true);
+    const named = seam.headers.find(([name]) => name === 'RateLimit-Policy')![1];
+    expect(named).toContain('"p0"');
+    expect(named).toContain('"p31"');
+    expect(named).not.toContain('"p32"');
+    expect(await rejection(guard.canActivate(http(route)))).toMatchObject({ decision: { policy: 'p0' } });
+    expect((await limiter.peek(`ip:${IP}`, policies[31]))[0].remaining).toBe(999);
+    expect((await limiter.peek(`ip:${IP}`, { ...policies[32], skipIf: undefined }))[0].remaining).toBe(1000);
   });
 
   it("lets every policy go uncharged when the module's skipIf says so", async () => {
