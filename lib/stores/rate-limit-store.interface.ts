@@ -97,8 +97,10 @@ export interface RateLimitStore {
    * the ones this store's `consume` returned for it. Every policy's cost goes back into its
    * bucket as far as the charge still counts (a window that has ended since keeps nothing to
    * give back) and never past full; a request some policy refused took nothing and gets nothing.
-   * The store finds what each decision took and when by the decision object itself (the built-in
-   * stores keep that beside each decision they return), so the decision's shape stays public.
+   * A decision is given back at most once: refunded again (alone or among others), it gives
+   * nothing, even when its first refund failed. The store finds what each decision took and when
+   * by the decision object itself (the built-in stores keep that beside each decision they return,
+   * and a refund takes it), so the decision's shape stays public.
    *
    * The module calls it when a client goes away while its request waits its `leaky_bucket`
    * turn, and for requests still waiting at shutdown. Optional: without it, those charges stay

@@ -1,6 +1,6 @@
 import { decideAll, type Entry, expiresAt, expiryAfter, modelOf, type Verdict } from '../../algorithms/decide.js';
 import { invalidMaxKeys, invalidStoreClock } from '../../rate-limit.messages.js';
-import { chargeOf, toDecision } from '../decision.js';
+import { takeCharge, toDecision } from '../decision.js';
 import { distinctRequests, spreadDecisions } from '../distinct-requests.js';
 import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from '../rate-limit-store.interface.js';
 import { clockReader, type StoreClock } from '../store-clock.js';
@@ -168,14 +168,14 @@ export class MemoryStore implements RateLimitStore {
 
   /**
    * Gives back what `consume` took for these decisions (see `RateLimitStore.refund`), each as far
-   * as its charge still counts. A bucket that has expired since is full already: nothing to do.
+   * as its charge still counts and once. A bucket that has expired since is full already: nothing to do.
    */
   refund(decisions: readonly RateLimitDecision[]): Promise<void> {
     // a request some policy refused took nothing from any bucket (all-or-nothing)
     if (!decisions.every((decision) => decision.allowed)) return Promise.resolve();
     const now = this.clock();
     for (const decision of decisions) {
-      const charge = chargeOf(decision);
+      const charge = takeCharge(decision);
       if (charge === undefined) continue;
       const { key, rule, cost } = charge.request;
       const row = this.table.rowOf(key);

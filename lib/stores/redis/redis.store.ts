@@ -1,7 +1,7 @@
 import type { Cluster, Redis } from 'ioredis';
 import type { Outcome } from '../../algorithms/algorithm.types.js';
 import { storeTimedOut } from '../../rate-limit.messages.js';
-import { type Charge, chargeOf, toDecision } from '../decision.js';
+import { type Charge, takeCharge, toDecision } from '../decision.js';
 import { distinctRequests, spreadDecisions } from '../distinct-requests.js';
 import { RateLimitStoreError } from '../rate-limit-store.error.js';
 import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from '../rate-limit-store.interface.js';
@@ -105,7 +105,7 @@ export class RedisStore implements RateLimitStore {
   async refund(decisions: readonly RateLimitDecision[]): Promise<void> {
     // a request some policy refused took nothing (what another hash slot charged went back then)
     if (!decisions.every((decision) => decision.allowed)) return;
-    const charges = decisions.map(chargeOf).filter((charge): charge is Charge => charge !== undefined);
+    const charges = decisions.map(takeCharge).filter((charge): charge is Charge => charge !== undefined);
     if (charges.length === 0) return;
     const keys = charges.map((charge) => charge.request.key);
     // forgotten now too: a request on these keys that comes before the reply then goes to Redis,
