@@ -196,7 +196,7 @@ export class RateLimitGuard implements CanActivate {
     let plan = this.plans.get(policies);
     if (plan === undefined) this.plans.set(policies, (plan = headerPlan(this.options.headers, policies) ?? null));
     if (plan === null) return;
-    writeRateLimitHeaders(plan, decisions, Date.now(), (name, value) => seam.setHeader(context, name, value));
+    writeRateLimitHeaders(plan, decisions, this.limiter.now(), (name, value) => seam.setHeader(context, name, value));
   }
 
   /**

@@ -13,6 +13,7 @@ import { Scales } from './routes/scales.js';
 import { checkCost } from './stores/distinct-requests.js';
 import { type RateLimitDecision, type RateLimitRequest, RateLimitStore } from './stores/rate-limit-store.interface.js';
 import { StoreCalls } from './stores/store-calls.js';
+import { type StoreClock, storeClock } from './stores/store-clock.js';
 import { WakeQueue } from './utils/wake-queue.js';
 
 /**
@@ -39,7 +40,10 @@ import { WakeQueue } from './utils/wake-queue.js';
 @Injectable()
 export class RateLimiterService implements BeforeApplicationShutdown, OnApplicationShutdown {
   private readonly calls: StoreCalls;
-  private readonly sleepers = new WakeQueue();
+  /** The store's given clock (see `RateLimitStore.clock`); `undefined`: real time. */
+  private readonly clock: StoreClock | undefined;
+  /** `leaky_bucket` waits, on the store's clock. */
+  private readonly sleepers: WakeQueue;
   /** Waits in progress, each with the refund it makes when it ends early: shutdown sees them through. */
   private readonly waiting = new Set<Promise<void>>();
   /** Each policy given to `consume`, `peek` or `reset`, validated once. */
@@ -56,6 +60,8 @@ export class RateLimiterService implements BeforeApplicationShutdown, OnApplicat
   ) {
     this.telemetry = new RateLimitTelemetry(metrics, options, (decision) => this.calls.decidedLocally(decision));
     this.calls = new StoreCalls(store, options, this.telemetry.storeCalls(store));
+    this.clock = storeClock(store.clock);
+    this.sleepers = new WakeQueue(this.clock);
   }
 
   /**
@@ -109,9 +115,21 @@ export class RateLimiterService implements BeforeApplicationShutdown, OnApplicat
   }
 
   /**
+   * The time decisions are made at, Unix ms: the store's clock when it was given one (a
+   * `ManualClock` in tests, its ms taken as Unix ms), else `Date.now()`. `X-RateLimit-Reset`
+   * counts from it.
+   * @example const resetsAt = limiter.now() + decision.fullAfter * 1000
+   */
+  now(): number {
+    return this.clock === undefined ? Date.now() : this.clock.now();
+  }
+
+  /**
    * Waits out the longest `delay` of admitted decisions: a `leaky_bucket` request proceeds
    * only when its turn in the queue comes. The guard does this itself; code that calls
-   * `consume` does it with this. One timer serves every waiting request.
+   * `consume` does it with this. One timer serves every waiting request. The wait is on the
+   * store's clock: real time, or the clock the store was given, so a test that advances a
+   * `ManualClock` past a request's turn lets it proceed at once.
    *
    * The wait ends early when `signal` aborts (say, the client went away) or the app shuts down.
    * Then what the request took from every policy is given back first (the queue is shorter by

@@ -1,4 +1,5 @@
 import type { Rule } from '../algorithms/algorithm.types.js';
+import type { StoreClock } from './store-clock.js';
 
 /**
  * One policy's verdict on one request. Times are whole seconds, rounded up.
@@ -59,6 +60,14 @@ export interface RateLimitStore {
    * a server, so the module calls it directly, without a deadline or a circuit breaker.
    */
   readonly inProcess?: boolean;
+  /**
+   * The clock the store decides on, when it was given one (`new MemoryStore({ clock })`,
+   * `new RedisStore({ client, clock })` with a `{ now() }` or a function): the module then times
+   * `leaky_bucket` waits on it and counts `X-RateLimit-Reset` from it (its ms taken as Unix ms),
+   * so a test that moves a `ManualClock` moves them too. Absent: the store decides on real time,
+   * and so do the waits and the headers.
+   */
+  readonly clock?: StoreClock;
   /**
    * Decides and, when every policy admits the request, charges every bucket. `timeoutMs` is how
    * long the caller waits for the answer (the module's `timeout`): a remote store should charge

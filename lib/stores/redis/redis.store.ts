@@ -5,6 +5,7 @@ import { type Charge, takeCharge, toDecision } from '../decision.js';
 import { distinctRequests, spreadDecisions } from '../distinct-requests.js';
 import { RateLimitStoreError } from '../rate-limit-store.error.js';
 import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from '../rate-limit-store.interface.js';
+import { type StoreClock, storeClock } from '../store-clock.js';
 import { groupBySlot, HASH_SLOTS } from './hash-slot.js';
 import { PendingCalls } from './pending-calls.js';
 import { RefusedCache } from './refused-cache.js';
@@ -39,8 +40,10 @@ export type { RedisStoreClock, RedisStoreOptions } from './redis-store-options.j
  */
 export class RedisStore implements RateLimitStore {
   readonly client: Redis | Cluster;
+  /** The clock given in the options (`{ now() }` or a function), if any (see `RateLimitStore.clock`). */
+  readonly clock: StoreClock | undefined;
   private readonly cluster: boolean;
-  private readonly clock: RedisClock;
+  private readonly clocks: RedisClock;
   private readonly scripts: RedisScripts;
   private readonly batches: SlotBatches;
   private readonly refused: RefusedCache | undefined;
@@ -52,9 +55,10 @@ export class RedisStore implements RateLimitStore {
     this.client = options.client;
     this.cluster = (this.client as Cluster).isCluster === true;
     const given = givenClock(options.clock);
-    this.clock = new RedisClock(given, options.clock === 'app' ? undefined : given, this.cluster ? HASH_SLOTS : 1);
-    this.scripts = new RedisScripts(this.client, this.clock);
-    this.batches = new SlotBatches(this.scripts, this.clock);
+    this.clock = storeClock(options.clock);
+    this.clocks = new RedisClock(given, options.clock === 'app' ? undefined : given, this.cluster ? HASH_SLOTS : 1);
+    this.scripts = new RedisScripts(this.client, this.clocks);
+    this.batches = new SlotBatches(this.scripts, this.clocks);
     this.refused = options.cacheRefusals === false ? undefined : new RefusedCache();
   }
 
@@ -93,7 +97,7 @@ export class RedisStore implements RateLimitStore {
    * before `consume`: such an answer takes no time and says nothing of Redis's health.
    */
   cached(requests: readonly RateLimitRequest[]): RateLimitDecision[] | undefined {
-    const outcomes = this.refused?.lookup(requests, this.clock.localNow());
+    const outcomes = this.refused?.lookup(requests, this.clocks.localNow());
     return outcomes === undefined ? undefined : requests.map((request, i) => toDecision(request, outcomes[i]));
   }
 
@@ -124,7 +128,7 @@ export class RedisStore implements RateLimitStore {
     if (distinct.positions) return spreadDecisions(await this.call(distinct.requests, charge, timeoutMs), requests, distinct.positions);
     if (requests.length === 0) return [];
     // the caller's timeout counts from here, and so does the deadline Redis gets
-    const askedAt = this.clock.localNow();
+    const askedAt = this.clocks.localNow();
     const cache = charge ? this.refused : undefined;
     if (cache !== undefined) {
       const known = this.cached(requests);
@@ -136,7 +140,7 @@ export class RedisStore implements RateLimitStore {
         // wait for them (once) and look again, with the others that waited: those the buckets
         // can hold go to Redis together, the rest are refused here.
         await calls;
-        const now = this.clock.localNow();
+        const now = this.clocks.localNow();
         const outcomes = cache.lookupTogether(requests, now);
         if (outcomes !== undefined) return requests.map((request, i) => toDecision(request, outcomes[i]));
         // the caller has had its failMode answer: sending now would charge a request already answered
