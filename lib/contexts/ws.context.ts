@@ -32,8 +32,6 @@ const NO_HEADERS = Object.freeze({});
 
 /** The messages of one connection that wait their turn, and the one listener that watches it for them. */
 interface Waiting {
-  /** socket.io's `disconnect`, ws's `close`. */
-  readonly event: string;
   /** Ends every wait: the connection's listener. */
   readonly leave: () => void;
   /** One per waiting message, aborted when the client goes. */
@@ -61,18 +59,18 @@ class WaitingConnections {
         for (const message of gone) message.abort();
       };
       client.once(event, leave);
-      this.connections.set(client, (waiting = { event, leave, messages }));
+      this.connections.set(client, (waiting = { leave, messages }));
     }
+    const { leave, messages } = waiting;
     const message = new AbortController();
-    waiting.messages.add(message);
-    const { messages } = waiting;
+    messages.add(message);
     return {
       signal: message.signal,
       end: () => {
         // the last message to stop waiting takes the listener with it; after `leave`, none is left to take
         if (!messages.delete(message) || messages.size > 0) return;
         this.connections.delete(client);
-        client.off(waiting.event, waiting.leave);
+        client.off(event, leave);
       },
     };
   }
