@@ -15,8 +15,14 @@ export class AnswerHeaders {
   /** Each route's header plan, by its (cached) list of policies; `null`: no headers. */
   private readonly plans = new WeakMap<readonly RoutePolicy[], HeaderPlan | null>();
 
-  /** @param families the header families the module sends */
-  constructor(private readonly families: readonly HeaderFamily[]) {}
+  /**
+   * @param families the header families the module sends
+   * @param now the time `X-RateLimit-Reset` counts from, Unix ms (the store's clock: see `RateLimiterService.now`)
+   */
+  constructor(
+    private readonly families: readonly HeaderFamily[],
+    private readonly now: () => number,
+  ) {}
 
   /** Sets the header families for a request's decisions (one per policy of `policies`). */
   decided(policies: readonly RoutePolicy[], decisions: readonly RateLimitDecision[], context: ExecutionContext, seam: RateLimitContext): void {
@@ -25,7 +31,7 @@ export class AnswerHeaders {
     let plan = this.plans.get(policies);
     if (plan === undefined) this.plans.set(policies, (plan = headerPlan(this.families, policies) ?? null));
     if (plan === null) return;
-    writeRateLimitHeaders(plan, decisions, Date.now(), (name, value) => seam.setHeader(context, name, value));
+    writeRateLimitHeaders(plan, decisions, this.now(), (name, value) => seam.setHeader(context, name, value));
   }
 
   /**
@@ -42,6 +48,6 @@ export class AnswerHeaders {
 
   /** Writes every header of a shared answer again, removing a `Retry-After` it no longer warrants. */
   private rewrite(answer: SharedAnswer, context: ExecutionContext, seam: RateLimitContext): void {
-    answer.write(this.families, Date.now(), (name, value) => (value === undefined ? seam.removeHeader?.(context, name) : seam.setHeader(context, name, value)));
+    answer.write(this.families, this.now(), (name, value) => (value === undefined ? seam.removeHeader?.(context, name) : seam.setHeader(context, name, value)));
   }
 }

@@ -52,7 +52,7 @@ export class RateLimitGuard implements CanActivate {
     protected readonly limiter: RateLimiterService,
     protected readonly contexts: RateLimitContexts,
   ) {
-    this.headers = new AnswerHeaders(options.headers);
+    this.headers = new AnswerHeaders(options.headers, () => limiter.now());
   }
 
   /** `true` at once for what is not limited; else the verdict of `enforce`, shared by every run on one request (the first of a kind of context waits for its seam to be made). */

@@ -1,19 +1,19 @@
 import { type BeforeApplicationShutdown, Inject, Injectable, type OnApplicationShutdown, Optional } from '@nestjs/common';
 import type { RateLimitPolicy } from './policy/policy.types.js';
-import { InvalidPolicyError, resolvePolicy } from './policy/resolve-policy.js';
 import { RATE_LIMIT_OPTIONS } from './rate-limit.constants.js';
 import { RateLimitUnavailableException } from './rate-limit.exception.js';
-import { duplicatePolicyName, invalidArgument, invalidPolicy, shuttingDown } from './rate-limit.messages.js';
+import { shuttingDown } from './rate-limit.messages.js';
 import type { ResolvedOptions } from './rate-limit-options.js';
 import { withJitter } from './keys/retry-jitter.js';
 import { RateLimitMetrics } from './observability/rate-limit-metrics.js';
 import { RateLimitTelemetry } from './observability/rate-limit-telemetry.js';
+import { GivenPolicies } from './routes/given-policies.js';
 import { RoutePolicies } from './routes/route-policies.js';
-import { type RoutePolicy, routePolicy, storeRequest } from './routes/route-policy.js';
+import { type RoutePolicy, routePolicy } from './routes/route-policy.js';
 import { Scales } from './routes/scales.js';
-import { checkCost } from './stores/distinct-requests.js';
 import { type RateLimitDecision, type RateLimitRequest, RateLimitStore } from './stores/rate-limit-store.interface.js';
 import { StoreCalls } from './stores/store-calls.js';
+import { type StoreClock, storeClock } from './stores/store-clock.js';
 import { WakeQueue } from './utils/wake-queue.js';
 
 /**
@@ -40,13 +40,16 @@ import { WakeQueue } from './utils/wake-queue.js';
 @Injectable()
 export class RateLimiterService implements BeforeApplicationShutdown, OnApplicationShutdown {
   private readonly calls: StoreCalls;
-  private readonly sleepers = new WakeQueue();
+  /** The store's given clock (see `RateLimitStore.clock`); `undefined`: real time. */
+  private readonly clock: StoreClock | undefined;
+  /** `leaky_bucket` waits, on the store's clock. */
+  private readonly sleepers: WakeQueue;
   /** Waits in progress, each with the refund it makes when it ends early: shutdown sees them through. */
   private readonly waiting = new Set<Promise<void>>();
-  /** Each policy given to `consume`, `peek` or `reset`, validated once. */
-  private readonly compiled = new WeakMap<RateLimitPolicy, RoutePolicy>();
   /** The factors `setScale` puts on policies: the guard applies them to each route's policies. */
   readonly scales = new Scales();
+  /** Each policy given to `consume`, `peek` or `reset`, validated once. */
+  private readonly given: GivenPolicies;
   /** The module's policies as they apply to requests, for `setScale` to check a factor against. */
   private readonly modulePolicies: readonly RoutePolicy[];
   /** Where the guard, this service and its store calls report what they do: metrics and diagnostics_channel events. */
@@ -59,8 +62,11 @@ export class RateLimiterService implements BeforeApplicationShutdown, OnApplicat
     @Optional() @Inject(RoutePolicies) private readonly routes: RoutePolicies | null = null,
   ) {
     this.modulePolicies = options.policies.map((policy) => routePolicy(policy, options));
+    this.given = new GivenPolicies(options, this.scales);
     this.telemetry = new RateLimitTelemetry(metrics, options, (decision) => this.calls.decidedLocally(decision));
     this.calls = new StoreCalls(store, options, this.telemetry.storeCalls(store));
+    this.clock = storeClock(store.clock);
+    this.sleepers = new WakeQueue(this.clock);
   }
 
   /**
@@ -75,17 +81,17 @@ export class RateLimiterService implements BeforeApplicationShutdown, OnApplicat
    * @example await limiter.consume(`api-key:${key}`, apiPolicy, 1, account.plan)
    */
   async consume(identity: string, policies: RateLimitPolicy | RateLimitPolicy[], cost = 1, tier?: string): Promise<RateLimitDecision[]> {
-    return this.decide(this.requests('RateLimiterService.consume', identity, policies, cost, tier), true);
+    return this.decide(this.given.requests('RateLimiterService.consume', identity, policies, cost, tier), true);
   }
 
   /** What `consume` would decide, without taking anything. */
   async peek(identity: string, policies: RateLimitPolicy | RateLimitPolicy[], cost = 1, tier?: string): Promise<RateLimitDecision[]> {
-    return this.decide(this.requests('RateLimiterService.peek', identity, policies, cost, tier), false);
+    return this.decide(this.given.requests('RateLimiterService.peek', identity, policies, cost, tier), false);
   }
 
   /** Forgets the buckets of `identity` for these policies (a tiered one's: of `tier`, as for `consume`): they are full again. */
   async reset(identity: string, policies: RateLimitPolicy | RateLimitPolicy[], tier?: string): Promise<void> {
-    const keys = this.requests('RateLimiterService.reset', identity, policies, 1, tier).map((request) => request.key);
+    const keys = this.given.requests('RateLimiterService.reset', identity, policies, 1, tier).map((request) => request.key);
     await this.calls.reset(keys);
   }
 
@@ -121,9 +127,21 @@ export class RateLimiterService implements BeforeApplicationShutdown, OnApplicat
   }
 
   /**
+   * The time decisions are made at, Unix ms: the store's clock when it was given one (a
+   * `ManualClock` in tests, its ms taken as Unix ms), else `Date.now()`. `X-RateLimit-Reset`
+   * counts from it.
+   * @example const resetsAt = limiter.now() + decision.fullAfter * 1000
+   */
+  now(): number {
+    return this.clock === undefined ? Date.now() : this.clock.now();
+  }
+
+  /**
    * Waits out the longest `delay` of admitted decisions: a `leaky_bucket` request proceeds
    * only when its turn in the queue comes. The guard does this itself; code that calls
-   * `consume` does it with this. One timer serves every waiting request.
+   * `consume` does it with this. One timer serves every waiting request. The wait is on the
+   * store's clock: real time, or the clock the store was given, so a test that advances a
+   * `ManualClock` past a request's turn lets it proceed at once.
    *
    * The wait ends early when `signal` aborts (say, the client went away) or the app shuts down.
    * Then what the request took from every policy is given back first (the queue is shorter by
@@ -204,37 +222,5 @@ export class RateLimiterService implements BeforeApplicationShutdown, OnApplicat
    */
   refund(decisions: readonly RateLimitDecision[]): Promise<void> {
     return this.calls.refund(decisions);
-  }
-
-  /**
-   * One store request per policy. `where` names the call in messages.
-   *
-   * @throws InvalidPolicyError for a bad policy or two with one name; TypeError or RangeError for
-   * a bad identity, cost or tier
-   */
-  private requests(
-    where: string,
-    identity: string,
-    policies: RateLimitPolicy | RateLimitPolicy[],
-    cost: number,
-    tier: string | undefined,
-  ): RateLimitRequest[] {
-    if (typeof identity !== 'string') throw new TypeError(invalidArgument(where, 'identity', identity, "must be a string such as 'user:42'"));
-    if (tier !== undefined && typeof tier !== 'string') throw new TypeError(invalidArgument(where, 'tier', tier, "must be a tier's name, a string"));
-    checkCost(cost, where, 'cost');
-    const requests = (Array.isArray(policies) ? policies : [policies]).map((policy) => {
-      let compiled = this.compiled.get(policy);
-      if (!compiled) this.compiled.set(policy, (compiled = routePolicy(resolvePolicy(policy, 'RateLimiterService', 'default'), this.options)));
-      return storeRequest(this.scales.scaled(compiled), identity, cost, tier);
-    });
-    // a policy's name is its bucket: two of one name would be one bucket under two rules, as a route refuses
-    for (let i = 1; i < requests.length; i++) {
-      for (let j = 0; j < i; j++) {
-        if (requests[j].policy === requests[i].policy) {
-          throw new InvalidPolicyError(invalidPolicy('RateLimiterService', duplicatePolicyName(requests[i].policy)));
-        }
-      }
-    }
-    return requests;
   }
 }

@@ -30,6 +30,52 @@ interface WsClient {
 /** ws keeps no headers of the upgrade request: `api-key` and `header:` keys yield nothing there. */
 const NO_HEADERS = Object.freeze({});
 
+/** The messages of one connection that wait their turn, and the one listener that watches it for them. */
+interface Waiting {
+  /** Ends every wait: the connection's listener. */
+  readonly leave: () => void;
+  /** One per waiting message, aborted when the client goes. */
+  readonly messages: Set<AbortController>;
+}
+
+/**
+ * Watches connections for their clients going away while messages of theirs wait their
+ * `leaky_bucket` turn: one listener per connection, however many of its messages wait (a
+ * listener per message passed Node's 10 per emitter, and warned, at the 11th queued message), on
+ * from when the first starts waiting until the last stops.
+ */
+class WaitingConnections {
+  private readonly connections = new WeakMap<WsClient, Waiting>();
+
+  /** A signal that aborts when `client` emits `event`, and what stops watching for this message. */
+  watch(client: WsClient, event: string): { signal: AbortSignal; end: () => void } {
+    let waiting = this.connections.get(client);
+    if (waiting === undefined) {
+      const messages = new Set<AbortController>();
+      const leave = (): void => {
+        this.connections.delete(client);
+        const gone = [...messages];
+        messages.clear();
+        for (const message of gone) message.abort();
+      };
+      client.once(event, leave);
+      this.connections.set(client, (waiting = { leave, messages }));
+    }
+    const { leave, messages } = waiting;
+    const message = new AbortController();
+    messages.add(message);
+    return {
+      signal: message.signal,
+      end: () => {
+        // the last message to stop waiting takes the listener with it; after `leave`, none is left to take
+        if (!messages.delete(message) || messages.size > 0) return;
+        this.connections.delete(client);
+        client.off(event, leave);
+      },
+    };
+  }
+}
+
 /**
  * WebSocket gateway messages, on socket.io and ws: keys read the connection (its address, the
  * socket.io handshake's headers, `client.data.user ?? client.user`), there are no headers to set,
@@ -42,6 +88,7 @@ const NO_HEADERS = Object.freeze({});
 export class WsRateLimitContext implements RateLimitContext {
   private readonly logger = new Logger('RateLimitGuard');
   private forwardedForChecked = false;
+  private readonly waiting = new WaitingConnections();
 
   /** The seam, with `@nestjs/websockets` (an optional peer) imported now: the first gateway message is here. */
   static async load(): Promise<WsRateLimitContext> {
@@ -74,22 +121,17 @@ export class WsRateLimitContext implements RateLimitContext {
   }
 
   /**
-   * Watches the connection: socket.io's `disconnect`, ws's `close`. A message whose client has
-   * gone ends with an `exception` that no one receives.
+   * Watches the connection: socket.io's `disconnect`, ws's `close`, with one listener however
+   * many of its messages wait. A message whose client has gone ends with an `exception` that no
+   * one receives.
    */
   departure(context: ExecutionContext): Departure {
     const client = context.getArgByIndex<WsClient>(0);
-    const event = client.handshake === undefined ? 'close' : 'disconnect';
-    const gone = new AbortController();
-    const leave = (): void => gone.abort();
-    client.once(event, leave);
+    const gone = () => withoutStack(() => new this.Exception({ status: 'error', statusCode: 499, message: clientClosedRequest }));
     // a client that left while the store decided: its event has been and gone
-    if (client.disconnected === true || (client.readyState ?? 0) > 1) gone.abort();
-    return {
-      signal: gone.signal,
-      gone: () => withoutStack(() => new this.Exception({ status: 'error', statusCode: 499, message: clientClosedRequest })),
-      end: () => void client.off(event, leave),
-    };
+    if (client.disconnected === true || (client.readyState ?? 0) > 1) return { signal: AbortSignal.abort(), gone, end: () => undefined };
+    const { signal, end } = this.waiting.watch(client, client.handshake === undefined ? 'close' : 'disconnect');
+    return { signal, gone, end };
   }
 
   /**

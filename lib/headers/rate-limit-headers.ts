@@ -65,7 +65,7 @@ export function headerPlan(families: readonly HeaderFamily[], policies: readonly
  *
  * `Retry-After` is not among them: the guard adds it to a 429 whatever the families.
  *
- * @param nowMs wall-clock time, ms, that `X-RateLimit-Reset` counts from
+ * @param nowMs the time decisions were made at, Unix ms (the store's clock), that `X-RateLimit-Reset` counts from
  */
 export function rateLimitHeaders(plan: HeaderPlan, decisions: readonly RateLimitDecision[], nowMs: number): Array<[string, string]> {
   const headers: Array<[string, string]> = [];

@@ -18,7 +18,8 @@ class OnTarget {
 /**
  * The charge behind each admitted decision a store made, kept on the decision object itself as a
  * private field: what a store's `refund(decisions)` gives back, and as of when (a window that has
- * ended since keeps nothing to give back; a log drops the entries taken at that ms). A private
+ * ended since keeps nothing to give back; a log drops the entries taken at that ms). A refund
+ * takes it, so a decision is given back once however often it is refunded. A private
  * field is invisible to everything but this class (keys, JSON, `util.inspect`, deep equality),
  * so the public `RateLimitDecision` keeps its shape and its plain prototype, and it lives exactly
  * as long as the decision. A `WeakMap` would do the same at about 1 µs per decision (its entries
@@ -26,7 +27,7 @@ class OnTarget {
  * costs a few ns.
  */
 class ChargeOf extends OnTarget {
-  readonly #charge: Charge;
+  #charge: Charge | undefined;
 
   private constructor(decision: RateLimitDecision, charge: Charge) {
     super(decision);
@@ -37,8 +38,12 @@ class ChargeOf extends OnTarget {
     new ChargeOf(decision, charge);
   }
 
-  static read(decision: RateLimitDecision): Charge | undefined {
-    return #charge in decision ? (decision as unknown as ChargeOf).#charge : undefined;
+  static take(decision: RateLimitDecision): Charge | undefined {
+    if (!(#charge in decision)) return undefined;
+    const stamped = decision as unknown as ChargeOf;
+    const charge = stamped.#charge;
+    stamped.#charge = undefined;
+    return charge;
   }
 }
 
@@ -69,9 +74,11 @@ export function toDecision(request: RateLimitRequest, outcome: Outcome): RateLim
 }
 
 /**
- * What an admitted decision of `consume` took, for a refund; `undefined` for a refused decision
- * (it took nothing) or one no built-in store made.
+ * What an admitted decision of `consume` took, for its refund, taken off the decision: a second
+ * call gets `undefined`, so a decision refunded twice (say, in a `catch` and again in a
+ * `finally`) gives its charge back once. `undefined` too for a refused decision (it took
+ * nothing) and for one no built-in store made.
  */
-export function chargeOf(decision: RateLimitDecision): Charge | undefined {
-  return ChargeOf.read(decision);
+export function takeCharge(decision: RateLimitDecision): Charge | undefined {
+  return ChargeOf.take(decision);
 }

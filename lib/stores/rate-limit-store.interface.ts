@@ -1,4 +1,5 @@
 import type { Rule } from '../algorithms/algorithm.types.js';
+import type { StoreClock } from './store-clock.js';
 
 /**
  * One policy's verdict on one request. Times are whole seconds, rounded up.
@@ -69,6 +70,14 @@ export interface RateLimitStore {
    */
   readonly timesCalls?: boolean;
   /**
+   * The clock the store decides on, when it was given one (`new MemoryStore({ clock })`,
+   * `new RedisStore({ client, clock })` with a `{ now() }` or a function): the module then times
+   * `leaky_bucket` waits on it and counts `X-RateLimit-Reset` from it (its ms taken as Unix ms),
+   * so a test that moves a `ManualClock` moves them too. Absent: the store decides on real time,
+   * and so do the waits and the headers.
+   */
+  readonly clock?: StoreClock;
+  /**
    * Decides and, when every policy admits the request, charges every bucket. `timeoutMs` is how
    * long the caller waits for the answer (the module's `timeout`): a remote store should charge
    * nothing for a call that only reaches its server after that (see `timesCalls`).
@@ -106,8 +115,10 @@ export interface RateLimitStore {
    * the ones this store's `consume` returned for it. Every policy's cost goes back into its
    * bucket as far as the charge still counts (a window that has ended since keeps nothing to
    * give back) and never past full; a request some policy refused took nothing and gets nothing.
-   * The store finds what each decision took and when by the decision object itself (the built-in
-   * stores keep that beside each decision they return), so the decision's shape stays public.
+   * A decision is given back at most once: refunded again (alone or among others), it gives
+   * nothing, even when its first refund failed. The store finds what each decision took and when
+   * by the decision object itself (the built-in stores keep that beside each decision they return,
+   * and a refund takes it), so the decision's shape stays public.
    *
    * The module calls it when a client goes away while its request waits its `leaky_bucket`
    * turn, and for requests still waiting at shutdown. Optional: without it, those charges stay

@@ -5,6 +5,7 @@ import { DeadlineQueue } from '../utils/deadline-queue.js';
 import { MemoryStore } from './memory/memory.store.js';
 import { RateLimitStoreError, storeTimeout } from './rate-limit-store.error.js';
 import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from './rate-limit-store.interface.js';
+import { storeClock } from './store-clock.js';
 
 /** Store failures in a row after which calls stop going to the store. */
 const BREAKER_THRESHOLD = 3;
@@ -175,7 +176,8 @@ export class StoreCalls {
   /** What `failMode` makes of a failed store call: the local limiter's decisions, or the error. */
   private fallback(requests: readonly RateLimitRequest[], charge: boolean, failure: RateLimitStoreError): RateLimitDecision[] {
     if (this.options.failMode !== 'local') throw failure;
-    this.local ??= new MemoryStore();
+    // on the store's clock, if it was given one: the local decisions' waits are timed on it
+    this.local ??= new MemoryStore({ clock: storeClock(this.store.clock) });
     const decisions = this.local.decide(requests, charge);
     for (const decision of decisions) this.localDecisions.add(decision);
     return decisions;

@@ -4,6 +4,13 @@
  */
 export interface StoreClock {
   now(): number;
+  /**
+   * Only on a clock that moves when it is moved, and not otherwise (`ManualClock`): calls
+   * `listener` after each move, until the function it returns is called. The module's
+   * `leaky_bucket` waits on such a clock wake as it moves, with no timer; on any other clock they
+   * are timed on real time and checked against the clock when the timer fires.
+   */
+  onChange?(listener: () => void): () => void;
 }
 
 /**
@@ -15,4 +22,13 @@ export function clockReader(clock: unknown): (() => number) | undefined {
   if (typeof clock === 'function') return clock as () => number;
   if (typeof (clock as Partial<StoreClock> | null | undefined)?.now === 'function') return () => (clock as StoreClock).now();
   return undefined;
+}
+
+/**
+ * A store's `clock` option as the `StoreClock` it exposes (see `RateLimitStore.clock`): a
+ * `{ now() }` as it is, a function as `{ now }`; `undefined` when it is neither.
+ */
+export function storeClock(clock: unknown): StoreClock | undefined {
+  if (typeof clock === 'function') return { now: clock as () => number };
+  return typeof (clock as Partial<StoreClock> | null | undefined)?.now === 'function' ? (clock as StoreClock) : undefined;
 }

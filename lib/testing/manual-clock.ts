@@ -5,7 +5,8 @@ import type { StoreClock } from '../stores/store-clock.js';
 /**
  * A clock that moves only when the test moves it, integer milliseconds: give it to a store
  * (`new MemoryStore({ clock })`, `new RedisStore({ client, clock })`) and advance it instead of
- * sleeping. `RateLimitTestingModule` makes one for you.
+ * sleeping. The module follows the store's clock: `leaky_bucket` waits end when it is moved past
+ * their turn, and `X-RateLimit-Reset` counts from its time. `RateLimitTestingModule` makes one for you.
  *
  * It starts at `startMs` (Unix time, ms), by default the time it is made: a `RedisStore` expires
  * its keys on Redis's own clock at this clock's time plus their TTL, so a clock in the past
@@ -18,6 +19,7 @@ import type { StoreClock } from '../stores/store-clock.js';
  */
 export class ManualClock implements StoreClock {
   private ms: number;
+  private readonly listeners = new Set<() => void>();
 
   /** @param startMs where the clock starts, whole ms (default: now) */
   constructor(startMs: number = Date.now()) {
@@ -48,7 +50,20 @@ export class ManualClock implements StoreClock {
   /** Sets the clock's time, whole ms, and returns it. Back is allowed: a bucket gains no quota from a clock gone back. */
   set(ms: number): number {
     this.ms = wholeMs('ManualClock.set', 'ms', ms);
+    for (const listener of [...this.listeners]) listener();
     return this.ms;
+  }
+
+  /**
+   * Calls `listener` after every move (`advance`, `set`) until the function it returns is
+   * called. The module listens while `leaky_bucket` requests wait on this clock, so a move wakes
+   * those whose turn has come, at once and with no timer.
+   *
+   * @example const stop = clock.onChange(() => console.log(clock.now()));
+   */
+  onChange(listener: () => void): () => void {
+    this.listeners.add(listener);
+    return () => void this.listeners.delete(listener);
   }
 }
 

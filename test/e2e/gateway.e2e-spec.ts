@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import type { EventEmitter } from 'node:events';
 import type { IncomingMessage } from 'node:http';
 import { jest } from '@jest/globals';
 import { Module, type Type, UseGuards } from '@nestjs/common';
@@ -17,6 +18,7 @@ import {
 } from '../../lib/index.js';
 import { RateLimitContexts } from '../../lib/contexts/rate-limit-contexts.js';
 import { WsRateLimitContext } from '../../lib/contexts/ws.context.js';
+import { ManualClock } from '../../lib/testing/manual-clock.js';
 import { costExceedsBurst, gatewayForwardedFor, limitExceeded, storeUnavailable } from '../../lib/rate-limit.messages.js';
 import { connectTestRedis } from '../support/redis/test-redis.js';
 import { GATEWAY_ADAPTERS, type GatewayApp, type GatewayClient, startGatewayApp } from '../support/gateway-apps.js';
@@ -364,6 +366,71 @@ describe.each(GATEWAY_ADAPTERS)('a gateway on %s whose store fails', (adapter) =
     const client = await running.connect();
     expect(await client.ask('limited')).toEqual(answer);
     expect(client.open).toBe(true);
+  });
+});
+
+/** Twenty an hour, queued: the first passes at once, the next wait 3 minutes apart. */
+const BACKLOG: RateLimitPolicy = { name: 'backlog', algorithm: 'leaky_bucket', limit: 20, window: '1h', key: 'ip' };
+
+/** A queued handler on a gateway that keeps its connections, to count the listeners on them. */
+@WebSocketGateway()
+class BacklogGateway implements OnGatewayConnection {
+  readonly connections: EventEmitter[] = [];
+  ran = 0;
+
+  handleConnection(client: EventEmitter): void {
+    this.connections.push(client);
+  }
+
+  @RateLimit(BACKLOG)
+  @SubscribeMessage('backlog')
+  backlog() {
+    return { event: 'reply', data: { handler: 'backlog', count: ++this.ran } };
+  }
+}
+
+describe.each(GATEWAY_ADAPTERS)('a gateway on %s with many messages of one connection in a leaky_bucket queue', (adapter) => {
+  it('watches the connection with one listener however many wait, and with none once they are done', async () => {
+    const warnings: string[] = [];
+    const warned = (warning: Error) => void warnings.push(`${warning.name}: ${warning.message}`);
+    process.on('warning', warned);
+    const clock = new ManualClock();
+    @Module({ imports: [RateLimitModule.forRoot({ store: new MemoryStore({ clock }) })], providers: [BacklogGateway] })
+    class AppModule {}
+    const gateway = await startGatewayApp(AppModule, adapter);
+    try {
+      const waits = watchWaits(gateway.app.get(RateLimiterService));
+      const client = await gateway.connect();
+      expect(await client.ask('backlog')).toEqual(reply('backlog', 1));
+      const [connection] = gateway.app.get(BacklogGateway).connections;
+      const event = adapter === 'ws' ? 'close' : 'disconnect';
+      const unwatched = connection.listenerCount(event);
+
+      // 15 wait their turns, 3 to 45 minutes away: one listener watches the connection for them all
+      for (let i = 0; i < 15; i++) client.send('backlog');
+      for (let i = 0; i < 15; i++) await waits.next();
+      expect(connection.listenerCount(event)).toBe(unwatched + 1);
+      /** The next `count` replies' counts, in order. */
+      const replies = async (count: number) => {
+        const counts = [];
+        for (let i = 0; i < count; i++) counts.push((await client.next()).data.count);
+        return counts.sort((a, b) => a - b);
+      };
+
+      // five leave the queue: the connection stays watched for the ten left, and by one listener
+      clock.advance('15m');
+      expect(await replies(5)).toEqual([2, 3, 4, 5, 6]);
+      expect(connection.listenerCount(event)).toBe(unwatched + 1);
+      // the last leave: nothing waits, nothing watches
+      clock.advance('30m');
+      expect(await replies(10)).toEqual([7, 8, 9, 10, 11, 12, 13, 14, 15, 16]);
+      expect(connection.listenerCount(event)).toBe(unwatched);
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(warnings).toEqual([]);
+    } finally {
+      process.off('warning', warned);
+      await gateway.close();
+    }
   });
 });
 

@@ -32,8 +32,14 @@ clock.advance('1s');
 allowed.push(await take(), await take());
 await limiter.resetAll();
 allowed.push(await take(2));
+// a leaky_bucket request's turn, 1 s of the manual clock away, comes when the clock is advanced
+const queue = { name: 'queue', algorithm: 'leaky_bucket', rps: 1, burst: 2 };
+await limiter.consume('ip:2', queue);
+const turn = limiter.wait(await limiter.consume('ip:2', queue)).then(() => 'its turn');
+clock.advance('1s');
+const waited = await Promise.race([turn, new Promise((resolve) => setImmediate(resolve, 'still waiting'))]);
 await app.close();
-console.log(JSON.stringify({ allowed, sameModule: testing.imports.some((imported) => imported.module === RateLimitModule) }));
+console.log(JSON.stringify({ allowed, waited, sameModule: testing.imports.some((imported) => imported.module === RateLimitModule) }));
 `;
 
 /** The user's test in ESM, importing as users do. */
@@ -63,6 +69,7 @@ const options: RateLimitTestingOptions = { prefix: 'test:', headers: false };
 export const testing = RateLimitTestingModule.forRoot(options);
 const clock: ManualClock = new ManualClock(0);
 export const at: number = clock.advance('1s') + clock.set(5) + clock.now();
+export const stop: () => void = clock.onChange(() => undefined);
 export const reset: (limiter: RateLimiterService) => Promise<void> = (limiter) => limiter.resetAll();
 // @ts-expect-error the testing module makes its own store
 RateLimitTestingModule.forRoot({ store: undefined, redis: 'redis://localhost:6379' });
@@ -141,7 +148,7 @@ describe('the packed package', () => {
     expect([...root].filter((file) => file.includes(`${join('dist', 'testing')}/`))).toEqual([]);
   });
 
-  it.each(['consumer.mjs', 'consumer.cjs'])('works for a user file that imports it (%s): burst of 2, advance 1 s, resetAll', async (file) => {
+  it.each(['consumer.mjs', 'consumer.cjs'])('works for a user file that imports it (%s): burst of 2, advance 1 s, resetAll, a leaky_bucket turn', async (file) => {
     const { NODE_OPTIONS: _jestOptions, ...env } = process.env;
     const child = spawn(process.execPath, [join(project, file)], { cwd: project, env });
     let stdout = '';
@@ -150,7 +157,7 @@ describe('the packed package', () => {
     child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
     const code = await new Promise<number | null>((exited) => child.once('exit', exited));
     expect({ code, stderr }).toEqual({ code: 0, stderr: '' });
-    expect(JSON.parse(stdout)).toEqual({ allowed: [true, true, false, true, false, true], sameModule: true });
+    expect(JSON.parse(stdout)).toEqual({ allowed: [true, true, false, true, false, true], waited: 'its turn', sameModule: true });
   }, 60_000);
 
   it("type-checks a user's ESM and CommonJS files against its declarations (NodeNext resolution)", () => {

@@ -114,3 +114,21 @@ describe.each(stores)('%s refund', (_storeName, makeStore) => {
     expect((await store.peek([log]))[0]).toMatchObject({ remaining: 3 });
   });
 });
+
+describe.each(stores)('%s refund, repeated', (_storeName, makeStore) => {
+  it.each(ALGORITHMS.map((a) => [a]))('gives a %s decision back once, however often it is refunded, one after another or at once', async (algorithm) => {
+    const { store, setNow } = makeStore();
+    const id = randomUUID();
+    const pair = [request('a', ruleOf(algorithm, 0.001, 5), `user:${id}`), request('b', ruleOf('token_bucket', 0.001, 5), `ip:${id}`)];
+    setNow(0);
+    const first = await store.consume(pair);
+    for (let i = 0; i < 4; i++) await store.consume(pair);
+    // one request's charge, given back five times: twice in turn, then three refunds racing
+    await store.refund!(first);
+    await store.refund!(first);
+    await Promise.all([store.refund!(first), store.refund!([first[1]]), store.refund!([first[0]])]);
+    const admitted = [];
+    for (let i = 0; i < 3; i++) admitted.push((await store.consume(pair)).every((d) => d.allowed));
+    expect(admitted).toEqual([true, false, false]);
+  });
+});

@@ -1,3 +1,5 @@
+import { EventEmitter } from 'node:events';
+import type { ExecutionContext } from '@nestjs/common';
 import type { HttpAdapterHost } from '@nestjs/core';
 import { GraphqlRateLimitContext } from '../../lib/contexts/graphql.context.js';
 import { HttpRateLimitContext } from '../../lib/contexts/http.context.js';
@@ -50,5 +52,55 @@ describe('RateLimitContexts', () => {
     contexts.use('ws', own);
     expect(await loading).toBe(own);
     expect(contexts.for('ws')).toBe(own);
+  });
+});
+
+describe('WsRateLimitContext.departure: one listener per connection, however many of its messages wait', () => {
+  /** A ws client (its `close` event, its `readyState`) and a message of it, as the guard's context. */
+  function connection() {
+    const client = Object.assign(new EventEmitter(), { readyState: 1 });
+    const message = { getArgByIndex: () => client } as unknown as ExecutionContext;
+    return { client, message };
+  }
+
+  it('adds one listener for all, takes a message that stops waiting off it, and the listener with the last one', async () => {
+    const seam = await WsRateLimitContext.load();
+    const { client, message } = connection();
+    const departures = Array.from({ length: 12 }, () => seam.departure(message));
+    expect(client.listenerCount('close')).toBe(1);
+    for (const departure of departures.slice(0, 11)) departure.end();
+    expect(client.listenerCount('close')).toBe(1);
+    departures[11].end();
+    expect(client.listenerCount('close')).toBe(0);
+    expect(departures.some((departure) => departure.signal.aborted)).toBe(false);
+    // the next message to wait watches the connection again
+    seam.departure(message);
+    expect(client.listenerCount('close')).toBe(1);
+  });
+
+  it('aborts every waiting message when the client goes, those that stopped waiting excepted, and leaves no listener', async () => {
+    const seam = await WsRateLimitContext.load();
+    const { client, message } = connection();
+    const [done, ...waiting] = Array.from({ length: 4 }, () => seam.departure(message));
+    done.end();
+    client.readyState = 3;
+    client.emit('close');
+    expect(done.signal.aborted).toBe(false);
+    expect(waiting.map((departure) => departure.signal.aborted)).toEqual([true, true, true]);
+    expect(client.listenerCount('close')).toBe(0);
+    for (const departure of waiting) departure.end();
+    // a message of a client gone already is aborted at once, with no listener
+    const late = seam.departure(message);
+    expect(late.signal.aborted).toBe(true);
+    expect(client.listenerCount('close')).toBe(0);
+  });
+
+  it("keeps each connection's waits apart", async () => {
+    const seam = await WsRateLimitContext.load();
+    const [one, two] = [connection(), connection()];
+    const [fromOne, fromTwo] = [seam.departure(one.message), seam.departure(two.message)];
+    one.client.emit('close');
+    expect([fromOne.signal.aborted, fromTwo.signal.aborted]).toEqual([true, false]);
+    expect(two.client.listenerCount('close')).toBe(1);
   });
 });

@@ -1,6 +1,13 @@
+import { jest } from '@jest/globals';
+import { Logger } from '@nestjs/common';
 import fc from 'fast-check';
 import { ALGORITHMS, type Held } from '../../lib/algorithms/algorithm.types.js';
 import { decideAll, MODELS } from '../../lib/algorithms/decide.js';
+import type { RateLimitPolicy } from '../../lib/policy/policy.types.js';
+import { RateLimiterService } from '../../lib/rate-limiter.service.js';
+import { resolveOptions } from '../../lib/rate-limit-options.js';
+import { MemoryStore } from '../../lib/stores/memory/memory.store.js';
+import type { RateLimitDecision, RateLimitStore } from '../../lib/stores/rate-limit-store.interface.js';
 import { CASE_EPOCH, ruleOf } from '../cases/index.js';
 
 /** What a state lets through: remaining and the wait for every whole need. */
@@ -81,5 +88,49 @@ describe('refund of a charge whose window has ended', () => {
     const first = model.charge(model.current(undefined, CASE_EPOCH, rule), rule, 1);
     const second = model.charge(model.current(first, CASE_EPOCH + 10, rule), rule, 2);
     expect(model.refund(second, rule, 2, CASE_EPOCH + 10)).toMatchObject({ times: [CASE_EPOCH] });
+  });
+});
+
+describe('RateLimiterService.refund: a decision is given back at most once', () => {
+  const down = async (): Promise<RateLimitDecision[]> => {
+    throw new Error('connection refused');
+  };
+  /** A store that cannot decide: with failMode 'local', the in-process limiter decides instead. */
+  const failing: RateLimitStore = { consume: down, peek: down, reset: async () => undefined, refund: async () => undefined };
+  const stores: Array<[string, () => RateLimitStore, 'open' | 'local']> = [
+    ['the memory store', () => new MemoryStore({ clock: () => CASE_EPOCH }), 'open'],
+    ["failMode 'local' (the in-process limiter)", () => failing, 'local'],
+  ];
+
+  describe.each(stores)('on %s', (_name, makeStore, failMode) => {
+    let limiter: RateLimiterService;
+    beforeEach(() => {
+      jest.spyOn(Logger.prototype, 'error').mockImplementation(() => undefined);
+      limiter = new RateLimiterService(resolveOptions({ failMode }), makeStore());
+    });
+    afterEach(async () => {
+      await limiter.onApplicationShutdown();
+      jest.restoreAllMocks();
+    });
+
+    it.each(['token_bucket', 'fixed_window', 'sliding_window_log'] as const)('%s: one decision refunded 5 times gives back one request', async (algorithm) => {
+      const policy: RateLimitPolicy = { name: 'exports', algorithm, rps: 0.001, burst: 5 };
+      const first = await limiter.consume('user:1', policy);
+      for (let i = 0; i < 4; i++) await limiter.consume('user:1', policy);
+      for (let i = 0; i < 5; i++) await limiter.refund(first);
+      const admitted = [];
+      for (let i = 0; i < 3; i++) admitted.push((await limiter.consume('user:1', policy))[0].allowed);
+      expect(admitted).toEqual([true, false, false]);
+    });
+
+    it('a leaky_bucket turn given back when its wait ends early is not given back again by a refund', async () => {
+      const queue: RateLimitPolicy = { name: 'queue', algorithm: 'leaky_bucket', rps: 0.001, burst: 3 };
+      await limiter.consume('user:1', queue);
+      const queued = await limiter.consume('user:1', queue);
+      await limiter.consume('user:1', queue);
+      await expect(limiter.wait(queued, AbortSignal.abort())).rejects.toBeDefined();
+      await limiter.refund(queued);
+      expect((await limiter.peek('user:1', queue))[0].remaining).toBe(1);
+    });
   });
 });

@@ -1,5 +1,6 @@
 import { getEventListeners } from 'node:events';
 import { jest } from '@jest/globals';
+import { ManualClock } from '../../lib/testing/manual-clock.js';
 import { WakeQueue } from '../../lib/utils/wake-queue.js';
 
 describe('WakeQueue', () => {
@@ -134,5 +135,120 @@ describe('WakeQueue', () => {
     await expect(queue.wait(10_000)).resolves.toBe(false);
     await expect(queue.wait(0)).resolves.toBe(true);
     expect(jest.getTimerCount()).toBe(0);
+  });
+});
+
+describe('WakeQueue on a clock of its own', () => {
+  afterEach(() => {
+    jest.useRealTimers();
+  });
+
+  /** A clock moved by hand, as `ManualClock` is, that counts who listens to it. */
+  function handClock(start = 1_000_000) {
+    const clock = new ManualClock(start);
+    let listening = 0;
+    const onChange = clock.onChange.bind(clock);
+    clock.onChange = (listener) => {
+      listening++;
+      const stop = onChange(listener);
+      return () => {
+        listening--;
+        stop();
+      };
+    };
+    return { clock, listening: () => listening };
+  }
+
+  it('on a clock moved by hand, wakes each sleeper when a move passes its time, with no timer', async () => {
+    jest.useFakeTimers();
+    const { clock, listening } = handClock();
+    const queue = new WakeQueue(clock);
+    const woke: number[] = [];
+    for (const ms of [3_000, 1_000, 2_000]) void queue.wait(ms).then(() => woke.push(ms));
+    expect(jest.getTimerCount()).toBe(0);
+    expect(listening()).toBe(1);
+
+    // real time alone wakes no one
+    await jest.advanceTimersByTimeAsync(10_000);
+    expect(woke).toEqual([]);
+    clock.advance(999);
+    await Promise.resolve();
+    expect(woke).toEqual([]);
+    clock.advance('1ms');
+    await Promise.resolve();
+    expect(woke).toEqual([1_000]);
+    clock.set(clock.now() + 5_000);
+    await Promise.resolve();
+    expect(woke).toEqual([1_000, 2_000, 3_000]);
+    // it listens only while someone sleeps
+    expect(listening()).toBe(0);
+    queue.close();
+  });
+
+  it('on a clock moved by hand, stops listening when the last sleeper is cancelled, and at close', async () => {
+    const { clock, listening } = handClock();
+    const queue = new WakeQueue(clock);
+    const gone = new AbortController();
+    const turn = queue.wait(5_000, gone.signal);
+    expect(listening()).toBe(1);
+    gone.abort();
+    await expect(turn).resolves.toBe(false);
+    expect(listening()).toBe(0);
+
+    const closed = queue.wait(5_000);
+    expect(listening()).toBe(1);
+    queue.close();
+    await expect(closed).resolves.toBe(false);
+    expect(listening()).toBe(0);
+    clock.advance('10s');
+  });
+
+  it('on a clock moved by hand, a clock set back keeps its sleepers until it passes their time again', async () => {
+    const clock = new ManualClock(1_000_000);
+    const queue = new WakeQueue(clock);
+    let woke = false;
+    void queue.wait(1_000).then(() => (woke = true));
+    clock.set(0);
+    clock.advance(1_000_500);
+    await Promise.resolve();
+    expect(woke).toBe(false);
+    clock.advance(500);
+    await Promise.resolve();
+    expect(woke).toBe(true);
+    queue.close();
+  });
+
+  it('on a clock that does not say when it moves, times the wait on real time and lets the clock say who wakes', async () => {
+    jest.useFakeTimers();
+    let now = 5_000;
+    const queue = new WakeQueue({ now: () => now });
+    const woke: number[] = [];
+    void queue.wait(100).then(() => woke.push(100));
+    void queue.wait(300).then(() => woke.push(300));
+    expect(jest.getTimerCount()).toBe(1);
+    // the clock ran ahead of real time: the first firing wakes both
+    now += 300;
+    await jest.advanceTimersByTimeAsync(100);
+    expect(woke).toEqual([100, 300]);
+    expect(jest.getTimerCount()).toBe(0);
+    queue.close();
+  });
+
+  it('looks at a clock that stands still (and does not say when it moves) once a second, not once a millisecond', async () => {
+    jest.useFakeTimers();
+    let now = 5_000;
+    const read = jest.fn(() => now);
+    const queue = new WakeQueue({ now: read });
+    let woke = false;
+    void queue.wait(1).then(() => (woke = true));
+    await jest.advanceTimersByTimeAsync(10_000);
+    expect(woke).toBe(false);
+    // armed, then one look when the first 1 ms timer fires, then about one a second
+    expect(read.mock.calls.length).toBeLessThanOrEqual(2 + 2 * 11);
+    now += 1;
+    await jest.advanceTimersByTimeAsync(1_000);
+    expect(woke).toBe(true);
+    expect(jest.getTimerCount()).toBe(0);
+    queue.close();
   });
 });

@@ -1,9 +1,9 @@
 import { decideAll, type Entry, expiresAt, expiryAfter, modelOf, type Verdict } from '../../algorithms/decide.js';
 import { invalidMaxKeys, invalidStoreClock } from '../../rate-limit.messages.js';
-import { chargeOf, toDecision } from '../decision.js';
+import { takeCharge, toDecision } from '../decision.js';
 import { distinctRequests, spreadDecisions } from '../distinct-requests.js';
 import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from '../rate-limit-store.interface.js';
-import { clockReader, type StoreClock } from '../store-clock.js';
+import { clockReader, type StoreClock, storeClock } from '../store-clock.js';
 import { BucketTable } from './bucket-table.js';
 import { makeRoom } from './eviction.js';
 
@@ -12,7 +12,8 @@ export interface MemoryStoreOptions {
   /**
    * The clock, integer milliseconds: any `{ now() }`, such as `ManualClock` from
    * `nestjs-ratelimit/testing`, which tests move by hand. A function returning ms is taken too.
-   * Default `Date.now`.
+   * The module follows a given clock too: `leaky_bucket` waits end, and `X-RateLimit-Reset` counts,
+   * on its time. Default `Date.now`.
    */
   clock?: StoreClock | (() => number);
   /**
@@ -45,7 +46,10 @@ const DEFAULT_MAX_KEYS = 100_000;
  */
 export class MemoryStore implements RateLimitStore {
   readonly inProcess = true;
-  private readonly clock: () => number;
+  /** The clock given in the options, if any (see `RateLimitStore.clock`). */
+  readonly clock: StoreClock | undefined;
+  /** The time buckets are decided at, ms: the given clock's, else `Date.now()`. */
+  private readonly now: () => number;
   private readonly maxKeys: number;
   private readonly table: BucketTable;
   /** Row where the next sweep starts. */
@@ -57,7 +61,8 @@ export class MemoryStore implements RateLimitStore {
     const read = clockReader(clock);
     if (read === undefined) throw new Error(invalidStoreClock('MemoryStore', clock, '{ now() } or a function returning ms'));
     if (!Number.isSafeInteger(maxKeys) || maxKeys < 1) throw new Error(invalidMaxKeys(maxKeys));
-    this.clock = read;
+    this.now = read;
+    this.clock = storeClock(options.clock);
     this.maxKeys = maxKeys;
     this.table = new BucketTable(maxKeys);
   }
@@ -109,7 +114,7 @@ export class MemoryStore implements RateLimitStore {
 
   /** Decides requests whose keys are all different: each has one row at most. */
   private decideDistinct(requests: readonly RateLimitRequest[], charge: boolean): RateLimitDecision[] {
-    const now = this.clock();
+    const now = this.now();
     const n = requests.length;
     // each bucket's row (undefined: none), looked up once for the read and the write
     const rows: (number | undefined)[] = new Array(n);
@@ -157,7 +162,7 @@ export class MemoryStore implements RateLimitStore {
   /** Drops the expired buckets among the next `SWEEP_PER_TICK` rows of a round-robin pass. */
   private sweepSome(): void {
     this.sweepTimer = undefined;
-    const now = this.clock();
+    const now = this.now();
     const end = Math.min(this.table.length, this.sweepFrom + SWEEP_PER_TICK);
     for (let row = this.sweepFrom; row < end; row++) {
       if (this.table.isUsed(row) && this.table.expiry(row) <= now) this.table.free(row);
@@ -168,14 +173,14 @@ export class MemoryStore implements RateLimitStore {
 
   /**
    * Gives back what `consume` took for these decisions (see `RateLimitStore.refund`), each as far
-   * as its charge still counts. A bucket that has expired since is full already: nothing to do.
+   * as its charge still counts and once. A bucket that has expired since is full already: nothing to do.
    */
   refund(decisions: readonly RateLimitDecision[]): Promise<void> {
     // a request some policy refused took nothing from any bucket (all-or-nothing)
     if (!decisions.every((decision) => decision.allowed)) return Promise.resolve();
-    const now = this.clock();
+    const now = this.now();
     for (const decision of decisions) {
-      const charge = chargeOf(decision);
+      const charge = takeCharge(decision);
       if (charge === undefined) continue;
       const { key, rule, cost } = charge.request;
       const row = this.table.rowOf(key);

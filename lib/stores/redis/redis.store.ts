@@ -1,10 +1,11 @@
 import type { Cluster, Redis } from 'ioredis';
 import type { Outcome } from '../../algorithms/algorithm.types.js';
 import { Deadlines } from '../../utils/deadline-queue.js';
-import { type Charge, chargeOf, toDecision } from '../decision.js';
+import { type Charge, takeCharge, toDecision } from '../decision.js';
 import { distinctRequests, spreadDecisions } from '../distinct-requests.js';
 import { storeTimeout } from '../rate-limit-store.error.js';
 import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from '../rate-limit-store.interface.js';
+import { type StoreClock, storeClock } from '../store-clock.js';
 import { groupBySlot, HASH_SLOTS } from './hash-slot.js';
 import { PendingCalls } from './pending-calls.js';
 import { RefusedCache } from './refused-cache.js';
@@ -43,8 +44,10 @@ export class RedisStore implements RateLimitStore {
   /** Every call is bounded by its `timeoutMs` from when it leaves the process (see `SlotBatches`). */
   readonly timesCalls = true;
   readonly client: Redis | Cluster;
+  /** The clock given in the options (`{ now() }` or a function), if any (see `RateLimitStore.clock`). */
+  readonly clock: StoreClock | undefined;
   private readonly cluster: boolean;
-  private readonly clock: RedisClock;
+  private readonly clocks: RedisClock;
   private readonly scripts: RedisScripts;
   private readonly batches: SlotBatches;
   /** The timers of calls on their way, one per timeout. */
@@ -58,9 +61,10 @@ export class RedisStore implements RateLimitStore {
     this.client = options.client;
     this.cluster = (this.client as Cluster).isCluster === true;
     const given = givenClock(options.clock);
-    this.clock = new RedisClock(given, options.clock === 'app' ? undefined : given, this.cluster ? HASH_SLOTS : 1);
-    this.scripts = new RedisScripts(this.client, this.clock);
-    this.batches = new SlotBatches(this.scripts, this.clock, this.deadlines);
+    this.clock = storeClock(options.clock);
+    this.clocks = new RedisClock(given, options.clock === 'app' ? undefined : given, this.cluster ? HASH_SLOTS : 1);
+    this.scripts = new RedisScripts(this.client, this.clocks);
+    this.batches = new SlotBatches(this.scripts, this.clocks, this.deadlines);
     this.refused = options.cacheRefusals === false ? undefined : new RefusedCache();
   }
 
@@ -101,7 +105,7 @@ export class RedisStore implements RateLimitStore {
    * before `consume`: such an answer takes no time and says nothing of Redis's health.
    */
   cached(requests: readonly RateLimitRequest[]): RateLimitDecision[] | undefined {
-    const outcomes = this.refused?.lookup(requests, this.clock.localNow());
+    const outcomes = this.refused?.lookup(requests, this.clocks.localNow());
     return outcomes === undefined ? undefined : requests.map((request, i) => toDecision(request, outcomes[i]));
   }
 
@@ -113,7 +117,7 @@ export class RedisStore implements RateLimitStore {
   async refund(decisions: readonly RateLimitDecision[]): Promise<void> {
     // a request some policy refused took nothing (what another hash slot charged went back then)
     if (!decisions.every((decision) => decision.allowed)) return;
-    const charges = decisions.map(chargeOf).filter((charge): charge is Charge => charge !== undefined);
+    const charges = decisions.map(takeCharge).filter((charge): charge is Charge => charge !== undefined);
     if (charges.length === 0) return;
     const keys = charges.map((charge) => charge.request.key);
     // forgotten now too: a request on these keys that comes before the reply then goes to Redis,
@@ -135,7 +139,7 @@ export class RedisStore implements RateLimitStore {
     if (cache !== undefined) {
       const known = this.cached(requests);
       if (known !== undefined) return known;
-      const calls = cache.contended(requests, this.clock.localNow()) ? this.pending.drained(requests) : undefined;
+      const calls = cache.contended(requests, this.clocks.localNow()) ? this.pending.drained(requests) : undefined;
       if (calls !== undefined) {
         // A flood on these buckets: calls on them are on their way, and they most likely leave
         // nothing for this request. Their answers come sooner than a call of our own would, so
@@ -144,7 +148,7 @@ export class RedisStore implements RateLimitStore {
         const failure = await calls;
         // Redis is slow or gone: a call of our own would add its timeout to theirs
         if (failure !== undefined) throw failure;
-        const outcomes = cache.lookupTogether(requests, this.clock.localNow());
+        const outcomes = cache.lookupTogether(requests, this.clocks.localNow());
         if (outcomes !== undefined) return requests.map((request, i) => toDecision(request, outcomes[i]));
       }
       this.pending.depart(requests);
