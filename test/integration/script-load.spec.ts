@@ -108,3 +108,21 @@ describe('loading the scripts on a Redis Cluster (own cluster)', () => {
     }
   });
 });
+
+describe('the stores of one client (own redis-server)', () => {
+  it('add one listener to it however many there are, and take it away when the last is closed', async () => {
+    const server = await startRedisServer();
+    const client = new Redis(server.url);
+    try {
+      await new Promise((resolve) => client.once('ready', resolve));
+      const before = client.listenerCount('ready');
+      const stores = Array.from({ length: 20 }, () => new RedisStore({ client, clock: 'app' }));
+      expect(client.listenerCount('ready')).toBe(before + 1);
+      for (const store of stores) await store.close();
+      expect(client.listenerCount('ready')).toBe(before);
+    } finally {
+      client.disconnect();
+      stopRedisServer(server.pid);
+    }
+  });
+});

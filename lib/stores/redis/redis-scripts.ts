@@ -25,6 +25,24 @@ const REFUND = script(REFUND_LUA);
 type ScriptCommand = (numKeys: number, ...args: string[]) => Promise<unknown>;
 
 /**
+ * Per client, the one `ready` listener that loads the scripts again after a reconnect, and how
+ * many open stores use it: a client that many stores share (one per test, say) gets one.
+ */
+const reloaders = new WeakMap<Redis | Cluster, { stores: number; load: () => void }>();
+
+/**
+ * Loads both scripts into Redis (on a Cluster, into every master it knows), so that calls find
+ * them. Nothing waits for it; where it fails (Redis down, the Cluster not ready yet), the next
+ * `ready` loads them, and until then a call that meets `NOSCRIPT` sends its script whole.
+ */
+function loadScripts(client: Redis | Cluster): void {
+  const nodes: (Redis | Cluster)[] = (client as Cluster).isCluster === true ? (client as Cluster).nodes('master') : [client];
+  for (const node of nodes) {
+    for (const { lua } of [DECIDE, REFUND]) node.script('LOAD', lua).catch(() => undefined);
+  }
+}
+
+/**
  * The decide and refund scripts on one ioredis client. They are loaded into Redis when the store
  * starts (`SCRIPT LOAD`, on every master of a Cluster) and again whenever the client is ready after
  * a reconnect, so no decision pays for sending and compiling them; each call is an `EVALSHA`, and
@@ -39,6 +57,7 @@ export class RedisScripts {
   private timeCheck: Promise<void> | undefined;
   /** Whether the store has started talking to Redis (a lazyConnect client is left alone until its first call). */
   private started = false;
+  private closed = false;
   private readonly logger = new Logger('RedisStore');
 
   constructor(
@@ -46,7 +65,12 @@ export class RedisScripts {
     private readonly clock: RedisClock,
   ) {
     this.timeChecked = !clock.redisTime;
-    client.on('ready', this.load);
+    let reloader = reloaders.get(client);
+    if (reloader === undefined) {
+      reloaders.set(client, (reloader = { stores: 0, load: () => loadScripts(client) }));
+      client.on('ready', reloader.load);
+    }
+    reloader.stores++;
     // a client that is to connect only when used (lazyConnect) is left alone until then
     if (client.status !== 'wait') this.start();
   }
@@ -66,9 +90,14 @@ export class RedisScripts {
     return parseAnswer(await this.run(REFUND, keys, args), 0, requests.length);
   }
 
-  /** Stops reloading the scripts on the client's reconnections: the store is closed. */
+  /** The store is closed: the last store of its client stops reloading the scripts on its reconnections. */
   close(): void {
-    this.client.off('ready', this.load);
+    if (this.closed) return;
+    this.closed = true;
+    const reloader = reloaders.get(this.client);
+    if (reloader === undefined || --reloader.stores > 0) return;
+    this.client.off('ready', reloader.load);
+    reloaders.delete(this.client);
   }
 
   /**
@@ -97,22 +126,9 @@ export class RedisScripts {
   /** The store's first talk with Redis: the scripts loaded, and `TIME` probed unless a clock is given. */
   private start(): void {
     this.started = true;
-    this.load();
+    loadScripts(this.client);
     if (!this.timeChecked) this.timeCheck ??= this.checkTime();
   }
-
-  /**
-   * Loads both scripts into Redis (on a Cluster, into every master it knows), so that calls find
-   * them. Nothing waits for it; where it fails (Redis down, the Cluster not ready yet), the next
-   * `ready` loads them, and until then a call that meets `NOSCRIPT` sends its script whole.
-   */
-  private readonly load = (): void => {
-    const cluster = this.client as Cluster;
-    const nodes: (Redis | Cluster)[] = cluster.isCluster === true ? cluster.nodes('master') : [this.client];
-    for (const node of nodes) {
-      for (const { lua } of [DECIDE, REFUND]) node.script('LOAD', lua).catch(() => undefined);
-    }
-  };
 
   /**
    * Probes Redis `TIME` inside a script: one EVAL (ioredis sends a defined command's first call
