@@ -4,8 +4,7 @@ import { outcomeTarget, type RateLimitContext } from './contexts/rate-limit-cont
 import { RateLimitContexts } from './contexts/rate-limit-contexts.js';
 import { limiting } from './headers/rate-limit-headers.js';
 import { resolveCost } from './keys/cost.js';
-import { type LimitedRequest, resolveIdentity } from './keys/identity.js';
-import { KeyTimeoutError, SourceDeadlines } from './keys/source-deadline.js';
+import { KeyTimeoutError, type LimitedRequest, resolveIdentity } from './keys/identity.js';
 import { resolveTier } from './keys/tier.js';
 import { IdentityWarnings, routeName } from './keys/identity-warnings.js';
 import { RATE_LIMIT_OPTIONS } from './rate-limit.constants.js';
@@ -40,7 +39,6 @@ import type { RateLimitDecision, RateLimitRequest } from './stores/rate-limit-st
 export class RateLimitGuard implements CanActivate {
   protected readonly logger = new Logger('RateLimitGuard');
   private readonly identities = new IdentityWarnings(this.logger);
-  private readonly deadlines = new SourceDeadlines();
   /** Writes each answer's headers, from its own decisions or from all those of an answer they share. */
   private readonly headers: AnswerHeaders;
   /** Each route's policies less those a `skipIf` let pass, one list per set skipped (so its plan is cached). */
@@ -177,7 +175,7 @@ export class RateLimitGuard implements CanActivate {
 
   /** The identity a policy limits this request as (see `KeySource`); a promise only when a key function answers with one. */
   protected resolveIdentity(policy: RoutePolicy, request: LimitedRequest, context: ExecutionContext): string | Promise<string> {
-    return resolveIdentity(policy.keys, request, context, this.options, this.deadlines);
+    return resolveIdentity(policy.keys, request, context, this.options);
   }
 
   /** Tokens this request takes under a policy (see `CostSource`); an unusable cost is `defaultCost`. */
@@ -192,7 +190,7 @@ export class RateLimitGuard implements CanActivate {
    */
   protected resolveTier(policy: RoutePolicy, request: LimitedRequest, context: ExecutionContext, seam: RateLimitContext): string | undefined | Promise<string | undefined> {
     if (policy.tiers === undefined) return undefined;
-    return resolveTier(policy.tiers.source, request, context, seam.target?.(context) ?? context.getArgs(), this.deadlines, this.options.timeout);
+    return resolveTier(policy.tiers.source, request, context, seam.target?.(context) ?? context.getArgs(), this.options.timeout);
   }
 
   /** Sets the configured header families for the decisions (on a GraphQL HTTP response, for every decision made for it). */

@@ -2,9 +2,10 @@ import type { ExecutionContext } from '@nestjs/common';
 import type { KeySource, LimitedRequest } from '../policy/policy.types.js';
 import { keyTimedOut } from '../rate-limit.messages.js';
 import { normalizeIp } from './ip.js';
-import { isThenable, KeyTimeoutError, type SourceDeadlines } from './source-deadline.js';
+import { isThenable, KeyTimeoutError, withinTimeout } from './source-promise.js';
 
 export type { LimitedRequest } from '../policy/policy.types.js';
+export { KeyTimeoutError } from './source-promise.js';
 
 /** The module options the key sources depend on. */
 export interface KeyOptions {
@@ -37,9 +38,8 @@ export function resolveIdentity(
   request: LimitedRequest,
   context: ExecutionContext,
   options: KeyOptions,
-  deadlines: SourceDeadlines,
 ): string | Promise<string> {
-  return identityFrom(0, sources, request, context, options, deadlines);
+  return identityFrom(0, sources, request, context, options);
 }
 
 /** The identity from the first source at or after `start` that yields, else the IP. */
@@ -49,7 +49,6 @@ function identityFrom(
   request: LimitedRequest,
   context: ExecutionContext,
   options: KeyOptions,
-  deadlines: SourceDeadlines,
 ): string | Promise<string> {
   for (let i = start; i < sources.length; i++) {
     const source = sources[i];
@@ -59,7 +58,7 @@ function identityFrom(
       continue;
     }
     const value = source(context);
-    if (isThenable(value)) return awaited(value, i, sources, request, context, options, deadlines);
+    if (isThenable(value)) return awaited(value, i, sources, request, context, options);
     const identity = customIdentity(value);
     if (identity !== undefined) return identity;
   }
@@ -74,15 +73,14 @@ async function awaited(
   request: LimitedRequest,
   context: ExecutionContext,
   options: KeyOptions,
-  deadlines: SourceDeadlines,
 ): Promise<string> {
   let identity: string | undefined;
   try {
-    identity = customIdentity(await deadlines.race(Promise.resolve(value), options.timeout, () => new KeyTimeoutError(keyTimedOut(options.timeout))));
+    identity = customIdentity(await withinTimeout(value, options.timeout, () => new KeyTimeoutError(keyTimedOut(options.timeout))));
   } catch (error) {
     if (!(error instanceof KeyTimeoutError) || options.failMode !== 'local') throw error;
   }
-  return identity ?? identityFrom(at + 1, sources, request, context, options, deadlines);
+  return identity ?? identityFrom(at + 1, sources, request, context, options);
 }
 
 /** What a key function returned, as an identity: a non-empty string, else none. */

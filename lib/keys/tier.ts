@@ -1,7 +1,7 @@
 import type { ExecutionContext } from '@nestjs/common';
 import type { TierSource } from '../policy/policy.types.js';
 import type { LimitedRequest } from './identity.js';
-import { isThenable, type SourceDeadlines } from './source-deadline.js';
+import { isThenable, withinTimeout } from './source-promise.js';
 
 /**
  * Where a request keeps the tiers its tier functions named: on its target (the object the guard
@@ -28,21 +28,20 @@ export function resolveTier(
   request: LimitedRequest,
   context: ExecutionContext,
   target: object,
-  deadlines: SourceDeadlines,
   timeoutMs: number,
 ): Named {
   if (typeof source !== 'function') return tierName((request.user as Record<string, unknown> | null | undefined)?.[source.slice('user:'.length)]);
   const memo = ((target as WithTiers)[TIERS] ??= new Map());
   if (memo.has(source)) return memo.get(source);
-  const named = callTier(source, context, deadlines, timeoutMs);
+  const named = callTier(source, context, timeoutMs);
   memo.set(source, named);
   return named;
 }
 
-/** What `deadlines` rejects a late tier with: named by no one, so made once. */
+/** What a late tier's promise is rejected with: named by no one, so made once. */
 const LATE = new Error('a tier function did not answer within the timeout');
 
-function callTier(source: Extract<TierSource, Function>, context: ExecutionContext, deadlines: SourceDeadlines, timeoutMs: number): Named {
+function callTier(source: Extract<TierSource, Function>, context: ExecutionContext, timeoutMs: number): Named {
   let raw: unknown;
   try {
     raw = source(context);
@@ -50,7 +49,7 @@ function callTier(source: Extract<TierSource, Function>, context: ExecutionConte
     return undefined;
   }
   if (!isThenable(raw)) return tierName(raw);
-  return deadlines.race(Promise.resolve(raw), timeoutMs, () => LATE).then(tierName, () => undefined);
+  return withinTimeout(raw, timeoutMs, () => LATE).then(tierName, () => undefined);
 }
 
 function tierName(value: unknown): string | undefined {

@@ -4,7 +4,6 @@ import type { KeySource } from '../../lib/policy/policy.types.js';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
 import { type LimitedRequest, resolveIdentity } from '../../lib/keys/identity.js';
 import { normalizeIp } from '../../lib/keys/ip.js';
-import { SourceDeadlines } from '../../lib/keys/source-deadline.js';
 import { MemoryStore } from '../../lib/stores/memory/memory.store.js';
 
 describe('normalizeIp', () => {
@@ -60,8 +59,7 @@ describe('IP buckets, from req.ip to the store', () => {
   const context = {} as ExecutionContext;
   const options = { apiKeyHeader: 'x-api-key', ipv6Subnet: 64, timeout: 100, failMode: 'open' as const };
   // no key function here: nothing is ever awaited
-  const deadlines = new SourceDeadlines();
-  const identityOf = (sources: KeySource[], request: LimitedRequest, keyOptions = options) => resolveIdentity(sources, request, context, keyOptions, deadlines) as string;
+    const identityOf = (sources: KeySource[], request: LimitedRequest, keyOptions = options) => resolveIdentity(sources, request, context, keyOptions) as string;
   const rule: Rule = { algorithm: 'token_bucket', rps: 0.001, burst: 5 };
   const keyOf = (ip: string | undefined, keyOptions = options) =>
     bucketKey('rl:', 'per-ip', 'token_bucket', identityOf(['ip'], { ip, headers: {} }, keyOptions));

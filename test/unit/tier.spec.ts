@@ -1,14 +1,12 @@
 import type { ExecutionContext } from '@nestjs/common';
 import { resolveTier } from '../../lib/keys/tier.js';
 import type { LimitedRequest } from '../../lib/keys/identity.js';
-import { SourceDeadlines } from '../../lib/keys/source-deadline.js';
 
 /** Where a tiered policy reads a request's tier: a `req.user` field or a function, called once per request. */
 
 const context = {} as ExecutionContext;
 /** The module's `timeout`, ms: only reached by a promise that never settles. */
 const TIMEOUT = 100;
-const deadlines = new SourceDeadlines();
 const withUser = (user: LimitedRequest['user'] | Record<string, unknown>): LimitedRequest => ({ headers: {}, user: user as LimitedRequest['user'] });
 
 describe('resolveTier', () => {
@@ -23,46 +21,46 @@ describe('resolveTier', () => {
     [null, undefined],
     [undefined, undefined],
   ])("'user:plan' reads req.user.plan: %p names %p", (user, tier) => {
-    expect(resolveTier('user:plan', withUser(user), context, {}, deadlines, TIMEOUT)).toBe(tier);
+    expect(resolveTier('user:plan', withUser(user), context, {}, TIMEOUT)).toBe(tier);
   });
 
   it("names no tier from what an object inherits ('user:constructor', 'user:__proto__')", () => {
-    expect(resolveTier('user:constructor', withUser({ id: 1 }), context, {}, deadlines, TIMEOUT)).toBeUndefined();
-    expect(resolveTier('user:__proto__', withUser({ id: 1 }), context, {}, deadlines, TIMEOUT)).toBeUndefined();
+    expect(resolveTier('user:constructor', withUser({ id: 1 }), context, {}, TIMEOUT)).toBeUndefined();
+    expect(resolveTier('user:__proto__', withUser({ id: 1 }), context, {}, TIMEOUT)).toBeUndefined();
   });
 
   it('calls a function once per target, however many policies read it, sync or async', async () => {
     let calls = 0;
     const sync = (ctx: ExecutionContext) => (calls++, ctx === context ? 'pro' : undefined);
     const target = {};
-    expect(resolveTier(sync, withUser(null), context, target, deadlines, TIMEOUT)).toBe('pro');
-    expect(resolveTier(sync, withUser(null), context, target, deadlines, TIMEOUT)).toBe('pro');
+    expect(resolveTier(sync, withUser(null), context, target, TIMEOUT)).toBe('pro');
+    expect(resolveTier(sync, withUser(null), context, target, TIMEOUT)).toBe('pro');
     expect(calls).toBe(1);
-    expect(resolveTier(sync, withUser(null), context, {}, deadlines, TIMEOUT)).toBe('pro');
+    expect(resolveTier(sync, withUser(null), context, {}, TIMEOUT)).toBe('pro');
     expect(calls).toBe(2);
 
     const async = async () => (calls++, 'enterprise');
-    const first = resolveTier(async, withUser(null), context, target, deadlines, TIMEOUT);
-    expect(resolveTier(async, withUser(null), context, target, deadlines, TIMEOUT)).toBe(first);
+    const first = resolveTier(async, withUser(null), context, target, TIMEOUT);
+    expect(resolveTier(async, withUser(null), context, target, TIMEOUT)).toBe(first);
     expect(await first).toBe('enterprise');
     expect(calls).toBe(3);
   });
 
   it('names no tier for a function that throws, rejects or returns no name', async () => {
-    expect(resolveTier(() => { throw new Error('no plan'); }, withUser(null), context, {}, deadlines, TIMEOUT)).toBeUndefined();
-    expect(await resolveTier(() => Promise.reject(new Error('no plan')), withUser(null), context, {}, deadlines, TIMEOUT)).toBeUndefined();
-    expect(await resolveTier(async () => undefined, withUser(null), context, {}, deadlines, TIMEOUT)).toBeUndefined();
-    expect(resolveTier(() => 42 as never, withUser(null), context, {}, deadlines, TIMEOUT)).toBe('42');
-    expect(resolveTier(() => ({}) as never, withUser(null), context, {}, deadlines, TIMEOUT)).toBeUndefined();
+    expect(resolveTier(() => { throw new Error('no plan'); }, withUser(null), context, {}, TIMEOUT)).toBeUndefined();
+    expect(await resolveTier(() => Promise.reject(new Error('no plan')), withUser(null), context, {}, TIMEOUT)).toBeUndefined();
+    expect(await resolveTier(async () => undefined, withUser(null), context, {}, TIMEOUT)).toBeUndefined();
+    expect(resolveTier(() => 42 as never, withUser(null), context, {}, TIMEOUT)).toBe('42');
+    expect(resolveTier(() => ({}) as never, withUser(null), context, {}, TIMEOUT)).toBeUndefined();
   });
 
   it('names no tier for a promise that does not settle within the timeout, and none that settles after it', async () => {
     const started = performance.now();
-    expect(await resolveTier(() => new Promise<string>(() => undefined), withUser(null), context, {}, deadlines, TIMEOUT)).toBeUndefined();
+    expect(await resolveTier(() => new Promise<string>(() => undefined), withUser(null), context, {}, TIMEOUT)).toBeUndefined();
     expect(performance.now() - started).toBeGreaterThanOrEqual(TIMEOUT - 1);
 
     let answer!: (tier: string) => void;
-    const late = resolveTier(() => new Promise<string>((resolve) => (answer = resolve)), withUser(null), context, {}, deadlines, TIMEOUT);
+    const late = resolveTier(() => new Promise<string>((resolve) => (answer = resolve)), withUser(null), context, {}, TIMEOUT);
     await expect(late).resolves.toBeUndefined();
     answer('pro');
     expect(await late).toBeUndefined();
