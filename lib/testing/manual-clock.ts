@@ -8,10 +8,12 @@ import type { StoreClock } from '../stores/store-clock.js';
  * sleeping. The module follows the store's clock: `leaky_bucket` waits end when it is moved past
  * their turn, and `X-RateLimit-Reset` counts from its time. `RateLimitTestingModule` makes one for you.
  *
- * It starts at `startMs` (Unix time, ms), by default the time it is made: a `RedisStore` expires
- * its keys on Redis's own clock at this clock's time plus their TTL, so a clock in the past
- * would see its keys vanish as they are written. Pass a fixed start for headers that never
- * change between runs (`X-RateLimit-Reset`) or fixed windows aligned the same way every run.
+ * It starts at `startMs` (Unix time, ms), by default the time it is made; any start works, 0
+ * too: a `RedisStore` gives each key its time to full on this clock as a TTL on Redis's (see
+ * `RedisStoreOptions.clock`). Redis counts a TTL on its own clock, so a key of a bucket that
+ * refills within milliseconds may expire while this clock stands still. Pass a fixed start for
+ * headers that never change between runs (`X-RateLimit-Reset`) or fixed windows aligned the
+ * same way every run.
  *
  * @example
  * const clock = new ManualClock(Date.UTC(2026, 0, 1));

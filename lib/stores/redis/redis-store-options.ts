@@ -19,8 +19,10 @@ export interface RedisStoreOptions {
    * then agree (NTP). Tests: any `{ now() }` (`ManualClock`), integer ms, pinned; a function
    * returning ms is taken too.
    *
-   * Keys expire on the server's own clock at the given clock's time plus their TTL, so a given
-   * clock must not lie behind the server's. With `'redis'`, the store checks once, from the
+   * On a given clock a key's TTL is its bucket's time to full on that clock, which the server
+   * counts on its own from the call, however far the two clocks are apart; a given clock ahead
+   * of the app's real time (a test's, pinned in the future) keeps its keys until its own time for
+   * them comes (a clock moved by hand may be slower than the server's). With `'redis'`, the store checks once, from the
    * moment it is made, that `TIME` works inside a script (one round trip no decision waits for),
    * and falls back to `'app'` with a warning when it does not.
    */
