@@ -226,7 +226,8 @@ describe('faults under load (timeout 100 ms, the module makes the client from a 
 
     const flushFrom = performance.now();
     let flushes = 0;
-    while (performance.now() - flushFrom < 1_000) {
+    // ten flushes at least: on a loaded machine a round of flush and pause can take 100 ms
+    while (performance.now() - flushFrom < 1_000 || flushes < 10) {
       await redisCommand(server.port, ['SCRIPT', 'FLUSH'], 1_000);
       flushes++;
       await pause(20);
@@ -258,7 +259,6 @@ describe('faults under load (timeout 100 ms, the module makes the client from a 
       (o) => o.failure !== undefined && !['timeout', 'circuit open'].includes(reasonOf(o.failure)),
     );
     expect(notTimeouts.map((o) => o.failure)).toEqual([]);
-    expect(flushes).toBeGreaterThan(10);
     expect(noscript).toBeGreaterThan(0); // the flushes did hit the limiter's EVALSHA
     expect(recovery.ms - recovery.stolenMs).toBeLessThan(RECOVERY_BOUND_MS);
     expectLedger(flushLedger);
