@@ -212,6 +212,15 @@ export function unknownStoreOption(store: string, option: string, value: unknown
   return invalidStoreOption(store, option, value, `is not an option (the options are ${[...options].join(', ')})`);
 }
 
+/** Logged once by a `RedisStore` whose client sets ioredis's `commandTimeout` (`ms`). */
+export function clientCommandTimeout(ms: number): string {
+  return (
+    `The Redis client sets commandTimeout (${ms} ms): ioredis then fails a command whose reply came while this app was busy ` +
+    '(a heavy request, a collection pause) before reading it, and failMode decides requests Redis had answered. ' +
+    "Leave it unset: the store bounds each call by the module's timeout itself, from when the call is sent"
+  );
+}
+
 /** A call Redis ran after its caller had stopped waiting: it decided and charged nothing. */
 export function staleStoreCall(timeoutMs: number): string {
   return `Redis ran the call more than ${timeoutMs} ms after it was sent, when its caller had stopped waiting; it was dropped`;

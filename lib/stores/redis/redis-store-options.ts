@@ -58,3 +58,13 @@ export function checkRedisStoreOptions(options: RedisStoreOptions): void {
 export function givenClock(clock: RedisStoreClock | undefined): (() => number) | undefined {
   return clock === 'app' ? Date.now : clockReader(clock);
 }
+
+/**
+ * The `commandTimeout` the client gives each command, ms, when it sets one: ioredis's timer per
+ * command fires before a reply that arrived during a stall of the app is read (see
+ * `clientCommandTimeout`).
+ */
+export function commandTimeoutOf(client: Redis | Cluster): number | undefined {
+  const options = (client as Cluster).isCluster === true ? (client as Cluster).options?.redisOptions : (client as Redis).options;
+  return options?.commandTimeout;
+}

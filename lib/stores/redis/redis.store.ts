@@ -1,5 +1,7 @@
+import { Logger } from '@nestjs/common';
 import type { Cluster, Redis } from 'ioredis';
 import type { Outcome } from '../../algorithms/algorithm.types.js';
+import { clientCommandTimeout } from '../../rate-limit.messages.js';
 import { Deadlines } from '../../utils/deadline-queue.js';
 import { type Charge, takeCharge, toDecision } from '../decision.js';
 import { distinctRequests, spreadDecisions } from '../distinct-requests.js';
@@ -11,7 +13,7 @@ import { PendingCalls } from './pending-calls.js';
 import { RefusedCache } from './refused-cache.js';
 import { RedisClock } from './redis-clock.js';
 import { RedisScripts } from './redis-scripts.js';
-import { checkRedisStoreOptions, givenClock, type RedisStoreOptions } from './redis-store-options.js';
+import { checkRedisStoreOptions, commandTimeoutOf, givenClock, type RedisStoreOptions } from './redis-store-options.js';
 import { SlotBatches } from './slot-batches.js';
 import { unlinkUnder } from './unlink-under.js';
 
@@ -66,6 +68,8 @@ export class RedisStore implements RateLimitStore {
     this.scripts = new RedisScripts(this.client, this.clocks);
     this.batches = new SlotBatches(this.scripts, this.clocks, this.deadlines);
     this.refused = options.cacheRefusals === false ? undefined : new RefusedCache();
+    const commandTimeout = commandTimeoutOf(this.client);
+    if (commandTimeout !== undefined) new Logger('RedisStore').warn(clientCommandTimeout(commandTimeout));
   }
 
   consume(requests: readonly RateLimitRequest[], timeoutMs?: number): Promise<RateLimitDecision[]> {
