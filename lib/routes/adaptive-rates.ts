@@ -26,7 +26,12 @@ class Steered {
     this.latency[slot] = latencyMs;
   }
 
-  /** The p99 of the latencies recorded since `since`; `undefined` when there are none. */
+  /**
+   * The p99 of the latencies recorded since `since`: the latency that at most 1 % of them exceed,
+   * and at least one when there are two or more. Under 100 a plain p99 is the slowest, and one
+   * request held by a stall of the app (a collection pause, a heavy request beside it) would
+   * scale the policy down for the whole window: one stall is not a trend. `undefined`: none.
+   */
   p99(since: number): number | undefined {
     const recent: number[] = [];
     for (let i = Math.max(0, this.count - SAMPLES); i < this.count; i++) {
@@ -35,7 +40,7 @@ class Steered {
     }
     if (recent.length === 0) return undefined;
     recent.sort((a, b) => a - b);
-    return recent[Math.ceil(recent.length * 0.99) - 1];
+    return recent[Math.max(0, Math.min(Math.ceil(recent.length * 0.99) - 1, recent.length - 2))];
   }
 }
 

@@ -215,6 +215,21 @@ describe('AdaptiveRates', () => {
     rates.close();
   });
 
+  it('takes one stall of the app for no trend: one slow request among a few does not slow the rate, two do', () => {
+    const { rates, advance } = steering();
+    // 16 requests a second for 2 s, one held 500 ms by a collection pause
+    for (let i = 0; i < 31; i++) rates.record(adaptive, 10);
+    rates.record(adaptive, 500);
+    advance(ADAPTIVE_TICK_MS);
+    rates.tick();
+    expect(rates.factor('api')).toBe(1);
+    rates.record(adaptive, 500);
+    advance(ADAPTIVE_TICK_MS);
+    rates.tick();
+    expect(rates.factor('api')).toBe(0.75);
+    rates.close();
+  });
+
   it('climbs back when nothing is measured (no sign of load), then forgets the policy', () => {
     const { rates, set, advance } = steering();
     rates.record(adaptive, 1_000);
