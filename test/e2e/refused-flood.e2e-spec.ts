@@ -49,7 +49,7 @@ describe.each(ADAPTERS)('a flood from one refused key on %s, with its own redis-
     stopRedisServer(server.pid);
   });
 
-  it('refuses it at under 0.01 Redis calls per refused request', async () => {
+  it('refuses it at under 0.01 Redis calls per refused request (beyond the calls of its admissions)', async () => {
     const apiKey = `flooder-${randomUUID()}`;
     const before = await scriptCalls(client);
     const started = performance.now();
@@ -69,10 +69,13 @@ describe.each(ADAPTERS)('a flood from one refused key on %s, with its own redis-
     const calls = (await scriptCalls(client)) - before;
     const admitted = statuses.get(200) ?? 0;
     const refused = statuses.get(429) ?? 0;
-    const perRefused = calls / refused;
+    // every admission is Redis's (a call each, at most): what is left is what the refusals cost.
+    // A flood that lasts longer (a loaded machine) admits more, at 2 a second, and so makes more
+    // calls: counted against the refusals they were not, they passed 0.01 in a 22 s flood.
+    const perRefused = Math.max(0, calls - admitted) / refused;
     console.log(
       `${adapter}: ${FLOOD} requests in ${seconds.toFixed(2)} s from one key (rps 2, burst 5): ${admitted} admitted, ` +
-        `${refused} refused, ${calls} Redis calls, ${perRefused.toFixed(4)} calls per refused request`,
+        `${refused} refused, ${calls} Redis calls, ${perRefused.toFixed(4)} calls per refused request beyond the admissions`,
     );
     expect(admitted + refused).toBe(FLOOD);
     // the burst, and what came back at 2/s while the flood lasted (and a second of slack)
