@@ -34,7 +34,8 @@ describe('Redis memory per bucket', () => {
     await client.flushall();
     // Fixed and counter windows are aligned to the clock: on Redis TIME, a window that ended
     // during the fill would expire the keys written before it (it did, in CI). So the clock is
-    // pinned at the start of the next window, never behind the server's (keys expire on its clock).
+    // pinned at the start of the next window (ahead of real time: its keys live until their
+    // window ends on it).
     const windowStart = Math.ceil(Date.now() / WINDOW_MS) * WINDOW_MS;
     const store = new RedisStore({ client, cacheRefusals: false, clock: () => windowStart });
     const rule = { algorithm, ...RULE };
