@@ -135,7 +135,7 @@ export class RateLimitGuard implements CanActivate {
 
   /** A store error's answer under `failMode` (a key function past `timeout` is answered alike: no bucket to charge); any other error is thrown on. */
   private failOver(failure: unknown, policies: readonly RoutePolicy[], context: ExecutionContext, seam: RateLimitContext): boolean {
-    const error = failure instanceof KeyTimeoutError ? new RateLimitStoreError(failure.message, { cause: failure }) : failure;
+    const error = failure instanceof KeyTimeoutError ? new RateLimitStoreError(failure.message, { cause: failure, reason: 'timeout' }) : failure;
     if (!(error instanceof RateLimitStoreError)) throw error;
     return this.limiter.telemetry.failedOver(context, policies, () => this.onStoreFailure(error, context, seam));
   }
