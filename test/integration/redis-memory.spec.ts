@@ -61,16 +61,12 @@ describe('Redis memory per bucket', () => {
     return { perKey, key, value };
   }
 
-  it(`costs the same order of bytes for every algorithm, measured over ${KEYS.toLocaleString('en')} keys`, async () => {
-    const lines: string[] = [];
-    const figures = new Map<Algorithm, number>();
-    for (const algorithm of ALGORITHMS) {
-      const { perKey, key, value } = await bytesPerKey(algorithm);
-      figures.set(algorithm, perKey);
-      lines.push(`${algorithm.padEnd(23)} ${perKey.toFixed(1).padStart(6)} B/key   key ${key.length} B, value ${JSON.stringify(value)}`);
-    }
-    console.log(`Redis used_memory per bucket after one request each (target <= 120 B for token_bucket):\n${lines.join('\n')}`);
+  // one test per algorithm, each with its own time: 100,000 decisions take 5 s on an idle machine
+  // and 20 s with two busy processes beside it, and all six in one test passed its 120 s there
+  it.each(ALGORITHMS.map((a) => [a]))(`%s costs the same order of bytes as the others, measured over ${KEYS.toLocaleString('en')} keys`, async (algorithm) => {
+    const { perKey, key, value } = await bytesPerKey(algorithm);
+    console.log(`Redis used_memory per bucket after one request each: ${algorithm} ${perKey.toFixed(1)} B/key   key ${key.length} B, value ${JSON.stringify(value)}`);
     // a regression guard, not the target: a key and its TTL entry cost 85 B before any key or value bytes (see README)
-    for (const perKey of figures.values()) expect(perKey).toBeLessThan(260);
+    expect(perKey).toBeLessThan(260);
   }, 120_000);
 });
