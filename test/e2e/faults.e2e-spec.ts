@@ -155,7 +155,8 @@ describe('faults under load (timeout 100 ms, the module makes the client from a 
       await load.warm();
 
       // Keys used only while frozen, until STALE_AFTER_MS before SIGCONT: whatever of theirs
-      // sits in Redis's socket is past its deadline when Redis runs it, so must charge nothing.
+      // sits in Redis's socket is past its deadline when Redis runs it, so must charge nothing
+      // (but for a call a loaded app sent only within the timeout of SIGCONT: see leftInTime).
       scenario.freeze(server);
       const frozenAt = performance.now();
       load.keys = frozen;
@@ -176,6 +177,10 @@ describe('faults under load (timeout 100 ms, the module makes the client from a 
       const outage = outcomes.filter((o) => o.started > frozenAt && o.ended < thawedAt);
       const frozenRequests = outcomes.filter((o) => frozen.includes(o.key));
       const frozenCharged = await storedTotal(server, frozen);
+      // A call runs in time, and may charge, only when it left the app within the timeout of
+      // SIGCONT: the rest are past their deadline when Redis runs them. The client sends frozen keys
+      // until STALE_AFTER_MS before SIGCONT, but a loaded app may send a call later than that.
+      const leftInTime = frozenRequests.filter((o) => o.leftAt > thawedAt - TIMEOUT);
       const duringCharged = await storedCount(server, 'probe', duringKey);
       const beforeLedger = await ledger(server, outcomes, before);
       const afterLedger = await ledger(server, outcomes, after);
@@ -185,8 +190,8 @@ describe('faults under load (timeout 100 ms, the module makes the client from a 
         `outage (requests started after SIGSTOP, answered before SIGCONT): ${tally(outage)}; ` +
           `${outage.filter((o) => !o.decided).length} without rate-limit headers`,
         `probe key during the freeze: ${during.join(',')}; charged in Redis after SIGCONT: ${duringCharged}`,
-        `stale: keys used only while frozen (${frozenRequests.length} requests: ${tally(frozenRequests)}), ` +
-          `charged after SIGCONT: ${frozenCharged}`,
+        `stale: keys used only while frozen (${frozenRequests.length} requests: ${tally(frozenRequests)}; ` +
+          `${leftInTime.length} of their calls left the app within the timeout of SIGCONT), charged after SIGCONT: ${frozenCharged}`,
         `correct limiting ${showRecovery(recovery)} after SIGCONT`,
         ...(failMode === 'local'
           ? [
@@ -209,7 +214,7 @@ describe('faults under load (timeout 100 ms, the module makes the client from a 
       }
       expect(recovery.ms - recovery.stolenMs).toBeLessThan(RECOVERY_BOUND_MS);
       expect(duringCharged).toBe(0);
-      expect(frozenCharged).toBe(0);
+      expect(frozenCharged).toBeLessThanOrEqual(leftInTime.length);
       if (failMode !== 'local') {
         expectLedger(beforeLedger);
         expectLedger(afterLedger);

@@ -65,8 +65,10 @@ describe('loading the scripts (own redis-server)', () => {
     await answered(client);
     const { port } = server;
     stopRedisServer(server.pid);
+    // listened for before the new server starts: the client may be ready again before that start returns
+    const readyAgain = new Promise((resolve) => client.once('ready', resolve));
     server = await startRedisServer([], { port });
-    await new Promise((resolve) => client.once('ready', resolve));
+    await readyAgain;
     await answered(client);
     expect(await client.script('EXISTS', ...SCRIPTS)).toEqual([1, 1]);
     expect(await store.consume([request()])).toMatchObject([{ allowed: true, remaining: 4 }]);

@@ -108,7 +108,10 @@ export class TimedGuard extends RateLimitGuard {
       const ms = ended - started;
       const leftMs = Math.max(0, ended - left.at);
       TimedGuard.samples.push({ ms, stolenMs: runQueue.ms() - waited, leftMs, leftStolenMs: leftMs === 0 ? 0 : runQueue.ms() - left.waited });
-      this.contexts.for('http')!.setHeader(context, 'x-limiter-ms', ms.toFixed(1));
+      const seam = this.contexts.for('http')!;
+      seam.setHeader(context, 'x-limiter-ms', ms.toFixed(1));
+      // the app runs in the test's process: its clock is the client's
+      seam.setHeader(context, 'x-limiter-left', left.at.toFixed(1));
     }
   }
 
@@ -174,6 +177,8 @@ export interface Outcome {
   decided: boolean;
   /** The guard's time, ms, from its header. */
   limiterMs: number;
+  /** When its store call left the app (`performance.now()` of this process, which runs the app), from its header. */
+  leftAt: number;
   /** Why the store could not decide, when failMode did. */
   failure: string | undefined;
   started: number;
@@ -200,6 +205,7 @@ export class HttpClient {
           retryAfter: headers['retry-after'] as string | undefined,
           decided: headers['x-ratelimit-remaining'] !== undefined,
           limiterMs: Number(headers['x-limiter-ms'] ?? NaN),
+          leftAt: Number(headers['x-limiter-left'] ?? NaN),
           failure: headers['x-limiter-failure'] as string | undefined,
           started,
           ended: performance.now(),
