@@ -24,7 +24,11 @@ export interface RateLimitDecision {
    * its cost exceeds the policy's capacity, so it can never be admitted.
    */
   retryAfter: number;
-  /** Seconds the request waits before it proceeds (`leaky_bucket` only; else 0). */
+  /**
+   * Seconds the request waits before it proceeds, from when the store hands the decision back
+   * (`leaky_bucket` only; else 0): a remote store takes off what its answer took to come back
+   * since it decided, so its turn comes when the queue says.
+   */
   delay: number;
   /** The tier the request was limited as, for a policy with `tiers`; absent otherwise. */
   tier?: string;

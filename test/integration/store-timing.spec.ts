@@ -1,7 +1,9 @@
+import { connect, createServer, type Server } from 'node:net';
 import { Redis } from 'ioredis';
 import { RateLimiterService } from '../../lib/rate-limiter.service.js';
 import { resolveOptions } from '../../lib/rate-limit-options.js';
 import { RateLimitStoreError } from '../../lib/stores/rate-limit-store.error.js';
+import type { RateLimitRequest } from '../../lib/stores/rate-limit-store.interface.js';
 import { RedisStore } from '../../lib/stores/redis/redis.store.js';
 import { type RedisServer, startRedisServer, stopRedisServer } from '../support/redis/process.js';
 
@@ -117,5 +119,73 @@ describe('what `timeout` bounds (own redis-server, timeout 100 ms)', () => {
       expect(lateMs).toBeLessThan(PAST_TIMEOUT_MS);
     }
     expect((decisions[3].error as RateLimitStoreError).reason).toBe('breaker_open');
+  });
+});
+
+/** A TCP hop to a redis-server that hands its replies on `holdMs` late (in order) while that is set. */
+async function replyHolder(port: number): Promise<{ holdMs: number; url: string; server: Server }> {
+  const holder = { holdMs: 0, url: '', server: createServer() };
+  holder.server.on('connection', (app) => {
+    const redis = connect(port, '127.0.0.1');
+    for (const socket of [app, redis]) socket.on('error', () => socket.destroy());
+    app.pipe(redis);
+    let lastAt = 0;
+    redis.on('data', (chunk) => {
+      const at = Math.max(lastAt, performance.now() + holder.holdMs);
+      lastAt = at;
+      setTimeout(() => app.writable && app.write(chunk), at - performance.now());
+    });
+    redis.on('close', () => app.destroy());
+  });
+  await new Promise<void>((resolve) => holder.server.listen(0, '127.0.0.1', resolve));
+  holder.url = `redis://127.0.0.1:${(holder.server.address() as { port: number }).port}`;
+  return holder;
+}
+
+/**
+ * A `leaky_bucket` admits a request for its turn, `delay` after Redis decided. What the answer then
+ * took to be read (Redis held up before writing it, the app busy) is not added to the wait: the
+ * requests of one queue keep their spacing whichever of their calls is read late.
+ */
+describe('a leaky_bucket turn on Redis (rps 10: one turn every 100 ms)', () => {
+  let server: RedisServer;
+  let holder: Awaited<ReturnType<typeof replyHolder>>;
+  let client: Redis;
+  let store: RedisStore;
+  const queued = (key: string): RateLimitRequest => ({ key, policy: 'queue', rule: { algorithm: 'leaky_bucket', rps: 10, burst: 5 }, cost: 1 });
+
+  beforeAll(async () => {
+    server = await startRedisServer();
+    holder = await replyHolder(server.port);
+    client = new Redis(holder.url);
+    store = new RedisStore({ client });
+    // replies read as they come: the store's bounds on Redis's clock are narrow
+    for (let i = 0; i < 5; i++) await store.consume([queued(`warm-${i}`)]);
+  });
+  afterAll(async () => {
+    await store.close();
+    client.disconnect();
+    holder.server.close();
+    stopRedisServer(server.pid);
+  });
+
+  it('an answer held 150 ms after Redis decided comes with its turn, 100 ms after the first, passed: no wait', async () => {
+    const asked = performance.now();
+    const [first] = await store.consume([queued('held')]);
+    expect(first).toMatchObject({ allowed: true, delay: 0 });
+    holder.holdMs = 150;
+    const [second] = await store.consume([queued('held')]);
+    holder.holdMs = 0;
+    expect(second).toMatchObject({ allowed: true, delay: 0 });
+    expect(performance.now() - asked).toBeGreaterThanOrEqual(100);
+  });
+
+  it('an answer read at once waits for its turn: never before 100 ms after the first was asked for', async () => {
+    const asked = performance.now();
+    const [first] = await store.consume([queued('prompt')]);
+    expect(first).toMatchObject({ allowed: true, delay: 0 });
+    const [second] = await store.consume([queued('prompt')]);
+    expect(second.allowed).toBe(true);
+    expect(performance.now() + second.delay * 1_000).toBeGreaterThanOrEqual(asked + 100 - 1);
   });
 });

@@ -94,6 +94,18 @@ export class RedisClock {
   }
 
   /**
+   * How long ago, at the least, Redis decided a call from `slot` whose reply shows the script's
+   * clock at `redisNow`, read at local time `readAt` (after `learn` took the reply in). On a given
+   * clock the script decided at that clock's `redisNow`: the time the clock has moved since. On
+   * Redis `TIME`, `readAt` less the latest local time the kept bounds allow; 0 when they cannot
+   * tell the decision from the read.
+   */
+  sinceDecided(slot: number, redisNow: number, readAt: number): number {
+    if (this.given !== undefined) return Math.max(0, this.given() - redisNow);
+    return Math.max(0, readAt - (redisNow - this.low[slot]));
+  }
+
+  /**
    * The time on Redis's clock after which a call sent now, at local time `sentAt`, is of no use:
    * its caller stops waiting `timeoutMs` after sending it (see `RedisStore`). Set by the offset's
    * lower bound, it is never later than that moment, so a call Redis runs after it charges

@@ -106,10 +106,16 @@ export class SlotBatches {
   /**
    * Each request's answer from a decide call's reply: per request 0 (Redis ran it past its
    * deadline: a stale error) or 1 and its policies' outcomes; then Redis's clock.
+   *
+   * A `leaky_bucket` turn (`delayMs`) comes `delayMs` after Redis decided, so what the reply took
+   * to be read since (Redis held up before writing it, this process busy) is taken off: requests of
+   * one queue decided in different calls keep their spacing whichever reply is read late.
    */
   private answers(slot: number, batch: Batch, raw: number[], sentAt: number): (Reply | RateLimitStoreError)[] {
     const redisNow = raw[raw.length - 1];
-    const decidedAt = this.clock.learn(slot, redisNow, sentAt, this.clock.localNow());
+    const readAt = this.clock.localNow();
+    const decidedAt = this.clock.learn(slot, redisNow, sentAt, readAt);
+    const late = this.clock.sinceDecided(slot, redisNow, readAt);
     let at = 0;
     return batch.waiting.map(({ count, timeoutMs }) => {
       if (raw[at] === 0) {
@@ -117,6 +123,7 @@ export class SlotBatches {
         return new RateLimitStoreError(staleStoreCall(timeoutMs!), { reason: 'stale' });
       }
       const reply = { ...parseAnswer(raw, at + 1, count), decidedAt };
+      if (late > 0) for (const outcome of reply.outcomes) if (outcome.delayMs > 0) outcome.delayMs = Math.max(0, outcome.delayMs - late);
       at += 1 + count * REPLY_WIDTH;
       return reply;
     });
