@@ -186,6 +186,7 @@ describe('a leaky_bucket turn on Redis (rps 10: one turn every 100 ms)', () => {
     expect(first).toMatchObject({ allowed: true, delay: 0 });
     const [second] = await store.consume([queued('prompt')]);
     expect(second.allowed).toBe(true);
-    expect(performance.now() + second.delay * 1_000).toBeGreaterThanOrEqual(asked + 100 - 1);
+    // less 2 ms: Redis's clock is read in whole ms, for the turn and for the bounds on it
+    expect(performance.now() + second.delay * 1_000).toBeGreaterThanOrEqual(asked + 100 - 2);
   });
 });
