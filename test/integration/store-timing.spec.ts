@@ -11,8 +11,8 @@ const TIMEOUT_MS = 100;
 const POLICY = { name: 'timing', rps: 0.001, burst: 1_000 }; // a token back every 1,000 s: none during a test
 /**
  * Longest a decision may take past `timeout` once its call has left, ms, counted from a timer of
- * the same length started beside it: what is left is the event loop's step from that timer to
- * the check after the reads, and the call's wait for the next check phase to be sent.
+ * the same length started as the call left: what is left is the event loop's step from that timer
+ * to the check after the reads.
  */
 const PAST_TIMEOUT_MS = 30;
 
@@ -34,15 +34,26 @@ async function rejection(promise: Promise<unknown>): Promise<unknown> {
 
 /**
  * A decision asked for now, and how it ended: its error (none: Redis decided), `ms` after it was
- * asked, and `lateMs` after a timer of `timeout` started beside it fired.
+ * asked, and `lateMs` after a timer of `timeout` fired that started as its call left the process
+ * (was handed to the client, when the batch it joined was sent; NaN for a call that never left).
  */
-async function timedDecision(limiter: RateLimiterService, identity: string): Promise<{ error: unknown; ms: number; lateMs: number }> {
+async function timedDecision(limiter: RateLimiterService, client: Redis, identity: string): Promise<{ error: unknown; ms: number; lateMs: number }> {
   const asked = performance.now();
-  const timer = new Promise<number>((resolve) => setTimeout(() => resolve(performance.now()), TIMEOUT_MS));
-  const error = await rejection(limiter.consume(identity, POLICY));
-  const ended = performance.now();
-  const timerFired = await timer;
-  return { error, ms: ended - asked, lateMs: ended - timerFired };
+  let timer: Promise<number> | undefined;
+  const evalsha = client.evalsha;
+  client.evalsha = ((...args: Parameters<Redis['evalsha']>) => {
+    timer ??= new Promise<number>((resolve) => setTimeout(() => resolve(performance.now()), TIMEOUT_MS));
+    return evalsha.apply(client, args);
+  }) as Redis['evalsha'];
+  try {
+    const error = await rejection(limiter.consume(identity, POLICY));
+    const ended = performance.now();
+    // NaN for a call the open breaker held back: it never left
+    const timerFired = timer === undefined ? NaN : await timer;
+    return { error, ms: ended - asked, lateMs: ended - timerFired };
+  } finally {
+    client.evalsha = evalsha;
+  }
 }
 
 /**
@@ -96,7 +107,7 @@ describe('what `timeout` bounds (own redis-server, timeout 100 ms)', () => {
   it('a frozen Redis (SIGSTOP): failMode within the timeout of each call leaving, then at once', async () => {
     process.kill(server.pid, 'SIGSTOP');
     const decisions = [];
-    for (let trial = 0; trial < 4; trial++) decisions.push(await timedDecision(limiter, `ip:frozen-${trial}`));
+    for (let trial = 0; trial < 4; trial++) decisions.push(await timedDecision(limiter, client, `ip:frozen-${trial}`));
     for (const { error, ms, lateMs } of decisions.slice(0, 3)) {
       expect(error).toBeInstanceOf(RateLimitStoreError);
       expect((error as RateLimitStoreError).reason).toBe('timeout');
@@ -113,7 +124,7 @@ describe('what `timeout` bounds (own redis-server, timeout 100 ms)', () => {
     stopRedisServer(server.pid);
     await closed;
     const decisions = [];
-    for (let trial = 0; trial < 4; trial++) decisions.push(await timedDecision(limiter, `ip:stopped-${trial}`));
+    for (let trial = 0; trial < 4; trial++) decisions.push(await timedDecision(limiter, client, `ip:stopped-${trial}`));
     for (const { error, lateMs } of decisions.slice(0, 3)) {
       expect(error).toBeInstanceOf(RateLimitStoreError);
       expect(lateMs).toBeLessThan(PAST_TIMEOUT_MS);
