@@ -3,6 +3,8 @@ export type { Departure, RateLimitContext } from './contexts/rate-limit-context.
 export { RateLimitContexts } from './contexts/rate-limit-contexts.js';
 export type { HeaderFamily } from './headers/rate-limit-headers.js';
 export type { LimitedRequest } from './keys/identity.js';
+export type { LimitedCall } from './limiter/limited-call.js';
+export type { RateLimitVerdict } from './limiter/rate-limiter.js';
 export type { CostSource, KeySource, RateLimitPolicy, TierLimits, TierSource } from './policy/policy.types.js';
 export type { AdaptiveRate, SkipIf } from './policy/policy.types.js';
 export type { RateLimitDecisionEvent, RateLimitResult, RateLimitStoreErrorEvent } from './observability/rate-limit-events.js';

@@ -2,9 +2,8 @@ import { type CallHandler, type ExecutionContext, Inject, Injectable, type NestI
 import { finalize, type Observable, tap } from 'rxjs';
 import { outcomeTarget } from './contexts/rate-limit-context.js';
 import { RateLimitContexts } from './contexts/rate-limit-contexts.js';
-import { RateLimiterService } from './rate-limiter.service.js';
-import { AdaptiveRates } from './routes/adaptive-rates.js';
-import { takeWatched, type Watched } from './routes/outcomes.js';
+import { takeWatched } from './limiter/limited-call.js';
+import { RateLimiter } from './limiter/rate-limiter.js';
 
 /**
  * Settles what a request's outcome decides, for the policies that watch it: gives back the
@@ -19,8 +18,7 @@ import { takeWatched, type Watched } from './routes/outcomes.js';
 export class RateLimitOutcomeInterceptor implements NestInterceptor {
   constructor(
     @Optional() @Inject(RateLimitContexts) private readonly contexts: RateLimitContexts | undefined,
-    @Optional() @Inject(RateLimiterService) private readonly limiter: RateLimiterService,
-    @Optional() @Inject(AdaptiveRates) private readonly adaptive: AdaptiveRates,
+    @Optional() @Inject(RateLimiter) private readonly limiter: RateLimiter,
   ) {}
 
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
@@ -28,7 +26,7 @@ export class RateLimitOutcomeInterceptor implements NestInterceptor {
     const watched = seam === undefined ? undefined : takeWatched(outcomeTarget(seam, context));
     if (seam === undefined || watched === undefined) return next.handle();
     const startedAt = performance.now();
-    const settle = (succeeded: boolean): void => this.settle(watched, succeeded, performance.now() - startedAt);
+    const settle = (succeeded: boolean): void => this.limiter.settle(watched, succeeded, performance.now() - startedAt);
     const answered = seam.succeeded?.(context);
     if (answered !== undefined) {
       void answered.then(settle);
@@ -39,12 +37,5 @@ export class RateLimitOutcomeInterceptor implements NestInterceptor {
       tap({ complete: () => (completed = true) }),
       finalize(() => settle(completed)),
     );
-  }
-
-  private settle(watched: readonly Watched[], succeeded: boolean, latencyMs: number): void {
-    for (const { refunds, adaptive } of watched) {
-      if (succeeded && refunds.length > 0) void this.limiter.refund(refunds);
-      for (const policy of adaptive) this.adaptive.record(policy, latencyMs);
-    }
   }
 }

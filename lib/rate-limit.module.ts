@@ -15,7 +15,7 @@ import {
 import { resolveOptions, type ResolvedOptions } from './rate-limit-options.js';
 import type { RateLimitModuleOptions } from './rate-limit-options.interface.js';
 import { RateLimiterService } from './rate-limiter.service.js';
-import { AdaptiveRates } from './routes/adaptive-rates.js';
+import { RateLimiter } from './limiter/rate-limiter.js';
 import { RoutePolicies } from './routes/route-policies.js';
 import { RateLimitStore } from './stores/rate-limit-store.interface.js';
 import { StoreOwner } from './stores/store-owner.js';
@@ -62,16 +62,12 @@ import { StoreOwner } from './stores/store-owner.js';
       inject: [RATE_LIMIT_OPTIONS],
     },
     RoutePolicies,
+    RateLimiter,
     RateLimiterService,
     RateLimitContexts,
     RateLimitGuard,
     RateLimitInterceptor,
     RateLimitOutcomeInterceptor,
-    {
-      provide: AdaptiveRates,
-      useFactory: (limiter: RateLimiterService) => new AdaptiveRates((name, factor) => limiter.setScale(name, factor)),
-      inject: [RateLimiterService],
-    },
     {
       provide: APP_GUARD,
       // nothing (Nest skips a global enhancer whose factory gives none) unless registered as the guard
@@ -99,7 +95,7 @@ import { StoreOwner } from './stores/store-owner.js';
     RateLimitGuard,
     RateLimitInterceptor,
     RateLimitOutcomeInterceptor,
-    AdaptiveRates,
+    RateLimiter,
     RateLimitStore,
     RATE_LIMIT_OPTIONS,
     RoutePolicies,

@@ -3,23 +3,13 @@ import type { TierSource } from '../policy/policy.types.js';
 import type { LimitedRequest } from './identity.js';
 import { isThenable, withinTimeout } from './source-promise.js';
 
-/**
- * Where a request keeps the tiers its tier functions named: on its target (the object the guard
- * charges once, see `RateLimitContext.target`; a symbol property costs next to nothing), so
- * every policy that reads one function, and every run of the guard on one request, shares one call.
- */
-const TIERS = Symbol('nestjs-ratelimit tiers');
-
 type Named = string | undefined | Promise<string | undefined>;
-
-interface WithTiers {
-  [TIERS]?: Map<TierSource, Named>;
-}
 
 /**
  * The tier a request names through `source`, or `undefined` when it names none: `'user:<field>'`
- * reads `req.user[field]`; a function is called once per `target` (its answer, or its promise,
- * kept for the other policies that read it). A string or a finite number names a tier; anything
+ * reads `req.user[field]`; a function is called once per request: its answer, or its promise,
+ * is kept in `memo` (the request's, see `CallRecord.tiers`) for every policy and every run of the
+ * guard that reads it. A string or a finite number names a tier; anything
  * else, a function that throws or rejects, and a promise that does not settle within `timeoutMs`
  * (the module's `timeout`), names none (the policy's `defaultTier` applies).
  */
@@ -27,11 +17,10 @@ export function resolveTier(
   source: TierSource,
   request: LimitedRequest,
   context: ExecutionContext,
-  target: object,
+  memo: Map<TierSource, Named>,
   timeoutMs: number,
 ): Named {
   if (typeof source !== 'function') return tierName((request.user as Record<string, unknown> | null | undefined)?.[source.slice('user:'.length)]);
-  const memo = ((target as WithTiers)[TIERS] ??= new Map());
   if (memo.has(source)) return memo.get(source);
   const named = callTier(source, context, timeoutMs);
   memo.set(source, named);

@@ -53,20 +53,11 @@ export class RateLimitTelemetry {
     if (applying.length === 0) publishDecision(context, NO_DECISIONS, 'skipped');
   }
 
-  /**
-   * A request the store could not decide, and the guard's `failMode` answer to it, which this
-   * returns: it passes (failed open), or it does not or throws (failed closed).
-   */
-  failedOver(context: ExecutionContext, policies: readonly { name: string }[], answer: () => boolean): boolean {
-    let result: RateLimitResult = 'failed_closed';
-    try {
-      const passes = answer();
-      if (passes) result = 'failed_open';
-      return passes;
-    } finally {
-      if (this.metrics !== null) for (const policy of policies) this.metrics.request(policy.name, context.getType(), result);
-      publishDecision(context, NO_DECISIONS, result);
-    }
+  /** A request the store could not decide, and whether the guard's `failMode` answer let it pass (failed open) or not (failed closed). */
+  failedOver(context: ExecutionContext, policies: readonly { name: string }[], passed: boolean): void {
+    const result: RateLimitResult = passed ? 'failed_open' : 'failed_closed';
+    if (this.metrics !== null) for (const policy of policies) this.metrics.request(policy.name, context.getType(), result);
+    publishDecision(context, NO_DECISIONS, result);
   }
 
   /** An admitted `leaky_bucket` request whose turn came; it waited since `started` (a `performance.now()`). */

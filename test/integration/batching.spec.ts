@@ -8,6 +8,7 @@ import type { RateLimitRequest } from '../../lib/stores/rate-limit-store.interfa
 import { RedisStore } from '../../lib/stores/redis/redis.store.js';
 import { TIME_PROBE_LUA } from '../../lib/stores/redis/time-probe.js';
 import { connectTestRedis } from '../support/redis/test-redis.js';
+import { StandaloneLimiter } from '../support/standalone-limiter.js';
 
 /**
  * `RedisStore` sends the requests that arrive in one event-loop turn in one decide call (at most
@@ -116,7 +117,7 @@ describe('RedisStore batching', () => {
 
   it('through RateLimiterService: a bad cost rejects that call alone, and is no store failure', async () => {
     // failMode 'closed': a call the store failed, or that the breaker kept from it, rejects with RateLimitStoreError
-    const limiter = new RateLimiterService(resolveOptions({ failMode: 'closed', timeout: 5_000 }), new RedisStore({ client: redis }));
+    const limiter = new StandaloneLimiter(resolveOptions({ failMode: 'closed', timeout: 5_000 }), new RedisStore({ client: redis }));
     try {
       const policy = { name: 'batched', rps: 0.001, burst: 1_000 };
       const identity = `user:${randomUUID()}`;

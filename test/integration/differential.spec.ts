@@ -5,7 +5,7 @@ import { ALGORITHMS, type Algorithm, type Held, type Outcome, SCALED_BY_LIMIT, W
 import { durationMs, windowMs } from '../../lib/algorithms/conversions.js';
 import { decideAll, expiresAt, modelOf } from '../../lib/algorithms/decide.js';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
-import { scaledRule } from '../../lib/routes/scales.js';
+import { scaledRule } from '../../lib/limiter/scales.js';
 import { toDecision } from '../../lib/stores/decision.js';
 import { MemoryStore } from '../../lib/stores/memory/memory.store.js';
 import type { RateLimitDecision, RateLimitRequest } from '../../lib/stores/rate-limit-store.interface.js';

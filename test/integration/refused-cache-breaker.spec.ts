@@ -4,6 +4,7 @@ import { resolveOptions } from '../../lib/rate-limit-options.js';
 import { RateLimitStoreError } from '../../lib/stores/rate-limit-store.error.js';
 import { RedisStore } from '../../lib/stores/redis/redis.store.js';
 import { type RedisServer, startRedisServer, stopRedisServer } from '../support/redis/process.js';
+import { StandaloneLimiter } from '../support/standalone-limiter.js';
 
 const TIMEOUT_MS = 50;
 const FLOODER = { name: 'flood', rps: 0.01, burst: 1 };
@@ -18,13 +19,13 @@ describe('the circuit breaker while Redis is frozen and a refused client floods 
   let server: RedisServer;
   let client: Redis;
   let store: RedisStore;
-  let limiter: RateLimiterService;
+  let limiter: StandaloneLimiter;
 
   beforeAll(async () => {
     server = await startRedisServer();
     client = new Redis(server.url);
     store = new RedisStore({ client });
-    limiter = new RateLimiterService(resolveOptions({ failMode: 'closed', timeout: TIMEOUT_MS }), store);
+    limiter = new StandaloneLimiter(resolveOptions({ failMode: 'closed', timeout: TIMEOUT_MS }), store);
   });
   afterAll(async () => {
     process.kill(server.pid, 'SIGCONT');
@@ -36,7 +37,7 @@ describe('the circuit breaker while Redis is frozen and a refused client floods 
   it('opens after 3 failures and stays open; the flood is still refused from the cache', async () => {
     // refused once while Redis answers, through the same store (its refused-key cache) with a
     // timeout a loaded machine meets: the first call also loads the script
-    const patient = new RateLimiterService(resolveOptions({ failMode: 'closed', timeout: 5_000 }), store);
+    const patient = new StandaloneLimiter(resolveOptions({ failMode: 'closed', timeout: 5_000 }), store);
     await patient.consume('ip:flooder', FLOODER);
     const [refused] = await patient.consume('ip:flooder', FLOODER);
     expect(refused.allowed).toBe(false);

@@ -9,6 +9,7 @@ import { RedisStore } from '../../lib/stores/redis/redis.store.js';
 import { globLiteral } from '../../lib/stores/redis/unlink-under.js';
 import { startRedisServer, stopRedisServer } from '../support/redis/process.js';
 import { connectTestCluster, connectTestRedis } from '../support/redis/test-redis.js';
+import { StandaloneLimiter } from '../support/standalone-limiter.js';
 
 /**
  * `RateLimiterService.resetAll()` on Redis (memory: test/unit/reset-all.spec.ts): every bucket under the module's prefix is gone
@@ -85,7 +86,7 @@ describe.each([
 
   it('unlinks every bucket under the prefix in several SCAN steps, and no key outside it', async () => {
     const prefix = globbyPrefix();
-    const limiter = new RateLimiterService(resolveOptions({ prefix, timeout: 2_000 }), new RedisStore({ client }));
+    const limiter = new StandaloneLimiter(resolveOptions({ prefix, timeout: 2_000 }), new RedisStore({ client }));
     const outside = outsideKeys(prefix);
     await Promise.all(outside.map((key) => client.set(key, 'theirs')));
     await fill(limiter);
@@ -115,7 +116,7 @@ describe.each([
 
   it('forgets remembered refusals: the next request goes to Redis and is admitted', async () => {
     const prefix = globbyPrefix();
-    const limiter = new RateLimiterService(resolveOptions({ prefix, timeout: 2_000 }), new RedisStore({ client }));
+    const limiter = new StandaloneLimiter(resolveOptions({ prefix, timeout: 2_000 }), new RedisStore({ client }));
     const tight = { name: 'tight', rps: 0.001, burst: 1 };
     expect((await limiter.consume('ip:1', tight))[0].allowed).toBe(true);
     expect((await limiter.consume('ip:1', tight))[0].allowed).toBe(false);
@@ -131,7 +132,7 @@ describe("resetAll with failMode 'local' (own redis-server)", () => {
     const server = await startRedisServer();
     const client = new Redis(server.url, { maxRetriesPerRequest: 0, enableOfflineQueue: false, retryStrategy: () => 50 });
     client.on('error', () => undefined);
-    const limiter = new RateLimiterService(resolveOptions({ failMode: 'local', timeout: 200 }), new RedisStore({ client }));
+    const limiter = new StandaloneLimiter(resolveOptions({ failMode: 'local', timeout: 200 }), new RedisStore({ client }));
     try {
       await once(client, 'ready');
       // not once(): the connection may end in a reset (the store's calls at start still on it), an 'error'

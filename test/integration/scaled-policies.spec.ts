@@ -4,13 +4,14 @@ import { ALGORITHMS, type Algorithm, SCALED_BY_LIMIT, WINDOW_ALGORITHMS } from '
 import type { RateLimitPolicy } from '../../lib/policy/policy.types.js';
 import { RateLimiterService } from '../../lib/rate-limiter.service.js';
 import { resolveOptions } from '../../lib/rate-limit-options.js';
-import { AdaptiveRates, ADAPTIVE_TICK_MS } from '../../lib/routes/adaptive-rates.js';
+import { AdaptiveRates, ADAPTIVE_TICK_MS } from '../../lib/limiter/adaptive-rates.js';
 import { MemoryStore } from '../../lib/stores/memory/memory.store.js';
 import type { RateLimitStore } from '../../lib/stores/rate-limit-store.interface.js';
 import { RedisStore } from '../../lib/stores/redis/redis.store.js';
 import { ManualClock } from '../../lib/testing/manual-clock.js';
 import { CASE_EPOCH } from '../cases/index.js';
 import { connectTestRedis } from '../support/redis/test-redis.js';
+import { StandaloneLimiter } from '../support/standalone-limiter.js';
 
 /**
  * Policies under a factor (`RateLimiterService.setScale`, `adaptive`), on the memory store and
@@ -57,7 +58,7 @@ const STORES: Array<[string, Instances]> = [
 ];
 
 function service(store: RateLimitStore, prefix = 'rl:'): RateLimiterService {
-  return new RateLimiterService(resolveOptions({ store, prefix, failMode: 'closed', timeout: 5_000 }), store);
+  return new StandaloneLimiter(resolveOptions({ store, prefix, failMode: 'closed', timeout: 5_000 }), store);
 }
 
 /** How many of `count` requests the instances admit, taking turns, the clock moving `stepMs` after each. */

@@ -6,6 +6,7 @@ import { RateLimitStoreError } from '../../lib/stores/rate-limit-store.error.js'
 import type { RateLimitRequest } from '../../lib/stores/rate-limit-store.interface.js';
 import { RedisStore } from '../../lib/stores/redis/redis.store.js';
 import { type RedisServer, startRedisServer, stopRedisServer } from '../support/redis/process.js';
+import { StandaloneLimiter } from '../support/standalone-limiter.js';
 
 const TIMEOUT_MS = 100;
 const POLICY = { name: 'timing', rps: 0.001, burst: 1_000 }; // a token back every 1,000 s: none during a test
@@ -66,13 +67,13 @@ async function timedDecision(limiter: RateLimiterService, client: Redis, identit
 describe('what `timeout` bounds (own redis-server, timeout 100 ms)', () => {
   let server: RedisServer;
   let client: Redis;
-  let limiter: RateLimiterService;
+  let limiter: StandaloneLimiter;
 
   beforeEach(async () => {
     server = await startRedisServer();
     client = new Redis(server.url);
     client.on('error', () => undefined);
-    limiter = new RateLimiterService(resolveOptions({ failMode: 'closed', timeout: TIMEOUT_MS }), new RedisStore({ client }));
+    limiter = new StandaloneLimiter(resolveOptions({ failMode: 'closed', timeout: TIMEOUT_MS }), new RedisStore({ client }));
     // the first reply teaches the store Redis's clock (the deadlines it sends with calls)
     await limiter.consume('ip:warm', POLICY);
   });

@@ -2,6 +2,7 @@ import { closeSync, openSync, readSync } from 'node:fs';
 import { Agent, request as httpRequest } from 'node:http';
 import { Controller, type ExecutionContext, Get, Injectable, Module, UseGuards } from '@nestjs/common';
 import {
+  type LimitedCall,
   RateLimit,
   type RateLimitContext,
   RateLimitGuard,
@@ -116,9 +117,9 @@ export class TimedGuard extends RateLimitGuard {
   }
 
   /** Tells the client why failMode decided ('closed' and 'open'; 'local' decides without failing). */
-  protected override onStoreFailure(error: RateLimitStoreError, context: ExecutionContext, seam: RateLimitContext): boolean {
-    seam.setHeader(context, 'x-limiter-failure', error.message.replace(/[^\x20-\x7e]/g, '?').slice(0, 200));
-    return super.onStoreFailure(error, context, seam);
+  protected override onStoreFailure(call: LimitedCall, error: RateLimitStoreError): boolean {
+    call.seam.setHeader(call.context, 'x-limiter-failure', error.message.replace(/[^\x20-\x7e]/g, '?').slice(0, 200));
+    return super.onStoreFailure(call, error);
   }
 }
 

@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url';
 
 /**
  * The shape of lib/, checked: no import circle, and imports that follow a request's path
- * (policy -> keys -> routes -> guard -> store -> decision -> headers) without running back up it.
+ * (policy -> keys -> routes -> guard -> limiter -> store -> decision -> headers) without running back up it.
  * A folder lists what it may import; the files at the root (the module, the guard, the service,
  * the options) may import any folder, and no folder imports them, except the few leaves below.
  */
@@ -23,6 +23,8 @@ const ALLOWED: Record<string, readonly string[]> = {
   stores: ['algorithms', 'utils'],
   headers: ['stores'],
   routes: ['algorithms', 'keys', 'policy', 'stores', 'rate-limit-options.ts'],
+  // the engine, below the guard and the service that ask it
+  limiter: ['algorithms', 'keys', 'policy', 'routes', 'stores', 'headers', 'observability', 'contexts', 'utils', 'rate-limit-options.ts', 'rate-limit.exception.ts'],
   contexts: ['keys', 'stores', 'utils', 'rate-limit.exception.ts', 'rate-limit-options.interface.ts'],
   // the command line replays traffic through what a store and the guard run: decideAll, toDecision, limiting
   simulator: ['algorithms', 'policy', 'keys', 'stores', 'headers'],

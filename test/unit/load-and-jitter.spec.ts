@@ -1,8 +1,8 @@
 import { bucketKey } from '../../lib/keys/bucket-key.js';
 import { identityFraction, jitteredRetryAfter } from '../../lib/keys/retry-jitter.js';
-import { ADAPTIVE_TICK_MS, ADAPTIVE_WINDOW_MS, AdaptiveRates } from '../../lib/routes/adaptive-rates.js';
+import { ADAPTIVE_TICK_MS, ADAPTIVE_WINDOW_MS, AdaptiveRates } from '../../lib/limiter/adaptive-rates.js';
 import { type RoutePolicy, routePolicy } from '../../lib/routes/route-policy.js';
-import { Scales, scaledRule } from '../../lib/routes/scales.js';
+import { Scales, scaledRule } from '../../lib/limiter/scales.js';
 import { resolvePolicy } from '../../lib/policy/resolve-policy.js';
 
 /** Pure pieces of per-client limits: the per-identity jitter, the scale factors and the adaptive controller (clock pinned). */

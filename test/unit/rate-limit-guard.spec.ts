@@ -4,6 +4,7 @@ import { type DiscoveryService, type HttpAdapterHost, MetadataScanner } from '@n
 import { ExecutionContextHost } from '@nestjs/core/helpers/execution-context-host.js';
 import {
   type Departure,
+  type LimitedCall,
   type LimitedRequest,
   MemoryStore,
   RateLimit,
@@ -16,6 +17,7 @@ import {
   RateLimiterService,
   RateLimitStoreError,
   type RateLimitStore,
+  type RateLimitVerdict,
   type RoutePolicy,
 } from '../../lib/index.js';
 import { lastValueFrom, type Observable, of, throwError } from 'rxjs';
@@ -24,8 +26,8 @@ import { headerValue } from '../../lib/keys/identity.js';
 import { keyTimedOut } from '../../lib/rate-limit.messages.js';
 import { resolveOptions } from '../../lib/rate-limit-options.js';
 import { RoutePolicies } from '../../lib/routes/route-policies.js';
-import { AdaptiveRates } from '../../lib/routes/adaptive-rates.js';
 import { RateLimitOutcomeInterceptor } from '../../lib/rate-limit-outcome.interceptor.js';
+import { StandaloneLimiter } from '../support/standalone-limiter.js';
 
 /**
  * The guard's steps without a server: real route policies, limiter and memory store (clock
@@ -113,13 +115,12 @@ function setup(options: RateLimitModuleOptions = {}, store: RateLimitStore = new
   const resolved = resolveOptions({ headers: ['ietf', 'legacy'], ...options });
   const seam = new FakeContext();
   const routes = new RoutePolicies(resolved, { getControllers: () => [] } as unknown as DiscoveryService, new MetadataScanner());
-  const limiter = new RateLimiterService(resolved, store);
+  const limiter = new StandaloneLimiter(resolved, store);
   const contexts = new RateLimitContexts(resolved, {} as HttpAdapterHost);
   contexts.use('http', seam);
-  const guard = new Guard(resolved, routes, limiter, contexts);
-  const adaptive = new AdaptiveRates((name, factor) => limiter.setScale(name, factor));
-  const outcomes = new RateLimitOutcomeInterceptor(contexts, limiter, adaptive);
-  return { guard, seam, limiter, store, outcomes, adaptive };
+  const guard = new Guard(resolved, routes, limiter.core, contexts);
+  const outcomes = new RateLimitOutcomeInterceptor(contexts, limiter.core);
+  return { guard, seam, limiter, store, outcomes };
 }
 
 /** An HTTP execution context for `controller.find` with `request`. */
@@ -137,7 +138,7 @@ async function rejection(act: unknown): Promise<unknown> {
   );
 }
 
-let limiters: RateLimiterService[] = [];
+let limiters: StandaloneLimiter[] = [];
 afterEach(async () => {
   for (const limiter of limiters) await limiter.onApplicationShutdown();
   limiters = [];
@@ -305,12 +306,12 @@ describe('RateLimitGuard: steps a subclass overrides', () => {
   const ONE: RateLimitPolicy = { name: 'per-tenant', rps: 1, burst: 1 };
 
   class TenantGuard extends RateLimitGuard {
-    protected override resolveIdentity(_policy: RoutePolicy, request: LimitedRequest): string {
+    protected override identify({ request }: LimitedCall): string {
       return `tenant:${headerValue(request, 'x-tenant') ?? 'none'}`;
     }
   }
 
-  it('keys by tenant with resolveIdentity: one bucket per tenant, whatever the IP', async () => {
+  it('keys by tenant with identify: one bucket per tenant, whatever the IP', async () => {
     const { guard, limiter } = guarded({}, undefined, TenantGuard);
     const route = routeWith([ONE]);
     const tenant = (name: string) => http(route, { headers: { 'x-tenant': name } });
@@ -321,9 +322,9 @@ describe('RateLimitGuard: steps a subclass overrides', () => {
     expect((await limiter.peek(`ip:${IP}`, ONE))[0].remaining).toBe(1);
   });
 
-  it('charges what resolveCost says', async () => {
+  it('charges what cost says', async () => {
     class Double extends RateLimitGuard {
-      protected override resolveCost(): number {
+      protected override cost(): number {
         return 2;
       }
     }
@@ -333,10 +334,10 @@ describe('RateLimitGuard: steps a subclass overrides', () => {
     expect((await limiter.peek(`ip:${IP}`, policy))[0].remaining).toBe(1);
   });
 
-  it('ends a refusal the way onRefusal says', async () => {
+  it('ends a refusal the way refuse says', async () => {
     class Teapot extends RateLimitGuard {
-      protected override onRefusal(refused: RateLimitDecision, cost: number): never {
-        throw new Error(`teapot: ${refused.policy} x${cost}`);
+      protected override refuse(_call: LimitedCall, { limiting, requests }: RateLimitVerdict): never {
+        throw new Error(`teapot: ${limiting.policy} x${requests[0].cost}`);
       }
     }
     const { guard, seam } = guarded({}, undefined, Teapot);
@@ -441,11 +442,11 @@ describe('RateLimitGuard: a leaky_bucket turn', () => {
   const QUEUE: RateLimitPolicy = { name: 'queue', algorithm: 'leaky_bucket', rps: 1, burst: 3 };
   const remaining = async (limiter: RateLimiterService) => (await limiter.peek(`ip:${IP}`, QUEUE))[0].remaining;
 
-  /** Resolves once a request of `limiter` is in the queue, its wait begun. */
-  function queued(limiter: RateLimiterService): Promise<void> {
-    const wait = limiter.wait.bind(limiter);
+  /** Resolves once a request of the guard's engine is in the queue, its wait begun. */
+  function queued({ core }: StandaloneLimiter): Promise<void> {
+    const wait = core.wait.bind(core);
     return new Promise((resolve) => {
-      jest.spyOn(limiter, 'wait').mockImplementation((decisions, signal) => {
+      jest.spyOn(core, 'wait').mockImplementation((decisions, signal) => {
         const waiting = wait(decisions, signal);
         resolve();
         return waiting;

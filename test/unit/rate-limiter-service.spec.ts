@@ -2,6 +2,7 @@ import { RateLimiterService } from '../../lib/rate-limiter.service.js';
 import { resolveOptions } from '../../lib/rate-limit-options.js';
 import { MemoryStore } from '../../lib/stores/memory/memory.store.js';
 import { RateLimitStoreError } from '../../lib/stores/rate-limit-store.error.js';
+import { StandaloneLimiter } from '../support/standalone-limiter.js';
 
 /**
  * What `RateLimiterService` makes of its arguments before anything reaches a store: a list of
@@ -11,12 +12,12 @@ import { RateLimitStoreError } from '../../lib/stores/rate-limit-store.error.js'
 describe('RateLimiterService arguments (memory store, clock pinned)', () => {
   let now: number;
   let store: MemoryStore;
-  let limiter: RateLimiterService;
+  let limiter: StandaloneLimiter;
 
   beforeEach(async () => {
     now = 1_767_225_600_000;
     store = new MemoryStore({ clock: () => now });
-    limiter = new RateLimiterService(resolveOptions({}), store);
+    limiter = new StandaloneLimiter(resolveOptions({}), store);
   });
   afterEach(async () => {
     await limiter.onApplicationShutdown();
@@ -149,7 +150,7 @@ describe('RateLimiterService with a subclass of MemoryStore', () => {
 
   it("calls the subclass's consume, peek and refund", async () => {
     const store = new CountingStore({ clock: () => 1_767_225_600_000 });
-    const limiter = new RateLimiterService(resolveOptions({}), store);
+    const limiter = new StandaloneLimiter(resolveOptions({}), store);
     try {
       const leaky = { name: 'queue', algorithm: 'leaky_bucket' as const, rps: 1, burst: 5 };
       await limiter.consume('user:1', leaky);

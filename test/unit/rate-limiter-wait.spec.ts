@@ -1,6 +1,7 @@
 import { jest } from '@jest/globals';
 import { Logger } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
+import { RateLimiter } from '../../lib/limiter/rate-limiter.js';
 import {
   MemoryStore,
   type RateLimitDecision,
@@ -47,7 +48,7 @@ describe('RateLimiterService.wait (no sleeps: the clock is pinned and waits end 
     const waits = [await limiter.consume('user:1', QUEUE), await limiter.consume('user:1', QUEUE)].map((d) => limiter.wait(d));
     expect(await remaining(limiter)).toBe(0);
 
-    await limiter.beforeApplicationShutdown();
+    await moduleRef.get(RateLimiter).beforeApplicationShutdown();
     for (const waiting of waits) await expect(waiting).rejects.toBeInstanceOf(RateLimitUnavailableException);
     expect(await remaining(limiter)).toBe(2);
     // a request admitted during shutdown does not wait either

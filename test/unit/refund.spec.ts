@@ -9,6 +9,7 @@ import { resolveOptions } from '../../lib/rate-limit-options.js';
 import { MemoryStore } from '../../lib/stores/memory/memory.store.js';
 import type { RateLimitDecision, RateLimitStore } from '../../lib/stores/rate-limit-store.interface.js';
 import { CASE_EPOCH, ruleOf } from '../cases/index.js';
+import { StandaloneLimiter } from '../support/standalone-limiter.js';
 
 /** What a state lets through: remaining and the wait for every whole need. */
 function capacity(algorithm: (typeof ALGORITHMS)[number], state: Held, burst: number) {
@@ -103,10 +104,10 @@ describe('RateLimiterService.refund: a decision is given back at most once', () 
   ];
 
   describe.each(stores)('on %s', (_name, makeStore, failMode) => {
-    let limiter: RateLimiterService;
+    let limiter: StandaloneLimiter;
     beforeEach(() => {
       jest.spyOn(Logger.prototype, 'error').mockImplementation(() => undefined);
-      limiter = new RateLimiterService(resolveOptions({ failMode }), makeStore());
+      limiter = new StandaloneLimiter(resolveOptions({ failMode }), makeStore());
     });
     afterEach(async () => {
       await limiter.onApplicationShutdown();

@@ -4,6 +4,7 @@ import { MemoryStore } from '../../lib/stores/memory/memory.store.js';
 import type { RateLimitStore } from '../../lib/stores/rate-limit-store.interface.js';
 import { globLiteral } from '../../lib/stores/redis/unlink-under.js';
 import { ManualClock } from '../../lib/testing/index.js';
+import { StandaloneLimiter } from '../support/standalone-limiter.js';
 
 /** `RateLimiterService.resetAll()` on the memory store (Redis: test/integration/reset-all.spec.ts). */
 
@@ -14,9 +15,9 @@ describe('resetAll on the memory store', () => {
   it("empties the buckets under the module's prefix, and only those", async () => {
     const store = new MemoryStore({ clock: new ManualClock(1_767_225_600_000) });
     // two prefixes, one the start of the other: only keys that start with the whole prefix go
-    const mine = new RateLimiterService(resolveOptions({ prefix: 'rl:' }), store);
-    const theirs = new RateLimiterService(resolveOptions({ prefix: 'rl' }), store);
-    const others = new RateLimiterService(resolveOptions({ prefix: 'rl-other:' }), store);
+    const mine = new StandaloneLimiter(resolveOptions({ prefix: 'rl:' }), store);
+    const theirs = new StandaloneLimiter(resolveOptions({ prefix: 'rl' }), store);
+    const others = new StandaloneLimiter(resolveOptions({ prefix: 'rl-other:' }), store);
     for (const limiter of [mine, theirs, others]) {
       for (const id of ['ip:1', 'ip:2', 'user:3']) await limiter.consume(id, POLICY, 2);
     }
@@ -40,7 +41,7 @@ describe('resetAll on the memory store', () => {
       peek: (requests) => memory.peek(requests),
       reset: (keys) => memory.reset(keys),
     };
-    const limiter = new RateLimiterService(resolveOptions({}), custom);
+    const limiter = new StandaloneLimiter(resolveOptions({}), custom);
     await expect(limiter.resetAll()).rejects.toThrow(
       'RateLimiterService.resetAll() needs a store with resetAll(prefix), as MemoryStore and RedisStore have: this store has none',
     );

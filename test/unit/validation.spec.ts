@@ -20,6 +20,7 @@ import { resolveOptions } from '../../lib/rate-limit-options.js';
 import { StoreOwner } from '../../lib/stores/store-owner.js';
 import { parseCommandLine } from '../../lib/simulator/simulate-args.js';
 import { ManualClock } from '../../lib/testing/index.js';
+import { StandaloneLimiter } from '../support/standalone-limiter.js';
 
 /**
  * Every validation message, exactly: one row per bad input, with the whole message it must
@@ -113,7 +114,7 @@ const store = (make: () => unknown) => () => thrown(make);
 
 /** The message a `RateLimiterService` call makes (on a memory store). */
 const limiter = (call: (service: RateLimiterService) => Promise<unknown>) => async () => {
-  const service = new RateLimiterService(resolveOptions({}), new MemoryStore());
+  const service = new StandaloneLimiter(resolveOptions({}), new MemoryStore());
   try {
     return await thrown(() => call(service));
   } finally {
@@ -122,7 +123,7 @@ const limiter = (call: (service: RateLimiterService) => Promise<unknown>) => asy
 };
 /** The message `setScale(name, factor)` makes on a service with the module's `policies`. */
 const scaling = (options: RateLimitModuleOptions, name: string, factor: number) => async () => {
-  const service = new RateLimiterService(resolveOptions(options), new MemoryStore());
+  const service = new StandaloneLimiter(resolveOptions(options), new MemoryStore());
   try {
     return await thrown(() => service.setScale(name, factor));
   } finally {

@@ -3,7 +3,7 @@ import { InvalidPolicyError, resolvePolicy } from '../policy/resolve-policy.js';
 import { duplicatePolicyName, invalidArgument, invalidPolicy } from '../rate-limit.messages.js';
 import { checkCost } from '../stores/distinct-requests.js';
 import type { RateLimitRequest } from '../stores/rate-limit-store.interface.js';
-import { type RouteDefaults, type RoutePolicy, routePolicy, storeRequest } from './route-policy.js';
+import { type RouteDefaults, type RoutePolicy, routePolicy, storeRequest } from '../routes/route-policy.js';
 import type { Scales } from './scales.js';
 
 /**

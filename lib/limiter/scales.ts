@@ -2,7 +2,7 @@ import { type Rule, SCALED_BY_LIMIT } from '../algorithms/algorithm.types.js';
 import { wholeIfNear } from '../algorithms/conversions.js';
 import { factorAtLeast, LEAST_FACTOR, leastFactor, refillTooSlow } from '../policy/policy-bounds.js';
 import { invalidArgument } from '../rate-limit.messages.js';
-import type { RoutePolicy, RouteTier } from './route-policy.js';
+import type { RoutePolicy, RouteTier } from '../routes/route-policy.js';
 
 /**
  * A rule under a factor below 1: a `fixed_window` or `sliding_window_counter` admits `burst`

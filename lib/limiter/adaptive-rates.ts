@@ -1,4 +1,4 @@
-import type { RoutePolicy } from './route-policy.js';
+import type { RoutePolicy } from '../routes/route-policy.js';
 
 /** How often the one shared timer steers every adaptive policy, ms. */
 export const ADAPTIVE_TICK_MS = 500;
