@@ -6,7 +6,7 @@ import type { RateLimitRequest } from '../stores/rate-limit-store.interface.js';
 /**
  * A policy as it applies to requests: validated, its key sources settled (the policy's own or
  * the module's) and the start of its bucket keys worked out once. The guard's steps receive it,
- * so a subclass that overrides one (say, `resolveIdentity`) reads the policy from it.
+ * so a subclass that overrides one (say, `identify`) reads the policy from it.
  */
 export interface RoutePolicy {
   /** Its name, in headers and in its bucket keys. */
