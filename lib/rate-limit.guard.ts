@@ -1,37 +1,34 @@
 import { type CanActivate, type ExecutionContext, Inject, Injectable, Logger } from '@nestjs/common';
-import { AnswerHeaders } from './answer-headers.js';
-import type { RateLimitContext } from './contexts/rate-limit-context.js';
+import { CallAnswers } from './call-answers.js';
 import { RateLimitContexts } from './contexts/rate-limit-contexts.js';
 import { resolveCost } from './keys/cost.js';
-import { KeyTimeoutError, resolveIdentity } from './keys/identity.js';
+import { resolveIdentity } from './keys/identity.js';
 import { IdentityWarnings, routeName } from './keys/identity-warnings.js';
 import { resolveTier } from './keys/tier.js';
 import { chargeOnce } from './limiter/charge-once.js';
 import { type LimitedCall, limitedCall, watch, watchedOf } from './limiter/limited-call.js';
 import { RateLimiter, type RateLimitVerdict } from './limiter/rate-limiter.js';
+import { storeFailure } from './limiter/store-failure.js';
+import { storeRequests } from './limiter/store-requests.js';
 import { RATE_LIMIT_OPTIONS } from './rate-limit.constants.js';
-import { RateLimitUnavailableException } from './rate-limit.exception.js';
 import { shadowRefusal } from './rate-limit.messages.js';
 import type { ResolvedOptions } from './rate-limit-options.js';
-import { type RoutePolicy, storeRequest } from './routes/route-policy.js';
+import type { RoutePolicy } from './routes/route-policy.js';
 import { RoutePolicies } from './routes/route-policies.js';
-import { anySkipIf, Unskipped } from './routes/skip-if.js';
-import { RateLimitStoreError } from './stores/rate-limit-store.error.js';
-import type { RateLimitRequest } from './stores/rate-limit-store.interface.js';
+import { Unskipped } from './routes/skip-if.js';
+import type { RateLimitStoreError } from './stores/rate-limit-store.error.js';
 
 /**
- * Limits each request by its route's policies, charged once however many times it runs on it: the
- * Nest adapter of the engine (`RateLimiter`). What is particular to a kind of request is its seam
- * (`RateLimitContext`); a kind without one passes. Its steps are `protected`, each taking the run's
- * one record (`LimitedCall`), so an app subclasses it (see the README's "Extending"). For a
- * `'user'` key, the app's auth guard must run first (or use `runAs: 'interceptor'`).
+ * Limits each request by its route's policies, once however many times it runs on it: the Nest adapter of the engine
+ * (`RateLimiter`), answering through the seam of the request's kind (`RateLimitContext`; a kind without one passes).
+ * Its steps take the run's one record (`LimitedCall`): subclass it to change one (see the README's "Extending").
  */
 @Injectable()
 export class RateLimitGuard implements CanActivate {
   protected readonly logger = new Logger('RateLimitGuard');
   private readonly identities = new IdentityWarnings(this.logger);
-  private readonly headers: AnswerHeaders;
-  private readonly unskipped = new Unskipped();
+  private readonly answers: CallAnswers;
+  private readonly unskipped: Unskipped;
 
   constructor(
     @Inject(RATE_LIMIT_OPTIONS) protected readonly options: ResolvedOptions,
@@ -39,7 +36,8 @@ export class RateLimitGuard implements CanActivate {
     protected readonly limiter: RateLimiter,
     protected readonly contexts: RateLimitContexts,
   ) {
-    this.headers = new AnswerHeaders(options.headers, () => limiter.now());
+    this.answers = new CallAnswers(options, () => limiter.now());
+    this.unskipped = new Unskipped(options.skipIf);
   }
 
   canActivate(context: ExecutionContext): boolean | Promise<boolean> {
@@ -48,16 +46,15 @@ export class RateLimitGuard implements CanActivate {
     return this.contexts.load(context.getType()).then((loaded) => loaded === undefined || this.limit(loaded, context));
   }
 
-  private limit(seam: RateLimitContext, context: ExecutionContext): boolean | Promise<boolean> {
-    const route = this.routes.forRoute(context.getClass(), context.getHandler() as () => unknown);
-    const call = route.length === 0 ? undefined : limitedCall(context, seam, route);
+  private limit(seam: LimitedCall['seam'], context: ExecutionContext): boolean | Promise<boolean> {
+    const call = limitedCall(context, seam, this.routes.forContext(context));
     return call === undefined || chargeOnce(call, (fresh) => this.enforce(call, fresh));
   }
 
-  /** Decides a run under the policies not charged yet and answers: `true`, or the refusal as a rejected promise. */
+  /** Decides the policies not charged yet on the request, and answers. */
   protected enforce(call: LimitedCall, policies: readonly RoutePolicy[]): boolean | Promise<boolean> {
     try {
-      if (this.options.skipIf === undefined && !anySkipIf(policies)) return this.decide(call, policies);
+      if (this.unskipped.none(policies)) return this.decide(call, policies);
       return this.skipping(call, policies).then((applying) => {
         if (applying !== policies) this.limiter.skipped(call, policies, applying);
         return applying.length === 0 || this.decide(call, applying);
@@ -69,64 +66,43 @@ export class RateLimitGuard implements CanActivate {
 
   private decide(call: LimitedCall, applying: readonly RoutePolicy[]): boolean | Promise<boolean> {
     const policies = this.limiter.scaled(applying);
-    const built = this.buildRequests(call, policies);
-    if (Array.isArray(built)) return this.ask(call, policies, built);
-    return built.then((requests) => this.ask(call, policies, requests), (error) => this.failOver(call, policies, error));
-  }
-
-  private ask(call: LimitedCall, policies: readonly RoutePolicy[], requests: RateLimitRequest[]): boolean | Promise<boolean> {
+    const requests = storeRequests(
+      policies,
+      (policy) => this.identities.checked(policy.keys, this.identify(call, policy), call),
+      (policy) => this.cost(call, policy),
+      (policy) => this.tier(call, policy),
+    );
     const verdict = this.limiter.decide(call, policies, requests);
     if (!(verdict instanceof Promise)) return this.answer(call, verdict);
-    return verdict.then((known) => this.answer(call, known), (error) => this.failOver(call, policies, error));
+    return verdict.then((known) => this.answer(call, known), this.failingOver(call, policies));
   }
 
   private answer(call: LimitedCall, verdict: RateLimitVerdict): boolean | Promise<boolean> {
-    this.setHeaders(call, verdict);
-    const shadow = this.options.mode === 'shadow';
-    if (!verdict.allowed) return shadow ? (this.onShadowRefusal(call, verdict), true) : this.refusal(call, verdict);
-    if (!shadow && verdict.decisions.some((decision) => decision.delay > 0)) {
-      return this.waitTurn(call, verdict).then(() => (this.watchOutcome(call, verdict), true));
-    }
-    this.watchOutcome(call, verdict);
+    this.answers.headers(call, verdict);
+    const enforcing = this.options.mode !== 'shadow';
+    // a microtask on: a promise rejected before anyone awaits it costs Node's unhandled-rejection bookkeeping
+    if (!verdict.allowed && enforcing) return Promise.resolve().then(() => this.refuse(call, verdict));
+    if (!verdict.allowed) this.onShadowRefusal(call, verdict);
+    else if (!enforcing || verdict.decisions.every((decision) => decision.delay <= 0)) this.watchOutcome(call, verdict);
+    else return this.waitTurn(call, verdict).then(() => (this.watchOutcome(call, verdict), true));
     return true;
   }
 
-  /** `refuse`'s error a microtask on: a promise rejected before anyone awaits it costs Node's unhandled-rejection bookkeeping. */
-  private async refusal(call: LimitedCall, verdict: RateLimitVerdict): Promise<never> {
-    await undefined;
-    this.refuse(call, verdict);
-  }
-
-  private failOver(call: LimitedCall, policies: readonly RoutePolicy[], failure: unknown): boolean {
-    const error = failure instanceof KeyTimeoutError ? new RateLimitStoreError(failure.message, { cause: failure, reason: 'timeout' }) : failure;
-    if (!(error instanceof RateLimitStoreError)) throw error;
-    let passed = false;
-    try {
-      return (passed = this.onStoreFailure(call, error));
-    } finally {
-      this.limiter.failedOver(call, policies, passed);
-    }
+  private failingOver(call: LimitedCall, policies: readonly RoutePolicy[]): (failure: unknown) => boolean {
+    return (failure) => {
+      const error = storeFailure(failure);
+      let passed = false;
+      try {
+        return (passed = this.onStoreFailure(call, error));
+      } finally {
+        this.limiter.failedOver(call, policies, passed);
+      }
+    };
   }
 
   /** The policies that apply: none when the module's `skipIf` says so, else those whose own does not. */
-  protected async skipping(call: LimitedCall, policies: readonly RoutePolicy[]): Promise<readonly RoutePolicy[]> {
-    if (this.options.skipIf !== undefined && (await this.options.skipIf(call.context, call.request))) return [];
+  protected skipping(call: LimitedCall, policies: readonly RoutePolicy[]): Promise<readonly RoutePolicy[]> {
     return this.unskipped.of(policies, call.request, call.context);
-  }
-
-  /** One store request per policy; a promise only when a key, cost or tier function answers with one. */
-  protected buildRequests(call: LimitedCall, policies: readonly RoutePolicy[]): RateLimitRequest[] | Promise<RateLimitRequest[]> {
-    const requests: RateLimitRequest[] = new Array(policies.length);
-    let pending: Promise<unknown>[] | undefined;
-    for (let i = 0; i < policies.length; i++) {
-      const policy = policies[i];
-      const identity = this.identities.checked(policy.keys, this.identify(call, policy), call.request, call.context, call.seam);
-      const cost = this.cost(call, policy);
-      const tier = policy.tiers === undefined ? undefined : this.tier(call, policy);
-      if (typeof identity === 'string' && typeof cost === 'number' && (tier === undefined || typeof tier === 'string')) requests[i] = storeRequest(policy, identity, cost, tier);
-      else (pending ??= []).push(Promise.all([identity, cost, tier]).then(([key, settled, named]) => (requests[i] = storeRequest(policy, key, settled, named))));
-    }
-    return pending === undefined ? requests : Promise.all(pending).then(() => requests);
   }
 
   /** The identity a policy limits the request as (see `KeySource`). */
@@ -141,57 +117,32 @@ export class RateLimitGuard implements CanActivate {
 
   /** A tiered policy's tier for the request (see `TierSource`); `undefined`: its `defaultTier`. */
   protected tier(call: LimitedCall, policy: RoutePolicy): string | undefined | Promise<string | undefined> {
-    if (policy.tiers === undefined) return undefined;
-    return resolveTier(policy.tiers.source, call.request, call.context, (call.record.tiers ??= new Map()), this.options.timeout);
-  }
-
-  /** Sets the configured header families (on a shared GraphQL response, from every decision made for it). */
-  protected setHeaders(call: LimitedCall, verdict: RateLimitVerdict): void {
-    this.headers.decided(verdict.policies, verdict.decisions, call.context, call.seam);
+    return policy.tiers && resolveTier(policy.tiers.source, call, this.options.timeout);
   }
 
   /** Ends a refused request: `Retry-After`, then `exceptionFactory`'s error or the seam's refusal (a 429). */
   protected refuse(call: LimitedCall, verdict: RateLimitVerdict): never {
-    const { limiting, requests, decisions } = verdict;
-    this.headers.retryAfter(limiting, call.context, call.seam);
-    const factory = this.options.exceptionFactory;
-    if (factory !== undefined) throw factory(limiting, call.context);
-    throw call.seam.refusal(limiting, requests[decisions.indexOf(limiting)].cost, call.context, decisions);
+    throw this.answers.refusal(call, verdict);
   }
 
   /** In shadow mode, logs a request enforcing would refuse (it passes). */
-  protected onShadowRefusal(call: LimitedCall, verdict: RateLimitVerdict): void {
-    this.logger.warn(shadowRefusal(verdict.limiting.policy, routeName(call.context), verdict.limiting.retryAfter));
+  protected onShadowRefusal(call: LimitedCall, { limiting }: RateLimitVerdict): void {
+    this.logger.warn(shadowRefusal(limiting.policy, routeName(call.context), limiting.retryAfter));
   }
 
   /** Holds an admitted `leaky_bucket` request until its turn; a gone client or a shutdown gives the turn back. */
-  protected async waitTurn(call: LimitedCall, verdict: RateLimitVerdict): Promise<void> {
-    const departure = call.seam.departure?.(call.context);
-    try {
-      await this.limiter.wait(verdict.decisions, departure?.signal);
-    } catch (error) {
-      if (departure?.signal.aborted) throw departure.gone();
-      if (!(error instanceof RateLimitUnavailableException)) throw error;
-      this.unavailable(call, error);
-    } finally {
-      departure?.end();
-    }
+  protected waitTurn(call: LimitedCall, verdict: RateLimitVerdict): Promise<void> {
+    return this.answers.turn(call, verdict, this.limiter);
   }
 
   /** Keeps what the admitted request owes `count: 'failures'` and `adaptive` policies, for its outcome. */
   protected watchOutcome(call: LimitedCall, verdict: RateLimitVerdict): void {
-    const watched = watchedOf(verdict.policies, verdict.decisions);
-    if (watched !== undefined) watch(call, watched);
+    watch(call, watchedOf(verdict.policies, verdict.decisions));
   }
 
-  /** What a request gets when the store cannot decide: `failMode` 'open' lets it through. */
+  /** The answer when the store cannot decide (`error.reason` says why): `failMode` 'open' lets it through. */
   protected onStoreFailure(call: LimitedCall, error: RateLimitStoreError): boolean {
-    if (this.options.failMode === 'closed' && this.options.mode !== 'shadow') this.unavailable(call, error);
+    if (this.options.failMode === 'closed' && this.options.mode !== 'shadow') throw this.answers.unavailable(call, error);
     return true;
-  }
-
-  private unavailable(call: LimitedCall, error: Error): never {
-    this.headers.retryAfter(undefined, call.context, call.seam);
-    throw call.seam.unavailable(error, call.context);
   }
 }

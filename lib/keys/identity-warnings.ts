@@ -7,6 +7,13 @@ interface IpWatcher {
   limitedByIp?(request: LimitedRequest): void;
 }
 
+/** A run of the guard as the warnings read it (see `LimitedCall`). */
+interface Checked {
+  readonly request: LimitedRequest;
+  readonly context: ExecutionContext;
+  readonly seam: IpWatcher;
+}
+
 /**
  * The warnings about how a policy's identity for a request was found, given once the identity is
  * known (a key function's promise has settled): a `'user'` key that found no user on a request
@@ -19,8 +26,9 @@ export class IdentityWarnings {
   constructor(private readonly logger: Logger) {}
 
   /** `identity` once it is known, checked; a promise when it is one. */
-  checked(keys: readonly KeySource[], identity: string | Promise<string>, request: LimitedRequest, context: ExecutionContext, seam: IpWatcher): string | Promise<string> {
-    if (typeof identity !== 'string') return identity.then((known) => this.checked(keys, known, request, context, seam));
+  checked(keys: readonly KeySource[], identity: string | Promise<string>, call: Checked): string | Promise<string> {
+    if (typeof identity !== 'string') return identity.then((known) => this.checked(keys, known, call));
+    const { request, context, seam } = call;
     if (request.headers.authorization !== undefined) this.checkUser(keys, identity, context);
     if (seam.limitedByIp !== undefined && identity.startsWith('ip:')) seam.limitedByIp(request);
     return identity;

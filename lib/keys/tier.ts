@@ -5,22 +5,24 @@ import { isThenable, withinTimeout } from './source-promise.js';
 
 type Named = string | undefined | Promise<string | undefined>;
 
+/** A run of the guard as a tier source reads it (see `LimitedCall`): its request, and the record its tiers are kept on. */
+interface TierReader {
+  readonly request: LimitedRequest;
+  readonly context: ExecutionContext;
+  readonly record: { tiers?: Map<TierSource, Named> };
+}
+
 /**
  * The tier a request names through `source`, or `undefined` when it names none: `'user:<field>'`
  * reads `req.user[field]`; a function is called once per request: its answer, or its promise,
- * is kept in `memo` (the request's, see `CallRecord.tiers`) for every policy and every run of the
- * guard that reads it. A string or a finite number names a tier; anything
+ * is kept on the run's record (see `CallRecord.tiers`) for every policy and every run of the guard
+ * on the request that reads it. A string or a finite number names a tier; anything
  * else, a function that throws or rejects, and a promise that does not settle within `timeoutMs`
  * (the module's `timeout`), names none (the policy's `defaultTier` applies).
  */
-export function resolveTier(
-  source: TierSource,
-  request: LimitedRequest,
-  context: ExecutionContext,
-  memo: Map<TierSource, Named>,
-  timeoutMs: number,
-): Named {
+export function resolveTier(source: TierSource, { request, context, record }: TierReader, timeoutMs: number): Named {
   if (typeof source !== 'function') return tierName((request.user as Record<string, unknown> | null | undefined)?.[source.slice('user:'.length)]);
+  const memo = (record.tiers ??= new Map());
   if (memo.has(source)) return memo.get(source);
   const named = callTier(source, context, timeoutMs);
   memo.set(source, named);

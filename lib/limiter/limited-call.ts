@@ -68,10 +68,11 @@ export function recordOn(holder: object): CallRecord {
 }
 
 /**
- * The guard's run on a request in `context`, or `undefined` when the seam limits nothing there
- * (a GraphQL subscription, say).
+ * The guard's run on a request in `context`, or `undefined` when nothing limits it: its route has
+ * no policies, or the seam limits nothing there (a GraphQL subscription, say).
  */
 export function limitedCall(context: ExecutionContext, seam: RateLimitContext, route: readonly RoutePolicy[]): LimitedCall | undefined {
+  if (route.length === 0) return undefined;
   const request = seam.request(context);
   if (request === undefined) return undefined;
   const target = seam.target?.(context) ?? context.getArgs();
@@ -92,8 +93,9 @@ export function watchedOf(policies: readonly RoutePolicy[], decisions: readonly 
   return watched;
 }
 
-/** Keeps what an admitted run owes for its outcome, on its selection (each GraphQL alias settles its own). */
-export function watch(call: LimitedCall, watched: Watched): void {
+/** Keeps what an admitted run owes for its outcome (if anything), on its selection (each GraphQL alias settles its own). */
+export function watch(call: LimitedCall, watched: Watched | undefined): void {
+  if (watched === undefined) return;
   const record = call.selection === call.target ? call.record : recordOn(call.selection);
   (record.watched ??= []).push(watched);
 }

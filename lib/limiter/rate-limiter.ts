@@ -83,12 +83,15 @@ export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShut
   }
 
   /**
-   * Charges a run of the guard: the verdict itself when the store decided at once (the memory
-   * store), so an admitted request waits on no promise.
+   * Charges a run of the guard, once its store requests are built: the verdict itself when they
+   * were and the store decided at once (the memory store), so an admitted request waits on no
+   * promise.
    *
-   * @throws RateLimitStoreError (or rejects with it) when the store cannot decide and `failMode` is not 'local'
+   * @throws RateLimitStoreError (or rejects with it) when the store cannot decide and `failMode` is
+   * not 'local'; rejects with what building the requests rejected with
    */
-  decide(call: LimitedCall, policies: readonly RoutePolicy[], requests: readonly RateLimitRequest[]): RateLimitVerdict | Promise<RateLimitVerdict> {
+  decide(call: LimitedCall, policies: readonly RoutePolicy[], requests: readonly RateLimitRequest[] | Promise<readonly RateLimitRequest[]>): RateLimitVerdict | Promise<RateLimitVerdict> {
+    if (!Array.isArray(requests)) return (requests as Promise<readonly RateLimitRequest[]>).then((built) => this.decide(call, policies, built));
     const decided = this.decisions(requests, true);
     if (Array.isArray(decided)) return this.verdict(call.context, policies, requests, decided);
     return decided.then((decisions) => this.verdict(call.context, policies, requests, decisions));

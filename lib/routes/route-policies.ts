@@ -1,4 +1,4 @@
-import { Inject, Injectable, Logger, type Type } from '@nestjs/common';
+import { type ExecutionContext, Inject, Injectable, Logger, type Type } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import type { RateLimitPolicy, ResolvedPolicy } from '../policy/policy.types.js';
 import { InvalidPolicyError, resolvePolicy } from '../policy/resolve-policy.js';
@@ -71,6 +71,11 @@ export class RoutePolicies {
    */
   *all(): Iterable<RoutePolicy> {
     for (const handlers of this.routes.values()) for (const policies of handlers.values()) yield* policies;
+  }
+
+  /** The policies of the route a context runs (see `forRoute`). */
+  forContext(context: ExecutionContext): readonly RoutePolicy[] {
+    return this.forRoute(context.getClass(), context.getHandler() as Handler);
   }
 
   /** The policies of a route, in order: module, class, handler. */

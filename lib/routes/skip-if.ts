@@ -1,5 +1,6 @@
 import type { ExecutionContext } from '@nestjs/common';
 import type { LimitedRequest } from '../keys/identity.js';
+import type { SkipIf } from '../policy/policy.types.js';
 import type { RoutePolicy } from './route-policy.js';
 
 /** Whether a policy of a route has a `skipIf` (a loop, not `some`: no closure per request). */
@@ -9,15 +10,24 @@ export function anySkipIf(policies: readonly RoutePolicy[]): boolean {
 }
 
 /**
- * A route's policies less those whose `skipIf` lets a request pass: one list per route and set
- * skipped (keyed by the indexes skipped, however many policies the route has), made once, so
- * whatever is cached per list (a header plan) is too.
+ * A route's policies less those a `skipIf` lets a request pass: none when the module's says so,
+ * else one list per route and set skipped (keyed by the indexes skipped, however many policies the
+ * route has), made once, so whatever is cached per list (a header plan) is too.
  */
 export class Unskipped {
   private readonly lists = new WeakMap<readonly RoutePolicy[], Map<string, readonly RoutePolicy[]>>();
 
-  /** `policies` less those whose `skipIf` says `request` passes; each `skipIf` runs once, with `(context, request)`. */
+  /** @param skipIf the module's `skipIf`, if any */
+  constructor(private readonly skipIf: SkipIf | undefined) {}
+
+  /** Whether no `skipIf` could skip any of `policies`: then they all apply, with no promise to wait for. */
+  none(policies: readonly RoutePolicy[]): boolean {
+    return this.skipIf === undefined && !anySkipIf(policies);
+  }
+
+  /** `policies` less those a `skipIf` says `request` passes; each `skipIf` runs once, with `(context, request)`. */
   async of(policies: readonly RoutePolicy[], request: LimitedRequest, context: ExecutionContext): Promise<readonly RoutePolicy[]> {
+    if (this.skipIf !== undefined && (await this.skipIf(context, request))) return [];
     let skipped: number[] | undefined;
     for (let i = 0; i < policies.length; i++) {
       const skipIf = policies[i].skipIf;
