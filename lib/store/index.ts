@@ -18,7 +18,8 @@
  * const now = this.clock.now();
  * const states = await this.read(requests.map((request) => request.key));
  * const verdict = decideAll(requests.map(({ rule, cost }, i) => ({ state: states[i], rule, cost })), now, true);
- * if (verdict.allowed) await this.write(requests, verdict.next, verdict.outcomes);
+ * // every next state when admitted; after a refusal, those `verdict.blocks` marks
+ * if (verdict.allowed || verdict.blocks) await this.write(requests, verdict);
  * const decisions = requests.map((request, i) => toDecision(request, verdict.outcomes[i]));
  * return positions === undefined ? decisions : spreadDecisions(decisions, given, positions);
  */
