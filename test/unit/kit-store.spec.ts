@@ -5,12 +5,14 @@ import { RateLimitStoreError, type SlidingWindowLogState } from 'nestjs-ratelimi
 import { ManualClock } from '../../lib/testing/manual-clock.js';
 import { CASE_EPOCH, ruleOf } from '../cases/index.js';
 import { KitStore } from '../support/kit-store.js';
+import { describeRefundCases } from '../support/refund-cases.js';
 import { caseRequest, clocked, describeStoreCases, type StoredKeys } from '../support/store-cases.js';
 
 /**
  * A store written from `nestjs-ratelimit/store` alone (test/support/kit-store.ts) decides as the
  * built-in stores do: the same shared tests as test/integration/stores.spec.ts, on a key-value
- * server in the process (no Redis), then what it does as a remote store would.
+ * server in the process (no Redis), the refund tests of test/integration/store-refund.spec.ts,
+ * then what it does as a remote store would.
  */
 
 const prefix = `rl-kit-${randomUUID()}:`;
@@ -30,7 +32,9 @@ function keysOf(store: KitStore): StoredKeys {
   };
 }
 
-describeStoreCases([['KitStore (a key-value server in the process)', clocked((clock) => new KitStore({ clock }), (store) => keysOf(store as KitStore))]], prefix);
+const kitStore = clocked((clock) => new KitStore({ clock }), (store) => keysOf(store as KitStore));
+describeStoreCases([['KitStore (a key-value server in the process)', kitStore]], prefix);
+describeRefundCases([['KitStore', kitStore]], prefix);
 
 describe('KitStore as a remote store', () => {
   const request = (rule = ruleOf('token_bucket', 1, 2), cost = 1) => caseRequest(prefix, 'remote', rule, randomUUID(), cost);
@@ -48,19 +52,6 @@ describe('KitStore as a remote store', () => {
     await expect(store.consume([{ ...req, cost: -1 }])).rejects.toBeInstanceOf(RangeError);
     store.server.down = false;
     expect(await store.consume([req])).toMatchObject([{ allowed: true, remaining: 0 }]);
-  });
-
-  it('gives a charge back once, from the charge record, and nothing for a refused request', async () => {
-    const store = new KitStore({ clock: new ManualClock(CASE_EPOCH) });
-    const [tight, loose] = [request(ruleOf('sliding_window_log', 1, 2), 2), request(ruleOf('gcra', 1, 5), 2)];
-    const admitted = await store.consume([tight, loose]);
-    const refused = await store.consume([tight, loose]);
-    expect(refused.map((d) => d.allowed)).toEqual([false, true]);
-    await store.refund(refused);
-    expect((await store.peek([tight, loose])).map((d) => d.remaining)).toEqual([0, 3]);
-    await store.refund(admitted);
-    await store.refund(admitted);
-    expect((await store.peek([tight, loose])).map((d) => d.remaining)).toEqual([2, 5]);
   });
 
   it('forgets the buckets under a prefix, and only those', async () => {
