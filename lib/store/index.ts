@@ -36,7 +36,14 @@ export { type RateLimitDecision, type RateLimitRequest, RateLimitStore } from '.
  * `blockMs`), the algorithm names, and what `decideAll` reports per policy (`Outcome`, integer
  * ms). A store keeps the rule with a bucket only if it needs it to read the state back.
  */
-export { type Algorithm, ALGORITHMS, type AlgorithmModel, type Held, type Outcome, type Rule } from '../algorithms/algorithm.types.js';
+export {
+  type Algorithm,
+  ALGORITHMS,
+  type AlgorithmModel,
+  type Held,
+  type Outcome,
+  type Rule,
+} from '../algorithms/algorithm.types.js';
 
 /**
  * The decision core, pure (no I/O, `now` in integer ms passed in): `decideAll` decides one call's
@@ -73,7 +80,13 @@ export { type Charge, limitOf, takeCharge, toDecision } from '../stores/decision
  * `RateLimitStoreError`) and gives each key once; `spreadDecisions` gives each request as given
  * its decision back. `checkCost` and `sameRule` are the single checks they are made of.
  */
-export { checkCost, type DistinctRequests, distinctRequests, sameRule, spreadDecisions } from '../stores/distinct-requests.js';
+export {
+  checkCost,
+  type DistinctRequests,
+  distinctRequests,
+  sameRule,
+  spreadDecisions,
+} from '../stores/distinct-requests.js';
 
 /**
  * The store's clock: any `{ now() }` in integer ms (`ManualClock` from `nestjs-ratelimit/testing`

@@ -8,7 +8,7 @@ import { RedisStore } from '../../lib/stores/redis/redis.store.js';
 import { ManualClock } from '../../lib/testing/index.js';
 import { CASE_EPOCH, CASES, longestTtlMs, ruleOf } from '../cases/index.js';
 import { connectTestCluster, connectTestRedis, ttlsUnder } from '../support/redis/test-redis.js';
-import { caseRequest, clocked, type ClockedStore, describeStoreCases } from '../support/store-cases.js';
+import { clocked, type ClockedStore, describeStoreCases, requestsUnder } from '../support/store-cases.js';
 
 let redis: Redis;
 let cluster: Cluster;
@@ -72,7 +72,7 @@ describeStoreCases(
   prefix,
 );
 
-const request = (name: string, rule: Rule, identity: string, cost = 1): RateLimitRequest => caseRequest(prefix, name, rule, identity, cost);
+const request = requestsUnder(prefix);
 
 describe('RedisStore keys', () => {
   it.each([

@@ -155,7 +155,11 @@ export class KitStore implements RateLimitStore {
   }
 
   /** Checks the call (a bad request rejects before the server is asked), then decides each key once. */
-  private async decide(given: readonly RateLimitRequest[], charge: boolean, where: string): Promise<RateLimitDecision[]> {
+  private async decide(
+    given: readonly RateLimitRequest[],
+    charge: boolean,
+    where: string,
+  ): Promise<RateLimitDecision[]> {
     const { requests, positions } = distinctRequests(given, where);
     const decisions = await this.serially(() => this.decideDistinct(requests, charge));
     return positions === undefined ? decisions : spreadDecisions(decisions, given, positions);

@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto';
-import { ALGORITHMS, type Rule } from '../../lib/algorithms/algorithm.types.js';
+import { ALGORITHMS } from '../../lib/algorithms/algorithm.types.js';
 import type { RateLimitStore } from '../../lib/stores/rate-limit-store.interface.js';
 import { ruleOf } from '../cases/index.js';
-import { caseRequest } from './store-cases.js';
+import { requestsUnder } from './store-cases.js';
 
 /** A store with a `refund`, whose clock the test sets (ms after `CASE_EPOCH`) before each step. */
 export interface RefundingStore {
@@ -17,8 +17,11 @@ export interface RefundingStore {
  *
  * @param prefix of every key the tests make
  */
-export function describeRefundCases(stores: ReadonlyArray<readonly [string, () => RefundingStore]>, prefix: string): void {
-  const request = (name: string, rule: Rule, identity: string, cost = 1) => caseRequest(prefix, name, rule, identity, cost);
+export function describeRefundCases(
+  stores: ReadonlyArray<readonly [string, () => RefundingStore]>,
+  prefix: string,
+): void {
+  const request = requestsUnder(prefix);
 
   describe.each(stores)('%s refund', (_storeName, makeStore) => {
     // times are whole multiples of 500 ms and rps is 2: every refill is a whole token, so the

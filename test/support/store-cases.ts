@@ -1,7 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import { ALGORITHMS, type Rule } from '../../lib/algorithms/algorithm.types.js';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
-import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from '../../lib/stores/rate-limit-store.interface.js';
+import type {
+  RateLimitDecision,
+  RateLimitRequest,
+  RateLimitStore,
+} from '../../lib/stores/rate-limit-store.interface.js';
 import { ManualClock } from '../../lib/testing/manual-clock.js';
 import { CASE_EPOCH, CASES, longestTtlMs, ruleOf } from '../cases/index.js';
 
@@ -33,7 +37,10 @@ export interface ClockedStore {
 }
 
 /** A store made on a `ManualClock` at `CASE_EPOCH` (any `{ now() }` does), set before each step. */
-export function clocked(make: (clock: ManualClock) => RateLimitStore, keys?: (store: RateLimitStore) => StoredKeys): () => ClockedStore {
+export function clocked<Store extends RateLimitStore>(
+  make: (clock: ManualClock) => Store,
+  keys?: (store: Store) => StoredKeys,
+): () => ClockedStore {
   return () => {
     const clock = new ManualClock(CASE_EPOCH);
     const store = make(clock);
@@ -46,9 +53,17 @@ export function clocked(make: (clock: ManualClock) => RateLimitStore, keys?: (st
   };
 }
 
-/** A store request for the bucket of policy `name` and `identity`, keyed as the module keys it under `prefix`. */
-export function caseRequest(prefix: string, name: string, rule: Rule, identity: string, cost = 1): RateLimitRequest {
-  return { key: bucketKey(prefix, name, rule, identity), policy: name, rule, cost };
+/**
+ * The tests' requests under `prefix`: one for the bucket of policy `name` and `identity`, keyed as
+ * the module keys it.
+ */
+export function requestsUnder(prefix: string) {
+  return (name: string, rule: Rule, identity: string, cost = 1): RateLimitRequest => ({
+    key: bucketKey(prefix, name, rule, identity),
+    policy: name,
+    rule,
+    cost,
+  });
 }
 
 /**
@@ -60,7 +75,7 @@ export function caseRequest(prefix: string, name: string, rule: Rule, identity: 
  * @param prefix of every key the tests make, so a spec can find them afterwards
  */
 export function describeStoreCases(stores: ReadonlyArray<readonly [string, () => ClockedStore]>, prefix: string): void {
-  const request = (name: string, rule: Rule, identity: string, cost = 1) => caseRequest(prefix, name, rule, identity, cost);
+  const request = requestsUnder(prefix);
 
   describe.each(stores)('%s', (storeName, makeStore) => {
     describe.each(CASES)('%s table', (_algorithm, cases) => {

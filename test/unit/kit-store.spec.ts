@@ -6,7 +6,7 @@ import { ManualClock } from '../../lib/testing/manual-clock.js';
 import { CASE_EPOCH, ruleOf } from '../cases/index.js';
 import { KitStore } from '../support/kit-store.js';
 import { describeRefundCases } from '../support/refund-cases.js';
-import { caseRequest, clocked, describeStoreCases, type StoredKeys } from '../support/store-cases.js';
+import { clocked, describeStoreCases, requestsUnder, type StoredKeys } from '../support/store-cases.js';
 
 /**
  * A store written from `nestjs-ratelimit/store` alone (test/support/kit-store.ts) decides as the
@@ -32,14 +32,14 @@ function keysOf(store: KitStore): StoredKeys {
   };
 }
 
-const kitStore = clocked((clock) => new KitStore({ clock }), (store) => keysOf(store as KitStore));
+const kitStore = clocked((clock) => new KitStore({ clock }), keysOf);
 describeStoreCases([['KitStore (a key-value server in the process)', kitStore]], prefix);
 describeRefundCases([['KitStore', kitStore]], prefix);
 
 describe('KitStore as a remote store', () => {
-  const request = (rule = ruleOf('token_bucket', 1, 2), cost = 1) => caseRequest(prefix, 'remote', rule, randomUUID(), cost);
+  const request = (rule = ruleOf('token_bucket', 1, 2)) => requestsUnder(prefix)('remote', rule, randomUUID());
 
-  it('fails with a RateLimitStoreError while its server is out of reach, and decides again when it is back', async () => {
+  it('fails with a RateLimitStoreError while its server is down, and decides again once it is back', async () => {
     const store = new KitStore({ clock: new ManualClock(CASE_EPOCH) });
     const req = request();
     await store.consume([req]);
@@ -65,7 +65,8 @@ describe('KitStore as a remote store', () => {
 
   it("is the module's store: the service decides on it, on its clock", async () => {
     const clock = new ManualClock(0);
-    const moduleRef = await Test.createTestingModule({ imports: [RateLimitModule.forRoot({ store: new KitStore({ clock }) })] }).compile();
+    const store = new KitStore({ clock });
+    const moduleRef = await Test.createTestingModule({ imports: [RateLimitModule.forRoot({ store })] }).compile();
     const limiter = moduleRef.get(RateLimiterService);
     const policy = { name: 'kit', rps: 1, burst: 2 };
     const take = async () => (await limiter.consume('ip:1', policy))[0].allowed;
