@@ -27,6 +27,7 @@ const shared = {
   transformIgnorePatterns: ['^(?!.*/@fastify/static/node_modules/content-disposition/).*/node_modules/'],
   moduleNameMapper: {
     '^nestjs-ratelimit$': '<rootDir>/lib/index.ts',
+    '^nestjs-ratelimit/store$': '<rootDir>/lib/store/index.ts',
     '^(\\.{1,2}/.*)\\.js$': '$1',
   },
 };

@@ -77,7 +77,8 @@ export function toDecision(request: RateLimitRequest, outcome: Outcome): RateLim
  * What an admitted decision of `consume` took, for its refund, taken off the decision: a second
  * call gets `undefined`, so a decision refunded twice (say, in a `catch` and again in a
  * `finally`) gives its charge back once. `undefined` too for a refused decision (it took
- * nothing) and for one no built-in store made.
+ * nothing) and for one `toDecision` did not make: a store of your own that decides with
+ * `nestjs-ratelimit/store` gets the same record as the built-in ones.
  */
 export function takeCharge(decision: RateLimitDecision): Charge | undefined {
   return ChargeOf.take(decision);

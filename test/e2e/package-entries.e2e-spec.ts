@@ -1,10 +1,10 @@
 /**
- * `nestjs-ratelimit/testing` as users get it: the package is built (`npm run build`), packed
- * (`npm pack`) and unpacked into a project's node_modules (its other packages: links to this
- * repository's), and a user's file imports `nestjs-ratelimit` and `nestjs-ratelimit/testing`
- * through the `exports` map, in a Node process of its own (ESM, and CommonJS through the require
- * conditions) and under `tsc` (NodeNext resolution, so the `types` conditions are what is read). The root entry's import graph, as built, never
- * reaches the testing entry.
+ * The package's entries as users get them, `nestjs-ratelimit/testing` and `nestjs-ratelimit/store`
+ * beside the root: the package is built (`npm run build`), packed (`npm pack`) and unpacked into a
+ * project's node_modules (its other packages: links to this repository's), and a user's file
+ * imports all three through the `exports` map, in a Node process of its own (ESM, and CommonJS
+ * through the require conditions) and under `tsc` (NodeNext resolution, so the `types` conditions
+ * are what is read). The root entry's import graph, as built, never reaches the other two.
  */
 import { execFile, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -39,14 +39,29 @@ const turn = limiter.wait(await limiter.consume('ip:2', queue)).then(() => 'its 
 clock.advance('1s');
 const waited = await Promise.race([turn, new Promise((resolve) => setImmediate(resolve, 'still waiting'))]);
 await app.close();
-console.log(JSON.stringify({ allowed, waited, sameModule: testing.imports.some((imported) => imported.module === RateLimitModule) }));
+// a store of one's own decides with the store kit as the built-in stores do, one bucket kept here
+const rule = { algorithm: 'token_bucket', rps: 1, burst: 2 };
+const request = { key: 'rl:kit', policy: 'kit', rule, cost: 1 };
+let state;
+const decided = [];
+for (const now of [0, 0, 0, 1000]) {
+  const verdict = kit.decideAll([{ state, rule, cost: 1 }], now, true);
+  if (verdict.allowed) state = verdict.next[0];
+  const decision = kit.toDecision(request, verdict.outcomes[0]);
+  decided.push([decision.allowed, kit.takeCharge(decision) !== undefined]);
+}
+// one copy of what the root exports too: the token, and the error the module tells by its class
+const sameKit = kit.RateLimitStore === RateLimitStore && kit.RateLimitStoreError === RateLimitStoreError;
+const sameModule = testing.imports.some((imported) => imported.module === RateLimitModule);
+console.log(JSON.stringify({ allowed, waited, sameModule, decided, sameKit }));
 `;
 
 /** The user's test in ESM, importing as users do. */
 const CONSUMER_MJS = `
 import 'reflect-metadata';
 import { NestFactory } from '@nestjs/core';
-import { RateLimitModule, RateLimiterService } from 'nestjs-ratelimit';
+import { RateLimitModule, RateLimiterService, RateLimitStore, RateLimitStoreError } from 'nestjs-ratelimit';
+import * as kit from 'nestjs-ratelimit/store';
 import { ManualClock, RateLimitTestingModule } from 'nestjs-ratelimit/testing';
 ${CONSUMER_BODY}`;
 
@@ -54,15 +69,31 @@ ${CONSUMER_BODY}`;
 const CONSUMER_CJS = `
 require('reflect-metadata');
 const { NestFactory } = require('@nestjs/core');
-const { RateLimitModule, RateLimiterService } = require('nestjs-ratelimit');
+const { RateLimitModule, RateLimiterService, RateLimitStore, RateLimitStoreError } = require('nestjs-ratelimit');
+const kit = require('nestjs-ratelimit/store');
 const { ManualClock, RateLimitTestingModule } = require('nestjs-ratelimit/testing');
 if (!require.resolve('nestjs-ratelimit/testing').endsWith('/dist/cjs/testing/index.js')) throw new Error(require.resolve('nestjs-ratelimit/testing'));
+if (!require.resolve('nestjs-ratelimit/store').endsWith('/dist/cjs/store/index.js')) throw new Error(require.resolve('nestjs-ratelimit/store'));
 (async () => {${CONSUMER_BODY}})();
 `;
 
 /** The same use, typed: compiled against the package's declarations. */
 const CONSUMER_MTS = `
 import { RateLimiterService } from 'nestjs-ratelimit';
+import {
+  decideAll,
+  distinctRequests,
+  type Entry,
+  type Outcome,
+  type RateLimitDecision,
+  type RateLimitRequest,
+  type RateLimitStore,
+  RateLimitStoreError,
+  type Rule,
+  toDecision,
+  tokenBucket,
+  type Verdict,
+} from 'nestjs-ratelimit/store';
 import { ManualClock, RateLimitTestingModule, type RateLimitTestingOptions } from 'nestjs-ratelimit/testing';
 
 const options: RateLimitTestingOptions = { prefix: 'test:', headers: false };
@@ -73,12 +104,33 @@ export const stop: () => void = clock.onChange(() => undefined);
 export const reset: (limiter: RateLimiterService) => Promise<void> = (limiter) => limiter.resetAll();
 // @ts-expect-error the testing module makes its own store
 RateLimitTestingModule.forRoot({ store: undefined, redis: 'redis://localhost:6379' });
+
+/** A store of one's own, typed from the store kit: it decides on nothing kept, every bucket new. */
+export class FreshStore implements RateLimitStore {
+  async consume(given: readonly RateLimitRequest[]): Promise<RateLimitDecision[]> {
+    const { requests } = distinctRequests(given, 'FreshStore.consume');
+    const entries: Entry[] = requests.map(({ rule, cost }) => ({ state: undefined, rule, cost }));
+    const verdict: Verdict = decideAll(entries, Date.now(), true);
+    return requests.map((request, i) => toDecision(request, verdict.outcomes[i]));
+  }
+  peek(given: readonly RateLimitRequest[]): Promise<RateLimitDecision[]> {
+    return this.consume(given);
+  }
+  async reset(_keys: readonly string[]): Promise<void> {
+    throw new RateLimitStoreError('nothing to reset', { reason: 'error' });
+  }
+}
+export const rule: Rule = { algorithm: 'token_bucket', rps: 2, burst: 4 };
+export const tokens: number = tokenBucket.current(undefined, 0, rule).tokens;
+export const outcome: Outcome = decideAll([{ state: undefined, rule, cost: 1 }], 0, false).outcomes[0];
 `;
 
 /** A CommonJS user's file, typed: NodeNext reads the require condition's declarations. */
 const CONSUMER_CTS = `
+import type { StoreClock } from 'nestjs-ratelimit/store';
 import { ManualClock } from 'nestjs-ratelimit/testing';
 export const at: number = new ManualClock(0).advance('250ms');
+export const clock: StoreClock = new ManualClock(0);
 `;
 
 let project: string;
@@ -86,7 +138,7 @@ let pkg: string;
 
 beforeAll(async () => {
   const started = performance.now();
-  project = await mkdtemp(join(tmpdir(), 'rl-testing-entry-'));
+  project = await mkdtemp(join(tmpdir(), 'rl-package-entries-'));
   const { tarball } = await packedPackage();
   await run('tar', ['-xzf', tarball, '-C', project]);
   await mkdir(join(project, 'node_modules'));
@@ -130,25 +182,29 @@ async function graphFrom(file: string, seen = new Set<string>()): Promise<Set<st
 }
 
 describe('the packed package', () => {
-  it("maps './testing' to built files that are in the package", async () => {
+  it.each(['testing', 'store'])("maps './%s' to built files that are in the package", async (entry) => {
     const { exports } = JSON.parse(await readFile(join(pkg, 'package.json'), 'utf8')) as { exports: Record<string, unknown> };
-    expect(Object.keys(exports)).toEqual(expect.arrayContaining(['.', './testing']));
-    const testing = targets(exports['./testing']);
-    expect(testing).toEqual(expect.arrayContaining(['./dist/testing/index.d.ts', './dist/testing/index.js']));
-    expect([...targets(exports['.']), ...testing].filter((target) => !existsSync(join(pkg, target)))).toEqual([]);
+    expect(Object.keys(exports)).toEqual(expect.arrayContaining(['.', `./${entry}`]));
+    const files = targets(exports[`./${entry}`]);
+    expect(files).toEqual(expect.arrayContaining([`./dist/${entry}/index.d.ts`, `./dist/${entry}/index.js`]));
+    expect(files).toEqual(expect.arrayContaining([`./dist/cjs/${entry}/index.d.ts`, `./dist/cjs/${entry}/index.js`]));
+    expect([...targets(exports['.']), ...files].filter((target) => !existsSync(join(pkg, target)))).toEqual([]);
   });
 
-  it('loads the testing entry only when it is imported: the root never reaches it', async () => {
+  it.each([
+    // the walk follows imports: the root reaches the module, as the testing entry does (one copy of it)
+    ['testing', join('dist', 'rate-limit.module.js')],
+    // and the store interface's file (its injection token), as the store kit does
+    ['store', join('dist', 'stores', 'rate-limit-store.interface.js')],
+  ])('loads the %s entry only when it is imported: the root never reaches it', async (entry, shared) => {
     const { exports } = JSON.parse(await readFile(join(pkg, 'package.json'), 'utf8')) as { exports: Record<string, unknown> };
     const root = await graphFrom(join(pkg, importTarget(exports['.'])));
-    const testing = await graphFrom(join(pkg, importTarget(exports['./testing'])));
-    // the walk follows imports: the root reaches the module, as the testing entry does (one copy of it)
-    const module = join(pkg, 'dist', 'rate-limit.module.js');
-    expect(root.has(module) && testing.has(module)).toBe(true);
-    expect([...root].filter((file) => file.includes(`${join('dist', 'testing')}/`))).toEqual([]);
+    const reached = await graphFrom(join(pkg, importTarget(exports[`./${entry}`])));
+    expect(root.has(join(pkg, shared)) && reached.has(join(pkg, shared))).toBe(true);
+    expect([...root].filter((file) => file.includes(`${join('dist', entry)}/`))).toEqual([]);
   });
 
-  it.each(['consumer.mjs', 'consumer.cjs'])('works for a user file that imports it (%s): burst of 2, advance 1 s, resetAll, a leaky_bucket turn', async (file) => {
+  it.each(['consumer.mjs', 'consumer.cjs'])('works for a user file that imports them (%s): burst of 2, advance 1 s, resetAll, a leaky_bucket turn, a kit decision', async (file) => {
     const { NODE_OPTIONS: _jestOptions, ...env } = process.env;
     const child = spawn(process.execPath, [join(project, file)], { cwd: project, env });
     let stdout = '';
@@ -157,7 +213,14 @@ describe('the packed package', () => {
     child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
     const code = await new Promise<number | null>((exited) => child.once('exit', exited));
     expect({ code, stderr }).toEqual({ code: 0, stderr: '' });
-    expect(JSON.parse(stdout)).toEqual({ allowed: [true, true, false, true, false, true], waited: 'its turn', sameModule: true });
+    expect(JSON.parse(stdout)).toEqual({
+      allowed: [true, true, false, true, false, true],
+      waited: 'its turn',
+      sameModule: true,
+      // admitted ones carry their charge record, for a refund
+      decided: [[true, true], [true, true], [false, false], [true, true]],
+      sameKit: true,
+    });
   }, 60_000);
 
   it("type-checks a user's ESM and CommonJS files against its declarations (NodeNext resolution)", () => {
@@ -176,5 +239,7 @@ describe('the packed package', () => {
     const read = program.getSourceFiles().map((file) => file.fileName);
     expect(read).toContain(join(pkg, 'dist', 'testing', 'index.d.ts'));
     expect(read).toContain(join(pkg, 'dist', 'cjs', 'testing', 'index.d.ts'));
+    expect(read).toContain(join(pkg, 'dist', 'store', 'index.d.ts'));
+    expect(read).toContain(join(pkg, 'dist', 'cjs', 'store', 'index.d.ts'));
   }, 60_000);
 });

@@ -1,0 +1,104 @@
+/**
+ * `nestjs-ratelimit/store`: what a store of your own needs to decide exactly as `MemoryStore` and
+ * `RedisStore` do. An entry of its own, so the package root never loads it.
+ *
+ * A store keeps each bucket's state wherever it likes and, per call, does the same four things:
+ * 1. check the call: `distinctRequests` (each key once; a bad cost is the caller's error);
+ * 2. read every key's state and `decideAll(entries, now, charge)`: every policy at once,
+ *    all-or-nothing, on the store's own clock (integer ms);
+ * 3. write `verdict.next` back when `verdict.allowed && charge`, or only where `verdict.blocks`
+ *    says a refusal starts a block; each written key may be dropped at
+ *    `expiryAfter(state.at, outcome.fullMs)` (then it is the same as an absent key);
+ * 4. answer `toDecision(request, outcome)` per request (`spreadDecisions` for repeated keys).
+ * A refund is `takeCharge(decision)` and the model's `refund`; a store that cannot decide throws
+ * `RateLimitStoreError`, never for "limited". The shared case tables hold such a store to it.
+ *
+ * @example
+ * const { requests, positions } = distinctRequests(given, 'MyStore.consume');
+ * const now = this.clock.now();
+ * const states = await this.read(requests.map((request) => request.key));
+ * const verdict = decideAll(requests.map(({ rule, cost }, i) => ({ state: states[i], rule, cost })), now, true);
+ * // every next state when admitted; after a refusal, those `verdict.blocks` marks
+ * if (verdict.allowed || verdict.blocks) await this.write(requests, verdict);
+ * const decisions = requests.map((request, i) => toDecision(request, verdict.outcomes[i]));
+ * return positions === undefined ? decisions : spreadDecisions(decisions, given, positions);
+ */
+
+/**
+ * What a store implements (`RateLimitStore`, also the module's injection token), what it is
+ * given (`RateLimitRequest`: a bucket key, a policy name, a `Rule`, a cost in tokens) and what it
+ * answers (`RateLimitDecision`, seconds, made by `toDecision`).
+ */
+export { type RateLimitDecision, type RateLimitRequest, RateLimitStore } from '../stores/rate-limit-store.interface.js';
+
+/**
+ * The rule a bucket follows (`rps` tokens per second, `burst` tokens, optional `limit` and
+ * `blockMs`), the algorithm names, and what `decideAll` reports per policy (`Outcome`, integer
+ * ms). A store keeps the rule with a bucket only if it needs it to read the state back.
+ */
+export {
+  type Algorithm,
+  ALGORITHMS,
+  type AlgorithmModel,
+  type Held,
+  type Outcome,
+  type Rule,
+} from '../algorithms/algorithm.types.js';
+
+/**
+ * The decision core, pure (no I/O, `now` in integer ms passed in): `decideAll` decides one call's
+ * requests against their stored states, all-or-nothing, and says which states to write
+ * (`Verdict.next`, `Verdict.blocks`). `expiryAfter(at, fullMs)` is when a written state may be
+ * dropped, ms on the store's clock; `expiresAt` works it out from a state alone (after a refund).
+ * `modelOf(rule)` is the rule's algorithm, for `current` and `refund` outside `decideAll`.
+ */
+export { decideAll, type Entry, expiresAt, expiryAfter, modelOf, type Verdict } from '../algorithms/decide.js';
+
+/**
+ * Each algorithm's pure functions and the shape of its state: a store that stores states as
+ * they are (JSON, say) never needs these; one that packs them into its own encoding (as Redis
+ * strings or a table of numbers) reads their fields here.
+ */
+export { fixedWindow, type FixedWindowState } from '../algorithms/fixed-window.js';
+export { gcra, type GcraState } from '../algorithms/gcra.js';
+export { leakyBucket, type LeakyBucketState } from '../algorithms/leaky-bucket.js';
+export { slidingWindowCounter, type SlidingWindowCounterState } from '../algorithms/sliding-window-counter.js';
+export { slidingWindowLog, type SlidingWindowLogState } from '../algorithms/sliding-window-log.js';
+export { tokenBucket, type TokenBucketState } from '../algorithms/token-bucket.js';
+
+/**
+ * `toDecision(request, outcome)` turns an outcome into the public decision, the same for every
+ * store, and records on an admitted one what it charged and when (`outcome.at`, the store's
+ * clock). `takeCharge(decision)` hands that record (`Charge`) to the store's `refund`, once.
+ * `limitOf(rule)` is the `limit` a decision shows.
+ */
+export { type Charge, limitOf, takeCharge, toDecision } from '../stores/decision.js';
+
+/**
+ * The checks every store runs on a call before it reads anything: `distinctRequests` rejects a
+ * bad cost or a key repeated with another rule or cost (`TypeError` / `RangeError`, never
+ * `RateLimitStoreError`) and gives each key once; `spreadDecisions` gives each request as given
+ * its decision back. `checkCost` and `sameRule` are the single checks they are made of.
+ */
+export {
+  checkCost,
+  type DistinctRequests,
+  distinctRequests,
+  sameRule,
+  spreadDecisions,
+} from '../stores/distinct-requests.js';
+
+/**
+ * The store's clock: any `{ now() }` in integer ms (`ManualClock` from `nestjs-ratelimit/testing`
+ * in tests). A store that takes a `clock` option reads it with `clockReader` and exposes it as
+ * `RateLimitStore.clock` with `storeClock`, so the module's waits and headers follow it.
+ */
+export { clockReader, type StoreClock, storeClock } from '../stores/store-clock.js';
+
+/**
+ * What a store throws when it cannot decide (its server down or too slow): the module answers it
+ * with its `failMode`. `storeTimeout(ms)` is the error of a call past its `timeoutMs`.
+ */
+export { RateLimitStoreError, type RateLimitStoreErrorReason, storeTimeout } from '../stores/rate-limit-store.error.js';
+
+// The refusal gate a remote store puts in front of its server is exported here once it lands (issue 25).
