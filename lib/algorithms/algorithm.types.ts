@@ -1,3 +1,7 @@
+/**
+ * The algorithms' vocabulary, as the rest of the package imports it: the names (from the
+ * registry), the rule a bucket follows, and the types the models are written against.
+ */
 import type { Algorithm } from './registry.js';
 import type { ModelRule } from './model.types.js';
 
