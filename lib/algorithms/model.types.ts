@@ -127,9 +127,8 @@ export interface StatePacking<State extends Held> {
 /**
  * How an algorithm's quota comes back, which tells how long a request waits from an outcome alone
  * (see `waitForCost`): `'rps'`, token by token at `rps` at the most (a bucket refills, a backlog
- * drains); `'window'`, as a window moves on, up to all of it at once; `'log'`, as a window whose
- * every token is an entry logged with its time (a fractional cost takes a whole entry) leaves
- * each entry behind a window after it came.
+ * drains); `'window'`, as a window moves on, up to all of it at once; `'log'`, entry by entry,
+ * each a window after it was logged (one entry per token, a fractional cost taking a whole one).
  */
 export type Regain = 'rps' | 'window' | 'log';
 
@@ -138,6 +137,15 @@ export type Regain = 'rps' | 'window' | 'log';
  * per algorithm, and every store and check reads what it needs from there. Its Lua mirror is the
  * one part that cannot be here (this layer imports no store): `stores/redis/models.lua.ts` lists
  * those, keyed by the same names, and the compiler refuses a missing one.
+ *
+ * @example
+ * export const TOKEN_BUCKET: AlgorithmDescriptor<TokenBucketState> = {
+ *   model: tokenBucket,
+ *   packing: { width: 3, write(state, row, o) { ... }, read: (row, o) => ({ ... }) },
+ *   tag: 'tb',
+ *   regain: 'rps',
+ *   scaledBy: 'rps',
+ * };
  */
 export interface AlgorithmDescriptor<State extends Held = any> {
   /** Its pure model: every store decides with it (or with its Lua mirror). */

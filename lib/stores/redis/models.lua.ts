@@ -10,6 +10,8 @@ import { TOKEN_BUCKET_LUA } from './token-bucket.lua.js';
  * algorithm, with the functions of its pure model. Keyed by `Algorithm`, so the compiler refuses a
  * missing or an extra one. Algorithms whose mirrors share a body (GCRA's defines `leaky_bucket`
  * as well) name the same one, and it is defined once.
+ *
+ * @example LUA_MODELS.gcra === LUA_MODELS.leaky_bucket  // true: one body, one define_gcra
  */
 export const LUA_MODELS = {
   token_bucket: TOKEN_BUCKET_LUA,
