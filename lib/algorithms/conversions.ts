@@ -1,4 +1,4 @@
-import type { Rule } from './algorithm.types.js';
+import type { ModelRule } from './model.types.js';
 
 /**
  * Milliseconds, rounded up, that `tokens` take to refill at `rps` tokens per second.
@@ -55,6 +55,6 @@ export function windowMs(rps: number, burst: number): number {
  * holds nothing yet: a lower factor slows it to one per window, never shuts it out, and no window
  * ever holds more than `burst`. Lua: `window_limit`, the same expression.
  */
-export function windowLimit(rule: Rule, need: number): number {
+export function windowLimit(rule: ModelRule, need: number): number {
   return Math.max(rule.limit ?? rule.burst, need);
 }

@@ -1,20 +1,13 @@
 import type { Algorithm, AlgorithmModel, Held, Outcome, Rule } from './algorithm.types.js';
-import { fixedWindow } from './fixed-window.js';
-import { gcra } from './gcra.js';
-import { leakyBucket } from './leaky-bucket.js';
-import { slidingWindowCounter } from './sliding-window-counter.js';
-import { slidingWindowLog } from './sliding-window-log.js';
-import { tokenBucket } from './token-bucket.js';
+import { ALGORITHM_DESCRIPTORS, ALGORITHMS } from './registry.js';
 
-/** The pure model of each algorithm, by name. */
-export const MODELS: { readonly [A in Algorithm]: AlgorithmModel<any> } = {
-  token_bucket: tokenBucket,
-  leaky_bucket: leakyBucket,
-  fixed_window: fixedWindow,
-  sliding_window_log: slidingWindowLog,
-  sliding_window_counter: slidingWindowCounter,
-  gcra,
-};
+/**
+ * The pure model of each algorithm, by name (its descriptor's): a plain object of a handful of
+ * fixed keys, so the lookup per decision costs a property read.
+ */
+export const MODELS: { readonly [A in Algorithm]: AlgorithmModel<any> } = Object.fromEntries(
+  ALGORITHMS.map((algorithm) => [algorithm, ALGORITHM_DESCRIPTORS[algorithm].model]),
+) as { [A in Algorithm]: AlgorithmModel<any> };
 
 /** The algorithm's model; policies are validated at start, so an unknown name is a bug. */
 export function modelOf(rule: Rule): AlgorithmModel<Held> {

@@ -1,4 +1,4 @@
-import type { AlgorithmModel } from './algorithm.types.js';
+import type { AlgorithmDescriptor, AlgorithmModel } from './model.types.js';
 import { windowLimit, windowMs } from './conversions.js';
 
 /** A fixed window's stored state. */
@@ -52,4 +52,22 @@ export const fixedWindow: AlgorithmModel<FixedWindowState> = {
     if (state.start !== Math.floor(chargedAt / w) * w) return state;
     return { start: state.start, count: Math.max(0, state.count - cost), at: state.at, blockedUntil: state.blockedUntil };
   },
+};
+
+/** The fixed window, for the registry: counts per window, scaled by its limit. */
+export const FIXED_WINDOW: AlgorithmDescriptor<FixedWindowState> = {
+  model: fixedWindow,
+  packing: {
+    width: 4,
+    write(state, row, o) {
+      row[o] = state.start;
+      row[o + 1] = state.count;
+      row[o + 2] = state.at;
+      row[o + 3] = state.blockedUntil;
+    },
+    read: (row, o) => ({ start: row[o], count: row[o + 1], at: row[o + 2], blockedUntil: row[o + 3] }),
+  },
+  tag: 'fw',
+  regain: 'window',
+  scaledBy: 'limit',
 };

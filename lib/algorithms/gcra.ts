@@ -1,4 +1,4 @@
-import type { AlgorithmModel } from './algorithm.types.js';
+import type { AlgorithmDescriptor, AlgorithmModel } from './model.types.js';
 import { durationMs, wholeIfNear } from './conversions.js';
 
 /** GCRA's stored state: its theoretical arrival time, as `at + backlog / rps`. */
@@ -62,4 +62,21 @@ export const gcra: AlgorithmModel<GcraState> = {
   refund(state, _rule, cost) {
     return { backlog: Math.max(0, state.backlog - cost), at: state.at, blockedUntil: state.blockedUntil };
   },
+};
+
+/** GCRA, for the registry: its backlog drains at `rps`, scaled by its rate. */
+export const GCRA: AlgorithmDescriptor<GcraState> = {
+  model: gcra,
+  packing: {
+    width: 3,
+    write(state, row, o) {
+      row[o] = state.backlog;
+      row[o + 1] = state.at;
+      row[o + 2] = state.blockedUntil;
+    },
+    read: (row, o) => ({ backlog: row[o], at: row[o + 1], blockedUntil: row[o + 2] }),
+  },
+  tag: 'gcra',
+  regain: 'rps',
+  scaledBy: 'rps',
 };

@@ -1,6 +1,6 @@
-import type { AlgorithmModel } from './algorithm.types.js';
+import type { AlgorithmDescriptor, AlgorithmModel } from './model.types.js';
 import { durationMs } from './conversions.js';
-import { gcra, type GcraState } from './gcra.js';
+import { GCRA, gcra, type GcraState } from './gcra.js';
 
 /** A leaky bucket's stored state: the queue, in tokens, as of `at` (GCRA's backlog). */
 export type LeakyBucketState = GcraState;
@@ -19,4 +19,13 @@ export const leakyBucket: AlgorithmModel<LeakyBucketState> = {
     // `state` is the queue before this request joins it: it leaves once those ahead have.
     return durationMs(state.backlog, rps);
   },
+};
+
+/** The leaky bucket, for the registry: GCRA's state, packed as GCRA's, under a tag of its own. */
+export const LEAKY_BUCKET: AlgorithmDescriptor<LeakyBucketState> = {
+  model: leakyBucket,
+  packing: GCRA.packing,
+  tag: 'lb',
+  regain: 'rps',
+  scaledBy: 'rps',
 };

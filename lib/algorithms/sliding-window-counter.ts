@@ -1,4 +1,4 @@
-import type { AlgorithmModel } from './algorithm.types.js';
+import type { AlgorithmDescriptor, AlgorithmModel } from './model.types.js';
 import { windowLimit, windowMs } from './conversions.js';
 
 /** A sliding window counter's stored state. */
@@ -79,4 +79,23 @@ export const slidingWindowCounter: AlgorithmModel<SlidingWindowCounterState> = {
     if (state.start === charged + w) return { ...state, previous: Math.max(0, state.previous - cost) };
     return state;
   },
+};
+
+/** The sliding window counter, for the registry: counts per window, scaled by its limit. */
+export const SLIDING_WINDOW_COUNTER: AlgorithmDescriptor<SlidingWindowCounterState> = {
+  model: slidingWindowCounter,
+  packing: {
+    width: 5,
+    write(state, row, o) {
+      row[o] = state.start;
+      row[o + 1] = state.previous;
+      row[o + 2] = state.count;
+      row[o + 3] = state.at;
+      row[o + 4] = state.blockedUntil;
+    },
+    read: (row, o) => ({ start: row[o], previous: row[o + 1], count: row[o + 2], at: row[o + 3], blockedUntil: row[o + 4] }),
+  },
+  tag: 'swc',
+  regain: 'window',
+  scaledBy: 'limit',
 };

@@ -1,4 +1,4 @@
-import type { AlgorithmModel } from './algorithm.types.js';
+import type { AlgorithmDescriptor, AlgorithmModel } from './model.types.js';
 import { windowMs } from './conversions.js';
 
 /**
@@ -101,4 +101,28 @@ export const slidingWindowLog: AlgorithmModel<SlidingWindowLogState> = {
     }
     return { times, head: 0, count: times.length, at: state.at, blockedUntil: state.blockedUntil };
   },
+};
+
+/**
+ * The sliding window log, for the registry: a log of entries, scaled by its rate. Its timestamps
+ * do not fit in a row: they stay an array, the one the log's states share, kept beside the row
+ * (which holds where this state's entries lie in it).
+ */
+export const SLIDING_WINDOW_LOG: AlgorithmDescriptor<SlidingWindowLogState> = {
+  model: slidingWindowLog,
+  packing: {
+    width: 4,
+    write(state, row, o) {
+      row[o] = state.head;
+      row[o + 1] = state.count;
+      row[o + 2] = state.at;
+      row[o + 3] = state.blockedUntil;
+      // the array itself, not a copy: the next charge appends to it in place (see the state)
+      return state.times;
+    },
+    read: (row, o, times) => ({ times: times as readonly number[], head: row[o], count: row[o + 1], at: row[o + 2], blockedUntil: row[o + 3] }),
+  },
+  tag: 'swl',
+  regain: 'log',
+  scaledBy: 'rps',
 };

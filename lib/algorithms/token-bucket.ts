@@ -1,4 +1,4 @@
-import type { AlgorithmModel } from './algorithm.types.js';
+import type { AlgorithmDescriptor, AlgorithmModel } from './model.types.js';
 import { durationMs, wholeIfNear } from './conversions.js';
 
 /** A token bucket's stored state. */
@@ -51,4 +51,21 @@ export const tokenBucket: AlgorithmModel<TokenBucketState> = {
   refund(state, { burst }, cost) {
     return { tokens: Math.min(burst, state.tokens + cost), at: state.at, blockedUntil: state.blockedUntil };
   },
+};
+
+/** The token bucket, for the registry: refills at `rps`, scaled by its rate. */
+export const TOKEN_BUCKET: AlgorithmDescriptor<TokenBucketState> = {
+  model: tokenBucket,
+  packing: {
+    width: 3,
+    write(state, row, o) {
+      row[o] = state.tokens;
+      row[o + 1] = state.at;
+      row[o + 2] = state.blockedUntil;
+    },
+    read: (row, o) => ({ tokens: row[o], at: row[o + 1], blockedUntil: row[o + 2] }),
+  },
+  tag: 'tb',
+  regain: 'rps',
+  scaledBy: 'rps',
 };

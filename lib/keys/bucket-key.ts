@@ -1,26 +1,16 @@
 import { createHash } from 'node:crypto';
 import type { Algorithm, Rule } from '../algorithms/algorithm.types.js';
+import { ALGORITHM_DESCRIPTORS } from '../algorithms/registry.js';
 
 /**
- * A short tag per algorithm in the key: a policy whose algorithm changes between deploys gets
- * fresh keys instead of reading another algorithm's state (or a sorted set as a string).
- */
-const ALGORITHM_TAGS: Record<Algorithm, string> = {
-  token_bucket: 'tb',
-  leaky_bucket: 'lb',
-  fixed_window: 'fw',
-  sliding_window_log: 'swl',
-  sliding_window_counter: 'swc',
-  gcra: 'gcra',
-};
-
-/**
- * The tag of a rule's buckets: its algorithm's, and `.b` after it for a rule with a block, whose
- * state holds a block's end: adding or dropping `blockFor` starts fresh buckets, so a block is
- * only ever read under a rule that has one, and an older deploy never rewrites (and loses) it.
+ * The tag of a rule's buckets: its algorithm's (`AlgorithmDescriptor.tag`), and `.b` after it for a
+ * rule with a block, whose state holds a block's end. A policy whose algorithm changes between
+ * deploys gets fresh keys instead of reading another algorithm's state (or a sorted set as a
+ * string); adding or dropping `blockFor` starts fresh buckets, so a block is only ever read under
+ * a rule that has one, and an older deploy never rewrites (and loses) it.
  */
 function tagOf(rule: Algorithm | Pick<Rule, 'algorithm' | 'blockMs'>): string {
-  return typeof rule === 'string' ? ALGORITHM_TAGS[rule] : `${ALGORITHM_TAGS[rule.algorithm]}${rule.blockMs === undefined ? '' : '.b'}`;
+  return typeof rule === 'string' ? ALGORITHM_DESCRIPTORS[rule].tag : `${ALGORITHM_DESCRIPTORS[rule.algorithm].tag}${rule.blockMs === undefined ? '' : '.b'}`;
 }
 
 /**

@@ -44,17 +44,19 @@ export function longestTtlMs(rule: Rule): number {
   return Math.max(rule.blockMs ?? 0, fullTtlMs(rule));
 }
 
+/** Windows a key of each algorithm may live, or `'refill'`: the time `burst` takes to refill at `rps`. */
+const FULL_TTL: Record<Algorithm, number | 'refill'> = {
+  token_bucket: 'refill',
+  leaky_bucket: 'refill',
+  fixed_window: 1,
+  sliding_window_log: 1,
+  sliding_window_counter: 2,
+  gcra: 'refill',
+};
+
 function fullTtlMs(rule: Rule): number {
-  const w = windowMs(rule.rps, rule.burst);
-  switch (rule.algorithm) {
-    case 'fixed_window':
-    case 'sliding_window_log':
-      return w;
-    case 'sliding_window_counter':
-      return 2 * w;
-    default:
-      return Math.ceil((rule.burst * 1000) / rule.rps);
-  }
+  const windows = FULL_TTL[rule.algorithm];
+  return windows === 'refill' ? Math.ceil((rule.burst * 1000) / rule.rps) : windows * windowMs(rule.rps, rule.burst);
 }
 
 /** A budget of 1e9 tokens per 30 days: `limit: 1e9, window: '30d'`, 125/324 token per ms. */

@@ -12,13 +12,14 @@ export * from './cases.js';
 /**
  * Every algorithm's table of cases at fixed instants. Each runs against the pure function
  * (test/unit/algorithms.spec.ts), the memory store and the Redis store
- * (test/integration/stores.spec.ts): all must agree with the table.
+ * (test/integration/stores.spec.ts): all must agree with the table. Keyed by `Algorithm`, so a
+ * new algorithm does not compile without its table.
  */
-export const CASES: ReadonlyArray<readonly [Algorithm, readonly Case[]]> = [
-  ['token_bucket', TOKEN_BUCKET_CASES],
-  ['leaky_bucket', LEAKY_BUCKET_CASES],
-  ['fixed_window', FIXED_WINDOW_CASES],
-  ['sliding_window_log', SLIDING_WINDOW_LOG_CASES],
-  ['sliding_window_counter', SLIDING_WINDOW_COUNTER_CASES],
-  ['gcra', GCRA_CASES],
-];
+export const CASES: ReadonlyArray<readonly [Algorithm, readonly Case[]]> = Object.entries({
+  token_bucket: TOKEN_BUCKET_CASES,
+  leaky_bucket: LEAKY_BUCKET_CASES,
+  fixed_window: FIXED_WINDOW_CASES,
+  sliding_window_log: SLIDING_WINDOW_LOG_CASES,
+  sliding_window_counter: SLIDING_WINDOW_COUNTER_CASES,
+  gcra: GCRA_CASES,
+} satisfies Record<Algorithm, readonly Case[]>) as [Algorithm, readonly Case[]][];

@@ -1,8 +1,54 @@
+import type { Algorithm } from '../../algorithms/algorithm.types.js';
 import { FIXED_WINDOW_LUA } from './fixed-window.lua.js';
 import { GCRA_LUA } from './gcra.lua.js';
 import { SLIDING_WINDOW_COUNTER_LUA } from './sliding-window-counter.lua.js';
 import { SLIDING_WINDOW_LOG_LUA } from './sliding-window-log.lua.js';
 import { TOKEN_BUCKET_LUA } from './token-bucket.lua.js';
+
+/**
+ * Each algorithm's Lua mirror, by name: a body that defines a local table named after the
+ * algorithm, with the functions of its pure model. Keyed by `Algorithm`, so the compiler refuses a
+ * missing or an extra one. Algorithms whose mirrors share a body (GCRA's defines `leaky_bucket`
+ * as well) name the same one, and it is defined once.
+ *
+ * @example LUA_MODELS.gcra === LUA_MODELS.leaky_bucket  // true: one body, one define_gcra
+ */
+export const LUA_MODELS = {
+  token_bucket: TOKEN_BUCKET_LUA,
+  gcra: GCRA_LUA,
+  leaky_bucket: GCRA_LUA,
+  fixed_window: FIXED_WINDOW_LUA,
+  sliding_window_log: SLIDING_WINDOW_LOG_LUA,
+  sliding_window_counter: SLIDING_WINDOW_COUNTER_LUA,
+} satisfies Record<Algorithm, string>;
+
+/** The algorithms of `LUA_MODELS` by the body they share, each body once, in the order first named. */
+function algorithmsByBody(): Map<string, Algorithm[]> {
+  const byBody = new Map<string, Algorithm[]>();
+  for (const [algorithm, body] of Object.entries(LUA_MODELS) as [Algorithm, string][]) {
+    const algorithms = byBody.get(body);
+    if (algorithms === undefined) byBody.set(body, [algorithm]);
+    else algorithms.push(algorithm);
+  }
+  return byBody;
+}
+
+/**
+ * One Lua function per body, `define_<its first algorithm>`, that runs the body and returns the
+ * tables of every algorithm that shares it; and `DEFINE`, the function each algorithm's table comes
+ * from, by name.
+ */
+function defineFunctions(): string {
+  const functions: string[] = [];
+  const entries: string[] = [];
+  for (const [body, algorithms] of algorithmsByBody()) {
+    const define = `define_${algorithms[0]}`;
+    const tables = algorithms.map((algorithm) => `${algorithm} = ${algorithm}`).join(', ');
+    functions.push(`local function ${define}()${body}  return { ${tables} }\nend\n`);
+    for (const algorithm of algorithms) entries.push(`  ${algorithm} = ${define},\n`);
+  }
+  return `${functions.join('\n')}\nlocal DEFINE = {\n${entries.join('')}}\n`;
+}
 
 /**
  * The algorithms' models by name (`MODELS`), each defined when a call first asks for it: Redis
@@ -11,30 +57,7 @@ import { TOKEN_BUCKET_LUA } from './token-bucket.lua.js';
  * and the blocks (`BLOCK_LUA`) defined before it.
  */
 export const MODELS_LUA = `
-local function define_token_bucket()${TOKEN_BUCKET_LUA}  return { token_bucket = token_bucket }
-end
-
-local function define_gcra()${GCRA_LUA}  return { gcra = gcra, leaky_bucket = leaky_bucket }
-end
-
-local function define_fixed_window()${FIXED_WINDOW_LUA}  return { fixed_window = fixed_window }
-end
-
-local function define_sliding_window_log()${SLIDING_WINDOW_LOG_LUA}  return { sliding_window_log = sliding_window_log }
-end
-
-local function define_sliding_window_counter()${SLIDING_WINDOW_COUNTER_LUA}  return { sliding_window_counter = sliding_window_counter }
-end
-
-local DEFINE = {
-  token_bucket = define_token_bucket,
-  leaky_bucket = define_gcra,
-  fixed_window = define_fixed_window,
-  sliding_window_log = define_sliding_window_log,
-  sliding_window_counter = define_sliding_window_counter,
-  gcra = define_gcra,
-}
-
+${defineFunctions()}
 -- the models by algorithm name, each defined on first use
 local MODELS = setmetatable({}, { __index = function(models, name)
   for defined, model in pairs(DEFINE[name]()) do models[defined] = model end

@@ -1,0 +1,169 @@
+/**
+ * The types an algorithm is written against: its rule, its state, its model, how the memory store
+ * packs its state, and the descriptor that gathers what is particular to it. They name no
+ * algorithm, so an algorithm's file can import them while the registry imports that file.
+ */
+
+/**
+ * A rule as the models read it: its algorithm's name, its rate and its capacity. Plain data, the
+ * same for every store. The models know no list of algorithms (the registry, which lists them,
+ * imports the models), so here a name is any string; `Rule` narrows it to an `Algorithm`.
+ */
+export interface ModelRule {
+  /** The algorithm's name, a key of `ALGORITHM_DESCRIPTORS`. */
+  algorithm: string;
+  /** Sustained rate, tokens per second (may be fractional). */
+  rps: number;
+  /** Capacity in tokens, a whole number >= 1. */
+  burst: number;
+  /**
+   * Tokens an algorithm scaled by its limit (`AlgorithmDescriptor.scaledBy`) admits per window
+   * while a factor below 1 scales it (`RateLimiterService.setScale`): `burst` times the factor, above 0 and below
+   * `burst`, may be fractional; absent: `burst`. The window stays `burst / rps` and `burst` stays
+   * the capacity (a cost above it can never pass), so a bucket keeps its windows and its count
+   * whatever factor each decision comes with. See `windowLimit`.
+   */
+  limit?: number;
+  /**
+   * Milliseconds a refusal of this rule blocks its bucket for (a whole number >= 1), whatever
+   * refills meanwhile; absent: no block. A rule with a block keeps its buckets under keys of
+   * their own (see `keyPrefix`), so no bucket is ever read under both kinds of rule.
+   */
+  blockMs?: number;
+}
+
+/**
+ * One policy's verdict on one request, in whole milliseconds, as a pure algorithm function
+ * (and its Lua mirror) computes it. Stores turn it into a public `RateLimitDecision`.
+ */
+export interface Outcome {
+  /** Whether this policy admits the request. */
+  allowed: boolean;
+  /** Whole tokens left after this request (uncharged when the request was refused). */
+  remaining: number;
+  /** Milliseconds until this request would be admitted; 0 when admitted, -1 when it never can be. */
+  retryMs: number;
+  /** Milliseconds until the bucket is full again. */
+  fullMs: number;
+  /** Milliseconds until at least one more whole token is available; 0 when full. */
+  nextMs: number;
+  /** Milliseconds the request must wait before it proceeds (queueing algorithms only). */
+  delayMs: number;
+  /** Milliseconds the policy's block still holds (see `Rule.blockMs`); 0 when none does. */
+  blockedMs: number;
+  /**
+   * The time the state is as of, integer ms on the deciding store's clock: for an admitted and
+   * charged request, when the charge was taken (the `chargedAt` a refund names). Absent on an
+   * outcome no model or script computed (a remembered refusal).
+   */
+  at?: number;
+}
+
+/** What every algorithm's state has: the time it is as of. */
+export interface Held {
+  /**
+   * Integer ms: `now`, or a later time the state holds on to when the clock went back (it never
+   * moves backwards, so a clock going back adds no quota). Times the model reports, and the
+   * key's expiry, count from here.
+   */
+  at: number;
+  /**
+   * Integer ms: when the block a refusal started ends (see `Rule.blockMs`); 0, or a time already
+   * past, when none holds. Every model carries it through unchanged: only `decideAll` sets it.
+   */
+  blockedUntil: number;
+}
+
+/**
+ * An algorithm as a set of pure functions of its stored state. No I/O and no clock reads:
+ * `now` is always a parameter (integer milliseconds). A store decides a request against
+ * several policies in two passes (see `decideAll`), which is what makes a refusal take
+ * nothing from any bucket. Each model is mirrored function for function by a Lua script in
+ * `stores/redis/`, so the memory and Redis stores decide alike.
+ */
+export interface AlgorithmModel<State extends Held> {
+  /** The state as of `now` (refilled or expired, clock-safe). `undefined` is a key never seen or expired. */
+  current(state: State | undefined, now: number, rule: ModelRule): State;
+  /** Whole tokens free in `state`, 0 to `burst`. */
+  remaining(state: State, rule: ModelRule): number;
+  /**
+   * Milliseconds until `need` tokens are free (`0 < need <= burst`): 0 when they are now.
+   * Every time a decision reports comes from it: a request of `cost` is admitted when
+   * `waitMs(cost)` is 0, `retryAfter` is `waitMs(cost)`, `t` is `waitMs(remaining + 1)`, and the
+   * time until full, which is also the key's TTL, is `waitMs(burst)`.
+   */
+  waitMs(state: State, rule: ModelRule, need: number): number;
+  /** The state after taking `cost`; only called when every policy admits the request. */
+  charge(state: State, rule: ModelRule, cost: number): State;
+  /**
+   * The state with what a charge of `cost` at `chargedAt` (the charged state's `at`) took given
+   * back, as far as it still counts: a Redis Cluster request whose policies live in several hash
+   * slots charges each slot, and gives back what the others took when one refuses. Never more
+   * than the charge took, never past a full bucket.
+   */
+  refund(state: State, rule: ModelRule, cost: number, chargedAt: number): State;
+  /**
+   * Milliseconds an admitted request waits before it proceeds, from the state before the
+   * charge. Only queues (`leaky_bucket`) have it; the others never delay.
+   */
+  delayMs?(state: State, rule: ModelRule): number;
+}
+
+/**
+ * How the memory store keeps one algorithm's state in a row of numbers of a `Float64Array`
+ * (`width` doubles: 8 bytes each, where the state as an object costs about 100 bytes, an object
+ * and a heap number per field). What does not fit in numbers (a sliding window log's timestamps)
+ * `write` returns, to be kept beside the row and given back to `read`.
+ */
+export interface StatePacking<State extends Held> {
+  /** Doubles of the row the state takes. */
+  width: number;
+  /** Writes `state` to `row[offset]` to `row[offset + width - 1]`; returns what did not fit, or `undefined`. */
+  write(state: State, row: Float64Array, offset: number): unknown;
+  /** The state written at `row[offset]`, with what `write` returned for it. */
+  read(row: Float64Array, offset: number, extra: unknown): State;
+}
+
+/**
+ * How an algorithm's quota comes back, which tells how long a request waits from an outcome alone
+ * (see `waitForCost`): `'rps'`, token by token at `rps` at the most (a bucket refills, a backlog
+ * drains); `'window'`, as a window moves on, up to all of it at once; `'log'`, entry by entry,
+ * each a window after it was logged (one entry per token, a fractional cost taking a whole one).
+ */
+export type Regain = 'rps' | 'window' | 'log';
+
+/**
+ * Everything particular to one algorithm, in one place: the registry (`registry.ts`) collects one
+ * per algorithm, and every store and check reads what it needs from there. Its Lua mirror is the
+ * one part that cannot be here (this layer imports no store): `stores/redis/models.lua.ts` lists
+ * those, keyed by the same names, and the compiler refuses a missing one.
+ *
+ * @example
+ * export const TOKEN_BUCKET: AlgorithmDescriptor<TokenBucketState> = {
+ *   model: tokenBucket,
+ *   packing: { width: 3, write(state, row, o) { ... }, read: (row, o) => ({ ... }) },
+ *   tag: 'tb',
+ *   regain: 'rps',
+ *   scaledBy: 'rps',
+ * };
+ */
+export interface AlgorithmDescriptor<State extends Held = any> {
+  /** Its pure model: every store decides with it (or with its Lua mirror). */
+  model: AlgorithmModel<State>;
+  /** How the memory store packs its state. */
+  packing: StatePacking<State>;
+  /**
+   * A short tag for its bucket keys (see `bucketKey`), unique among the algorithms: a policy whose
+   * algorithm changes gets fresh keys. Never change it: every bucket kept under it would be lost.
+   */
+  tag: string;
+  /** How its quota comes back (see `Regain`); every algorithm but the `'rps'` ones counts in windows. */
+  regain: Regain;
+  /**
+   * What a factor (`RateLimiterService.setScale`) scales: `'limit'`, the tokens per window
+   * (`Rule.limit`), for one that counts per window, where a longer window would start a fresh
+   * count; `'rps'` for the others: a bucket's state reads the same at any rate, and a log, which
+   * keeps each entry's time, counts every one of them in a longer window.
+   */
+  scaledBy: 'limit' | 'rps';
+}

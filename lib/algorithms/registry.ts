@@ -1,0 +1,49 @@
+import { FIXED_WINDOW } from './fixed-window.js';
+import { GCRA } from './gcra.js';
+import { LEAKY_BUCKET } from './leaky-bucket.js';
+import type { AlgorithmDescriptor } from './model.types.js';
+import { SLIDING_WINDOW_COUNTER } from './sliding-window-counter.js';
+import { SLIDING_WINDOW_LOG } from './sliding-window-log.js';
+import { TOKEN_BUCKET } from './token-bucket.js';
+
+/**
+ * The one list of algorithms: each by the name a policy gives it, in the order the contract lists
+ * them. `Algorithm` is its keys, so every record keyed by `Algorithm` elsewhere (the Lua models in
+ * `stores/redis/models.lua.ts`, the tables of cases) fails to compile until it has an entry for a
+ * new one, and refuses one for a name not here.
+ */
+const DESCRIPTORS = {
+  token_bucket: TOKEN_BUCKET,
+  leaky_bucket: LEAKY_BUCKET,
+  fixed_window: FIXED_WINDOW,
+  sliding_window_log: SLIDING_WINDOW_LOG,
+  sliding_window_counter: SLIDING_WINDOW_COUNTER,
+  gcra: GCRA,
+} satisfies Record<string, AlgorithmDescriptor>;
+
+/** The rate-limiting algorithms a policy can name. */
+export type Algorithm = keyof typeof DESCRIPTORS;
+
+/**
+ * Each algorithm's descriptor, by name: its model, its packing, its key tag, how its quota comes
+ * back and what a factor scales. A plain object with a handful of fixed keys, so a lookup per
+ * decision costs what a property read does.
+ *
+ * @example ALGORITHM_DESCRIPTORS[rule.algorithm].regain  // 'rps' for token_bucket
+ */
+export const ALGORITHM_DESCRIPTORS: { readonly [A in Algorithm]: AlgorithmDescriptor } = DESCRIPTORS;
+
+/** Every algorithm name, in the order the contract lists them. */
+export const ALGORITHMS: readonly Algorithm[] = Object.keys(DESCRIPTORS) as Algorithm[];
+
+/**
+ * The algorithms that count in windows of `burst / rps` seconds: their quota comes back as a window
+ * moves on, up to all of it at once, where the others refill at `rps` at the most (`regain`).
+ */
+export const WINDOW_ALGORITHMS: ReadonlySet<Algorithm> = new Set(ALGORITHMS.filter((a) => DESCRIPTORS[a].regain !== 'rps'));
+
+/**
+ * The algorithms a factor (`RateLimiterService.setScale`) scales by their limit (`Rule.limit`),
+ * keeping their window (`scaledBy`); the others have their `rps` scaled.
+ */
+export const SCALED_BY_LIMIT: ReadonlySet<Algorithm> = new Set(ALGORITHMS.filter((a) => DESCRIPTORS[a].scaledBy === 'limit'));
