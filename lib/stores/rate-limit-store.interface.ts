@@ -65,6 +65,21 @@ export interface RateLimitStore {
    */
   readonly inProcess?: boolean;
   /**
+   * What the `ratelimit.store` metric attribute calls this store's calls: `'memory'` or
+   * `'redis'` (the built-in stores say so). Absent: `'custom'`.
+   */
+  readonly kind?: 'memory' | 'redis';
+  /**
+   * For an in-process store whose decisions are made when it is asked: the decisions `consume`
+   * (`charge` true) or `peek` would give, returned at once instead of in a promise, so the module
+   * takes them without one. It throws where those reject (a bad request). Absent, or `undefined`
+   * (a `MemoryStore` subclass that overrides `consume` or `peek`, whose overrides must be called),
+   * and the module calls `consume` and `peek`. The module reads it once, when it starts.
+   *
+   * @example const decisions = store.decideNow?.(requests, true) ?? (await store.consume(requests));
+   */
+  readonly decideNow?: (requests: readonly RateLimitRequest[], charge: boolean) => RateLimitDecision[];
+  /**
    * `true` for a remote store that bounds `consume` and `peek` by their `timeoutMs` itself,
    * counted from when each call leaves the process (is handed to its client), and that settles
    * past it with a `RateLimitStoreError` whose `reason` is `'timeout'`, only once the replies that

@@ -45,6 +45,7 @@ export type { RedisStoreClock, RedisStoreOptions } from './redis-store-options.j
 export class RedisStore implements RateLimitStore {
   /** Every call is bounded by its `timeoutMs` from when it leaves the process (see `SlotBatches`). */
   readonly timesCalls = true;
+  readonly kind = 'redis';
   readonly client: Redis | Cluster;
   /** The clock given in the options (`{ now() }` or a function), if any (see `RateLimitStore.clock`). */
   readonly clock: StoreClock | undefined;
