@@ -136,7 +136,8 @@ export class StoreCalls {
     // what the store knows without asking its server: taken even while the breaker is open,
     // and no sign either way of the server's health (only real answers feed the breaker)
     const started = this.watcher.timed ? performance.now() : 0;
-    const known = charge ? this.store.cached?.(requests) : undefined;
+    const asked = charge && this.store.cached !== undefined;
+    const known = asked ? this.store.cached!(requests) : undefined;
     if (known !== undefined) {
       this.ended('cached', started);
       return known;
@@ -148,7 +149,8 @@ export class StoreCalls {
     const { timeout } = this.options;
     let decisions: RateLimitDecision[];
     try {
-      const call = charge ? this.store.consume(requests, timeout) : this.store.peek(requests, timeout);
+      // told that `cached` was asked just now, the store does not ask its gate again
+      const call = charge ? this.store.consume(requests, timeout, asked) : this.store.peek(requests, timeout);
       decisions = await (this.store.timesCalls === true ? call : this.bounded(call));
     } catch (error) {
       const failure = storeError(error);
