@@ -1,8 +1,6 @@
 import type { ExecutionContext } from '@nestjs/common';
 import type { FailMode } from '../rate-limit-options.interface.js';
-import { MemoryStore } from '../stores/memory/memory.store.js';
 import type { RateLimitDecision, RateLimitStore } from '../stores/rate-limit-store.interface.js';
-import { RedisStore } from '../stores/redis/redis.store.js';
 import type { StoreCallWatcher } from '../stores/store-calls.js';
 import { decisionsWatched, publishDecision, publishStoreError, type RateLimitResult } from './rate-limit-events.js';
 import type { RateLimitMetrics, StoreKind } from './rate-limit-metrics.js';
@@ -87,8 +85,7 @@ function resultOf(allowed: boolean, local: boolean, shadow: boolean): RateLimitR
   return shadow ? 'shadow_refused' : 'refused';
 }
 
-/** The store as `ratelimit.store` names it. */
+/** The store as `ratelimit.store` names it: as it says of itself (`RateLimitStore.kind`), else `'custom'`. */
 function kindOf(store: RateLimitStore): StoreKind {
-  if (store instanceof MemoryStore) return 'memory';
-  return store instanceof RedisStore ? 'redis' : 'custom';
+  return store.kind ?? 'custom';
 }

@@ -65,6 +65,21 @@ export interface RateLimitStore {
    */
   readonly inProcess?: boolean;
   /**
+   * What the `ratelimit.store` metric attribute calls this store's calls: `'memory'` or
+   * `'redis'` (the built-in stores say so). Absent: `'custom'`.
+   */
+  readonly kind?: 'memory' | 'redis';
+  /**
+   * For an in-process store whose decisions are made when it is asked: the decisions `consume`
+   * (`charge` true) or `peek` would give, returned at once instead of in a promise, so the module
+   * takes them without one. It throws where those reject (a bad request). Absent, or `undefined`
+   * (a `MemoryStore` subclass that overrides `consume` or `peek`, whose overrides must be called),
+   * and the module calls `consume` and `peek`. The module reads it once, when it starts.
+   *
+   * @example const decisions = store.decideNow?.(requests, true) ?? (await store.consume(requests));
+   */
+  readonly decideNow?: (requests: readonly RateLimitRequest[], charge: boolean) => RateLimitDecision[];
+  /**
    * `true` for a remote store that bounds `consume` and `peek` by their `timeoutMs` itself,
    * counted from when each call leaves the process (is handed to its client), and that settles
    * past it with a `RateLimitStoreError` whose `reason` is `'timeout'`, only once the replies that
@@ -93,14 +108,19 @@ export interface RateLimitStore {
    * `TypeError` or `RangeError` naming it and before anything is charged: never a
    * `RateLimitStoreError`, which says the store itself could not decide.
    *
+   * `cachedAsked` is `true` when the caller asked `cached` for these very requests just before
+   * (in the same turn of the event loop) and it had no answer: a store with a refusal gate then
+   * does not ask it again (see `RefusalGate`), so the gate is asked once per decision.
+   *
    * @example await store.consume([{ key: 'rl:api:tb:{...}', policy: 'api', rule: { algorithm: 'token_bucket', rps: 10, burst: 20 }, cost: 1 }])
    */
-  consume(requests: readonly RateLimitRequest[], timeoutMs?: number): Promise<RateLimitDecision[]>;
+  consume(requests: readonly RateLimitRequest[], timeoutMs?: number, cachedAsked?: boolean): Promise<RateLimitDecision[]>;
   /**
    * The decisions `consume` would give, when the store has them without asking its server (a
-   * remote store's remembered refusals), else `undefined`; it must not charge anything. The
-   * module asks before `consume`: such an answer is not bounded by `timeout`, works while the
-   * server is down, and says nothing of the server's health.
+   * remote store's remembered refusals: its `RefusalGate`'s `answer`), else `undefined`; it must
+   * not charge anything. The module asks before `consume` (which it then tells so, by
+   * `cachedAsked`): such an answer is not bounded by `timeout`, works while the server is down,
+   * and says nothing of the server's health.
    */
   cached?(requests: readonly RateLimitRequest[]): RateLimitDecision[] | undefined;
   /** Decides without charging anything; requests are checked and repeated keys decided once, as by `consume`. */

@@ -54,11 +54,8 @@ export class StoreCalls {
   /** Decisions the local limiter made (failMode 'local'): their refunds go to it, not to the store. */
   private readonly localDecisions = new WeakSet<RateLimitDecision>();
   private local: MemoryStore | undefined;
-  /**
-   * The store itself when it is a `MemoryStore` whose `consume` and `peek` are its own: they only
-   * wrap its synchronous `decide` in a promise, so its decisions are taken without one.
-   */
-  private readonly immediate: MemoryStore | undefined;
+  /** The in-process store's synchronous decisions, when it has them (see `RateLimitStore.decideNow`). */
+  private readonly decideNow: RateLimitStore['decideNow'];
 
   constructor(
     private readonly store: RateLimitStore,
@@ -66,13 +63,12 @@ export class StoreCalls {
     private readonly watcher: StoreCallWatcher = UNWATCHED,
   ) {
     this.deadlines = new DeadlineQueue(options.timeout);
-    const own = store instanceof MemoryStore && store.consume === MemoryStore.prototype.consume && store.peek === MemoryStore.prototype.peek;
-    this.immediate = own ? store : undefined;
+    this.decideNow = store.inProcess ? store.decideNow : undefined;
   }
 
   /**
-   * Decides store requests within the timeout: the decisions themselves from the memory store
-   * (which throws a bad request's error instead of rejecting), a promise from any other.
+   * Decides store requests within the timeout: the decisions themselves from a store that has
+   * `decideNow` (which throws a bad request's error instead of rejecting), a promise from any other.
    *
    * @throws RateLimitStoreError when the store fails or is too slow and failMode is not 'local'
    */
@@ -80,7 +76,7 @@ export class StoreCalls {
     if (!this.store.inProcess) return this.decideRemote(requests, charge);
     // an in-process store has decided when it returns: that is its time, and no wrapper per call
     const started = this.watcher.timed ? performance.now() : 0;
-    const decided = this.immediate !== undefined ? this.immediate.decide(requests, charge) : this.decideInProcess(requests, charge);
+    const decided = this.decideNow !== undefined ? this.decideNow(requests, charge) : this.decideInProcess(requests, charge);
     this.ended('ok', started);
     return decided;
   }
@@ -140,7 +136,8 @@ export class StoreCalls {
     // what the store knows without asking its server: taken even while the breaker is open,
     // and no sign either way of the server's health (only real answers feed the breaker)
     const started = this.watcher.timed ? performance.now() : 0;
-    const known = charge ? this.store.cached?.(requests) : undefined;
+    const asked = charge && this.store.cached !== undefined;
+    const known = asked ? this.store.cached!(requests) : undefined;
     if (known !== undefined) {
       this.ended('cached', started);
       return known;
@@ -152,7 +149,8 @@ export class StoreCalls {
     const { timeout } = this.options;
     let decisions: RateLimitDecision[];
     try {
-      const call = charge ? this.store.consume(requests, timeout) : this.store.peek(requests, timeout);
+      // told that `cached` was asked just now, the store does not ask its gate again
+      const call = charge ? this.store.consume(requests, timeout, asked) : this.store.peek(requests, timeout);
       decisions = await (this.store.timesCalls === true ? call : this.bounded(call));
     } catch (error) {
       const failure = storeError(error);

@@ -5,7 +5,7 @@ import { jest } from '@jest/globals';
 import { Controller, Get, Module } from '@nestjs/common';
 import { Redis } from 'ioredis';
 import { RateLimit, RateLimitModule } from '../../lib/index.js';
-import { RefusedCache } from '../../lib/stores/redis/refused-cache.js';
+import { RefusedCache } from '../../lib/stores/refusal-gate/refused-cache.js';
 import { CircuitBreaker } from '../../lib/utils/circuit-breaker.js';
 import { type LatencyProxy, startLatencyProxy } from '../support/latency-proxy.js';
 import { type RedisServer, startRedisServer, stopRedisServer } from '../support/redis/process.js';

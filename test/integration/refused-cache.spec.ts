@@ -7,7 +7,7 @@ import { bucketKey } from '../../lib/keys/bucket-key.js';
 import { MemoryStore } from '../../lib/stores/memory/memory.store.js';
 import type { RateLimitDecision, RateLimitRequest } from '../../lib/stores/rate-limit-store.interface.js';
 import { RedisStore } from '../../lib/stores/redis/redis.store.js';
-import { RefusedCache } from '../../lib/stores/redis/refused-cache.js';
+import { RefusedCache } from '../../lib/stores/refusal-gate/refused-cache.js';
 import { CASE_EPOCH, ruleOf } from '../cases/index.js';
 import { connectTestRedis } from '../support/redis/test-redis.js';
 

@@ -238,9 +238,9 @@ export class WatchedStore implements RateLimitStore {
     return this.store.inProcess;
   }
 
-  async consume(requests: readonly RateLimitRequest[], timeoutMs?: number): Promise<RateLimitDecision[]> {
+  async consume(requests: readonly RateLimitRequest[], timeoutMs?: number, cachedAsked?: boolean): Promise<RateLimitDecision[]> {
     try {
-      return await this.store.consume(requests, timeoutMs);
+      return await this.store.consume(requests, timeoutMs, cachedAsked);
     } finally {
       this.settled(requests);
     }

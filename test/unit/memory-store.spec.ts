@@ -253,6 +253,38 @@ describe('MemoryStore sweep timer (real timers)', () => {
   });
 });
 
+describe('MemoryStore as the module sees it', () => {
+  const request = { key: 'k', policy: 'p', rule: SLOW, cost: 1 };
+
+  it('says it is the memory store, and hands out its synchronous decisions', () => {
+    const store = new MemoryStore({ clock: () => 1_000_000 });
+    expect(store.kind).toBe('memory');
+    expect(store.decideNow).toBe(store.decideNow);
+    expect(store.decideNow?.([request], true).map((d) => d.remaining)).toEqual([1]);
+    expect(store.decideNow?.([request], false).map((d) => d.remaining)).toEqual([1]);
+  });
+
+  it('hands out none when a subclass overrides consume or peek: the module must call the override', () => {
+    class Consuming extends MemoryStore {
+      override consume(requests: Parameters<MemoryStore['consume']>[0]) {
+        return super.consume(requests);
+      }
+    }
+    class Peeking extends MemoryStore {
+      override peek(requests: Parameters<MemoryStore['peek']>[0]) {
+        return super.peek(requests);
+      }
+    }
+    class Closing extends MemoryStore {
+      override close() {
+        return super.close();
+      }
+    }
+    expect([new Consuming().decideNow, new Peeking().decideNow]).toEqual([undefined, undefined]);
+    expect(new Closing().decideNow).toBeInstanceOf(Function);
+  });
+});
+
 describe('MemoryStore options', () => {
   it.each([
     [{ maxKeys: 0 }, 'Invalid MemoryStore option "maxKeys": must be a whole number >= 1, got 0'],

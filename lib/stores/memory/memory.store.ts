@@ -46,6 +46,7 @@ const DEFAULT_MAX_KEYS = 100_000;
  */
 export class MemoryStore implements RateLimitStore {
   readonly inProcess = true;
+  readonly kind = 'memory';
   /** The clock given in the options, if any (see `RateLimitStore.clock`). */
   readonly clock: StoreClock | undefined;
   /** The time buckets are decided at, ms: the given clock's, else `Date.now()`. */
@@ -66,6 +67,19 @@ export class MemoryStore implements RateLimitStore {
     this.maxKeys = maxKeys;
     this.table = new BucketTable(maxKeys);
   }
+
+  /**
+   * `decide`, when `consume` and `peek` are this class's own: they only wrap it in a promise, so
+   * its decisions may be taken without one. `undefined` for a subclass that overrides either: the
+   * module then calls them, so that the override decides (see `RateLimitStore.decideNow`).
+   */
+  get decideNow(): ((requests: readonly RateLimitRequest[], charge: boolean) => RateLimitDecision[]) | undefined {
+    const own = this.consume === MemoryStore.prototype.consume && this.peek === MemoryStore.prototype.peek;
+    return own ? this.decideBound : undefined;
+  }
+
+  /** `decide` on this store, made once: what `decideNow` hands out. */
+  private readonly decideBound = (requests: readonly RateLimitRequest[], charge: boolean): RateLimitDecision[] => this.decide(requests, charge);
 
   /** Number of buckets held (expired ones not yet swept included). */
   get size(): number {

@@ -1,7 +1,8 @@
 /**
  * Reading and writing buckets in Lua, for both scripts (see `decide.lua.ts`): the call's clock,
  * its keys' values read with one MGET as it starts, and the states it stores, written when it
- * ends (`flush`), each key once. Needs the math locals and the algorithms before it.
+ * ends (`flush`), each key once. Needs the math locals and the algorithms before it. What KEYS
+ * and ARGV[1] carry: see `script-protocol.ts`.
  */
 export const BUCKET_IO_LUA = `
 -- the values of the call's keys, read with one MGET as it starts (nil: none, or not a string,

@@ -1,17 +1,7 @@
 import { BLOCK_LUA } from './block.lua.js';
 import { BUCKET_IO_LUA } from './bucket-io.lua.js';
 import { MODELS_LUA } from './models.lua.js';
-
-/**
- * Numbers both scripts return per request: allowed, remaining, retryMs, fullMs, nextMs,
- * delayMs, blockedMs, and the time the state is as of (the `at` a refund names). The reply ends
- * with the script's clock, one more number.
- */
-export const REPLY_WIDTH = 8;
-/** Arguments the decide script takes per policy, after its request's three. */
-const DECIDE_ARGS = 6;
-/** Arguments the refund script takes per request, after its leading one. */
-const REFUND_ARGS = 7;
+import { DECIDE_ARGS, DECIDE_HEAD, REFUND_ARGS, REPLY_WIDTH } from './script-protocol.js';
 
 /**
  * What both scripts share: the algorithms (each a Lua table mirroring its pure model;
@@ -113,25 +103,9 @@ end
  * all of them do. A later request of the call sees what an earlier one charged, exactly as if
  * each had a call of its own; batching them saves Redis the cost of a script call per request.
  *
- * KEYS                 bucket keys of every request's policies, request after request
- * ARGV[1]              now, integer ms, or '' to use Redis TIME (the only clock outside tests;
- *                      see clock in bucket-io.lua.ts)
- * then per request, from b = 1 (then b moves past the request's arguments):
- * ARGV[b + 1]          n, its number of policies (its keys are the next n of KEYS)
- * ARGV[b + 2]          '1' to charge when every policy admits, '0' to only look (peek)
- * ARGV[b + 3]          deadline, integer ms on the script's clock: when the caller stops waiting
- *                      (see `RedisClock.deadline`); past it the request is not decided and
- *                      charges nothing; '' for none
- * ARGV[b + 4 + 6(i-1)] algorithm of policy i ('token_bucket', 'fixed_window', ...)
- * ARGV[b + 5 + 6(i-1)] rps, tokens per second, as a decimal string (may be fractional)
- * ARGV[b + 6 + 6(i-1)] burst, tokens
- * ARGV[b + 7 + 6(i-1)] block, integer ms a refusal blocks for; '0' for none
- * ARGV[b + 8 + 6(i-1)] a window's scaled limit (`Rule.limit`), tokens (may be fractional); '' for none
- * ARGV[b + 9 + 6(i-1)] cost, tokens (may be fractional)
- *
- * Returns per request 0 when it was past its deadline, else 1 and then 8 integers per policy:
- * allowed (0/1), remaining (tokens), retryMs (-1: never), fullMs (until full), nextMs (until
- * one more token), delayMs, blockedMs (until the block ends, 0: none), at (ms). Then now (ms).
+ * KEYS, ARGV and the reply: see `script-protocol.ts`, which encodes and decodes them (ARGV[1] the
+ * clock; per request n, charge, deadline, then per policy algorithm, rps, burst, block, limit, cost;
+ * per request 0 past its deadline, else 1 and `REPLY_WIDTH` numbers per policy; then now).
  *
  * A key expires (on the script's clock) when its bucket is full again and no block
  * holds. A refused request writes only the blocks it starts.
@@ -184,10 +158,10 @@ while base < #ARGV do
     append(reply, 0)
   else
     append(reply, 1)
-    decide(first, base + 3, n, ARGV[base + 2] == '1', now, reply)
+    decide(first, base + ${DECIDE_HEAD}, n, ARGV[base + 2] == '1', now, reply)
   end
   first = first + n
-  base = base + 3 + n * ${DECIDE_ARGS}
+  base = base + ${DECIDE_HEAD} + n * ${DECIDE_ARGS}
 end
 flush()
 append(reply, now)
@@ -199,17 +173,9 @@ return reply
  * Gives back what a decide call charged, when another hash slot of a Redis Cluster refused the
  * same request: each algorithm's `refund` (`algorithms/*.ts`) in Lua, for every policy.
  *
- * KEYS[i]              bucket key of policy i
- * ARGV[1]              now, integer ms; '' to use Redis TIME (as for the decide script)
- * ARGV[2 + 7(i-1)]     algorithm of policy i
- * ARGV[3 + 7(i-1)]     rps, tokens per second
- * ARGV[4 + 7(i-1)]     burst, tokens
- * ARGV[5 + 7(i-1)]     block, integer ms a refusal blocks for; '0' for none
- * ARGV[6 + 7(i-1)]     a window's scaled limit, tokens; '' for none
- * ARGV[7 + 7(i-1)]     cost the charge took, tokens
- * ARGV[8 + 7(i-1)]     at of the charged state (from the decide reply), integer ms
- *
- * Returns what decide returns, for the buckets as they are after the refund (allowed 1, no delay).
+ * KEYS, ARGV and the reply: see `script-protocol.ts` (ARGV[1] the clock; per policy algorithm,
+ * rps, burst, block, limit, cost and the charge's at; per policy `REPLY_WIDTH` numbers as the
+ * decide script's, for the buckets after the refund; then now).
  */
 export const REFUND_LUA = `${SHARED_LUA}
 local now = clock(ARGV[1])

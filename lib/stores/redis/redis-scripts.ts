@@ -6,7 +6,7 @@ import { RateLimitStoreError } from '../rate-limit-store.error.js';
 import type { RateLimitRequest } from '../rate-limit-store.interface.js';
 import { DECIDE_LUA, REFUND_LUA } from './decide.lua.js';
 import type { RedisClock } from './redis-clock.js';
-import { type Answer, parseAnswer } from './script-reply.js';
+import { type Answer, decodeAnswer, encodeRefund } from './script-protocol.js';
 import { redisTimeUnusable, TIME_PROBE, TIME_PROBE_LUA, timeUnusable } from './time-probe.js';
 
 /** A script as the store runs it: its text, and the SHA-1 that EVALSHA names it by. */
@@ -75,19 +75,15 @@ export class RedisScripts {
     if (client.status !== 'wait') this.start();
   }
 
-  /** Runs `DECIDE_LUA` on `keys`, with `args` after its clock (ARGV[2] on): its raw reply. */
+  /** Runs `DECIDE_LUA` on `keys`, with `args` after its clock (ARGV[2] on; see `script-protocol.ts`): its raw reply. */
   decide(keys: readonly string[], args: readonly string[]): Promise<number[]> {
     return this.run(DECIDE, keys, args);
   }
 
   /** Gives back what a decide call charged for requests of one hash slot (`at` from its reply). */
   async refund(requests: readonly RateLimitRequest[], at: readonly number[]): Promise<Answer> {
-    const args: string[] = [];
-    requests.forEach(({ rule, cost }, i) => {
-      args.push(rule.algorithm, String(rule.rps), String(rule.burst), String(rule.blockMs ?? 0), rule.limit === undefined ? '' : String(rule.limit), String(cost), String(at[i]));
-    });
-    const keys = requests.map((request) => request.key);
-    return parseAnswer(await this.run(REFUND, keys, args), 0, requests.length);
+    const { keys, args } = encodeRefund(requests, at);
+    return decodeAnswer(await this.run(REFUND, keys, args), 0, requests.length);
   }
 
   /** The store is closed: the last store of its client stops reloading the scripts on its reconnections. */

@@ -7,10 +7,9 @@ import { type Charge, takeCharge, toDecision } from '../decision.js';
 import { distinctRequests, spreadDecisions } from '../distinct-requests.js';
 import { storeTimeout } from '../rate-limit-store.error.js';
 import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from '../rate-limit-store.interface.js';
+import { RefusalGate, type ServerAnswer } from '../refusal-gate/refusal-gate.js';
 import { type StoreClock, storeClock } from '../store-clock.js';
 import { groupBySlot, HASH_SLOTS } from './hash-slot.js';
-import { PendingCalls } from './pending-calls.js';
-import { RefusedCache } from './refused-cache.js';
 import { RedisClock } from './redis-clock.js';
 import { RedisScripts } from './redis-scripts.js';
 import { checkRedisStoreOptions, commandTimeoutOf, givenClock, type RedisStoreOptions } from './redis-store-options.js';
@@ -45,6 +44,7 @@ export type { RedisStoreClock, RedisStoreOptions } from './redis-store-options.j
 export class RedisStore implements RateLimitStore {
   /** Every call is bounded by its `timeoutMs` from when it leaves the process (see `SlotBatches`). */
   readonly timesCalls = true;
+  readonly kind = 'redis';
   readonly client: Redis | Cluster;
   /** The clock given in the options (`{ now() }` or a function), if any (see `RateLimitStore.clock`). */
   readonly clock: StoreClock | undefined;
@@ -54,9 +54,8 @@ export class RedisStore implements RateLimitStore {
   private readonly batches: SlotBatches;
   /** The timers of calls on their way, one per timeout. */
   private readonly deadlines = new Deadlines();
-  private readonly refused: RefusedCache | undefined;
-  /** Charging calls on their way, by key: only kept while `refused` is on. */
-  private readonly pending = new PendingCalls();
+  /** What stands in front of Redis for charges, unless `cacheRefusals` is false. */
+  private readonly gate: RefusalGate | undefined;
 
   constructor(options: RedisStoreOptions) {
     checkRedisStoreOptions(options);
@@ -67,50 +66,50 @@ export class RedisStore implements RateLimitStore {
     this.clocks = new RedisClock(given, options.clock === 'app' ? undefined : given, this.cluster ? HASH_SLOTS : 1);
     this.scripts = new RedisScripts(this.client, this.clocks);
     this.batches = new SlotBatches(this.scripts, this.clocks, this.deadlines);
-    this.refused = options.cacheRefusals === false ? undefined : new RefusedCache();
+    this.gate = options.cacheRefusals === false ? undefined : new RefusalGate(() => this.clocks.localNow());
     const commandTimeout = commandTimeoutOf(this.client);
     if (commandTimeout !== undefined) new Logger('RedisStore').warn(clientCommandTimeout(commandTimeout));
   }
 
-  consume(requests: readonly RateLimitRequest[], timeoutMs?: number): Promise<RateLimitDecision[]> {
-    return this.call(requests, true, timeoutMs);
+  consume(requests: readonly RateLimitRequest[], timeoutMs?: number, cachedAsked?: boolean): Promise<RateLimitDecision[]> {
+    return this.call(requests, true, timeoutMs, cachedAsked === true);
   }
 
   peek(requests: readonly RateLimitRequest[], timeoutMs?: number): Promise<RateLimitDecision[]> {
-    return this.call(requests, false, timeoutMs);
+    return this.call(requests, false, timeoutMs, false);
   }
 
-  async reset(keys: readonly string[]): Promise<void> {
-    this.refused?.forget(keys);
-    const groups = groupBySlot(keys, this.cluster);
-    await Promise.all([...groups.values()].map((group) => this.client.del(...group.map((i) => keys[i]))));
+  /** Forgets these buckets, and every refusal remembered of them. */
+  reset(keys: readonly string[]): Promise<void> {
+    return this.forgetting(keys, async () => {
+      const groups = groupBySlot(keys, this.cluster);
+      await Promise.all([...groups.values()].map((group) => this.client.del(...group.map((i) => keys[i]))));
+    });
   }
 
   /**
    * Forgets every bucket under `prefix` (see `RateLimitStore.resetAll`): SCAN and UNLINK in
    * batches, on every master of a Cluster (see `unlinkUnder`), and every remembered refusal.
    */
-  async resetAll(prefix: string): Promise<void> {
-    this.refused?.clear();
-    await unlinkUnder(this.client, prefix);
-    // a refusal remembered from a call answered meanwhile is of a bucket now gone
-    this.refused?.clear();
+  resetAll(prefix: string): Promise<void> {
+    return this.forgetting(undefined, async () => {
+      await unlinkUnder(this.client, prefix);
+    });
   }
 
   async close(): Promise<void> {
-    this.refused?.clear();
+    this.gate?.clear();
     this.deadlines.close();
     this.scripts.close();
   }
 
   /**
    * The decisions for a charge that Redis would certainly refuse, from what it answered before
-   * (see `RefusedCache`), without a call; `undefined` when a call is needed. The module asks this
+   * (see `RefusalGate`), without a call; `undefined` when a call is needed. The module asks this
    * before `consume`: such an answer takes no time and says nothing of Redis's health.
    */
   cached(requests: readonly RateLimitRequest[]): RateLimitDecision[] | undefined {
-    const outcomes = this.refused?.lookup(requests, this.clocks.localNow());
-    return outcomes === undefined ? undefined : requests.map((request, i) => toDecision(request, outcomes[i]));
+    return this.gate?.answer(requests);
   }
 
   /**
@@ -124,55 +123,47 @@ export class RedisStore implements RateLimitStore {
     const charges = decisions.map(takeCharge).filter((charge): charge is Charge => charge !== undefined);
     if (charges.length === 0) return;
     const keys = charges.map((charge) => charge.request.key);
-    // forgotten now too: a request on these keys that comes before the reply then goes to Redis,
-    // behind the refund, rather than being refused from what was true before it
-    this.refused?.forget(keys);
     const groups = groupBySlot(keys, this.cluster);
-    await Promise.all(
-      [...groups.values()].map((group) => this.scripts.refund(group.map((i) => charges[i].request), group.map((i) => charges[i].at))),
+    await this.forgetting(keys, () =>
+      Promise.all([...groups.values()].map((group) => this.scripts.refund(group.map((i) => charges[i].request), group.map((i) => charges[i].at)))),
     );
-    this.refused?.forget(keys);
   }
 
-  private async call(requests: readonly RateLimitRequest[], charge: boolean, timeoutMs?: number): Promise<RateLimitDecision[]> {
-    // a bad request rejects this call alone, before it can join (and fail) a batch; a key given twice is decided once
-    const distinct = distinctRequests(requests, charge ? 'RedisStore.consume' : 'RedisStore.peek');
-    if (distinct.positions) return spreadDecisions(await this.call(distinct.requests, charge, timeoutMs), requests, distinct.positions);
-    if (requests.length === 0) return [];
-    const cache = charge ? this.refused : undefined;
-    if (cache !== undefined) {
-      const known = this.cached(requests);
-      if (known !== undefined) return known;
-      const calls = cache.contended(requests, this.clocks.localNow()) ? this.pending.drained(requests) : undefined;
-      if (calls !== undefined) {
-        // A flood on these buckets: calls on them are on their way, and they most likely leave
-        // nothing for this request. Their answers come sooner than a call of our own would, so
-        // wait for them (once) and look again, with the others that waited: those the buckets
-        // can hold go to Redis together, the rest are refused here.
-        const failure = await calls;
-        // Redis is slow or gone: a call of our own would add its timeout to theirs
-        if (failure !== undefined) throw failure;
-        const outcomes = cache.lookupTogether(requests, this.clocks.localNow());
-        if (outcomes !== undefined) return requests.map((request, i) => toDecision(request, outcomes[i]));
-      }
-      this.pending.depart(requests);
-    }
-    let failure: unknown;
+  /** Runs a reset or a refund of `keys` (`undefined`: of all) with the gate forgetting them around it. */
+  private forgetting<T>(keys: readonly string[] | undefined, work: () => Promise<T>): Promise<T> {
+    return this.gate === undefined ? work() : this.gate.forgetting(keys, work);
+  }
+
+  /**
+   * A charge goes through the gate, asked once (`asked`: the module asked it already, by `cached`);
+   * a look goes straight to Redis. Never throws: a bad request rejects this call alone, before it can
+   * join (and fail) a batch. A key given twice is decided once.
+   */
+  private call(requests: readonly RateLimitRequest[], charge: boolean, timeoutMs: number | undefined, asked: boolean): Promise<RateLimitDecision[]> {
+    let distinct: ReturnType<typeof distinctRequests>;
     try {
-      // a single Redis (or Sentinel) takes every key in one call: no slots to work out
-      const groups = this.cluster ? groupBySlot(requests.map((request) => request.key), true) : undefined;
-      const { outcomes, decidedAt } =
-        groups === undefined || groups.size === 1
-          ? await this.batches.decide(requests, charge, groups?.keys().next().value ?? 0, timeoutMs)
-          : await this.acrossSlots(requests, groups, charge, timeoutMs);
-      cache?.remember(requests, outcomes, decidedAt, this.pending.behind);
-      return requests.map((request, i) => toDecision(request, outcomes[i]));
+      distinct = distinctRequests(requests, charge ? 'RedisStore.consume' : 'RedisStore.peek');
     } catch (error) {
-      failure = error;
-      throw error;
-    } finally {
-      if (cache !== undefined) this.pending.land(requests, failure);
+      return Promise.reject(error);
     }
+    if (distinct.positions) {
+      const { positions } = distinct;
+      return this.call(distinct.requests, charge, timeoutMs, asked).then((decisions) => spreadDecisions(decisions, requests, positions));
+    }
+    if (requests.length === 0) return Promise.resolve([]);
+    const gate = charge ? this.gate : undefined;
+    if (gate === undefined) return this.send(requests, charge, timeoutMs).then(({ outcomes }) => requests.map((request, i) => toDecision(request, outcomes[i])));
+    const known = asked ? undefined : gate.answer(requests);
+    return known !== undefined ? Promise.resolve(known) : gate.charge(requests, () => this.send(requests, true, timeoutMs));
+  }
+
+  /** Redis's answer for requests on distinct keys: one batched call, or one per hash slot of a Cluster. */
+  private send(requests: readonly RateLimitRequest[], charge: boolean, timeoutMs: number | undefined): Promise<ServerAnswer> {
+    // a single Redis (or Sentinel) takes every key in one call: no slots to work out
+    const groups = this.cluster ? groupBySlot(requests.map((request) => request.key), true) : undefined;
+    return groups === undefined || groups.size === 1
+      ? this.batches.decide(requests, charge, groups?.keys().next().value ?? 0, timeoutMs)
+      : this.acrossSlots(requests, groups, charge, timeoutMs);
   }
 
   /**

@@ -2,16 +2,21 @@ import { staleStoreCall } from '../../rate-limit.messages.js';
 import type { Deadlines } from '../../utils/deadline-queue.js';
 import { RateLimitStoreError, storeTimeout } from '../rate-limit-store.error.js';
 import type { RateLimitRequest } from '../rate-limit-store.interface.js';
-import { REPLY_WIDTH } from './decide.lua.js';
 import type { RedisClock } from './redis-clock.js';
 import type { RedisScripts } from './redis-scripts.js';
-import { parseAnswer, type Reply } from './script-reply.js';
+import { type Answer, appendRequest, decodeDecideReply } from './script-protocol.js';
 
 /**
  * Most bucket keys one decide call carries; a batch that reaches it is sent at once. Bounds how
  * long one call holds Redis (a few µs per key) and how big its reply is.
  */
 export const MAX_BATCH_KEYS = 64;
+
+/** A decide call's answer for one request. */
+export interface Reply extends Answer {
+  /** When Redis decided, on the local clock, at the earliest (ms): Redis's time less the offset. */
+  decidedAt: number;
+}
 
 /** A request of a batch, waiting for its answer. */
 interface Waiting {
@@ -27,7 +32,7 @@ interface Waiting {
 
 /**
  * Requests of one hash slot waiting to go to Redis in one decide call: their keys, and the
- * script's arguments after its clock.
+ * script's arguments after its clock (see `script-protocol.ts`).
  */
 interface Batch {
   keys: string[];
@@ -72,12 +77,7 @@ export class SlotBatches {
       this.batches.set(slot, opened);
       setImmediate(() => this.send(slot, opened));
     }
-    const deadlineAt = batch.args.length + 2;
-    batch.args.push(String(requests.length), charge ? '1' : '0', '');
-    for (const { key, rule, cost } of requests) {
-      batch.keys.push(key);
-      batch.args.push(rule.algorithm, String(rule.rps), String(rule.burst), rule.blockMs === undefined ? '0' : String(rule.blockMs), rule.limit === undefined ? '' : String(rule.limit), String(cost));
-    }
+    const deadlineAt = appendRequest(batch.keys, batch.args, requests, charge);
     const opened = batch;
     const reply = new Promise<Reply>((resolve, reject) => opened.waiting.push({ count: requests.length, timeoutMs, deadlineAt, resolve, reject }));
     if (batch.keys.length >= MAX_BATCH_KEYS) this.send(slot, batch);
@@ -104,27 +104,23 @@ export class SlotBatches {
   }
 
   /**
-   * Each request's answer from a decide call's reply: per request 0 (Redis ran it past its
-   * deadline: a stale error) or 1 and its policies' outcomes; then Redis's clock.
+   * Each request's answer from a decide call's reply, or a stale error where Redis ran it past its
+   * deadline.
    *
    * A `leaky_bucket` turn (`delayMs`) comes `delayMs` after Redis decided, so what the reply took
    * to be read since (Redis held up before writing it, this process busy) is taken off: requests of
    * one queue decided in different calls keep their spacing whichever reply is read late.
    */
   private answers(slot: number, batch: Batch, raw: number[], sentAt: number): (Reply | RateLimitStoreError)[] {
-    const redisNow = raw[raw.length - 1];
+    const { answers, now: redisNow } = decodeDecideReply(raw, batch.waiting.map((waiting) => waiting.count));
     const readAt = this.clock.localNow();
     const decidedAt = this.clock.learn(slot, redisNow, sentAt, readAt);
     const late = this.clock.sinceDecided(slot, redisNow, readAt);
-    let at = 0;
-    return batch.waiting.map(({ count, timeoutMs }) => {
-      if (raw[at] === 0) {
-        at += 1;
-        return new RateLimitStoreError(staleStoreCall(timeoutMs!), { reason: 'stale' });
-      }
-      const reply = { ...parseAnswer(raw, at + 1, count), decidedAt };
+    return batch.waiting.map(({ timeoutMs }, j) => {
+      const answer = answers[j];
+      if (answer === undefined) return new RateLimitStoreError(staleStoreCall(timeoutMs!), { reason: 'stale' });
+      const reply: Reply = { outcomes: answer.outcomes, at: answer.at, decidedAt };
       if (late > 0) for (const outcome of reply.outcomes) if (outcome.delayMs > 0) outcome.delayMs = Math.max(0, outcome.delayMs - late);
-      at += 1 + count * REPLY_WIDTH;
       return reply;
     });
   }

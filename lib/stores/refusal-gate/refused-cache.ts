@@ -1,17 +1,17 @@
 import { type Outcome, type Rule, WINDOW_ALGORITHMS } from '../../algorithms/algorithm.types.js';
 import { sameRule } from '../distinct-requests.js';
 import type { RateLimitRequest } from '../rate-limit-store.interface.js';
-import { waitForCost } from './wait-for-cost.js';
+import { waitForCost } from '../redis/wait-for-cost.js';
 
-/** What Redis last said of a request, as far as a request like it is certainly refused. */
+/** What the server last said of a request, as far as a request like it is certainly refused. */
 interface Refusal {
-  /** Local time Redis decided, ms, at the earliest: what it reported is aged from here. */
+  /** Local time the server decided, ms, at the earliest: what it reported is aged from here. */
   decidedAt: number;
   /** Local time until which a request like it is certainly refused, ms. */
   until: number;
   /** Every policy of the request, by bucket key: its rule, cost and outcome. */
   policies: Map<string, Policy>;
-  /** Requests let through to Redis together since this answer came (see `lookupTogether`). */
+  /** Requests let through to the server together since this answer came (see `lookupTogether`). */
   letThrough: number;
 }
 
@@ -21,7 +21,7 @@ interface Policy {
   rule: Rule;
   cost: number;
   outcome: Outcome;
-  /** Whether the cache knows how long the policy refuses a request like it: else only Redis answers one. */
+  /** Whether the cache knows how long the policy refuses a request like it: else only the server answers one. */
   timed: boolean;
 }
 
@@ -31,7 +31,7 @@ const none = (): number => 0; // no call on the way behind one that lands
 const MAX_KEYS = 10_000;
 /**
  * A wait rounds a fractional time up to whole ms (`ceil(43.000000001)` is 44), while the
- * admission test compares the unrounded amounts: Redis may admit 1 ms before the reported wait.
+ * admission test compares the unrounded amounts: the server may admit 1 ms before the reported wait.
  */
 const ROUNDING_MS = 1;
 /** How long a refusal that ran out still marks its key as contended, ms. */
@@ -40,34 +40,34 @@ const LINGER_MS = 1_000;
 const MAX_AGE_MS = 5_000;
 
 /**
- * What Redis answered about buckets with no quota left, so that a flood from a client over its
- * limit costs no Redis call per refused request.
+ * What the server answered about buckets with no quota left, so that a flood from a client over its
+ * limit costs no server call per refused request.
  *
- * Sound because quota only comes back with time: when Redis says a request of `cost` fits in
+ * Sound because quota only comes back with time: when the server says a request of `cost` fits in
  * `retryMs`, a request of the same cost on the same buckets cannot fit before then (what other
  * instances charge meanwhile only takes more), less the 1 ms a wait's rounding up may add. An
  * admitted request teaches as much: when it left fewer whole tokens than its cost, the next one
  * like it cannot fit before `cost` tokens are there, which its outcome times where it can (see
- * `waitForCost`); where it cannot, requests like it go to Redis. The wait counts from
- * when Redis decided, as the local clock saw it at the earliest (see `RedisStore`), so a refusal
- * is never reused for longer than Redis would refuse. Only a `reset` brings quota back early: the
+ * `waitForCost`); where it cannot, requests like it go to the server. The wait counts from
+ * when the server decided, as the local clock saw it at the earliest (see `ServerAnswer`), so a refusal
+ * is never reused for longer than the server would refuse. Only a `reset` brings quota back early: the
  * store forgets its own resets' keys; another instance's reset is seen once the cached refusal
  * has run out.
  *
  * A request is answered from here only when one of its keys is cached as refused and every
- * policy of the request, with the same rule and cost, was part of the request Redis answered,
+ * policy of the request, with the same rule and cost, was part of the request the server answered,
  * so the answer carries every policy's headers.
  *
- * A policy with a block (`Rule.blockMs`) starts it when Redis refuses a request its bucket
+ * A policy with a block (`Rule.blockMs`) starts it when the server refuses a request its bucket
  * refuses too, which a refusal answered here would skip: a request with such a policy is only
- * answered here while that policy's block, started by Redis, holds (until it ends, even where a
+ * answered here while that policy's block, started by the server, holds (until it ends, even where a
  * bucket refuses for longer), even when another policy is what refuses it; never foreseen from
  * an admitted request's outcome or among requests let go together.
  */
 export class RefusedCache {
   private readonly refusals = new Map<string, Refusal>();
 
-  /** The outcomes for `requests` at local time `now` when Redis would certainly refuse them, else `undefined`. */
+  /** The outcomes for `requests` at local time `now` when the server would certainly refuse them, else `undefined`. */
   lookup(requests: readonly RateLimitRequest[], now: number): Outcome[] | undefined {
     for (const request of requests) {
       const refusal = this.refusals.get(request.key);
@@ -84,7 +84,7 @@ export class RefusedCache {
 
   /**
    * Like `lookup`, for requests that waited for the calls on their buckets and are let go together
-   * when their answers came, so that those sent go to Redis in one call and are decided in turn at
+   * when their answers came, so that those sent go to the server in one call and are decided in turn at
    * one instant: there, the requests after the first `room` of them like it cannot fit, whatever
    * the others do, where `room` is how many of them the buckets can hold by `now` at the most.
    * Each call that finds room counts as let through; the rest get refused outcomes.
@@ -93,7 +93,7 @@ export class RefusedCache {
     const cached = this.lookup(requests, now);
     if (cached !== undefined) return cached;
     const refusal = this.refusals.get(requests[0].key);
-    // a refusal answered here would not start a block that Redis's own would
+    // a refusal answered here would not start a block that the server's own would
     if (refusal === undefined || requests.some(({ rule }) => rule.blockMs !== undefined)) return undefined;
     const elapsed = now - refusal.decidedAt;
     const rooms: number[] = [];
@@ -108,24 +108,24 @@ export class RefusedCache {
     }
     return requests.map(({ key }, i) => {
       const outcome = agedOutcome(refusal.policies.get(key)!.outcome, elapsed);
-      // how long is not known, only "not now": 1 ms, which a decision rounds up to Redis's least, 1 s
+      // how long is not known, only "not now": 1 ms, which a decision rounds up to its least, 1 s
       return rooms[i] > refusal.letThrough ? outcome : { ...outcome, allowed: false, retryMs: Math.max(1, outcome.retryMs) };
     });
   }
 
   /**
-   * Learns from a charging request Redis decided at local time `decidedAt` (at the earliest):
+   * Learns from a charging request the server decided at local time `decidedAt` (at the earliest):
    * each of its keys that a request like it cannot pass for a while is remembered until then. A
    * key it passed (quota was there) is no longer refused, unless what is left would not cover
    * one more after the `behind(key)` calls still on their way on it: then it is remembered as
    * contended (a flood is about to run out), so that the requests that follow wait for those calls.
    * A key whose wait the outcome does not tell is remembered as contended only: requests on it go
-   * to Redis.
+   * to the server.
    */
   remember(requests: readonly RateLimitRequest[], outcomes: readonly Outcome[], decidedAt: number, behind: (key: string) => number = none): void {
     const charged = outcomes.every((outcome) => outcome.allowed);
     const waits = requests.map(({ rule, cost }, i) => waitAfter(outcomes[i], rule, cost, charged));
-    // past the end of a block of the request, Redis's refusal would start the next one
+    // past the end of a block of the request, the server's refusal would start the next one
     let blocksEnd = MAX_AGE_MS;
     for (const { blockedMs } of outcomes) if (blockedMs > 0) blocksEnd = Math.min(blocksEnd, blockedMs);
     let policies: Refusal['policies'] | undefined;
@@ -159,7 +159,7 @@ export class RefusedCache {
   /**
    * Whether a key of `requests` has been refused up to less than a second before local time
    * `now` (or still is), or was about to run out: a flood may be on it, so the calls on it in
-   * flight are worth waiting for rather than sending another (see `RedisStore`).
+   * flight are worth waiting for rather than sending another (see `RefusalGate`).
    */
   contended(requests: readonly RateLimitRequest[], now: number): boolean {
     for (const { key } of requests) {
@@ -199,7 +199,7 @@ export class RefusedCache {
  * Milliseconds from the decision until a request like this one (same cost) can pass the policy:
  * 0 when it could pass at once, -1 when it never can, `undefined` when the cache cannot tell. A
  * refused policy says so itself; after a charge, the charged outcome tells (`waitForCost`), but
- * not of a policy with a block: the refusal it foresees starts a block, which only Redis can.
+ * not of a policy with a block: the refusal it foresees starts a block, which only the server can.
  */
 function waitAfter(outcome: Outcome, rule: RateLimitRequest['rule'], cost: number, charged: boolean): number | undefined {
   if (!outcome.allowed) return outcome.retryMs;
@@ -232,7 +232,7 @@ function room({ rule: { algorithm, rps, burst }, cost, outcome: { remaining, nex
 
 /**
  * An outcome `elapsed` ms later, as far as time alone changes it: the wait less the time passed
- * and the rounding, so never longer than Redis's own; remaining as it was.
+ * and the rounding, so never longer than the server's own; remaining as it was.
  */
 function agedOutcome(outcome: Outcome, elapsed: number): Outcome {
   const retryMs = outcome.retryMs <= 0 ? outcome.retryMs : Math.max(0, outcome.retryMs - ROUNDING_MS - elapsed);

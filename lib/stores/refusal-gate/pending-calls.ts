@@ -1,6 +1,6 @@
 import type { RateLimitRequest } from '../rate-limit-store.interface.js';
 
-/** The charging calls on one key that are on their way to Redis. */
+/** The charging calls on one key that are on their way to the server. */
 interface Pending {
   calls: number;
   /** What one of them failed with, if one did. */
@@ -10,10 +10,10 @@ interface Pending {
 }
 
 /**
- * Charging calls on their way to Redis, by key, while the refused-key cache is on: how many,
+ * Charging calls on their way to the server, by key, while the gate is on: how many,
  * and, once a caller waits for them, a promise that settles when the last has landed (its
  * answer remembered). A flood's requests wait for the calls already on their buckets rather
- * than send calls of their own (see `RedisStore`).
+ * than send calls of their own (see `RefusalGate`).
  */
 export class PendingCalls {
   private readonly byKey = new Map<string, Pending>();

@@ -1,0 +1,1 @@
+export { RefusalGate, type ServerAnswer } from './refusal-gate.js';
