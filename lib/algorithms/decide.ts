@@ -41,7 +41,7 @@ export interface Verdict<State extends Held = Held> {
 /**
  * Decides one request against several policies of any algorithms, all-or-nothing: the request
  * is admitted only when every policy admits it, and only then is any bucket charged. With
- * `charge` false it only looks (peek). The Redis script (`stores/redis/decide.lua.ts`) runs the
+ * `charge` false it only looks (peek). The Redis script (`decide.lua.ts` beside it) runs the
  * same two passes in one atomic call.
  *
  * A refused request takes no tokens, but a policy with a block (`Rule.blockMs`) that refuses it

@@ -1,5 +1,6 @@
 import type { AlgorithmDescriptor, AlgorithmModel } from './model.types.js';
 import { windowLimit, windowMs } from './conversions.js';
+import { FIXED_WINDOW_LUA } from './fixed-window.lua.js';
 
 /** A fixed window's stored state. */
 export interface FixedWindowState {
@@ -19,7 +20,7 @@ export interface FixedWindowState {
  * a window boundary. Under a factor (`Rule.limit`) the window admits its scaled limit, or one
  * request of a larger cost while it holds nothing (`windowLimit`); its window stays the same.
  *
- * Mirrored line for line by `stores/redis/fixed-window.lua.ts`: change both together.
+ * Mirrored line for line by `fixed-window.lua.ts` beside it: change both together.
  */
 export const fixedWindow: AlgorithmModel<FixedWindowState> = {
   current(state, now, { rps, burst }) {
@@ -67,6 +68,7 @@ export const FIXED_WINDOW: AlgorithmDescriptor<FixedWindowState> = {
     },
     read: (row, o) => ({ start: row[o], count: row[o + 1], at: row[o + 2], blockedUntil: row[o + 3] }),
   },
+  lua: FIXED_WINDOW_LUA,
   tag: 'fw',
   regain: 'window',
   scaledBy: 'limit',

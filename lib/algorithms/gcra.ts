@@ -1,5 +1,6 @@
 import type { AlgorithmDescriptor, AlgorithmModel } from './model.types.js';
 import { durationMs, wholeIfNear } from './conversions.js';
+import { GCRA_LUA } from './gcra.lua.js';
 
 /** GCRA's stored state: its theoretical arrival time, as `at + backlog / rps`. */
 export interface GcraState {
@@ -24,7 +25,7 @@ export interface GcraState {
  * tokens = burst - backlog (only rounding at the millisecond a token comes due can tell the two
  * apart), and like it, it never delays.
  *
- * Mirrored line for line by `stores/redis/gcra.lua.ts`: change both together.
+ * Mirrored line for line by `gcra.lua.ts` beside it: change both together.
  */
 export const gcra: AlgorithmModel<GcraState> = {
   current(state, now, { rps, burst }) {
@@ -76,6 +77,7 @@ export const GCRA: AlgorithmDescriptor<GcraState> = {
     },
     read: (row, o) => ({ backlog: row[o], at: row[o + 1], blockedUntil: row[o + 2] }),
   },
+  lua: GCRA_LUA,
   tag: 'gcra',
   regain: 'rps',
   scaledBy: 'rps',

@@ -135,13 +135,14 @@ export type Regain = 'rps' | 'window' | 'log';
 /**
  * Everything particular to one algorithm, in one place: the registry (`registry.ts`) collects one
  * per algorithm, and every store and check reads what it needs from there. Its Lua mirror is the
- * one part that cannot be here (this layer imports no store): `stores/redis/models.lua.ts` lists
+ * one part that cannot be here (this layer imports no store): `models.lua.ts` beside it lists
  * those, keyed by the same names, and the compiler refuses a missing one.
  *
  * @example
  * export const TOKEN_BUCKET: AlgorithmDescriptor<TokenBucketState> = {
  *   model: tokenBucket,
  *   packing: { width: 3, write(state, row, o) { ... }, read: (row, o) => ({ ... }) },
+ *   lua: TOKEN_BUCKET_LUA,
  *   tag: 'tb',
  *   regain: 'rps',
  *   scaledBy: 'rps',
@@ -152,6 +153,12 @@ export interface AlgorithmDescriptor<State extends Held = any> {
   model: AlgorithmModel<State>;
   /** How the memory store packs its state. */
   packing: StatePacking<State>;
+  /**
+   * Its Lua mirror for the Redis store: a body that defines `local <name> = {}` with the model's
+   * functions, line for line (see `lib/stores/redis/models.lua.ts`). Algorithms whose mirrors
+   * share one body (GCRA's defines `leaky_bucket` too) give the same string.
+   */
+  lua: string;
   /**
    * A short tag for its bucket keys (see `bucketKey`), unique among the algorithms: a policy whose
    * algorithm changes gets fresh keys. Never change it: every bucket kept under it would be lost.

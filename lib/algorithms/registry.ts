@@ -9,7 +9,7 @@ import { TOKEN_BUCKET } from './token-bucket.js';
 /**
  * The one list of algorithms: each by the name a policy gives it, in the order the contract lists
  * them. `Algorithm` is its keys, so every record keyed by `Algorithm` elsewhere (the Lua models in
- * `stores/redis/models.lua.ts`, the tables of cases) fails to compile until it has an entry for a
+ * `models.lua.ts` beside it, the tables of cases) fails to compile until it has an entry for a
  * new one, and refuses one for a name not here.
  */
 const DESCRIPTORS = {

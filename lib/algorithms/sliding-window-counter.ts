@@ -1,5 +1,6 @@
 import type { AlgorithmDescriptor, AlgorithmModel } from './model.types.js';
 import { windowLimit, windowMs } from './conversions.js';
+import { SLIDING_WINDOW_COUNTER_LUA } from './sliding-window-counter.lua.js';
 
 /** A sliding window counter's stored state. */
 export interface SlidingWindowCounterState {
@@ -31,7 +32,7 @@ function previousScaled(state: SlidingWindowCounterState, w: number): number {
  * by `scripts/compare-algorithms.ts` (README). Under a factor (`Rule.limit`) the estimate is held
  * to the scaled limit, or to a larger cost while it is 0 (`windowLimit`); the window stays the same.
  *
- * Mirrored line for line by `stores/redis/sliding-window-counter.lua.ts`: change both together.
+ * Mirrored line for line by `sliding-window-counter.lua.ts` beside it: change both together.
  */
 export const slidingWindowCounter: AlgorithmModel<SlidingWindowCounterState> = {
   current(state, now, { rps, burst }) {
@@ -95,6 +96,7 @@ export const SLIDING_WINDOW_COUNTER: AlgorithmDescriptor<SlidingWindowCounterSta
     },
     read: (row, o) => ({ start: row[o], previous: row[o + 1], count: row[o + 2], at: row[o + 3], blockedUntil: row[o + 4] }),
   },
+  lua: SLIDING_WINDOW_COUNTER_LUA,
   tag: 'swc',
   regain: 'window',
   scaledBy: 'limit',

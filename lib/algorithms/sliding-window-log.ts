@@ -1,5 +1,6 @@
 import type { AlgorithmDescriptor, AlgorithmModel } from './model.types.js';
 import { windowMs } from './conversions.js';
+import { SLIDING_WINDOW_LOG_LUA } from './sliding-window-log.lua.js';
 
 /**
  * A sliding window log's state: one entry per token taken in the last window, the entries
@@ -50,7 +51,7 @@ function firstAfter(times: readonly number[], from: number, to: number, cutoff: 
  * for a refused request, and so keeps at most `limit` entries per key. In Redis the log is a
  * sorted set scored by time.
  *
- * Mirrored line for line by `stores/redis/sliding-window-log.lua.ts`: change both together.
+ * Mirrored line for line by `sliding-window-log.lua.ts` beside it: change both together.
  */
 export const slidingWindowLog: AlgorithmModel<SlidingWindowLogState> = {
   current(state, now, { rps, burst }) {
@@ -122,6 +123,7 @@ export const SLIDING_WINDOW_LOG: AlgorithmDescriptor<SlidingWindowLogState> = {
     },
     read: (row, o, times) => ({ times: times as readonly number[], head: row[o], count: row[o + 1], at: row[o + 2], blockedUntil: row[o + 3] }),
   },
+  lua: SLIDING_WINDOW_LOG_LUA,
   tag: 'swl',
   regain: 'log',
   scaledBy: 'rps',

@@ -1,5 +1,6 @@
 import type { AlgorithmDescriptor, AlgorithmModel } from './model.types.js';
 import { durationMs, wholeIfNear } from './conversions.js';
+import { TOKEN_BUCKET_LUA } from './token-bucket.lua.js';
 
 /** A token bucket's stored state. */
 export interface TokenBucketState {
@@ -17,7 +18,7 @@ export interface TokenBucketState {
  * holds at least `cost` tokens; a refused request takes nothing. Bursts of up to `burst` pass
  * at once, then `rps` on average.
  *
- * Mirrored line for line by `stores/redis/token-bucket.lua.ts`: change both together.
+ * Mirrored line for line by `token-bucket.lua.ts` beside it: change both together.
  */
 export const tokenBucket: AlgorithmModel<TokenBucketState> = {
   current(state, now, { rps, burst }) {
@@ -65,6 +66,7 @@ export const TOKEN_BUCKET: AlgorithmDescriptor<TokenBucketState> = {
     },
     read: (row, o) => ({ tokens: row[o], at: row[o + 1], blockedUntil: row[o + 2] }),
   },
+  lua: TOKEN_BUCKET_LUA,
   tag: 'tb',
   regain: 'rps',
   scaledBy: 'rps',

@@ -101,4 +101,9 @@ export { clockReader, type StoreClock, storeClock } from '../stores/store-clock.
  */
 export { RateLimitStoreError, type RateLimitStoreErrorReason, storeTimeout } from '../stores/rate-limit-store.error.js';
 
-// The refusal gate a remote store puts in front of its server is exported here once it lands (issue 25).
+/**
+ * What a remote store puts in front of its server so a flood of refused requests costs no server
+ * call each: `answer(requests)` from what the server refused before (expose it as the store's
+ * `cached`), `charge(requests, send)` past it, `forgetting(keys, work)` around resets and refunds.
+ */
+export { RefusalGate, type ServerAnswer } from '../stores/refusal-gate/index.js';

@@ -217,7 +217,7 @@ async function clearOfWindowEdge(redis: Redis | Cluster): Promise<void> {
   if (untilEdge <= TRIAL_DEADLINE_MS) await new Promise((resolve) => setTimeout(resolve, untilEdge + 100));
 }
 
-/** What a leaky bucket's stored queue holds, in tokens (`<backlog>|<at>`, see stores/redis/gcra.lua.ts). */
+/** What a leaky bucket's stored queue holds, in tokens (`<backlog>|<at>`, see lib/algorithms/gcra.lua.ts). */
 async function queuedTokens(redis: Redis | Cluster, key: string): Promise<number> {
   const raw = await redis.get(key);
   if (raw === null) return 0;

@@ -1,26 +1,17 @@
 import type { Algorithm } from '../../algorithms/algorithm.types.js';
-import { FIXED_WINDOW_LUA } from './fixed-window.lua.js';
-import { GCRA_LUA } from './gcra.lua.js';
-import { SLIDING_WINDOW_COUNTER_LUA } from './sliding-window-counter.lua.js';
-import { SLIDING_WINDOW_LOG_LUA } from './sliding-window-log.lua.js';
-import { TOKEN_BUCKET_LUA } from './token-bucket.lua.js';
+import { ALGORITHM_DESCRIPTORS } from '../../algorithms/registry.js';
 
 /**
- * Each algorithm's Lua mirror, by name: a body that defines a local table named after the
- * algorithm, with the functions of its pure model. Keyed by `Algorithm`, so the compiler refuses a
- * missing or an extra one. Algorithms whose mirrors share a body (GCRA's defines `leaky_bucket`
- * as well) name the same one, and it is defined once.
+ * Each algorithm's Lua mirror, by name, from its descriptor (`AlgorithmDescriptor.lua`): a body
+ * that defines a local table named after the algorithm, with the functions of its pure model.
+ * Algorithms whose mirrors share a body (GCRA's defines `leaky_bucket` as well) name the same one,
+ * and it is defined once.
  *
  * @example LUA_MODELS.gcra === LUA_MODELS.leaky_bucket  // true: one body, one define_gcra
  */
-export const LUA_MODELS = {
-  token_bucket: TOKEN_BUCKET_LUA,
-  gcra: GCRA_LUA,
-  leaky_bucket: GCRA_LUA,
-  fixed_window: FIXED_WINDOW_LUA,
-  sliding_window_log: SLIDING_WINDOW_LOG_LUA,
-  sliding_window_counter: SLIDING_WINDOW_COUNTER_LUA,
-} satisfies Record<Algorithm, string>;
+export const LUA_MODELS = Object.fromEntries(
+  Object.entries(ALGORITHM_DESCRIPTORS).map(([algorithm, descriptor]) => [algorithm, descriptor.lua]),
+) as Record<Algorithm, string>;
 
 /** The algorithms of `LUA_MODELS` by the body they share, each body once, in the order first named. */
 function algorithmsByBody(): Map<string, Algorithm[]> {
