@@ -28,7 +28,12 @@ import { writeFile } from 'node:fs/promises';
 import { cpus, loadavg } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { Redis } from 'ioredis';
-import { ensureRedisServer, startRedisServer, stopRedisProcesses, stopRedisServer } from '../test/support/redis/process.js';
+import {
+  ensureRedisServer,
+  startRedisServer,
+  stopRedisProcesses,
+  stopRedisServer,
+} from '../test/support/redis/process.js';
 import type { BenchContext, Comparison } from './comparison.js';
 import { memoryDecisions, redisDecisions } from './decisions.js';
 import { guardMetrics } from './guard-metrics.js';
@@ -56,17 +61,23 @@ function positiveInteger(name: string, fallback: number): number {
   const raw = process.env[name];
   if (raw === undefined || raw === '') return fallback;
   const value = Number(raw);
-  if (!Number.isInteger(value) || value < 1) throw new Error(`${name} must be a whole number >= 1, got ${JSON.stringify(raw)}`);
+  if (!Number.isInteger(value) || value < 1)
+    throw new Error(`${name} must be a whole number >= 1, got ${JSON.stringify(raw)}`);
   return value;
 }
 
 /** The comparisons BENCH_ONLY names (a name or the start of names, e.g. `http`), all by default. */
 function selectComparisons(): Comparison[] {
-  const only = (process.env.BENCH_ONLY ?? '').split(',').map((name) => name.trim()).filter(Boolean);
+  const only = (process.env.BENCH_ONLY ?? '')
+    .split(',')
+    .map((name) => name.trim())
+    .filter(Boolean);
   if (only.length === 0) return [...COMPARISONS];
   const unknown = only.filter((name) => !COMPARISONS.some((c) => c.name === name || c.name.startsWith(`${name}-`)));
   if (unknown.length > 0) {
-    throw new Error(`BENCH_ONLY names no comparison: ${unknown.join(', ')} (they are ${COMPARISONS.map((c) => c.name).join(', ')})`);
+    throw new Error(
+      `BENCH_ONLY names no comparison: ${unknown.join(', ')} (they are ${COMPARISONS.map((c) => c.name).join(', ')})`,
+    );
   }
   return COMPARISONS.filter((c) => only.some((name) => c.name === name || c.name.startsWith(`${name}-`)));
 }
@@ -105,7 +116,9 @@ async function main(): Promise<void> {
     const machine = await describeMachine(admin, rounds, seconds);
     log(machine.join('\n'));
     const estimate = Math.ceil((runs * (seconds + WARMUP_SECONDS + START_SECONDS)) / 60);
-    log(`\n${comparisons.length} comparisons, ${runs} timed runs of ${seconds} s (+ ${WARMUP_SECONDS} s warm-up each): about ${estimate} min\n`);
+    log(
+      `\n${comparisons.length} comparisons, ${runs} timed runs of ${seconds} s (+ ${WARMUP_SECONDS} s warm-up each): about ${estimate} min\n`,
+    );
 
     const sections: string[] = [];
     const ratios: RatioRow[] = [];
@@ -134,7 +147,9 @@ async function main(): Promise<void> {
       };
       log(`== ${comparison.name}`);
       const report = await comparison.run(context);
-      const section = [`## ${comparison.name}`, '', report.table, ...report.notes.map((note) => `\n> ${note}`)].join('\n');
+      const section = [`## ${comparison.name}`, '', report.table, ...report.notes.map((note) => `\n> ${note}`)].join(
+        '\n',
+      );
       log(`\n${section}\n`);
       sections.push(section);
       ratios.push(...report.ratios);
@@ -143,7 +158,9 @@ async function main(): Promise<void> {
     const summary = ratioTable(ratios);
     const misses = ratios.filter((row) => verdict(row) === 'MISS').length;
     const wall = formatDuration((performance.now() - started) / 1000);
-    log(`## Summary\n\n${summary}\n\n${misses} of ${ratios.filter((row) => row.target).length} targets missed; wall time ${wall}`);
+    log(
+      `## Summary\n\n${summary}\n\n${misses} of ${ratios.filter((row) => row.target).length} targets missed; wall time ${wall}`,
+    );
     const document = [
       '# nestjs-ratelimit: last `npm run bench`',
       '',
@@ -197,7 +214,9 @@ async function describeMachine(admin: Redis, rounds: number, seconds: number): P
     `Node: ${process.version}`,
     `Redis: ${redisVersion}`,
     `date: ${new Date().toISOString()}`,
-    `load average at start: ${loadavg().map((load) => load.toFixed(2)).join(' ')}`,
+    `load average at start: ${loadavg()
+      .map((load) => load.toFixed(2))
+      .join(' ')}`,
     `settings: BENCH_ROUNDS=${rounds} BENCH_SECONDS=${seconds}${process.env.BENCH_ONLY ? ` BENCH_ONLY=${process.env.BENCH_ONLY}` : ''}`,
   ];
 }
