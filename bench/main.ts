@@ -29,7 +29,7 @@ import { cpus, loadavg } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { Redis } from 'ioredis';
 import {
-  ensureRedisServer,
+  requireRedisServer,
   startRedisServer,
   stopRedisProcesses,
   stopRedisServer,
@@ -108,7 +108,7 @@ async function main(): Promise<void> {
   let done = 0;
   const log = (line: string) => console.log(line);
 
-  ensureRedisServer();
+  requireRedisServer();
   const server = await startRedisServer();
   running.redisPid = server.pid;
   const admin = new Redis(server.url);

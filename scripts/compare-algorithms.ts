@@ -19,7 +19,7 @@ import {
   type RateLimitRequest,
   RedisStore,
 } from 'nestjs-ratelimit';
-import { ensureRedisServer, startRedisServer, stopRedisServer } from '../test/support/redis/process.js';
+import { requireRedisServer, startRedisServer, stopRedisServer } from '../test/support/redis/process.js';
 
 type Rule = RateLimitRequest['rule'];
 
@@ -318,7 +318,7 @@ async function replayOnRedis(
 
 /** Runs `body` against a redis-server of its own, stopped afterwards whatever happens. */
 async function withRedisServer<T>(body: (client: Redis) => Promise<T>): Promise<T> {
-  ensureRedisServer();
+  requireRedisServer();
   const server = await startRedisServer();
   const stop = () => stopRedisServer(server.pid);
   const interrupted = () => {
