@@ -12,6 +12,9 @@
  *   against an admitted one.
  * - guard-metrics (bench/guard-metrics.ts): µs per decision of the guard itself, in this process,
  *   with metrics off, on without an OpenTelemetry SDK, and on with one.
+ * - baseline-memory, baseline-redis (bench/regression.ts): µs per decision of the guard of this
+ *   build against an older commit's build, alternating in this process; `BENCH_ONLY=baseline`
+ *   runs only these two.
  *
  * It starts its own redis-server on a free loopback port (never 6379) and stops it at the end,
  * also on an error or Ctrl-C. It prints each comparison's table as it ends, then a summary of
@@ -21,7 +24,8 @@
  * Environment:
  * - BENCH_ROUNDS: rounds per comparison, each running every contender once (default 3);
  * - BENCH_SECONDS: timed seconds of each run (default 3), after a warm-up that is not counted;
- * - BENCH_ONLY: comma-separated comparison names to run, or their prefixes (`http`, `refused-flood`).
+ * - BENCH_ONLY: comma-separated comparison names to run, or their prefixes (`http`, `refused-flood`);
+ * - BENCH_BASELINE: the commit the baseline comparisons build and compare with (default 272b40a).
  */
 import type { ChildProcess } from 'node:child_process';
 import { writeFile } from 'node:fs/promises';
@@ -39,6 +43,7 @@ import { memoryDecisions, redisDecisions } from './decisions.js';
 import { guardMetrics } from './guard-metrics.js';
 import { httpThroughput, refusedFlood } from './http.js';
 import { redisCost } from './redis-cost.js';
+import { regression } from './regression.js';
 import { alternate, type Contender, formatRate, type RatioRow, ratioTable, verdict } from './stats.js';
 
 const COMPARISONS: readonly Comparison[] = [
@@ -50,6 +55,8 @@ const COMPARISONS: readonly Comparison[] = [
   { name: 'refused-flood-express', runsPerRound: 6, run: (context) => refusedFlood(context, 'express') },
   { name: 'refused-flood-fastify', runsPerRound: 6, run: (context) => refusedFlood(context, 'fastify') },
   { name: 'guard-metrics', runsPerRound: 3, run: (context) => guardMetrics(context) },
+  { name: 'baseline-memory', runsPerRound: 2, run: (context) => regression(context, 'memory') },
+  { name: 'baseline-redis', runsPerRound: 2, run: (context) => regression(context, 'redis') },
 ];
 
 const WARMUP_SECONDS = 1;
