@@ -22,7 +22,10 @@ const shared = {
     '^.+\\.ts$': ['ts-jest', { useESM: true }],
     // an ES module that a CommonJS package requires (Mercurius's @fastify/static): Jest's require
     // takes ES modules only from Node 24.9 on, so it is made CommonJS here
-    '/node_modules/@fastify/static/node_modules/content-disposition/.+\\.js$': ['ts-jest', { tsconfig: { allowJs: true, module: 'commonjs' } }],
+    '/node_modules/@fastify/static/node_modules/content-disposition/.+\\.js$': [
+      'ts-jest',
+      { tsconfig: { allowJs: true, module: 'commonjs' } },
+    ],
   },
   transformIgnorePatterns: ['^(?!.*/@fastify/static/node_modules/content-disposition/).*/node_modules/'],
   moduleNameMapper: {
@@ -44,7 +47,13 @@ export default {
   testTimeout: 30_000,
   projects: [
     { ...shared, displayName: 'unit', roots: ['<rootDir>/test/unit'], testMatch: ['**/*.spec.ts'] },
-    { ...shared, ...withRedis, displayName: 'integration', roots: ['<rootDir>/test/integration'], testMatch: ['**/*.spec.ts'] },
+    {
+      ...shared,
+      ...withRedis,
+      displayName: 'integration',
+      roots: ['<rootDir>/test/integration'],
+      testMatch: ['**/*.spec.ts'],
+    },
     { ...shared, ...withRedis, displayName: 'e2e', roots: ['<rootDir>/test/e2e'], testMatch: ['**/*.e2e-spec.ts'] },
   ],
 };

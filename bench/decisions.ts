@@ -21,11 +21,31 @@ import { spawn } from 'node:child_process';
 import { performance } from 'node:perf_hooks';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { Redis } from 'ioredis';
-import { MemoryStore, type RateLimitDecision, type RateLimitRequest, type RateLimitStore, RedisStore } from 'nestjs-ratelimit';
-import { type RateLimiterAbstract, RateLimiterMemory, RateLimiterRedis, RateLimiterRes, type RateLimiterStoreAbstract } from 'rate-limiter-flexible';
+import {
+  MemoryStore,
+  type RateLimitDecision,
+  type RateLimitRequest,
+  type RateLimitStore,
+  RedisStore,
+} from 'nestjs-ratelimit';
+import {
+  type RateLimiterAbstract,
+  RateLimiterMemory,
+  RateLimiterRedis,
+  RateLimiterRes,
+  type RateLimiterStoreAbstract,
+} from 'rate-limiter-flexible';
 import type { BenchContext, ComparisonReport } from './comparison.js';
 import { MAX_BATCH_KEYS } from '../lib/stores/redis/slot-batches.js';
-import { contenderTable, formatRate, medianRate, type RatioRow, ratioOfMedians, type Sample, totalCounts } from './stats.js';
+import {
+  contenderTable,
+  formatRate,
+  medianRate,
+  type RatioRow,
+  ratioOfMedians,
+  type Sample,
+  totalCounts,
+} from './stats.js';
 
 /** Calls in flight at once. */
 export const IN_FLIGHT = 256;
@@ -101,7 +121,9 @@ export function rateLimiterFlexible(limiter: RateLimiterAbstract | RateLimiterSt
 function anomalies(samples: ReadonlyMap<string, readonly Sample[]>): string[] {
   return [...samples].flatMap(([name, runs]) => {
     const { refused = 0, errors = 0 } = totalCounts(runs);
-    return refused + errors > 0 ? [`${name}: ${formatRate(refused)} refused and ${formatRate(errors)} failed calls, where all should pass`] : [];
+    return refused + errors > 0
+      ? [`${name}: ${formatRate(refused)} refused and ${formatRate(errors)} failed calls, where all should pass`]
+      : [];
   });
 }
 
@@ -147,8 +169,17 @@ export async function redisDecisions(context: BenchContext): Promise<ComparisonR
     ]);
     const [oursSamples, theirSamples, ceilingSamples, batchedSamples] = [...samples.values()];
     const ratios: RatioRow[] = [
-      { comparison: 'redis-decisions', label: 'ours / rate-limiter-flexible', value: ratioOfMedians(oursSamples, theirSamples), target: { op: '>=', value: 2 } },
-      { comparison: 'redis-decisions', label: 'ours / ceiling, one decision per call', value: ratioOfMedians(oursSamples, ceilingSamples) },
+      {
+        comparison: 'redis-decisions',
+        label: 'ours / rate-limiter-flexible',
+        value: ratioOfMedians(oursSamples, theirSamples),
+        target: { op: '>=', value: 2 },
+      },
+      {
+        comparison: 'redis-decisions',
+        label: 'ours / ceiling, one decision per call',
+        value: ratioOfMedians(oursSamples, ceilingSamples),
+      },
       {
         comparison: 'redis-decisions',
         label: `ours / ceiling, ${MAX_BATCH_KEYS} decisions per call`,
@@ -197,18 +228,40 @@ async function storeCommand(context: BenchContext, decide: Decide): Promise<stri
  */
 function batchOf(command: readonly string[], count: number): string[] {
   const [evalsha, sha, , key, clock, ...decision] = command;
-  return [evalsha, sha, String(count), ...Array<string>(count).fill(key), clock, ...Array.from({ length: count }, () => decision).flat()];
+  return [
+    evalsha,
+    sha,
+    String(count),
+    ...Array<string>(count).fill(key),
+    clock,
+    ...Array.from({ length: count }, () => decision).flat(),
+  ];
 }
 
 /**
  * redis-benchmark sending `command` (a script call of our store, `perCall` decisions) `requests`
  * times on random keys of `KEY_SPACE`. Decisions per second are its calls per second times `perCall`.
  */
-async function ceiling(context: BenchContext, command: readonly string[], requests: number, perCall = 1): Promise<Sample> {
+async function ceiling(
+  context: BenchContext,
+  command: readonly string[],
+  requests: number,
+  perCall = 1,
+): Promise<Sample> {
   const args = [
-    '-h', '127.0.0.1', '-p', String(context.redis.port),
-    '-c', String(CEILING.connections), '-P', String(CEILING.pipeline),
-    '-r', String(KEY_SPACE), '-n', String(requests), '--csv',
+    '-h',
+    '127.0.0.1',
+    '-p',
+    String(context.redis.port),
+    '-c',
+    String(CEILING.connections),
+    '-P',
+    String(CEILING.pipeline),
+    '-r',
+    String(KEY_SPACE),
+    '-n',
+    String(requests),
+    '--csv',
     ...command,
   ];
   const child = spawn('redis-benchmark', args, { stdio: ['ignore', 'pipe', 'pipe'] });
@@ -230,7 +283,16 @@ async function ceiling(context: BenchContext, command: readonly string[], reques
 }
 
 /** Every decision admitted with the store's full answer, one object shared by every call. */
-const ADMITTED: RateLimitDecision = { allowed: true, policy: 'bench', limit: 1000, remaining: 999, resetAfter: 0, fullAfter: 0, retryAfter: 0, delay: 0 };
+const ADMITTED: RateLimitDecision = {
+  allowed: true,
+  policy: 'bench',
+  limit: 1000,
+  remaining: 999,
+  resetAfter: 0,
+  fullAfter: 0,
+  retryAfter: 0,
+  delay: 0,
+};
 
 /** The driver's part: a store of our store's shape that answers at once, with a fresh array as a store would. */
 const NO_OP_STORE: Pick<RateLimitStore, 'consume'> = { consume: () => Promise.resolve([ADMITTED]) };
@@ -266,11 +328,28 @@ export async function memoryDecisions(context: BenchContext): Promise<Comparison
   return {
     table: contenderTable(samples, 'decisions/s', ['refused', 'errors']),
     ratios: [
-      { comparison, label: 'ours / rate-limiter-flexible', value: ratioOfMedians(oursSamples, theirSamples), target: { op: '>=', value: 3 } },
+      {
+        comparison,
+        label: 'ours / rate-limiter-flexible',
+        value: ratioOfMedians(oursSamples, theirSamples),
+        target: { op: '>=', value: 3 },
+      },
       { comparison, label: 'driver, µs/decision', value: driver },
-      { comparison, label: 'ours, own part, µs/decision (driver subtracted)', value: microsPer(medianRate(oursSamples)) - driver, target: { op: '<', value: 0.8 } },
-      { comparison, label: 'rate-limiter-flexible, own part, µs/decision', value: microsPer(medianRate(theirSamples)) - driver },
+      {
+        comparison,
+        label: 'ours, own part, µs/decision (driver subtracted)',
+        value: microsPer(medianRate(oursSamples)) - driver,
+        target: { op: '<', value: 0.8 },
+      },
+      {
+        comparison,
+        label: 'rate-limiter-flexible, own part, µs/decision',
+        value: microsPer(medianRate(theirSamples)) - driver,
+      },
     ],
-    notes: [...anomalies(samples), 'Either target meets the goal: 3x rate-limiter-flexible, or our own part under 0.8 µs per decision.'],
+    notes: [
+      ...anomalies(samples),
+      'Either target meets the goal: 3x rate-limiter-flexible, or our own part under 0.8 µs per decision.',
+    ],
   };
 }

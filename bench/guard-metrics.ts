@@ -16,10 +16,23 @@ import { NestFactory } from '@nestjs/core';
 import { ExecutionContextHost } from '@nestjs/core/helpers/execution-context-host.js';
 import { ExpressAdapter } from '@nestjs/platform-express';
 import { metrics } from '@opentelemetry/api';
-import { AggregationTemporality, InMemoryMetricExporter, MeterProvider, PeriodicExportingMetricReader } from '@opentelemetry/sdk-metrics';
+import {
+  AggregationTemporality,
+  InMemoryMetricExporter,
+  MeterProvider,
+  PeriodicExportingMetricReader,
+} from '@opentelemetry/sdk-metrics';
 import { RateLimit, RateLimitGuard, RateLimitModule, type RateLimitModuleOptions } from 'nestjs-ratelimit';
 import type { BenchContext, ComparisonReport } from './comparison.js';
-import { type Contender, markdownTable, medianRate, type RatioRow, ratioOfMedians, type Sample, summarize } from './stats.js';
+import {
+  type Contender,
+  markdownTable,
+  medianRate,
+  type RatioRow,
+  ratioOfMedians,
+  type Sample,
+  summarize,
+} from './stats.js';
 
 /** Decisions between two looks at the clock (and a turn of the event loop, so timers still run). */
 const BATCH = 1024;
@@ -55,7 +68,11 @@ async function loop(guard: RateLimitGuard, seconds: number): Promise<Sample> {
   const end = started + seconds * 1000;
   while (performance.now() < end) {
     for (let i = 0; i < BATCH; i++) {
-      const context = new ExecutionContextHost([{ ip: '203.0.113.9', headers: {} }, RESPONSE], BenchController, handler);
+      const context = new ExecutionContextHost(
+        [{ ip: '203.0.113.9', headers: {} }, RESPONSE],
+        BenchController,
+        handler,
+      );
       if (!(await guard.canActivate(context))) refused++;
     }
     decisions += BATCH;
@@ -69,7 +86,12 @@ export async function guardMetrics(context: BenchContext): Promise<ComparisonRep
   const noSdk = await guardOf({});
   // an app's SDK is registered before the app starts: the ones above were made without one
   const provider = new MeterProvider({
-    readers: [new PeriodicExportingMetricReader({ exporter: new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE), exportIntervalMillis: 3_600_000 })],
+    readers: [
+      new PeriodicExportingMetricReader({
+        exporter: new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE),
+        exportIntervalMillis: 3_600_000,
+      }),
+    ],
   });
   metrics.setGlobalMeterProvider(provider);
   const withSdk = await guardOf({});
@@ -85,14 +107,29 @@ export async function guardMetrics(context: BenchContext): Promise<ComparisonRep
     const samples = await context.alternate(contenders);
     const rows = [...samples].map(([name, runs]) => {
       const { median, min, max } = summarize(runs.map((run) => 1e6 / run.perSecond));
-      return [name, `${median.toFixed(3)} (${min.toFixed(3)}–${max.toFixed(3)})`, `${Math.round(medianRate(runs)).toLocaleString('en-US')}`];
+      return [
+        name,
+        `${median.toFixed(3)} (${min.toFixed(3)}–${max.toFixed(3)})`,
+        `${Math.round(medianRate(runs)).toLocaleString('en-US')}`,
+      ];
     });
     const of = (name: keyof typeof guards) => samples.get(name)!;
     const ratios: RatioRow[] = [
-      { comparison: 'guard-metrics', label: 'metrics on, no SDK / metrics off', value: ratioOfMedians(of('metrics on, no SDK'), of('metrics off')), target: WITHIN_NOISE },
-      { comparison: 'guard-metrics', label: 'metrics on, SDK / metrics off', value: ratioOfMedians(of('metrics on, SDK'), of('metrics off')) },
+      {
+        comparison: 'guard-metrics',
+        label: 'metrics on, no SDK / metrics off',
+        value: ratioOfMedians(of('metrics on, no SDK'), of('metrics off')),
+        target: WITHIN_NOISE,
+      },
+      {
+        comparison: 'guard-metrics',
+        label: 'metrics on, SDK / metrics off',
+        value: ratioOfMedians(of('metrics on, SDK'), of('metrics off')),
+      },
     ];
-    const refused = [...samples].flatMap(([name, runs]) => (runs.some((run) => run.counts?.refused) ? [`${name}: some decisions refused`] : []));
+    const refused = [...samples].flatMap(([name, runs]) =>
+      runs.some((run) => run.counts?.refused) ? [`${name}: some decisions refused`] : [],
+    );
     const table = markdownTable(['contender', 'µs/decision: median (min–max)', 'decisions/s'], rows);
     return { table, ratios, notes: refused };
   } finally {

@@ -28,7 +28,18 @@ import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
 import type { BenchContext, ComparisonReport } from './comparison.js';
 import type { Adapter, Variant } from './server.js';
-import { type Contender, contenderTable, cpuMicros, formatRate, medianCpu, type RatioRow, ratioOfMedians, type Sample, type Target, totalCounts } from './stats.js';
+import {
+  type Contender,
+  contenderTable,
+  cpuMicros,
+  formatRate,
+  medianCpu,
+  type RatioRow,
+  ratioOfMedians,
+  type Sample,
+  type Target,
+  totalCounts,
+} from './stats.js';
 
 const CONNECTIONS = 64;
 /** Distinct x-api-key values of the `spread` mode of http-<adapter>. */
@@ -40,7 +51,10 @@ const SERVER = fileURLToPath(new URL('./server.js', import.meta.url));
 const START_TIMEOUT_MS = 30_000;
 
 /** µs of app CPU per request that ours may spend above the headers-only guard, per store. */
-const OVER_HEADERS_ONLY: Record<'memory' | 'redis', Target> = { memory: { op: '<=', value: 3 }, redis: { op: '<=', value: 5 } };
+const OVER_HEADERS_ONLY: Record<'memory' | 'redis', Target> = {
+  memory: { op: '<=', value: 3 },
+  redis: { op: '<=', value: 5 },
+};
 const FASTER: Target = { op: '>', value: 1 };
 /** A refused request's CPU over an admitted one's. */
 const NO_DEARER: Target = { op: '<=', value: 1 };
@@ -84,20 +98,39 @@ export async function httpThroughput(context: BenchContext, adapter: Adapter): P
   for (const store of ['memory', 'redis'] as const) {
     for (const mode of ['hot', 'spread']) {
       const ours = `ours-${store}-${mode}`;
-      ratios.push({ comparison, label: `${ours} − headers-only, µs CPU/request`, value: cpu(ours) - cpu('headers-only'), target: OVER_HEADERS_ONLY[store] });
+      ratios.push({
+        comparison,
+        label: `${ours} − headers-only, µs CPU/request`,
+        value: cpu(ours) - cpu('headers-only'),
+        target: OVER_HEADERS_ONLY[store],
+      });
     }
   }
   for (const store of ['memory', 'redis'] as const) {
     for (const mode of ['hot', 'spread']) {
       const [ours, theirs] = [`ours-${store}-${mode}`, `throttler-${store}-${mode}`];
-      ratios.push({ comparison, label: `${theirs} / ${ours}, CPU/request`, value: cpu(theirs) / cpu(ours), target: FASTER });
-      ratios.push({ comparison, label: `${ours} / ${theirs}, requests/s`, value: ratioOfMedians(of(ours), of(theirs)), target: FASTER });
+      ratios.push({
+        comparison,
+        label: `${theirs} / ${ours}, CPU/request`,
+        value: cpu(theirs) / cpu(ours),
+        target: FASTER,
+      });
+      ratios.push({
+        comparison,
+        label: `${ours} / ${theirs}, requests/s`,
+        value: ratioOfMedians(of(ours), of(theirs)),
+        target: FASTER,
+      });
     }
   }
   const notes = [...samples].flatMap(([name, runs]) => {
     const counts = totalCounts(runs);
     const wrong = ['429', '5xx', 'other status', 'errors', 'unlimited'].filter((count) => counts[count] > 0);
-    return wrong.length > 0 ? [`${name}: ${wrong.map((count) => `${formatRate(counts[count])} ${count}`).join(', ')} (all should be 2xx with RateLimit headers)`] : [];
+    return wrong.length > 0
+      ? [
+          `${name}: ${wrong.map((count) => `${formatRate(counts[count])} ${count}`).join(', ')} (all should be 2xx with RateLimit headers)`,
+        ]
+      : [];
   });
   return { table: contenderTable(samples, 'requests/s', COUNTS, CPU_HEAD), ratios, notes };
 }
@@ -122,18 +155,31 @@ export async function refusedFlood(context: BenchContext, adapter: Adapter): Pro
     const admitted = name.replace(/refused-(hot|spread)$/, 'admitted');
     // the same key mode as the admitted run is the target; a spread flood is for information
     const target = name.endsWith('-hot') ? NO_DEARER : undefined;
-    ratios.push({ comparison, label: `${name} / ${admitted}, CPU/request`, value: medianCpu(runs) / medianCpu(samples.get(admitted)!), target });
+    ratios.push({
+      comparison,
+      label: `${name} / ${admitted}, CPU/request`,
+      value: medianCpu(runs) / medianCpu(samples.get(admitted)!),
+      target,
+    });
     if (variant === 'ours-redis-refuse') {
       // every call the run caused, warm-up included, over every 429 it got: the worst round
-      const callsPerRefusal = Math.max(...runs.map(({ counts = {} }) => counts['script calls'] / Math.max(1, counts['429'] + counts['warm-up 429'])));
-      ratios.push({ comparison, label: `${name}: Redis calls per 429 (worst round)`, value: callsPerRefusal, target: CALLS_PER_REFUSAL });
+      const callsPerRefusal = Math.max(
+        ...runs.map(({ counts = {} }) => counts['script calls'] / Math.max(1, counts['429'] + counts['warm-up 429'])),
+      );
+      ratios.push({
+        comparison,
+        label: `${name}: Redis calls per 429 (worst round)`,
+        value: callsPerRefusal,
+        target: CALLS_PER_REFUSAL,
+      });
     }
     const counts = totalCounts(runs);
     const responses = counts['2xx'] + counts['429'] + counts['5xx'] + counts['other status'];
     const refusedShare = counts['429'] / Math.max(1, responses);
     if (refusedShare < 0.99) notes.push(`${name}: only ${(refusedShare * 100).toFixed(2)} % of responses were 429`);
     const wrong = ['5xx', 'other status', 'errors', 'unlimited'].filter((count) => counts[count] > 0);
-    if (wrong.length > 0) notes.push(`${name}: ${wrong.map((count) => `${formatRate(counts[count])} ${count}`).join(', ')}`);
+    if (wrong.length > 0)
+      notes.push(`${name}: ${wrong.map((count) => `${formatRate(counts[count])} ${count}`).join(', ')}`);
   }
   return { table: contenderTable(samples, 'requests/s', [...COUNTS, ...REDIS_COUNTS], CPU_HEAD), ratios, notes };
 }
@@ -225,7 +271,10 @@ async function measure(url: string, seconds: number, load: Load): Promise<Sample
     ],
   });
   const byStatus = (match: (status: number) => boolean) =>
-    Object.entries(result.statusCodeStats).reduce((sum, [status, { count }]) => sum + (match(Number(status)) ? count : 0), 0);
+    Object.entries(result.statusCodeStats).reduce(
+      (sum, [status, { count }]) => sum + (match(Number(status)) ? count : 0),
+      0,
+    );
   const counts = {
     '2xx': byStatus((status) => status >= 200 && status < 300),
     '429': byStatus((status) => status === 429),
@@ -268,9 +317,12 @@ async function startServer(context: BenchContext, adapter: Adapter, variant: Var
   context.children.add(child);
   try {
     const port = await new Promise<number>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`${adapter} ${variant} server: not ready after ${START_TIMEOUT_MS} ms`)), START_TIMEOUT_MS);
+      const timer = setTimeout(
+        () => reject(new Error(`${adapter} ${variant} server: not ready after ${START_TIMEOUT_MS} ms`)),
+        START_TIMEOUT_MS,
+      );
       child.on('message', (message) => {
-        const ready = /^ready (\d+)$/.exec(String(message));
+        const ready = /^ready (\d+)$/.exec(typeof message === 'string' ? message : '');
         if (ready) {
           clearTimeout(timer);
           resolve(Number(ready[1]));

@@ -12,6 +12,9 @@
  *   against an admitted one.
  * - guard-metrics (bench/guard-metrics.ts): µs per decision of the guard itself, in this process,
  *   with metrics off, on without an OpenTelemetry SDK, and on with one.
+ * - baseline-memory, baseline-redis (bench/regression.ts): µs per decision of the guard of this
+ *   build against an older commit's build, alternating in this process; `BENCH_ONLY=baseline`
+ *   runs only these two.
  *
  * It starts its own redis-server on a free loopback port (never 6379) and stops it at the end,
  * also on an error or Ctrl-C. It prints each comparison's table as it ends, then a summary of
@@ -21,19 +24,26 @@
  * Environment:
  * - BENCH_ROUNDS: rounds per comparison, each running every contender once (default 3);
  * - BENCH_SECONDS: timed seconds of each run (default 3), after a warm-up that is not counted;
- * - BENCH_ONLY: comma-separated comparison names to run, or their prefixes (`http`, `refused-flood`).
+ * - BENCH_ONLY: comma-separated comparison names to run, or their prefixes (`http`, `refused-flood`);
+ * - BENCH_BASELINE: the commit the baseline comparisons build and compare with (default 272b40a).
  */
 import type { ChildProcess } from 'node:child_process';
 import { writeFile } from 'node:fs/promises';
 import { cpus, loadavg } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { Redis } from 'ioredis';
-import { ensureRedisServer, startRedisServer, stopRedisProcesses, stopRedisServer } from '../test/support/redis/process.js';
+import {
+  requireRedisServer,
+  startRedisServer,
+  stopRedisProcesses,
+  stopRedisServer,
+} from '../test/support/redis/process.js';
 import type { BenchContext, Comparison } from './comparison.js';
 import { memoryDecisions, redisDecisions } from './decisions.js';
 import { guardMetrics } from './guard-metrics.js';
 import { httpThroughput, refusedFlood } from './http.js';
 import { redisCost } from './redis-cost.js';
+import { regression } from './regression.js';
 import { alternate, type Contender, formatRate, type RatioRow, ratioTable, verdict } from './stats.js';
 
 const COMPARISONS: readonly Comparison[] = [
@@ -45,6 +55,8 @@ const COMPARISONS: readonly Comparison[] = [
   { name: 'refused-flood-express', runsPerRound: 6, run: (context) => refusedFlood(context, 'express') },
   { name: 'refused-flood-fastify', runsPerRound: 6, run: (context) => refusedFlood(context, 'fastify') },
   { name: 'guard-metrics', runsPerRound: 3, run: (context) => guardMetrics(context) },
+  { name: 'baseline-memory', runsPerRound: 2, run: (context) => regression(context, 'memory') },
+  { name: 'baseline-redis', runsPerRound: 2, run: (context) => regression(context, 'redis') },
 ];
 
 const WARMUP_SECONDS = 1;
@@ -56,17 +68,23 @@ function positiveInteger(name: string, fallback: number): number {
   const raw = process.env[name];
   if (raw === undefined || raw === '') return fallback;
   const value = Number(raw);
-  if (!Number.isInteger(value) || value < 1) throw new Error(`${name} must be a whole number >= 1, got ${JSON.stringify(raw)}`);
+  if (!Number.isInteger(value) || value < 1)
+    throw new Error(`${name} must be a whole number >= 1, got ${JSON.stringify(raw)}`);
   return value;
 }
 
 /** The comparisons BENCH_ONLY names (a name or the start of names, e.g. `http`), all by default. */
 function selectComparisons(): Comparison[] {
-  const only = (process.env.BENCH_ONLY ?? '').split(',').map((name) => name.trim()).filter(Boolean);
+  const only = (process.env.BENCH_ONLY ?? '')
+    .split(',')
+    .map((name) => name.trim())
+    .filter(Boolean);
   if (only.length === 0) return [...COMPARISONS];
   const unknown = only.filter((name) => !COMPARISONS.some((c) => c.name === name || c.name.startsWith(`${name}-`)));
   if (unknown.length > 0) {
-    throw new Error(`BENCH_ONLY names no comparison: ${unknown.join(', ')} (they are ${COMPARISONS.map((c) => c.name).join(', ')})`);
+    throw new Error(
+      `BENCH_ONLY names no comparison: ${unknown.join(', ')} (they are ${COMPARISONS.map((c) => c.name).join(', ')})`,
+    );
   }
   return COMPARISONS.filter((c) => only.some((name) => c.name === name || c.name.startsWith(`${name}-`)));
 }
@@ -97,7 +115,7 @@ async function main(): Promise<void> {
   let done = 0;
   const log = (line: string) => console.log(line);
 
-  ensureRedisServer();
+  requireRedisServer();
   const server = await startRedisServer();
   running.redisPid = server.pid;
   const admin = new Redis(server.url);
@@ -105,7 +123,9 @@ async function main(): Promise<void> {
     const machine = await describeMachine(admin, rounds, seconds);
     log(machine.join('\n'));
     const estimate = Math.ceil((runs * (seconds + WARMUP_SECONDS + START_SECONDS)) / 60);
-    log(`\n${comparisons.length} comparisons, ${runs} timed runs of ${seconds} s (+ ${WARMUP_SECONDS} s warm-up each): about ${estimate} min\n`);
+    log(
+      `\n${comparisons.length} comparisons, ${runs} timed runs of ${seconds} s (+ ${WARMUP_SECONDS} s warm-up each): about ${estimate} min\n`,
+    );
 
     const sections: string[] = [];
     const ratios: RatioRow[] = [];
@@ -134,7 +154,9 @@ async function main(): Promise<void> {
       };
       log(`== ${comparison.name}`);
       const report = await comparison.run(context);
-      const section = [`## ${comparison.name}`, '', report.table, ...report.notes.map((note) => `\n> ${note}`)].join('\n');
+      const section = [`## ${comparison.name}`, '', report.table, ...report.notes.map((note) => `\n> ${note}`)].join(
+        '\n',
+      );
       log(`\n${section}\n`);
       sections.push(section);
       ratios.push(...report.ratios);
@@ -143,7 +165,9 @@ async function main(): Promise<void> {
     const summary = ratioTable(ratios);
     const misses = ratios.filter((row) => verdict(row) === 'MISS').length;
     const wall = formatDuration((performance.now() - started) / 1000);
-    log(`## Summary\n\n${summary}\n\n${misses} of ${ratios.filter((row) => row.target).length} targets missed; wall time ${wall}`);
+    log(
+      `## Summary\n\n${summary}\n\n${misses} of ${ratios.filter((row) => row.target).length} targets missed; wall time ${wall}`,
+    );
     const document = [
       '# nestjs-ratelimit: last `npm run bench`',
       '',
@@ -197,7 +221,9 @@ async function describeMachine(admin: Redis, rounds: number, seconds: number): P
     `Node: ${process.version}`,
     `Redis: ${redisVersion}`,
     `date: ${new Date().toISOString()}`,
-    `load average at start: ${loadavg().map((load) => load.toFixed(2)).join(' ')}`,
+    `load average at start: ${loadavg()
+      .map((load) => load.toFixed(2))
+      .join(' ')}`,
     `settings: BENCH_ROUNDS=${rounds} BENCH_SECONDS=${seconds}${process.env.BENCH_ONLY ? ` BENCH_ONLY=${process.env.BENCH_ONLY}` : ''}`,
   ];
 }

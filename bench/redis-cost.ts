@@ -35,20 +35,35 @@ export async function redisCost(context: BenchContext): Promise<ComparisonReport
     name: algorithm,
     decide: ours(store, { algorithm, rps: 1000, burst: 1000 }),
   }));
-  contenders.push({ name: RLF_NAME, decide: rateLimiterFlexible(new RateLimiterRedis({ storeClient: theirClient, points: 1000, duration: 1 })) });
+  contenders.push({
+    name: RLF_NAME,
+    decide: rateLimiterFlexible(new RateLimiterRedis({ storeClient: theirClient, points: 1000, duration: 1 })),
+  });
   try {
     context.log(`warming up ${context.warmupSeconds} s each`);
     for (const { decide } of contenders) await drive(decide, context.warmupSeconds);
-    const samples = await context.alternate(contenders.map(({ name, decide }) => ({ name, run: () => costOf(context, decide, seconds) })));
+    const samples = await context.alternate(
+      contenders.map(({ name, decide }) => ({ name, run: () => costOf(context, decide, seconds) })),
+    );
     const ratios: RatioRow[] = [...samples].flatMap(([name, runs]): RatioRow[] => [
-      { comparison: 'redis-cost', label: `${name}, Redis µs/decision in scripts`, value: medianCpu(runs), target: name === 'token_bucket' ? TOKEN_BUCKET_TARGET : undefined },
+      {
+        comparison: 'redis-cost',
+        label: `${name}, Redis µs/decision in scripts`,
+        value: medianCpu(runs),
+        target: name === 'token_bucket' ? TOKEN_BUCKET_TARGET : undefined,
+      },
       {
         comparison: 'redis-cost',
         label: `${name}, redis-server process CPU µs/decision`,
-        value: summarize(runs.map(({ counts = {} }) => counts['redis-server CPU µs'] / Math.max(1, counts.decisions))).median,
+        value: summarize(runs.map(({ counts = {} }) => counts['redis-server CPU µs'] / Math.max(1, counts.decisions)))
+          .median,
       },
     ]);
-    return { table: contenderTable(samples, 'decisions/s', ['decisions', 'script calls', 'errors'], 'Redis CPU µs/decision'), ratios, notes: [] };
+    return {
+      table: contenderTable(samples, 'decisions/s', ['decisions', 'script calls', 'errors'], 'Redis CPU µs/decision'),
+      ratios,
+      notes: [],
+    };
   } finally {
     await store.close();
     ourClient.disconnect();
@@ -74,7 +89,9 @@ async function costOf(context: BenchContext, decide: Decide, seconds: number): P
 function scriptStats(info: string): { calls: number; usec: number } {
   let calls = 0;
   let usec = 0;
-  for (const [, , count, micros] of info.matchAll(/^cmdstat_(eval|evalsha|eval_ro|evalsha_ro):calls=(\d+),usec=(\d+)/gm)) {
+  for (const [, , count, micros] of info.matchAll(
+    /^cmdstat_(eval|evalsha|eval_ro|evalsha_ro):calls=(\d+),usec=(\d+)/gm,
+  )) {
     calls += Number(count);
     usec += Number(micros);
   }

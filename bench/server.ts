@@ -20,8 +20,18 @@
  * It tells its parent `ready <port>` over IPC once it listens on a free loopback port, and exits
  * when asked (`stop`), on SIGTERM, or when its parent goes away.
  */
+import type { Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import 'reflect-metadata';
-import { type CanActivate, Controller, type DynamicModule, type ExecutionContext, Get, Injectable, Module } from '@nestjs/common';
+import {
+  type CanActivate,
+  Controller,
+  type DynamicModule,
+  type ExecutionContext,
+  Get,
+  Injectable,
+  Module,
+} from '@nestjs/common';
 import { APP_GUARD, HttpAdapterHost, NestFactory } from '@nestjs/core';
 import { ExpressAdapter } from '@nestjs/platform-express';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
@@ -63,8 +73,8 @@ class BenchController {
 /** `ThrottlerGuard` keyed by the x-api-key header, as ours is; the IP when there is none. */
 @Injectable()
 class ApiKeyThrottlerGuard extends ThrottlerGuard {
-  protected override async getTracker(request: Record<string, any>): Promise<string> {
-    const apiKey: unknown = request.headers['x-api-key'];
+  protected override async getTracker(request: { headers: Record<string, unknown>; ip: string }): Promise<string> {
+    const apiKey = request.headers['x-api-key'];
     return typeof apiKey === 'string' && apiKey !== '' ? apiKey : request.ip;
   }
 }
@@ -117,7 +127,12 @@ function guardOf(variant: Variant, redisUrl: string): Pick<DynamicModule, 'impor
       };
     case 'throttler-redis':
       return {
-        imports: [ThrottlerModule.forRoot({ throttlers: [THROTTLE], storage: new ThrottlerStorageRedisService(new Redis(redisUrl)) })],
+        imports: [
+          ThrottlerModule.forRoot({
+            throttlers: [THROTTLE],
+            storage: new ThrottlerStorageRedisService(new Redis(redisUrl)),
+          }),
+        ],
         providers: [{ provide: APP_GUARD, useClass: ApiKeyThrottlerGuard }],
       };
   }
@@ -127,9 +142,13 @@ async function serve(adapter: Adapter, variant: Variant, redisUrl: string): Prom
   @Module({ controllers: [BenchController], ...guardOf(variant, redisUrl) })
   class BenchModule {}
 
-  const app = await NestFactory.create(BenchModule, adapter === 'express' ? new ExpressAdapter() : new FastifyAdapter(), { logger: false });
+  const app = await NestFactory.create(
+    BenchModule,
+    adapter === 'express' ? new ExpressAdapter() : new FastifyAdapter(),
+    { logger: false },
+  );
   await app.listen(0, '127.0.0.1');
-  const { port } = app.getHttpServer().address() as { port: number };
+  const { port } = (app.getHttpServer() as Server).address() as AddressInfo;
 
   let stopping = false;
   const stop = async () => {

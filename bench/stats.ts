@@ -171,14 +171,27 @@ export function totalCounts(samples: readonly Sample[]): Record<string, number> 
  * first; then the median per second with its range, then the `counts` named, summed over every
  * round (a count no sample has shows as 0).
  */
-export function contenderTable(samples: ReadonlyMap<string, readonly Sample[]>, rateHead: string, counts: readonly string[], cpuHead?: string): string {
+export function contenderTable(
+  samples: ReadonlyMap<string, readonly Sample[]>,
+  rateHead: string,
+  counts: readonly string[],
+  cpuHead?: string,
+): string {
   const rows = [...samples].map(([name, runs]) => {
     const totals = totalCounts(runs);
     const cpu = cpuHead === undefined ? [] : [formatMicros(summarize(runs.map((run) => run.cpu ?? Number.NaN)))];
-    return [name, ...cpu, formatSummary(summarize(runs.map((run) => run.perSecond))), ...counts.map((count) => formatRate(totals[count] ?? 0))];
+    return [
+      name,
+      ...cpu,
+      formatSummary(summarize(runs.map((run) => run.perSecond))),
+      ...counts.map((count) => formatRate(totals[count] ?? 0)),
+    ];
   });
   const cpu = cpuHead === undefined ? [] : [`${cpuHead}: median (min–max)`];
-  return markdownTable(['contender', ...cpu, `${rateHead}: median (min–max)`, ...counts.map((count) => `${count} (all rounds)`)], rows);
+  return markdownTable(
+    ['contender', ...cpu, `${rateHead}: median (min–max)`, ...counts.map((count) => `${count} (all rounds)`)],
+    rows,
+  );
 }
 
 /**

@@ -24,7 +24,8 @@ export class AccountController {
     blockFor: '1h',
   })
   login(@Body() body: { password?: unknown } | undefined): { signedIn: true } {
-    if (body?.password !== DEMO_PASSWORD) throw new UnauthorizedException('Wrong password (this sample signs in with "demo")');
+    if (body?.password !== DEMO_PASSWORD)
+      throw new UnauthorizedException('Wrong password (this sample signs in with "demo")');
     return { signedIn: true };
   }
 }

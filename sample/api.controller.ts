@@ -7,7 +7,9 @@ import { RateLimit } from 'nestjs-ratelimit';
  * once per request, and a key of no known plan is on the default tier.
  */
 async function planOf(context: ExecutionContext): Promise<string | undefined> {
-  const apiKey = context.switchToHttp().getRequest<{ headers: Record<string, string | undefined> }>().headers['x-api-key'];
+  const apiKey = context.switchToHttp().getRequest<{ headers: Record<string, string | undefined> }>().headers[
+    'x-api-key'
+  ];
   return /^(pro|enterprise)-/.exec(apiKey ?? '')?.[1];
 }
 

@@ -11,8 +11,15 @@
 import { createHash } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import { Redis } from 'ioredis';
-import { type Algorithm, ALGORITHMS, MemoryStore, type RateLimitDecision, type RateLimitRequest, RedisStore } from 'nestjs-ratelimit';
-import { ensureRedisServer, startRedisServer, stopRedisServer } from '../test/support/redis/process.js';
+import {
+  type Algorithm,
+  ALGORITHMS,
+  MemoryStore,
+  type RateLimitDecision,
+  type RateLimitRequest,
+  RedisStore,
+} from 'nestjs-ratelimit';
+import { requireRedisServer, startRedisServer, stopRedisServer } from '../test/support/redis/process.js';
 
 type Rule = RateLimitRequest['rule'];
 
@@ -108,7 +115,11 @@ function hammerTrace(): Arrival[] {
  */
 function exactnessTrace(limit: number, windowMs: number, count = TRACE_REQUESTS, load = 1): Arrival[] {
   const rps = (limit * 1000) / windowMs;
-  return poissonTrace(SEED, count, RATE_FACTORS.map((factor) => factor * load * rps));
+  return poissonTrace(
+    SEED,
+    count,
+    RATE_FACTORS.map((factor) => factor * load * rps),
+  );
 }
 
 const digests = new Map<number, string>();
@@ -193,7 +204,12 @@ function versus({ allowed }: Replay, reference: Replay): Disagreement {
  * applied to the requests it admitted itself. Unlike `versus`, an earlier difference does not
  * carry over into later decisions through a different history.
  */
-function versusOwnHistory(trace: readonly Arrival[], { allowed }: Replay, limit: number, windowMs: number): Disagreement {
+function versusOwnHistory(
+  trace: readonly Arrival[],
+  { allowed }: Replay,
+  limit: number,
+  windowMs: number,
+): Disagreement {
   const admittedAt = new Map<number, number[]>();
   let moreAdmitted = 0;
   let moreRefused = 0;
@@ -235,13 +251,14 @@ async function commandStats(redis: Redis): Promise<Map<string, { calls: number; 
 /** A `RedisStore` on a clock the caller sets, taking one token under `rule` from one client's key at a time. */
 interface RedisReplayer {
   clock: { now: number };
-  consume(client: number): Promise<RateLimitDecision[]>;
+  consume: (client: number) => Promise<RateLimitDecision[]>;
 }
 
 function redisReplayer(redis: Redis, rule: Rule): RedisReplayer {
   const clock = { now: 0 };
   const store = new RedisStore({ client: redis, clock: () => clock.now, cacheRefusals: false });
-  const consume = (client: number) => store.consume([{ key: keyOf(rule.algorithm, client), policy: 'compare', rule, cost: 1 }]);
+  const consume = (client: number) =>
+    store.consume([{ key: keyOf(rule.algorithm, client), policy: 'compare', rule, cost: 1 }]);
   return { clock, consume };
 }
 
@@ -290,7 +307,8 @@ async function replayOnRedis(
 
   const stats = await commandStats(redis);
   const script = stats.get('evalsha') ?? { calls: 0, usec: 0 };
-  if (script.calls !== replayed.length) throw new Error(`expected ${replayed.length} EVALSHA calls, Redis counted ${script.calls}`);
+  if (script.calls !== replayed.length)
+    throw new Error(`expected ${replayed.length} EVALSHA calls, Redis counted ${script.calls}`);
   const commandsPerCall = new Map<string, number>();
   for (const [name, { calls }] of stats) {
     if (!/^(evalsha|config|info)/.test(name)) commandsPerCall.set(name.toUpperCase(), calls / script.calls);
@@ -300,7 +318,7 @@ async function replayOnRedis(
 
 /** Runs `body` against a redis-server of its own, stopped afterwards whatever happens. */
 async function withRedisServer<T>(body: (client: Redis) => Promise<T>): Promise<T> {
-  ensureRedisServer();
+  requireRedisServer();
   const server = await startRedisServer();
   const stop = () => stopRedisServer(server.pid);
   const interrupted = () => {
@@ -429,7 +447,9 @@ async function main(): Promise<void> {
     const variant = exactnessTrace(limit, windowMs, TRACE_REQUESTS, load);
     const variantCounter = replayInMemory(variant, ruleOf('sliding_window_counter', limit, windowMs));
     const variantLog = replayInMemory(variant, ruleOf('sliding_window_log', limit, windowMs));
-    out.push(`- limit ${whole(limit)} per ${windowMs / 1000} s${loadNote}: ${differ(versus(variantCounter, variantLog), 'the log')}`);
+    out.push(
+      `- limit ${whole(limit)} per ${windowMs / 1000} s${loadNote}: ${differ(versus(variantCounter, variantLog), 'the log')}`,
+    );
   }
   out.push('');
 

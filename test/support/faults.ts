@@ -11,6 +11,7 @@ import {
   RateLimitStore,
   type RateLimitStoreError,
 } from '../../lib/index.js';
+import type { RateLimitStoreErrorReason } from '../../lib/stores/rate-limit-store.error.js';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
 import { type AdapterName, startApp, type TestApp } from './app.js';
 import { redisCommand } from './redis/client.js';
@@ -118,29 +119,27 @@ export class TimedGuard extends RateLimitGuard {
 
   /** Tells the client why failMode decided ('closed' and 'open'; 'local' decides without failing). */
   protected override onStoreFailure(call: LimitedCall, error: RateLimitStoreError): boolean {
+    call.seam.setHeader(call.context, 'x-limiter-failure-reason', error.reason);
+    // the message is for the report only: checks read the reason
     call.seam.setHeader(call.context, 'x-limiter-failure', error.message.replace(/[^\x20-\x7e]/g, '?').slice(0, 200));
     return super.onStoreFailure(call, error);
   }
 }
 
-/** Calls the script dropped as late although their reply came back within the timeout. */
+/** Calls the script dropped as late (`stale`) although their reply came back within the timeout. */
 export function droppedInTime(outcomes: readonly Outcome[]): Outcome[] {
-  return outcomes.filter((o) => /dropped/.test(o.failure ?? '') && o.limiterMs < TIMEOUT);
-}
-
-/** A failure's reason, short. */
-export function reasonOf(failure: string): string {
-  if (/did not answer within|Command timed out/.test(failure)) return 'timeout'; // the limiter's, or the client's commandTimeout
-  if (/calls are stopped/.test(failure)) return 'circuit open';
-  return failure;
+  return outcomes.filter((o) => o.reason === 'stale' && o.limiterMs < TIMEOUT);
 }
 
 /**
  * Whether the call behind a failure may have run in Redis (and charged): not when the breaker
- * stopped it, the client could not send it, or the script found it past its deadline.
+ * stopped it, the script found it past its deadline, or the client could not send it. `unavailable`
+ * covers both a call never sent and one whose connection closed after it was sent: only ioredis's
+ * own message (offline queue off, stream not writeable) tells the first apart.
  */
-function mayHaveRun(failure: string): boolean {
-  return !/calls are stopped|writeable|enableOfflineQueue|dropped/.test(failure);
+function mayHaveRun({ reason, failure }: Outcome): boolean {
+  if (reason === 'breaker_open' || reason === 'stale') return false;
+  return !(reason === 'unavailable' && /writeable|enableOfflineQueue/.test(failure ?? ''));
 }
 
 @Controller()
@@ -180,7 +179,9 @@ export interface Outcome {
   limiterMs: number;
   /** When its store call left the app (`performance.now()` of this process, which runs the app), from its header. */
   leftAt: number;
-  /** Why the store could not decide, when failMode did. */
+  /** Why the store could not decide, when failMode did: the store error's reason. */
+  reason: RateLimitStoreErrorReason | undefined;
+  /** That error's message, for the report. */
   failure: string | undefined;
   started: number;
   ended: number;
@@ -207,6 +208,7 @@ export class HttpClient {
           decided: headers['x-ratelimit-remaining'] !== undefined,
           limiterMs: Number(headers['x-limiter-ms'] ?? NaN),
           leftAt: Number(headers['x-limiter-left'] ?? NaN),
+          reason: headers['x-limiter-failure-reason'] as RateLimitStoreErrorReason | undefined,
           failure: headers['x-limiter-failure'] as string | undefined,
           started,
           ended: performance.now(),
@@ -298,8 +300,8 @@ export async function storedTotal(server: RedisServer, apiKeys: readonly string[
  */
 export async function ledger(server: RedisServer, outcomes: readonly Outcome[], apiKeys: readonly string[]) {
   const mine = outcomes.filter((o) => apiKeys.includes(o.key));
-  const admitted = mine.filter((o) => o.status === 200 && o.failure === undefined).length;
-  const late = mine.filter((o) => o.failure !== undefined && mayHaveRun(o.failure)).length;
+  const admitted = mine.filter((o) => o.status === 200 && o.reason === undefined).length;
+  const late = mine.filter((o) => o.reason !== undefined && mayHaveRun(o)).length;
   const counted = await storedTotal(server, apiKeys);
   return { requests: mine.length, admitted, late, counted };
 }
@@ -368,10 +370,13 @@ export function latency(values: readonly number[]): string {
   return `p50 ${p50.toFixed(1)} / p99 ${p99.toFixed(1)} / max ${max.toFixed(1)} ms`;
 }
 
+/** Failures counted by reason; an `error` or `unavailable` one with its message, which says more. */
 function reasons(outcomes: readonly Outcome[]): string {
   const counts = new Map<string, number>();
-  for (const { failure } of outcomes) {
-    if (failure !== undefined) counts.set(reasonOf(failure), (counts.get(reasonOf(failure)) ?? 0) + 1);
+  for (const { reason, failure } of outcomes) {
+    if (reason === undefined) continue;
+    const label = reason === 'error' || reason === 'unavailable' ? `${reason} (${failure})` : reason;
+    counts.set(label, (counts.get(label) ?? 0) + 1);
   }
   return [...counts].map(([reason, n]) => `${reason}: ${n}`).join('; ') || 'none';
 }

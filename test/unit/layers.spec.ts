@@ -111,11 +111,6 @@ describe('the shape of lib/', () => {
     const folders = new Set([...graph.keys()].filter((file) => file.includes('/')).map(placeOf));
     expect([...folders].sort()).toEqual(Object.keys(ALLOWED).sort());
   });
-
-  it('has no file over 250 lines (but the catalogue of messages, which is one file by design)', () => {
-    const long = [...graph.keys()].filter((file) => file !== 'rate-limit.messages.ts' && readFileSync(join(LIB, file), 'utf8').split('\n').length > 251);
-    expect(long).toEqual([]);
-  });
 });
 
 describe('the shape of bench/', () => {

@@ -31,11 +31,15 @@ export async function withRedis(port, use, timeoutMs = 5_000) {
   work.catch(() => {});
   /** @type {NodeJS.Timeout | undefined} */
   let timer;
+  /** @type {Promise<never>} */
   const timeout = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`Redis on port ${port} did not answer within ${timeoutMs} ms`)), timeoutMs);
+    timer = setTimeout(
+      () => reject(new Error(`Redis on port ${port} did not answer within ${timeoutMs} ms`)),
+      timeoutMs,
+    );
   });
   try {
-    return /** @type {T} */ (await Promise.race([work, timeout]));
+    return await Promise.race([work, timeout]);
   } finally {
     clearTimeout(timer);
     client.disconnect();

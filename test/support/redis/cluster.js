@@ -24,7 +24,9 @@ export async function startRedisCluster({ masters = 3, timeoutMs = 20_000 } = {}
   /** @type {number[]} */
   const pids = [];
   try {
-    const started = await Promise.allSettled(Array.from({ length: masters }, (_, index) => startClusterNode(dir, index)));
+    const started = await Promise.allSettled(
+      Array.from({ length: masters }, (_, index) => startClusterNode(dir, index)),
+    );
     const nodes = started.flatMap((result) => (result.status === 'fulfilled' ? [result.value] : []));
     pids.push(...nodes.map(({ pid }) => pid));
     const failed = started.find((result) => result.status === 'rejected');
@@ -42,7 +44,8 @@ export async function startRedisCluster({ masters = 3, timeoutMs = 20_000 } = {}
     // Every pair meets directly rather than through gossip: the cluster forms sooner.
     for (const [index, node] of nodes.entries()) {
       await withRedis(node.port, async (client) => {
-        for (const other of nodes.slice(index + 1)) await client.call('CLUSTER', 'MEET', HOST, other.port, other.busPort);
+        for (const other of nodes.slice(index + 1))
+          await client.call('CLUSTER', 'MEET', HOST, other.port, other.busPort);
       });
     }
     await waitUntil(`a Redis Cluster of ${masters} masters`, timeoutMs, () => clusterProblem(nodes));
@@ -61,11 +64,16 @@ export async function startRedisCluster({ masters = 3, timeoutMs = 20_000 } = {}
 function startClusterNode(dir, index) {
   return startOnFreePorts(`cluster node ${index}`, 2, async ([port, busPort]) => {
     const started = await launch(port, [
-      '--dir', dir,
-      '--cluster-enabled', 'yes',
-      '--cluster-config-file', join(dir, `nodes-${index}-${port}.conf`),
-      '--cluster-port', String(busPort),
-      '--cluster-announce-ip', HOST,
+      '--dir',
+      dir,
+      '--cluster-enabled',
+      'yes',
+      '--cluster-config-file',
+      join(dir, `nodes-${index}-${port}.conf`),
+      '--cluster-port',
+      String(busPort),
+      '--cluster-announce-ip',
+      HOST,
     ]);
     return 'pid' in started ? { ...started, busPort } : started;
   });
@@ -87,7 +95,11 @@ async function clusterProblem(nodes) {
       }
       const slots = /** @type {[number, number, [string, number]][]} */ (await client.call('CLUSTER', 'SLOTS'));
       const ranges = slots
-        .map(([first, last, [host, ownerPort]]) => ({ first: Number(first), last: Number(last), owner: `${host}:${ownerPort}` }))
+        .map(([first, last, [host, ownerPort]]) => ({
+          first: Number(first),
+          last: Number(last),
+          owner: `${host}:${ownerPort}`,
+        }))
         .sort((a, b) => a.first - b.first);
       const covered = ranges.reduce((sum, { first, last }) => sum + last - first + 1, 0);
       if (covered !== CLUSTER_SLOTS) return `node ${port} sees ${covered} of ${CLUSTER_SLOTS} slots served`;

@@ -3,7 +3,7 @@ import { mkdtemp } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { startRedisCluster } from './cluster.js';
-import { ensureRedisServer, startRedisServer, stopRedisGroup } from './process.js';
+import { requireRedisServer, startRedisServer, stopRedisGroup } from './process.js';
 
 /**
  * Starts the Redis the suites share: one redis-server and one Redis Cluster of 3 masters, side by
@@ -17,7 +17,7 @@ import { ensureRedisServer, startRedisServer, stopRedisGroup } from './process.j
  *   separated by path.delimiter; the global teardown stops and removes them.
  */
 export default async function globalSetup() {
-  ensureRedisServer();
+  requireRedisServer();
   const [server, cluster] = await Promise.allSettled([startRedisServer(), startRedisCluster()]);
   if (server.status === 'rejected' || cluster.status === 'rejected') {
     if (server.status === 'fulfilled') await stopRedisGroup({ pids: [server.value.pid] });

@@ -51,7 +51,9 @@ export async function startRedisSentinel({
       const replication = parseInfo(await withRedis(replica.port, (client) => client.info('replication')));
       if (replication.master_link_status !== 'up') return `replica link ${replication.master_link_status}`;
       const primaryReplication = await withRedis(primary.port, (client) => client.info('replication'));
-      return primaryReplication.includes(`port=${replica.port},state=online`) ? '' : 'replica not online at the primary';
+      return primaryReplication.includes(`port=${replica.port},state=online`)
+        ? ''
+        : 'replica not online at the primary';
     });
 
     /** @type {import('./process.js').RedisNode[]} */
