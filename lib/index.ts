@@ -7,7 +7,11 @@ export type { LimitedCall } from './limiter/limited-call.js';
 export type { RateLimitVerdict } from './limiter/rate-limiter.js';
 export type { CostSource, KeySource, RateLimitPolicy, TierLimits, TierSource } from './policy/policy.types.js';
 export type { AdaptiveRate, SkipIf } from './policy/policy.types.js';
-export type { RateLimitDecisionEvent, RateLimitResult, RateLimitStoreErrorEvent } from './observability/rate-limit-events.js';
+export type {
+  RateLimitDecisionEvent,
+  RateLimitResult,
+  RateLimitStoreErrorEvent,
+} from './observability/rate-limit-events.js';
 export { InvalidPolicyError } from './policy/resolve-policy.js';
 export { RateLimit, SkipRateLimit } from './rate-limit.decorator.js';
 export { RateLimitExceededException, RateLimitUnavailableException } from './rate-limit.exception.js';

@@ -10,7 +10,13 @@ import {
   resolvePolicy,
 } from './policy/resolve-policy.js';
 import { invalidOption, invalidOptions, invalidOptionsObject } from './rate-limit.messages.js';
-import type { ContextType, ErrorFormat, ExceptionFactory, FailMode, RateLimitModuleOptions } from './rate-limit-options.interface.js';
+import type {
+  ContextType,
+  ErrorFormat,
+  ExceptionFactory,
+  FailMode,
+  RateLimitModuleOptions,
+} from './rate-limit-options.interface.js';
 import type { RateLimitStore } from './stores/rate-limit-store.interface.js';
 import { isRedisClient } from './stores/store-owner.js';
 import { MAX_TIMER_MS } from './utils/wake-queue.js';
@@ -44,11 +50,25 @@ const FAIL_MODES: readonly FailMode[] = ['open', 'closed', 'local'];
 const CONTEXT_TYPES: readonly ContextType[] = ['http', 'graphql', 'ws', 'rpc'];
 /** Every option there is: any other key is a typo, refused rather than ignored. */
 const OPTIONS = new Set<string>([
-  'store', 'redis', 'prefix', 'policies', 'key', 'apiKeyHeader', 'ipv6Subnet', 'headers', 'failMode', 'timeout', 'mode',
-  'guard', 'runAs', 'contexts',
-  'skipIf', 'retryAfterJitter',
+  'store',
+  'redis',
+  'prefix',
+  'policies',
+  'key',
+  'apiKeyHeader',
+  'ipv6Subnet',
+  'headers',
+  'failMode',
+  'timeout',
+  'mode',
+  'guard',
+  'runAs',
+  'contexts',
+  'skipIf',
+  'retryAfterJitter',
   'metrics',
-  'errorFormat', 'exceptionFactory',
+  'errorFormat',
+  'exceptionFactory',
 ]);
 /** Longest `prefix`, characters: it is in every bucket key, as the policy name is (see `MAX_NAME_LENGTH`). */
 const MAX_PREFIX_LENGTH = MAX_NAME_LENGTH;
@@ -68,7 +88,11 @@ export function resolveOptions(options: RateLimitModuleOptions | undefined): Res
   };
   for (const option of Object.keys(options)) {
     if (!OPTIONS.has(option)) {
-      fail(option, (options as Record<string, unknown>)[option], `is not an option (the options are ${[...OPTIONS].join(', ')})`);
+      fail(
+        option,
+        (options as Record<string, unknown>)[option],
+        `is not an option (the options are ${[...OPTIONS].join(', ')})`,
+      );
     }
   }
   const {
@@ -100,7 +124,11 @@ export function resolveOptions(options: RateLimitModuleOptions | undefined): Res
   }
   if (!FAIL_MODES.includes(failMode)) fail('failMode', failMode, `must be 'open', 'closed' or 'local'`);
   if (typeof timeout !== 'number' || !(timeout > 0 && timeout <= MAX_TIMER_MS)) {
-    fail('timeout', timeout, `must be a positive number of milliseconds, at most ${MAX_TIMER_MS} (the longest a timer can wait)`);
+    fail(
+      'timeout',
+      timeout,
+      `must be a positive number of milliseconds, at most ${MAX_TIMER_MS} (the longest a timer can wait)`,
+    );
   }
   if (mode !== 'enforce' && mode !== 'shadow') fail('mode', mode, `must be 'enforce' or 'shadow'`);
   if (typeof guard !== 'boolean') fail('guard', guard, 'must be true or false');
@@ -110,24 +138,35 @@ export function resolveOptions(options: RateLimitModuleOptions | undefined): Res
   }
   if (!Array.isArray(policies)) fail('policies', policies, 'must be a list of policies');
   if (options.store !== undefined && options.redis !== undefined) {
-    throw new Error(invalidOptions('"store" and "redis" are both given; give one ("redis" is a shortcut that makes a RedisStore)'));
+    throw new Error(
+      invalidOptions('"store" and "redis" are both given; give one ("redis" is a shortcut that makes a RedisStore)'),
+    );
   }
   const { store: given, redis } = options;
-  if (given !== undefined && !isStore(given)) fail('store', given, 'must implement RateLimitStore (consume, peek, reset)');
+  if (given !== undefined && !isStore(given))
+    fail('store', given, 'must implement RateLimitStore (consume, peek, reset)');
   if (typeof redis === 'string' && !(/^rediss?:\/\//i.test(redis) && URL.canParse(redis))) {
     // a URL may carry a password: the message shows it without
-    fail('redis', redis.replace(/\/\/[^/@]*@/, '//***@'), `must be a redis:// or rediss:// URL such as 'redis://localhost:6379'`);
+    fail(
+      'redis',
+      redis.replace(/\/\/[^/@]*@/, '//***@'),
+      `must be a redis:// or rediss:// URL such as 'redis://localhost:6379'`,
+    );
   }
   if (redis !== undefined && typeof redis !== 'string' && !isRedisClient(redis) && !isPlainObject(redis)) {
     fail('redis', redis, 'must be an ioredis client, a redis:// URL or ioredis options');
   }
 
-  const resolvedPolicies = policies.map((policy, i) => resolvePolicy(policy, `RateLimitModule policies[${i}]`, 'default'));
+  const resolvedPolicies = policies.map((policy, i) =>
+    resolvePolicy(policy, `RateLimitModule policies[${i}]`, 'default'),
+  );
   const first = new Map<string, number>();
   resolvedPolicies.forEach(({ name }, i) => {
     if (first.has(name)) {
       throw new InvalidPolicyError(
-        invalidOptions(`policies[${first.get(name)}] and policies[${i}] are both named "${name}"; give each policy its own "name"`),
+        invalidOptions(
+          `policies[${first.get(name)}] and policies[${i}] are both named "${name}"; give each policy its own "name"`,
+        ),
       );
     }
     first.set(name, i);
@@ -159,7 +198,8 @@ function resolveGuardOptions(
   { skipIf, retryAfterJitter = 0 }: RateLimitModuleOptions,
   fail: (option: string, value: unknown, expected: string) => never,
 ): Pick<ResolvedOptions, 'skipIf' | 'retryAfterJitter'> {
-  if (skipIf !== undefined && typeof skipIf !== 'function') fail('skipIf', skipIf, 'must be a function of the execution context returning a boolean');
+  if (skipIf !== undefined && typeof skipIf !== 'function')
+    fail('skipIf', skipIf, 'must be a function of the execution context returning a boolean');
   if (typeof retryAfterJitter !== 'number' || !(retryAfterJitter >= 0 && retryAfterJitter <= 1)) {
     fail('retryAfterJitter', retryAfterJitter, 'must be a number from 0 to 1 (a share of the wait)');
   }
@@ -181,10 +221,18 @@ function resolveResponseOptions(
   fail: (option: string, value: unknown, expected: string) => never,
 ): Pick<ResolvedOptions, 'errorFormat' | 'exceptionFactory'> {
   if (errorFormat !== 'nest' && errorFormat !== 'problem') {
-    fail('errorFormat', errorFormat, `must be 'nest' (Nest's error body) or 'problem' (RFC 9457, application/problem+json)`);
+    fail(
+      'errorFormat',
+      errorFormat,
+      `must be 'nest' (Nest's error body) or 'problem' (RFC 9457, application/problem+json)`,
+    );
   }
   if (exceptionFactory !== undefined && typeof exceptionFactory !== 'function') {
-    fail('exceptionFactory', exceptionFactory, 'must be a function of the decision and the execution context returning an Error');
+    fail(
+      'exceptionFactory',
+      exceptionFactory,
+      'must be a function of the decision and the execution context returning an Error',
+    );
   }
   return { errorFormat, exceptionFactory };
 }

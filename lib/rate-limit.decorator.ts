@@ -30,7 +30,11 @@ export function RateLimit(policy: RateLimitPolicy | RateLimitPolicy[]): ClassDec
 
 /** Whether a policy as written needs the request's outcome: only its routes run `RateLimitOutcomeInterceptor`. */
 function watchesOutcome(policy: RateLimitPolicy | RateLimitPolicy[]): boolean {
-  return typeof policy === 'object' && policy !== null && (('count' in policy && policy.count === 'failures') || 'adaptive' in policy);
+  return (
+    typeof policy === 'object' &&
+    policy !== null &&
+    (('count' in policy && policy.count === 'failures') || 'adaptive' in policy)
+  );
 }
 
 /** `define`, with `RateLimitOutcomeInterceptor` on the same class or handler. */

@@ -46,7 +46,9 @@ export interface Refusal {
 export function refusal(decision: RateLimitDecision, cost: number): Refusal {
   const never = !Number.isFinite(decision.retryAfter);
   return {
-    message: never ? costExceedsBurst(decision.policy, cost, decision.limit) : limitExceeded(decision.policy, decision.retryAfter),
+    message: never
+      ? costExceedsBurst(decision.policy, cost, decision.limit)
+      : limitExceeded(decision.policy, decision.retryAfter),
     policy: decision.policy,
     retryAfter: never ? null : decision.retryAfter,
   };
@@ -134,14 +136,32 @@ export interface RateLimitProblem {
  * The problem document of a refused request: `named` is the policy that frees up last, `decisions`
  * every policy's decision on the request (`named` among them).
  */
-export function quotaExceeded(named: RateLimitDecision, cost: number, decisions: readonly RateLimitDecision[]): RateLimitProblem {
+export function quotaExceeded(
+  named: RateLimitDecision,
+  cost: number,
+  decisions: readonly RateLimitDecision[],
+): RateLimitProblem {
   const { message, retryAfter } = refusal(named, cost);
   const violated = [named.policy];
   for (const decision of decisions) if (!decision.allowed && decision !== named) violated.push(decision.policy);
-  return { type: QUOTA_EXCEEDED, title: QUOTA_EXCEEDED_TITLE, status: 429, detail: message, 'violated-policies': violated, retryAfter };
+  return {
+    type: QUOTA_EXCEEDED,
+    title: QUOTA_EXCEEDED_TITLE,
+    status: 429,
+    detail: message,
+    'violated-policies': violated,
+    retryAfter,
+  };
 }
 
 /** The problem document of a request the limiter could not decide (`Retry-After: 1`). */
 export function reducedCapacity(): RateLimitProblem {
-  return { type: REDUCED_CAPACITY, title: REDUCED_CAPACITY_TITLE, status: 503, detail: storeUnavailable, 'violated-policies': [], retryAfter: 1 };
+  return {
+    type: REDUCED_CAPACITY,
+    title: REDUCED_CAPACITY_TITLE,
+    status: 503,
+    detail: storeUnavailable,
+    'violated-policies': [],
+    retryAfter: 1,
+  };
 }

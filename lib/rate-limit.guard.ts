@@ -142,7 +142,8 @@ export class RateLimitGuard implements CanActivate {
 
   /** The answer when the store cannot decide (`error.reason` says why): `failMode` 'open' lets it through. */
   protected onStoreFailure(call: LimitedCall, error: RateLimitStoreError): boolean {
-    if (this.options.failMode === 'closed' && this.options.mode !== 'shadow') throw this.answers.unavailable(call, error);
+    if (this.options.failMode === 'closed' && this.options.mode !== 'shadow')
+      throw this.answers.unavailable(call, error);
     return true;
   }
 }

@@ -57,7 +57,13 @@ export function invalidArgument(where: string, argument: string, value: unknown,
 }
 
 /** Two requests of one store call for the same bucket key that do not agree on its rule or their cost. */
-export function invalidRepeatedKey(where: string, first: number, second: number, key: string, field: 'rule' | 'cost'): string {
+export function invalidRepeatedKey(
+  where: string,
+  first: number,
+  second: number,
+  key: string,
+  field: 'rule' | 'cost',
+): string {
   return `Invalid argument to ${where}: requests[${first}] and requests[${second}] are for the same key ${show(key)} with a different ${field}; a key is one bucket, decided once per call: give each key once`;
 }
 
@@ -156,10 +162,12 @@ export function duplicatePolicyName(name: string): string {
 }
 
 /** Why a request waiting its `leaky_bucket` turn got a 503 (the exception's cause). */
-export const shuttingDown = 'The application is shutting down: a request waiting its turn was answered without running, and its turn given back';
+export const shuttingDown =
+  'The application is shutting down: a request waiting its turn was answered without running, and its turn given back';
 
 /** The message of the 499 a request ends with when its client went away while it waited its turn (nobody reads it). */
-export const clientClosedRequest = 'The client closed the connection while its request waited its turn; the turn was given back';
+export const clientClosedRequest =
+  'The client closed the connection while its request waited its turn; the turn was given back';
 
 /** A store call that took longer than `timeout`. */
 export function storeTimedOut(timeoutMs: number): string {
@@ -183,7 +191,8 @@ export function storeFailing(cause: string, failMode: string, probeMs: number): 
 export const storeBack = 'Rate limit store answers again: limiting with it';
 
 /** `RateLimiterService.resetAll()` on a store without `resetAll(prefix)`. */
-export const resetAllUnsupported = 'RateLimiterService.resetAll() needs a store with resetAll(prefix), as MemoryStore and RedisStore have: this store has none';
+export const resetAllUnsupported =
+  'RateLimiterService.resetAll() needs a store with resetAll(prefix), as MemoryStore and RedisStore have: this store has none';
 
 // Stores
 
@@ -199,7 +208,12 @@ export function invalidMaxKeys(maxKeys: unknown): string {
 
 /** A `RedisStore` without an ioredis client (or given the client itself as its options). */
 export function invalidRedisClient(client: unknown): string {
-  return invalidStoreOption('RedisStore', 'client', client, 'must be an ioredis Redis or Cluster client, as in new RedisStore({ client: redis })');
+  return invalidStoreOption(
+    'RedisStore',
+    'client',
+    client,
+    'must be an ioredis Redis or Cluster client, as in new RedisStore({ client: redis })',
+  );
 }
 
 /** `RedisStore`'s `cacheRefusals` option that is not a boolean. */

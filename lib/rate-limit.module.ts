@@ -71,7 +71,8 @@ import { StoreOwner } from './stores/store-owner.js';
     {
       provide: APP_GUARD,
       // nothing (Nest skips a global enhancer whose factory gives none) unless registered as the guard
-      useFactory: ({ guard, runAs }: ResolvedOptions, rateLimit: RateLimitGuard) => (guard && runAs === 'guard' ? rateLimit : null),
+      useFactory: ({ guard, runAs }: ResolvedOptions, rateLimit: RateLimitGuard) =>
+        guard && runAs === 'guard' ? rateLimit : null,
       inject: [RATE_LIMIT_OPTIONS, RateLimitGuard],
     },
     {
@@ -86,7 +87,10 @@ import { StoreOwner } from './stores/store-owner.js';
       // route; RateLimitInterceptor settles them itself
       provide: APP_INTERCEPTOR,
       useFactory: ({ guard, runAs, policies }: ResolvedOptions, outcomes: RateLimitOutcomeInterceptor) =>
-        policies.some((policy) => policy.count === 'failures' || policy.adaptive !== undefined) && !(guard && runAs === 'interceptor') ? outcomes : null,
+        policies.some((policy) => policy.count === 'failures' || policy.adaptive !== undefined) &&
+        !(guard && runAs === 'interceptor')
+          ? outcomes
+          : null,
       inject: [RATE_LIMIT_OPTIONS, RateLimitOutcomeInterceptor],
     },
   ],
@@ -141,10 +145,13 @@ function checkAsyncOptions(options: RateLimitModuleAsyncOptions): void {
   const fail = (problem: string): never => {
     throw new Error(invalidAsyncOptions(problem, options));
   };
-  if (typeof options !== 'object' || options === null) fail('they must be an object such as { useFactory: () => ({}) }');
+  if (typeof options !== 'object' || options === null)
+    fail('they must be an object such as { useFactory: () => ({}) }');
   const ways = (['useFactory', 'useClass', 'useExisting'] as const).filter((way) => options[way] !== undefined);
   if (ways.length !== 1) {
-    fail('give one of "useFactory" (a function returning the options), "useClass" or "useExisting" (a provider with createRateLimitOptions())');
+    fail(
+      'give one of "useFactory" (a function returning the options), "useClass" or "useExisting" (a provider with createRateLimitOptions())',
+    );
   }
   if (options.useFactory !== undefined && typeof options.useFactory !== 'function') {
     fail('"useFactory" must be a function returning the options');
@@ -152,5 +159,6 @@ function checkAsyncOptions(options: RateLimitModuleAsyncOptions): void {
   if (options.useClass !== undefined && typeof options.useClass !== 'function') {
     fail('"useClass" must be a class with createRateLimitOptions()');
   }
-  if (options.inject !== undefined && !Array.isArray(options.inject)) fail('"inject" must be a list of what useFactory takes');
+  if (options.inject !== undefined && !Array.isArray(options.inject))
+    fail('"inject" must be a list of what useFactory takes');
 }

@@ -39,12 +39,22 @@ export class RateLimiterService {
    *
    * @example await limiter.consume(`api-key:${key}`, apiPolicy, 1, account.plan)
    */
-  async consume(identity: string, policies: RateLimitPolicy | RateLimitPolicy[], cost = 1, tier?: string): Promise<RateLimitDecision[]> {
+  async consume(
+    identity: string,
+    policies: RateLimitPolicy | RateLimitPolicy[],
+    cost = 1,
+    tier?: string,
+  ): Promise<RateLimitDecision[]> {
     return this.engine.decideGiven('RateLimiterService.consume', identity, policies, cost, tier, true);
   }
 
   /** What `consume` would decide, without taking anything. */
-  async peek(identity: string, policies: RateLimitPolicy | RateLimitPolicy[], cost = 1, tier?: string): Promise<RateLimitDecision[]> {
+  async peek(
+    identity: string,
+    policies: RateLimitPolicy | RateLimitPolicy[],
+    cost = 1,
+    tier?: string,
+  ): Promise<RateLimitDecision[]> {
     return this.engine.decideGiven('RateLimiterService.peek', identity, policies, cost, tier, false);
   }
 

@@ -7,7 +7,15 @@ import type { ModelRule } from './model.types.js';
 
 export type { Algorithm } from './registry.js';
 export { ALGORITHMS, SCALED_BY_LIMIT, WINDOW_ALGORITHMS } from './registry.js';
-export type { AlgorithmDescriptor, AlgorithmModel, Held, ModelRule, Outcome, Regain, StatePacking } from './model.types.js';
+export type {
+  AlgorithmDescriptor,
+  AlgorithmModel,
+  Held,
+  ModelRule,
+  Outcome,
+  Regain,
+  StatePacking,
+} from './model.types.js';
 
 /**
  * The rule a bucket follows: its algorithm, its rate and its capacity. Plain data, the same for

@@ -108,7 +108,13 @@ function block<S extends Held>(state: S, rule: Rule): S {
  * nothing is left, and every time is at least the block's: a request is admitted, another token
  * comes, and the bucket is full (so the key lives) no sooner than the block ends.
  */
-function report<S extends Held>(model: AlgorithmModel<S>, state: S, { rule, cost }: Entry, admits: boolean, delayMs: number): Outcome {
+function report<S extends Held>(
+  model: AlgorithmModel<S>,
+  state: S,
+  { rule, cost }: Entry,
+  admits: boolean,
+  delayMs: number,
+): Outcome {
   const blockMs = blockLeftMs(state, rule);
   const remaining = blockMs > 0 ? 0 : model.remaining(state, rule);
   return {

@@ -51,7 +51,12 @@ export const fixedWindow: AlgorithmModel<FixedWindowState> = {
     // A charge in a window that has ended no longer counts: nothing to give back.
     const w = windowMs(rps, burst);
     if (state.start !== Math.floor(chargedAt / w) * w) return state;
-    return { start: state.start, count: Math.max(0, state.count - cost), at: state.at, blockedUntil: state.blockedUntil };
+    return {
+      start: state.start,
+      count: Math.max(0, state.count - cost),
+      at: state.at,
+      blockedUntil: state.blockedUntil,
+    };
   },
 };
 

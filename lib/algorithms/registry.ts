@@ -40,10 +40,14 @@ export const ALGORITHMS: readonly Algorithm[] = Object.keys(DESCRIPTORS) as Algo
  * The algorithms that count in windows of `burst / rps` seconds: their quota comes back as a window
  * moves on, up to all of it at once, where the others refill at `rps` at the most (`regain`).
  */
-export const WINDOW_ALGORITHMS: ReadonlySet<Algorithm> = new Set(ALGORITHMS.filter((a) => DESCRIPTORS[a].regain !== 'rps'));
+export const WINDOW_ALGORITHMS: ReadonlySet<Algorithm> = new Set(
+  ALGORITHMS.filter((a) => DESCRIPTORS[a].regain !== 'rps'),
+);
 
 /**
  * The algorithms a factor (`RateLimiterService.setScale`) scales by their limit (`Rule.limit`),
  * keeping their window (`scaledBy`); the others have their `rps` scaled.
  */
-export const SCALED_BY_LIMIT: ReadonlySet<Algorithm> = new Set(ALGORITHMS.filter((a) => DESCRIPTORS[a].scaledBy === 'limit'));
+export const SCALED_BY_LIMIT: ReadonlySet<Algorithm> = new Set(
+  ALGORITHMS.filter((a) => DESCRIPTORS[a].scaledBy === 'limit'),
+);

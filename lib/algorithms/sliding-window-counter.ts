@@ -43,7 +43,14 @@ export const slidingWindowCounter: AlgorithmModel<SlidingWindowCounterState> = {
     if (state === undefined) return { start, previous: 0, count: 0, at, blockedUntil: 0 };
     const { blockedUntil } = state;
     // Counts written under a larger limit (the limit was lowered) are the whole limit now.
-    if (state.start === start) return { start, previous: Math.min(burst, state.previous), count: Math.min(burst, state.count), at, blockedUntil };
+    if (state.start === start)
+      return {
+        start,
+        previous: Math.min(burst, state.previous),
+        count: Math.min(burst, state.count),
+        at,
+        blockedUntil,
+      };
     if (state.start + w === start) return { start, previous: Math.min(burst, state.count), count: 0, at, blockedUntil };
     return { start, previous: 0, count: 0, at, blockedUntil };
   },
@@ -69,7 +76,13 @@ export const slidingWindowCounter: AlgorithmModel<SlidingWindowCounterState> = {
   },
 
   charge(state, _rule, cost) {
-    return { start: state.start, previous: state.previous, count: state.count + cost, at: state.at, blockedUntil: state.blockedUntil };
+    return {
+      start: state.start,
+      previous: state.previous,
+      count: state.count + cost,
+      at: state.at,
+      blockedUntil: state.blockedUntil,
+    };
   },
 
   refund(state, { rps, burst }, cost, chargedAt) {
@@ -94,7 +107,13 @@ export const SLIDING_WINDOW_COUNTER: AlgorithmDescriptor<SlidingWindowCounterSta
       row[o + 3] = state.at;
       row[o + 4] = state.blockedUntil;
     },
-    read: (row, o) => ({ start: row[o], previous: row[o + 1], count: row[o + 2], at: row[o + 3], blockedUntil: row[o + 4] }),
+    read: (row, o) => ({
+      start: row[o],
+      previous: row[o + 1],
+      count: row[o + 2],
+      at: row[o + 3],
+      blockedUntil: row[o + 4],
+    }),
   },
   lua: SLIDING_WINDOW_COUNTER_LUA,
   tag: 'swc',

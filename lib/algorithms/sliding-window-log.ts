@@ -121,7 +121,13 @@ export const SLIDING_WINDOW_LOG: AlgorithmDescriptor<SlidingWindowLogState> = {
       // the array itself, not a copy: the next charge appends to it in place (see the state)
       return state.times;
     },
-    read: (row, o, times) => ({ times: times as readonly number[], head: row[o], count: row[o + 1], at: row[o + 2], blockedUntil: row[o + 3] }),
+    read: (row, o, times) => ({
+      times: times as readonly number[],
+      head: row[o],
+      count: row[o + 1],
+      at: row[o + 2],
+      blockedUntil: row[o + 3],
+    }),
   },
   lua: SLIDING_WINDOW_LOG_LUA,
   tag: 'swl',

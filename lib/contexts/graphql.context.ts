@@ -162,7 +162,9 @@ export class GraphqlRateLimitContext implements RateLimitContext {
   }
 
   unavailable(): Error {
-    return withoutStack(() => new RateLimitGraphqlError(storeUnavailable, { code: 'RATE_LIMIT_UNAVAILABLE', retryAfter: 1 }));
+    return withoutStack(
+      () => new RateLimitGraphqlError(storeUnavailable, { code: 'RATE_LIMIT_UNAVAILABLE', retryAfter: 1 }),
+    );
   }
 
   /** The operation a resolver runs in, made when its first field asks; `undefined` when nothing tells its execution. */
@@ -197,8 +199,9 @@ function readOperation(graphql: GraphqlContext | null | undefined): Operation {
     return { request: req, response: typeof response === 'object' && response !== null ? response : undefined };
   }
   // over a WebSocket the socket keeps one request for all its operations
-  const upgrade = (req as { extra?: { request?: UpgradeRequest } } | undefined)?.extra?.request;
-  if (isRequest(upgrade)) return { request: { ip: upgrade.socket?.remoteAddress, headers: upgrade.headers }, response: undefined };
+  const upgrade = (req)?.extra?.request;
+  if (isRequest(upgrade))
+    return { request: { ip: upgrade.socket?.remoteAddress, headers: upgrade.headers }, response: undefined };
   const request = graphql.request ?? reply?.request;
   return { request: isRequest(request) ? request : undefined, response: undefined };
 }

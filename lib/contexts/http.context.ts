@@ -26,7 +26,11 @@ type HttpRequest = LimitedRequest & {
 const CLIENT_CLOSED_REQUEST = 499;
 
 /** The body of the 499 a request ends with when its client went away while it waited. */
-const clientClosed = { statusCode: CLIENT_CLOSED_REQUEST, error: 'Client Closed Request', message: clientClosedRequest };
+const clientClosed = {
+  statusCode: CLIENT_CLOSED_REQUEST,
+  error: 'Client Closed Request',
+  message: clientClosedRequest,
+};
 
 /**
  * HTTP requests, on Express and Fastify alike: headers go through Nest's HTTP adapter, a refusal
@@ -71,7 +75,12 @@ export class HttpRateLimitContext implements RateLimitContext {
    * The 429, built without a stack trace (see `withoutStack`). `RateLimitExceededException`'s
    * body names the policy and its `retryAfter`; a problem document lists every refusing policy.
    */
-  refusal(decision: RateLimitDecision, cost: number, context: ExecutionContext, decisions: readonly RateLimitDecision[]): Error {
+  refusal(
+    decision: RateLimitDecision,
+    cost: number,
+    context: ExecutionContext,
+    decisions: readonly RateLimitDecision[],
+  ): Error {
     if (!this.problem) return withoutStack(() => new RateLimitExceededException(decision, cost));
     this.setHeader(context, 'Content-Type', PROBLEM_JSON);
     return withoutStack(() => new RateLimitExceededException(decision, cost, quotaExceeded(decision, cost, decisions)));

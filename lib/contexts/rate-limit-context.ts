@@ -41,7 +41,12 @@ export interface RateLimitContext {
    * The error a refused request ends with; `decision` is the policy that frees up last, `cost`
    * what the request asked of it, `decisions` every policy's decision on the request.
    */
-  refusal(decision: RateLimitDecision, cost: number, context: ExecutionContext, decisions: readonly RateLimitDecision[]): Error;
+  refusal(
+    decision: RateLimitDecision,
+    cost: number,
+    context: ExecutionContext,
+    decisions: readonly RateLimitDecision[],
+  ): Error;
   /** The error a request ends with when the limiter cannot decide and `failMode` is `'closed'`. */
   unavailable(cause: unknown, context: ExecutionContext): Error;
   /** Watches for the client going away while its request waits its turn; `undefined`: it cannot tell. */

@@ -19,7 +19,10 @@ interface SeamOptions {
  * `@nestjs/websockets` and `@nestjs/microservices` as they are made: optional peers, which an
  * app without gateways or microservices lacks.
  */
-const SEAMS: Record<ContextType, (adapterHost: HttpAdapterHost, options: SeamOptions) => RateLimitContext | Promise<RateLimitContext>> = {
+const SEAMS: Record<
+  ContextType,
+  (adapterHost: HttpAdapterHost, options: SeamOptions) => RateLimitContext | Promise<RateLimitContext>
+> = {
   http: (adapterHost, { errorFormat }) => new HttpRateLimitContext(adapterHost, errorFormat),
   graphql: (adapterHost) => new GraphqlRateLimitContext(adapterHost),
   ws: () => WsRateLimitContext.load(),

@@ -45,7 +45,8 @@ export class RpcRateLimitContext implements RateLimitContext {
       import('@nestjs/microservices/constants.js'),
       import('@nestjs/microservices/enums/pattern-handler.enum.js'),
     ]);
-    const isEvent = (handler: Function): boolean => Reflect.getMetadata(PATTERN_HANDLER_METADATA, handler) === PatternHandler.EVENT;
+    const isEvent = (handler: Function): boolean =>
+      Reflect.getMetadata(PATTERN_HANDLER_METADATA, handler) === PatternHandler.EVENT;
     return new RpcRateLimitContext(RpcException, isEvent);
   }
 

@@ -117,7 +117,9 @@ export class WsRateLimitContext implements RateLimitContext {
   }
 
   unavailable(): Error {
-    return withoutStack(() => new this.Exception({ status: 'error', statusCode: 503, message: storeUnavailable, retryAfter: 1 }));
+    return withoutStack(
+      () => new this.Exception({ status: 'error', statusCode: 503, message: storeUnavailable, retryAfter: 1 }),
+    );
   }
 
   /**
@@ -127,9 +129,11 @@ export class WsRateLimitContext implements RateLimitContext {
    */
   departure(context: ExecutionContext): Departure {
     const client = context.getArgByIndex<WsClient>(0);
-    const gone = () => withoutStack(() => new this.Exception({ status: 'error', statusCode: 499, message: clientClosedRequest }));
+    const gone = () =>
+      withoutStack(() => new this.Exception({ status: 'error', statusCode: 499, message: clientClosedRequest }));
     // a client that left while the store decided: its event has been and gone
-    if (client.disconnected === true || (client.readyState ?? 0) > 1) return { signal: AbortSignal.abort(), gone, end: () => undefined };
+    if (client.disconnected === true || (client.readyState ?? 0) > 1)
+      return { signal: AbortSignal.abort(), gone, end: () => undefined };
     const { signal, end } = this.waiting.watch(client, client.handshake === undefined ? 'close' : 'disconnect');
     return { signal, gone, end };
   }

@@ -34,7 +34,10 @@ export interface HeaderPlan {
 }
 
 /** The plan of a route's headers, `undefined` when no family is sent. */
-export function headerPlan(families: readonly HeaderFamily[], policies: readonly DescribedPolicy[]): HeaderPlan | undefined {
+export function headerPlan(
+  families: readonly HeaderFamily[],
+  policies: readonly DescribedPolicy[],
+): HeaderPlan | undefined {
   if (families.length === 0 || policies.length === 0) return undefined;
   const ietf = families.includes('ietf');
   const member = (name: string, rule: DescribedRule) => `${sfString(name)};q=${limitOf(rule)};w=${windowSeconds(rule)}`;
@@ -43,7 +46,9 @@ export function headerPlan(families: readonly HeaderFamily[], policies: readonly
     policy: ietf ? policies.map(({ name, rule }) => member(name, rule)).join(', ') : undefined,
     tiered: tiered
       ? policies.map(({ name, rule, tiers }) =>
-          tiers === undefined ? member(name, rule) : new Map([...tiers.byName].map(([tier, { rule }]) => [tier, member(name, rule)])),
+          tiers === undefined
+            ? member(name, rule)
+            : new Map([...tiers.byName].map(([tier, { rule }]) => [tier, member(name, rule)])),
         )
       : undefined,
     members: policies.map(({ name }) => `${sfString(name)};r=`),
@@ -67,21 +72,33 @@ export function headerPlan(families: readonly HeaderFamily[], policies: readonly
  *
  * @param nowMs the time decisions were made at, Unix ms (the store's clock), that `X-RateLimit-Reset` counts from
  */
-export function rateLimitHeaders(plan: HeaderPlan, decisions: readonly RateLimitDecision[], nowMs: number): Array<[string, string]> {
+export function rateLimitHeaders(
+  plan: HeaderPlan,
+  decisions: readonly RateLimitDecision[],
+  nowMs: number,
+): Array<[string, string]> {
   const headers: Array<[string, string]> = [];
   writeRateLimitHeaders(plan, decisions, nowMs, (name, value) => headers.push([name, value]));
   return headers;
 }
 
 /** `rateLimitHeaders`, each handed to `set` as it is made: the guard's way, with no list and no pair per header. */
-export function writeRateLimitHeaders(plan: HeaderPlan, decisions: readonly RateLimitDecision[], nowMs: number, set: (name: string, value: string) => void): void {
+export function writeRateLimitHeaders(
+  plan: HeaderPlan,
+  decisions: readonly RateLimitDecision[],
+  nowMs: number,
+  set: (name: string, value: string) => void,
+): void {
   if (plan.policy !== undefined) {
     let members = '';
     for (let i = 0; i < decisions.length; i++) {
       const d = decisions[i];
       members += `${i === 0 ? '' : ', '}${plan.members[i]}${d.remaining};t=${d.resetAfter}`;
     }
-    set('RateLimit-Policy', plan.tiered === undefined ? plan.policy : tieredPolicy(plan.tiered, decisions, plan.policy));
+    set(
+      'RateLimit-Policy',
+      plan.tiered === undefined ? plan.policy : tieredPolicy(plan.tiered, decisions, plan.policy),
+    );
     set('RateLimit', members);
   }
   if (!plan.xRateLimit && !plan.legacy) return;
@@ -120,7 +137,11 @@ export function limiting(decisions: readonly RateLimitDecision[]): RateLimitDeci
 }
 
 /** `RateLimit-Policy` with each tiered policy's member for the tier it decided in (the default tier's when its store named none). */
-function tieredPolicy(tiered: ReadonlyArray<string | ReadonlyMap<string, string>>, decisions: readonly RateLimitDecision[], byDefault: string): string {
+function tieredPolicy(
+  tiered: ReadonlyArray<string | ReadonlyMap<string, string>>,
+  decisions: readonly RateLimitDecision[],
+  byDefault: string,
+): string {
   let value = '';
   for (let i = 0; i < tiered.length; i++) {
     const member = tiered[i];

@@ -1,5 +1,12 @@
 import type { RateLimitDecision } from '../stores/rate-limit-store.interface.js';
-import { type DescribedPolicy, type HeaderFamily, type HeaderPlan, headerPlan, limiting, writeRateLimitHeaders } from './rate-limit-headers.js';
+import {
+  type DescribedPolicy,
+  type HeaderFamily,
+  type HeaderPlan,
+  headerPlan,
+  limiting,
+  writeRateLimitHeaders,
+} from './rate-limit-headers.js';
 
 /**
  * The decisions an answer that several of them share has been given (a GraphQL HTTP response:
@@ -44,7 +51,11 @@ export class SharedAnswer {
    *
    * @param nowMs wall-clock time, ms, that `X-RateLimit-Reset` counts from
    */
-  write(families: readonly HeaderFamily[], nowMs: number, set: (name: string, value: string | undefined) => void): void {
+  write(
+    families: readonly HeaderFamily[],
+    nowMs: number,
+    set: (name: string, value: string | undefined) => void,
+  ): void {
     if (this.plan === undefined) this.plan = headerPlan(families, this.policies) ?? null;
     if (this.plan !== null) writeRateLimitHeaders(this.plan, this.decisions, nowMs, set);
     if (this.refused !== undefined || this.unavailable) set('Retry-After', this.retryAfter());
@@ -62,7 +73,8 @@ export class SharedAnswer {
    * does: no wait would do), else 1 when the limiter could not answer; `undefined`: none.
    */
   retryAfter(): string | undefined {
-    if (this.refused !== undefined) return Number.isFinite(this.refused.retryAfter) ? String(this.refused.retryAfter) : undefined;
+    if (this.refused !== undefined)
+      return Number.isFinite(this.refused.retryAfter) ? String(this.refused.retryAfter) : undefined;
     return this.unavailable ? '1' : undefined;
   }
 }

@@ -10,7 +10,9 @@ import { ALGORITHM_DESCRIPTORS } from '../algorithms/registry.js';
  * a rule that has one, and an older deploy never rewrites (and loses) it.
  */
 function tagOf(rule: Algorithm | Pick<Rule, 'algorithm' | 'blockMs'>): string {
-  return typeof rule === 'string' ? ALGORITHM_DESCRIPTORS[rule].tag : `${ALGORITHM_DESCRIPTORS[rule.algorithm].tag}${rule.blockMs === undefined ? '' : '.b'}`;
+  return typeof rule === 'string'
+    ? ALGORITHM_DESCRIPTORS[rule].tag
+    : `${ALGORITHM_DESCRIPTORS[rule.algorithm].tag}${rule.blockMs === undefined ? '' : '.b'}`;
 }
 
 /**
@@ -25,7 +27,12 @@ function tagOf(rule: Algorithm | Pick<Rule, 'algorithm' | 'blockMs'>): string {
  *
  * @example bucketKey('rl:', 'per-user', 'token_bucket', 'user:42')  // 'rl:per-user:tb:{6j_UO-HlfWLhY9rh}'
  */
-export function bucketKey(prefix: string, policyName: string, rule: Algorithm | Pick<Rule, 'algorithm' | 'blockMs'>, identity: string): string {
+export function bucketKey(
+  prefix: string,
+  policyName: string,
+  rule: Algorithm | Pick<Rule, 'algorithm' | 'blockMs'>,
+  identity: string,
+): string {
   return keyOf(keyPrefix(prefix, policyName, rule), identity);
 }
 
@@ -34,8 +41,15 @@ export function bucketKey(prefix: string, policyName: string, rule: Algorithm | 
  * for one tier of a tiered policy `<prefix><policy name>:<algorithm tag>:<tier>:{`: worked out
  * once per policy, so a request only adds its digest.
  */
-export function keyPrefix(prefix: string, policyName: string, rule: Algorithm | Pick<Rule, 'algorithm' | 'blockMs'>, tier?: string): string {
-  return tier === undefined ? `${prefix}${policyName}:${tagOf(rule)}:{` : `${prefix}${policyName}:${tagOf(rule)}:${tier}:{`;
+export function keyPrefix(
+  prefix: string,
+  policyName: string,
+  rule: Algorithm | Pick<Rule, 'algorithm' | 'blockMs'>,
+  tier?: string,
+): string {
+  return tier === undefined
+    ? `${prefix}${policyName}:${tagOf(rule)}:{`
+    : `${prefix}${policyName}:${tagOf(rule)}:${tier}:{`;
 }
 
 /** The bucket key of `identity` under a policy's `keyPrefix`. */

@@ -76,7 +76,9 @@ async function awaited(
 ): Promise<string> {
   let identity: string | undefined;
   try {
-    identity = customIdentity(await withinTimeout(value, options.timeout, () => new KeyTimeoutError(keyTimedOut(options.timeout))));
+    identity = customIdentity(
+      await withinTimeout(value, options.timeout, () => new KeyTimeoutError(keyTimedOut(options.timeout))),
+    );
   } catch (error) {
     if (!(error instanceof KeyTimeoutError) || options.failMode !== 'local') throw error;
   }
@@ -110,7 +112,11 @@ function ipIdentity(request: LimitedRequest, { ipv6Subnet }: KeyOptions): string
   return identity;
 }
 
-function fromSource(source: Exclude<KeySource, Function>, request: LimitedRequest, options: KeyOptions): string | undefined {
+function fromSource(
+  source: Exclude<KeySource, Function>,
+  request: LimitedRequest,
+  options: KeyOptions,
+): string | undefined {
   switch (source) {
     case 'ip':
       return ipIdentity(request, options);

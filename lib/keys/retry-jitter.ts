@@ -28,6 +28,12 @@ export function jitteredRetryAfter(retryAfter: number, jitter: number, key: stri
 }
 
 /** Refused decisions with their `retryAfter` jittered (see `jitteredRetryAfter`), by the key of each one's request. */
-export function withJitter<D extends { allowed: boolean; retryAfter: number }>(decisions: D[], requests: readonly { key: string }[], jitter: number): D[] {
-  return decisions.map((d, i) => (d.allowed ? d : { ...d, retryAfter: jitteredRetryAfter(d.retryAfter, jitter, requests[i].key) }));
+export function withJitter<D extends { allowed: boolean; retryAfter: number }>(
+  decisions: D[],
+  requests: readonly { key: string }[],
+  jitter: number,
+): D[] {
+  return decisions.map((d, i) =>
+    d.allowed ? d : { ...d, retryAfter: jitteredRetryAfter(d.retryAfter, jitter, requests[i].key) },
+  );
 }

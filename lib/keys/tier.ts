@@ -21,7 +21,8 @@ interface TierReader {
  * (the module's `timeout`), names none (the policy's `defaultTier` applies).
  */
 export function resolveTier(source: TierSource, { request, context, record }: TierReader, timeoutMs: number): Named {
-  if (typeof source !== 'function') return tierName((request.user as Record<string, unknown> | null | undefined)?.[source.slice('user:'.length)]);
+  if (typeof source !== 'function')
+    return tierName((request.user as Record<string, unknown> | null | undefined)?.[source.slice('user:'.length)]);
   const memo = (record.tiers ??= new Map());
   if (memo.has(source)) return memo.get(source);
   const named = callTier(source, context, timeoutMs);

@@ -83,7 +83,10 @@ export class AdaptiveRates {
     for (const [name, steered] of this.policies) {
       const p99 = steered.p99(since);
       const { latency, min } = steered.target;
-      const factor = p99 !== undefined && p99 > latency ? Math.max(min, steered.factor * STEP_DOWN) : Math.min(1, steered.factor + STEP_UP);
+      const factor =
+        p99 !== undefined && p99 > latency
+          ? Math.max(min, steered.factor * STEP_DOWN)
+          : Math.min(1, steered.factor + STEP_UP);
       if (factor !== steered.factor) this.steer(name, steered, factor);
       if (p99 !== undefined || factor < 1) busy = true;
       else this.policies.delete(name);

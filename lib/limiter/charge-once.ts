@@ -4,7 +4,10 @@ import { type CallRecord, type Charge, type LimitedCall, recordOn } from './limi
 type Enforce = (policies: readonly RoutePolicy[]) => boolean | Promise<boolean>;
 
 /** Each route's policies split by where a GraphQL field charges them, worked out once per route. */
-const SPLITS = new WeakMap<readonly RoutePolicy[], { operation: readonly RoutePolicy[]; own: readonly RoutePolicy[] }>();
+const SPLITS = new WeakMap<
+  readonly RoutePolicy[],
+  { operation: readonly RoutePolicy[]; own: readonly RoutePolicy[] }
+>();
 
 /**
  * Charges a request or message once per policy, however many times the guard runs on it (a
@@ -21,7 +24,10 @@ export function chargeOnce(call: LimitedCall, enforce: Enforce): boolean | Promi
   if (call.selection === call.target) return chargeOn(call.record, route, enforce);
   let split = SPLITS.get(route);
   if (split === undefined) {
-    split = { operation: route.filter((policy) => policy.onHandler !== true), own: route.filter((policy) => policy.onHandler === true) };
+    split = {
+      operation: route.filter((policy) => policy.onHandler !== true),
+      own: route.filter((policy) => policy.onHandler === true),
+    };
     SPLITS.set(route, split);
   }
   const operation = split.operation.length === 0 ? true : chargeOn(call.record, split.operation, enforce);

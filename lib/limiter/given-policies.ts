@@ -26,13 +26,25 @@ export class GivenPolicies {
    * @throws InvalidPolicyError for a bad policy or two with one name; TypeError or RangeError for
    * a bad identity, cost or tier
    */
-  requests(where: string, identity: string, policies: RateLimitPolicy | RateLimitPolicy[], cost: number, tier: string | undefined): RateLimitRequest[] {
-    if (typeof identity !== 'string') throw new TypeError(invalidArgument(where, 'identity', identity, "must be a string such as 'user:42'"));
-    if (tier !== undefined && typeof tier !== 'string') throw new TypeError(invalidArgument(where, 'tier', tier, "must be a tier's name, a string"));
+  requests(
+    where: string,
+    identity: string,
+    policies: RateLimitPolicy | RateLimitPolicy[],
+    cost: number,
+    tier: string | undefined,
+  ): RateLimitRequest[] {
+    if (typeof identity !== 'string')
+      throw new TypeError(invalidArgument(where, 'identity', identity, "must be a string such as 'user:42'"));
+    if (tier !== undefined && typeof tier !== 'string')
+      throw new TypeError(invalidArgument(where, 'tier', tier, "must be a tier's name, a string"));
     checkCost(cost, where, 'cost');
     const requests = (Array.isArray(policies) ? policies : [policies]).map((policy) => {
       let compiled = this.compiled.get(policy);
-      if (!compiled) this.compiled.set(policy, (compiled = routePolicy(resolvePolicy(policy, 'RateLimiterService', 'default'), this.defaults)));
+      if (!compiled)
+        this.compiled.set(
+          policy,
+          (compiled = routePolicy(resolvePolicy(policy, 'RateLimiterService', 'default'), this.defaults)),
+        );
       return storeRequest(this.scales.scaled(compiled), identity, cost, tier);
     });
     // a policy's name is its bucket: two of one name would be one bucket under two rules, as a route refuses

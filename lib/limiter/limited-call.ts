@@ -71,7 +71,11 @@ export function recordOn(holder: object): CallRecord {
  * The guard's run on a request in `context`, or `undefined` when nothing limits it: its route has
  * no policies, or the seam limits nothing there (a GraphQL subscription, say).
  */
-export function limitedCall(context: ExecutionContext, seam: RateLimitContext, route: readonly RoutePolicy[]): LimitedCall | undefined {
+export function limitedCall(
+  context: ExecutionContext,
+  seam: RateLimitContext,
+  route: readonly RoutePolicy[],
+): LimitedCall | undefined {
   if (route.length === 0) return undefined;
   const request = seam.request(context);
   if (request === undefined) return undefined;
@@ -81,7 +85,10 @@ export function limitedCall(context: ExecutionContext, seam: RateLimitContext, r
 }
 
 /** What an admitted request owes its policies that watch its outcome; `undefined` when none does. */
-export function watchedOf(policies: readonly RoutePolicy[], decisions: readonly RateLimitDecision[]): Watched | undefined {
+export function watchedOf(
+  policies: readonly RoutePolicy[],
+  decisions: readonly RateLimitDecision[],
+): Watched | undefined {
   let watched: Watched | undefined;
   for (let i = 0; i < policies.length; i++) {
     const policy = policies[i];

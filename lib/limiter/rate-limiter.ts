@@ -90,8 +90,13 @@ export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShut
    * @throws RateLimitStoreError (or rejects with it) when the store cannot decide and `failMode` is
    * not 'local'; rejects with what building the requests rejected with
    */
-  decide(call: LimitedCall, policies: readonly RoutePolicy[], requests: readonly RateLimitRequest[] | Promise<readonly RateLimitRequest[]>): RateLimitVerdict | Promise<RateLimitVerdict> {
-    if (!Array.isArray(requests)) return (requests as Promise<readonly RateLimitRequest[]>).then((built) => this.decide(call, policies, built));
+  decide(
+    call: LimitedCall,
+    policies: readonly RoutePolicy[],
+    requests: readonly RateLimitRequest[] | Promise<readonly RateLimitRequest[]>,
+  ): RateLimitVerdict | Promise<RateLimitVerdict> {
+    if (!Array.isArray(requests))
+      return (requests as Promise<readonly RateLimitRequest[]>).then((built) => this.decide(call, policies, built));
     const decided = this.decisions(requests, true);
     if (Array.isArray(decided)) return this.verdict(call.context, policies, requests, decided);
     return decided.then((decisions) => this.verdict(call.context, policies, requests, decisions));
@@ -116,13 +121,26 @@ export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShut
   }
 
   /** Decides policies given in code (`RateLimiterService.consume` and `peek`); `where` names the call in messages. */
-  async decideGiven(where: string, identity: string, policies: RateLimitPolicy | RateLimitPolicy[], cost: number, tier: string | undefined, charge: boolean): Promise<RateLimitDecision[]> {
+  async decideGiven(
+    where: string,
+    identity: string,
+    policies: RateLimitPolicy | RateLimitPolicy[],
+    cost: number,
+    tier: string | undefined,
+    charge: boolean,
+  ): Promise<RateLimitDecision[]> {
     return this.decisions(this.given.requests(where, identity, policies, cost, tier), charge);
   }
 
   /** Forgets the buckets of `identity` under policies given in code. */
-  async reset(identity: string, policies: RateLimitPolicy | RateLimitPolicy[], tier: string | undefined): Promise<void> {
-    const keys = this.given.requests('RateLimiterService.reset', identity, policies, 1, tier).map((request) => request.key);
+  async reset(
+    identity: string,
+    policies: RateLimitPolicy | RateLimitPolicy[],
+    tier: string | undefined,
+  ): Promise<void> {
+    const keys = this.given
+      .requests('RateLimiterService.reset', identity, policies, 1, tier)
+      .map((request) => request.key);
     await this.calls.reset(keys);
   }
 
@@ -182,21 +200,35 @@ export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShut
   }
 
   /** The store's decisions, jittered where the store's answers and its remembered refusals meet, so both say the same. */
-  private decisions(requests: readonly RateLimitRequest[], charge: boolean): RateLimitDecision[] | Promise<RateLimitDecision[]> {
+  private decisions(
+    requests: readonly RateLimitRequest[],
+    charge: boolean,
+  ): RateLimitDecision[] | Promise<RateLimitDecision[]> {
     const decided = this.calls.decide(requests, charge);
     const { retryAfterJitter: jitter } = this.options;
     if (jitter === 0) return decided;
-    return Array.isArray(decided) ? withJitter(decided, requests, jitter) : decided.then((decisions) => withJitter(decisions, requests, jitter));
+    return Array.isArray(decided)
+      ? withJitter(decided, requests, jitter)
+      : decided.then((decisions) => withJitter(decisions, requests, jitter));
   }
 
-  private verdict(context: ExecutionContext, policies: readonly RoutePolicy[], requests: readonly RateLimitRequest[], decisions: RateLimitDecision[]): RateLimitVerdict {
+  private verdict(
+    context: ExecutionContext,
+    policies: readonly RoutePolicy[],
+    requests: readonly RateLimitRequest[],
+    decisions: RateLimitDecision[],
+  ): RateLimitVerdict {
     const named = limiting(decisions);
     this.telemetry.decided(context, decisions, named.allowed);
     return { policies, requests, decisions, limiting: named, allowed: named.allowed };
   }
 
   /** Sleeps until the turn comes; when the wait ends early, gives the charge back and rejects. */
-  private async waitTurn(decisions: readonly RateLimitDecision[], ms: number, signal: AbortSignal | undefined): Promise<void> {
+  private async waitTurn(
+    decisions: readonly RateLimitDecision[],
+    ms: number,
+    signal: AbortSignal | undefined,
+  ): Promise<void> {
     const started = performance.now();
     if (await this.sleepers.wait(ms, signal)) return this.telemetry.queued(decisions, started);
     await this.refund(decisions);

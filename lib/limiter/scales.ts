@@ -36,7 +36,10 @@ export class Scales {
   private active = false;
   /** Bumped on every change: copies made before it are stale. */
   private version = 0;
-  private readonly copies = new WeakMap<readonly RoutePolicy[], { version: number; policies: readonly RoutePolicy[] }>();
+  private readonly copies = new WeakMap<
+    readonly RoutePolicy[],
+    { version: number; policies: readonly RoutePolicy[] }
+  >();
 
   /**
    * Sets a policy's factor (`'*'`: every policy's, forgetting their own). `known` are the policies
@@ -48,11 +51,13 @@ export class Scales {
    */
   set(name: string, factor: number, known: Iterable<RoutePolicy> = []): void {
     const where = 'RateLimiterService.setScale';
-    if (typeof name !== 'string') throw new TypeError(invalidArgument(where, 'policyName', name, "must be a policy's name or '*'"));
+    if (typeof name !== 'string')
+      throw new TypeError(invalidArgument(where, 'policyName', name, "must be a policy's name or '*'"));
     if (typeof factor !== 'number' || !(factor > 0 && factor <= 1)) {
       throw new RangeError(invalidArgument(where, 'factor', factor, 'must be a number above 0 and at most 1'));
     }
-    if (factor < LEAST_FACTOR) throw new RangeError(invalidArgument(where, 'factor', factor, factorAtLeast(LEAST_FACTOR, 'every policy')));
+    if (factor < LEAST_FACTOR)
+      throw new RangeError(invalidArgument(where, 'factor', factor, factorAtLeast(LEAST_FACTOR, 'every policy')));
     for (const policy of known) {
       if (name !== '*' && policy.name !== name) continue;
       for (const tier of rulesOf(policy)) {

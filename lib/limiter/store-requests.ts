@@ -25,7 +25,9 @@ export function storeRequests(
       requests[i] = storeRequest(policy, key, tokens, named);
       continue;
     }
-    const settled = Promise.all([key, tokens, named]).then(([k, t, n]) => (requests[i] = storeRequest(policy, k, t, n)));
+    const settled = Promise.all([key, tokens, named]).then(
+      ([k, t, n]) => (requests[i] = storeRequest(policy, k, t, n)),
+    );
     (pending ??= []).push(settled);
   }
   return pending === undefined ? requests : Promise.all(pending).then(() => requests);

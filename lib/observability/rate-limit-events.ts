@@ -12,7 +12,8 @@ import type { RateLimitDecision } from '../stores/rate-limit-store.interface.js'
  * answered); `local` (decided by the in-process limiter of `failMode: 'local'`); `skipped` (a
  * `skipIf` let it pass uncharged).
  */
-export type RateLimitResult = 'allowed' | 'refused' | 'shadow_refused' | 'failed_open' | 'failed_closed' | 'local' | 'skipped';
+export type RateLimitResult =
+  'allowed' | 'refused' | 'shadow_refused' | 'failed_open' | 'failed_closed' | 'local' | 'skipped';
 
 /**
  * The message of the `nestjs-ratelimit:decision` diagnostics channel: one per request or message
@@ -47,7 +48,11 @@ const decisionChannel = channel('nestjs-ratelimit:decision');
 const storeErrorChannel = channel('nestjs-ratelimit:store-error');
 
 /** Publishes a decision, built only when someone listens. */
-export function publishDecision(context: ExecutionContext, decisions: readonly RateLimitDecision[], result: RateLimitResult): void {
+export function publishDecision(
+  context: ExecutionContext,
+  decisions: readonly RateLimitDecision[],
+  result: RateLimitResult,
+): void {
   if (!decisionChannel.hasSubscribers) return;
   const event: RateLimitDecisionEvent = { context: context.getType(), route: routeName(context), decisions, result };
   decisionChannel.publish(event);

@@ -14,7 +14,9 @@ export interface StoreMetrics {
 }
 
 /** Store calls take microseconds (memory) to the module's `timeout` (100 ms by default), s. */
-const STORE_BUCKETS = [0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1];
+const STORE_BUCKETS = [
+  0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+];
 /** A `leaky_bucket` turn comes within `burst / rps`: milliseconds to minutes, s. */
 const QUEUE_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
 const STORE_CALL_OUTCOMES: readonly StoreCallOutcome[] = ['ok', 'timeout', 'error', 'breaker_open', 'cached'];
@@ -81,7 +83,11 @@ export class RateLimitMetrics {
     if (byContext === undefined) this.requestAttributes.set(policy, (byContext = new Map()));
     let byResult = byContext.get(context);
     if (byResult === undefined) byContext.set(context, (byResult = {}));
-    const attributes = (byResult[result] ??= { 'ratelimit.policy': policy, 'ratelimit.result': result, 'ratelimit.context': context });
+    const attributes = (byResult[result] ??= {
+      'ratelimit.policy': policy,
+      'ratelimit.result': result,
+      'ratelimit.context': context,
+    });
     this.requests.add(1, attributes);
   }
 
@@ -94,7 +100,9 @@ export class RateLimitMetrics {
 
   /** The instruments of a store's calls, with every attribute set they use made now. */
   forStore(store: StoreKind): StoreMetrics {
-    const outcomes = new Map(STORE_CALL_OUTCOMES.map((outcome) => [outcome, { 'ratelimit.store': store, 'ratelimit.store.outcome': outcome }]));
+    const outcomes = new Map(
+      STORE_CALL_OUTCOMES.map((outcome) => [outcome, { 'ratelimit.store': store, 'ratelimit.store.outcome': outcome }]),
+    );
     const open = { 'ratelimit.store': store, 'ratelimit.breaker.state': 'open' };
     const closed = { 'ratelimit.store': store, 'ratelimit.breaker.state': 'closed' };
     return {

@@ -34,7 +34,8 @@ export class RateLimitTelemetry {
     const shadow = this.options.mode === 'shadow';
     if (this.metrics !== null) {
       const type = context.getType();
-      for (const decision of decisions) this.metrics.request(decision.policy, type, resultOf(decision.allowed, local, shadow));
+      for (const decision of decisions)
+        this.metrics.request(decision.policy, type, resultOf(decision.allowed, local, shadow));
     }
     publishDecision(context, decisions, resultOf(allowed, local, shadow));
   }
@@ -54,7 +55,8 @@ export class RateLimitTelemetry {
   /** A request the store could not decide, and whether the guard's `failMode` answer let it pass (failed open) or not (failed closed). */
   failedOver(context: ExecutionContext, policies: readonly { name: string }[], passed: boolean): void {
     const result: RateLimitResult = passed ? 'failed_open' : 'failed_closed';
-    if (this.metrics !== null) for (const policy of policies) this.metrics.request(policy.name, context.getType(), result);
+    if (this.metrics !== null)
+      for (const policy of policies) this.metrics.request(policy.name, context.getType(), result);
     publishDecision(context, NO_DECISIONS, result);
   }
 

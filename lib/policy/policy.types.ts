@@ -46,10 +46,7 @@ export type KeySource =
  * @example cost: 'header:x-request-weight'
  */
 export type CostSource =
-  | number
-  | `header:${string}`
-  | `query:${string}`
-  | ((context: ExecutionContext) => number | Promise<number>);
+  number | `header:${string}` | `query:${string}` | ((context: ExecutionContext) => number | Promise<number>);
 
 /**
  * Where a tiered policy reads a request's tier: `'user:<field>'` is `req.user[field]` (as the
@@ -62,8 +59,7 @@ export type CostSource =
  * @example tier: async (ctx) => (await plans.of(ctx.switchToHttp().getRequest().user))?.tier
  */
 export type TierSource =
-  | `user:${string}`
-  | ((context: ExecutionContext) => string | undefined | Promise<string | undefined>);
+  `user:${string}` | ((context: ExecutionContext) => string | undefined | Promise<string | undefined>);
 
 /** The limit fields one tier sets, as a policy says them. */
 export type TierLimits = Pick<RateLimitPolicy, 'algorithm' | 'rps' | 'tokensPerSecond' | 'burst' | 'limit' | 'window'>;

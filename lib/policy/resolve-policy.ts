@@ -1,12 +1,28 @@
 import { ALGORITHMS, type Algorithm, type Rule, WINDOW_ALGORITHMS } from '../algorithms/algorithm.types.js';
 import { invalidPolicy, invalidPolicyField, invalidPolicyValue } from '../rate-limit.messages.js';
 import { factorAtLeast, MAX_REFILL_DAYS, MAX_RPS, refillTooSlow } from './policy-bounds.js';
-import type { CostSource, KeySource, RateLimitPolicy, ResolvedPolicy, ResolvedTiers, TierLimits } from './policy.types.js';
+import type {
+  CostSource,
+  KeySource,
+  RateLimitPolicy,
+  ResolvedPolicy,
+  ResolvedTiers,
+  TierLimits,
+} from './policy.types.js';
 import { OUTCOME_FIELDS, resolveOutcomeFields } from './resolve-outcome-fields.js';
 import { resolveTiers, TIER_FIELDS } from './resolve-tiers.js';
 
 const FIELDS = new Set<string>([
-  'algorithm', 'rps', 'tokensPerSecond', 'burst', 'limit', 'window', 'cost', 'defaultCost', 'key', 'name',
+  'algorithm',
+  'rps',
+  'tokensPerSecond',
+  'burst',
+  'limit',
+  'window',
+  'cost',
+  'defaultCost',
+  'key',
+  'name',
   ...TIER_FIELDS,
   'blockFor',
   ...OUTCOME_FIELDS,
@@ -79,9 +95,17 @@ export function resolveKeySources(key: unknown, fail: Fail): readonly KeySource[
   if (list.length > 0 && bad === -1) return list as KeySource[];
   const [field, value] = bad === -1 ? ['key', key] : [Array.isArray(key) ? `key[${bad}]` : 'key', list[bad]];
   if (typeof value === 'string' && value.startsWith('header:')) {
-    fail(field, value, `must be 'header:<name>' with an HTTP header name such as 'header:x-tenant-id': ${HEADER_NAME_CHARS}`);
+    fail(
+      field,
+      value,
+      `must be 'header:<name>' with an HTTP header name such as 'header:x-tenant-id': ${HEADER_NAME_CHARS}`,
+    );
   }
-  return fail(field, value, `must be 'ip', 'user', 'api-key', 'header:<name>', a function, or a non-empty list of those`);
+  return fail(
+    field,
+    value,
+    `must be 'ip', 'user', 'api-key', 'header:<name>', a function, or a non-empty list of those`,
+  );
 }
 
 /**
@@ -90,7 +114,9 @@ export function resolveKeySources(key: unknown, fail: Fail): readonly KeySource[
  * brace in a computed method name) is percent-encoded as UTF-8.
  */
 function defaultPolicyName(name: string): string {
-  const encoded = name.replace(/[^\x21-\x7a|~]/gu, (char) => Buffer.from(char).toString('hex').toUpperCase().replace(/../g, '%$&'));
+  const encoded = name.replace(/[^\x21-\x7a|~]/gu, (char) =>
+    Buffer.from(char).toString('hex').toUpperCase().replace(/../g, '%$&'),
+  );
   return encoded === '' ? 'anonymous' : encoded;
 }
 
@@ -114,16 +140,28 @@ export function resolvePolicy(policy: RateLimitPolicy, where: string, defaultNam
   }
   for (const field of Object.keys(policy)) {
     if (!FIELDS.has(field)) {
-      fail(field, (policy as Record<string, unknown>)[field], `is not a policy field (the fields are ${[...FIELDS].join(', ')})`);
+      fail(
+        field,
+        (policy as Record<string, unknown>)[field],
+        `is not a policy field (the fields are ${[...FIELDS].join(', ')})`,
+      );
     }
   }
 
   const cost = policy.cost === undefined ? 1 : policy.cost;
   if (typeof cost === 'string' && cost.startsWith('header:') && !isHeaderName(cost.slice('header:'.length))) {
-    fail('cost', cost, `must be 'header:<name>' with an HTTP header name such as 'header:x-request-weight': ${HEADER_NAME_CHARS}`);
+    fail(
+      'cost',
+      cost,
+      `must be 'header:<name>' with an HTTP header name such as 'header:x-request-weight': ${HEADER_NAME_CHARS}`,
+    );
   }
   if (cost === 'query:') fail('cost', cost, `must be 'query:<name>' with a parameter name such as 'query:weight'`);
-  if (!(isPositive(cost) || typeof cost === 'function' || (typeof cost === 'string' && /^(header|query):/.test(cost)))) {
+  if (!(
+    isPositive(cost) ||
+    typeof cost === 'function' ||
+    (typeof cost === 'string' && /^(header|query):/.test(cost))
+  )) {
     fail('cost', cost, `must be a positive number, 'header:<name>', 'query:<name>' or a function`);
   }
   const defaultCost = policy.defaultCost === undefined ? 1 : policy.defaultCost;
@@ -134,14 +172,22 @@ export function resolvePolicy(policy: RateLimitPolicy, where: string, defaultNam
   // a tiered policy has a rule per tier, each checked as a policy's own, in messages that name the tier
   const tiered = resolveTiers(policy, fail, conflict);
   const tiers: ResolvedTiers | undefined = tiered && {
-    rules: new Map(tiered.limits.map(([tier, limits]) => {
-      const failIn: Fail = (field, value, expected) => fail(`tiers.${tier}.${field}`, value, expected);
-      return [tier, resolveRule(limits, cost, defaultCost, blockMs, failIn, (problem) => conflict(`tier "${tier}": ${problem}`))];
-    })),
+    rules: new Map(
+      tiered.limits.map(([tier, limits]) => {
+        const failIn: Fail = (field, value, expected) => fail(`tiers.${tier}.${field}`, value, expected);
+        return [
+          tier,
+          resolveRule(limits, cost, defaultCost, blockMs, failIn, (problem) => conflict(`tier "${tier}": ${problem}`)),
+        ];
+      }),
+    ),
     source: tiered.source,
     defaultTier: tiered.defaultTier,
   };
-  const rule = tiers === undefined ? resolveRule(policy, cost, defaultCost, blockMs, fail, conflict) : tiers.rules.get(tiers.defaultTier)!;
+  const rule =
+    tiers === undefined
+      ? resolveRule(policy, cost, defaultCost, blockMs, fail, conflict)
+      : tiers.rules.get(tiers.defaultTier)!;
 
   const key = policy.key === undefined ? undefined : resolveKeySources(policy.key, fail);
 
@@ -149,7 +195,11 @@ export function resolvePolicy(policy: RateLimitPolicy, where: string, defaultNam
     policy.name !== undefined &&
     (typeof policy.name !== 'string' || !NAME.test(policy.name) || policy.name.length > MAX_NAME_LENGTH)
   ) {
-    fail('name', policy.name, `must be a string of 1 to ${MAX_NAME_LENGTH} visible ASCII characters, without spaces or braces`);
+    fail(
+      'name',
+      policy.name,
+      `must be a string of 1 to ${MAX_NAME_LENGTH} visible ASCII characters, without spaces or braces`,
+    );
   }
   const name = policy.name === undefined ? defaultPolicyName(defaultName) : policy.name;
 
@@ -157,9 +207,12 @@ export function resolvePolicy(policy: RateLimitPolicy, where: string, defaultNam
   // the adaptive factor scales every tier's rate: none may pass the bound on refilling
   const min = outcome.adaptive?.min ?? 1;
   for (const [tier, each] of tiers === undefined ? [[undefined, rule] as const] : tiers.rules) {
-    if (refillTooSlow(each, min)) fail('adaptive.min', min, factorAtLeast(each, tier === undefined ? 'the policy' : `tier "${tier}"`));
+    if (refillTooSlow(each, min))
+      fail('adaptive.min', min, factorAtLeast(each, tier === undefined ? 'the policy' : `tier "${tier}"`));
   }
-  return tiers === undefined ? { name, rule, cost, defaultCost, key, ...outcome } : { name, rule, cost, defaultCost, key, tiers, ...outcome };
+  return tiers === undefined
+    ? { name, rule, cost, defaultCost, key, ...outcome }
+    : { name, rule, cost, defaultCost, key, tiers, ...outcome };
 }
 
 /**
@@ -167,7 +220,14 @@ export function resolvePolicy(policy: RateLimitPolicy, where: string, defaultNam
  *
  * @throws InvalidPolicyError through `fail` or `conflict`
  */
-function resolveRule(limits: TierLimits, cost: CostSource, defaultCost: number, blockMs: number | undefined, fail: Fail, conflict: (problem: string) => never): Rule {
+function resolveRule(
+  limits: TierLimits,
+  cost: CostSource,
+  defaultCost: number,
+  blockMs: number | undefined,
+  fail: Fail,
+  conflict: (problem: string) => never,
+): Rule {
   // A field set to null is a value, and refused as one: only a field left out takes its default.
   const algorithm: Algorithm = limits.algorithm === undefined ? 'token_bucket' : limits.algorithm;
   if (!ALGORITHMS.includes(algorithm)) {
@@ -176,14 +236,20 @@ function resolveRule(limits: TierLimits, cost: CostSource, defaultCost: number, 
 
   const { rps, burst, capacity } = resolveRate(limits, fail, conflict);
   if (WINDOW_ALGORITHMS.has(algorithm) && (burst * 1000) / rps < 1) {
-    conflict(`"${algorithm}" counts in windows of whole milliseconds, and burst / rps = ${burst} / ${rps} s is under 1 ms; lower "rps" or raise "burst"`);
+    conflict(
+      `"${algorithm}" counts in windows of whole milliseconds, and burst / rps = ${burst} / ${rps} s is under 1 ms; lower "rps" or raise "burst"`,
+    );
   }
   // A cost above the capacity is refused on every request, forever: surely not what was meant.
   if (typeof cost === 'number' && cost > burst) {
-    conflict(`"cost" ${cost} is more than "${capacity}" ${burst}, so no request could ever pass; lower "cost" or raise "${capacity}"`);
+    conflict(
+      `"cost" ${cost} is more than "${capacity}" ${burst}, so no request could ever pass; lower "cost" or raise "${capacity}"`,
+    );
   }
   if (typeof cost !== 'number' && defaultCost > burst) {
-    conflict(`"defaultCost" ${defaultCost} is more than "${capacity}" ${burst}, so every request without a usable cost would be refused; lower "defaultCost" or raise "${capacity}"`);
+    conflict(
+      `"defaultCost" ${defaultCost} is more than "${capacity}" ${burst}, so every request without a usable cost would be refused; lower "defaultCost" or raise "${capacity}"`,
+    );
   }
   return blockMs === undefined ? { algorithm, rps, burst } : { algorithm, rps, burst, blockMs };
 }
@@ -193,7 +259,12 @@ function resolveBlock(blockFor: RateLimitPolicy['blockFor'], fail: Fail): number
   if (blockFor === undefined) return undefined;
   const seconds = parseWindow(blockFor);
   const blockMs = seconds === undefined ? 0 : Math.round(seconds * 1000);
-  if (blockMs < 1) fail('blockFor', blockFor, `must be a duration of at least 1 ms: seconds, or a string such as '30s', '15m', '1h', '1d'`);
+  if (blockMs < 1)
+    fail(
+      'blockFor',
+      blockFor,
+      `must be a duration of at least 1 ms: seconds, or a string such as '30s', '15m', '1h', '1d'`,
+    );
   if (blockMs > MAX_REFILL_DAYS * 86_400_000) fail('blockFor', blockFor, `must be at most ${MAX_REFILL_DAYS} days`);
   return blockMs;
 }
@@ -210,7 +281,9 @@ function resolveRate(
   const rate = policy[rateField];
 
   if (rate !== undefined && (policy.limit !== undefined || policy.window !== undefined)) {
-    conflict(`both "${rateField}" and "${policy.limit !== undefined ? 'limit' : 'window'}" given; say it as rps + burst or as limit + window`);
+    conflict(
+      `both "${rateField}" and "${policy.limit !== undefined ? 'limit' : 'window'}" given; say it as rps + burst or as limit + window`,
+    );
   }
 
   if (rate !== undefined) {
@@ -219,7 +292,9 @@ function resolveRate(
     const burst = policy.burst === undefined ? Math.max(1, Math.ceil(rate)) : policy.burst;
     if (!isWholeAtLeastOne(burst)) fail('burst', policy.burst, 'must be a whole number >= 1');
     if (burst / rate > MAX_REFILL_DAYS * 86_400) {
-      conflict(`burst / rps = ${burst} / ${rate} s is more than ${MAX_REFILL_DAYS} days, the longest a bucket may take to refill; raise "${rateField}" or lower "burst"`);
+      conflict(
+        `burst / rps = ${burst} / ${rate} s is more than ${MAX_REFILL_DAYS} days, the longest a bucket may take to refill; raise "${rateField}" or lower "burst"`,
+      );
     }
     return { rps: rate, burst, capacity: 'burst' };
   }
@@ -238,7 +313,9 @@ function resolveRate(
   if (seconds > MAX_REFILL_DAYS * 86_400) fail('window', policy.window, `must be at most ${MAX_REFILL_DAYS} days`);
   const limit = policy.limit;
   if (limit / seconds > MAX_RPS) {
-    conflict(`limit / window = ${limit} / ${seconds} s is more than ${MAX_RPS} tokens per second; lower "limit" or lengthen "window"`);
+    conflict(
+      `limit / window = ${limit} / ${seconds} s is more than ${MAX_RPS} tokens per second; lower "limit" or lengthen "window"`,
+    );
   }
   return { rps: limit / seconds, burst: limit, capacity: 'limit' };
 }

@@ -5,7 +5,14 @@ type Fail = (field: string, value: unknown, expected: string) => never;
 /** The policy fields of a tiered policy. */
 export const TIER_FIELDS = ['tiers', 'tier', 'defaultTier'] as const;
 /** What a tier sets; a tiered policy gives none of them itself. */
-const LIMIT_FIELDS: ReadonlyArray<keyof TierLimits> = ['algorithm', 'rps', 'tokensPerSecond', 'burst', 'limit', 'window'];
+const LIMIT_FIELDS: ReadonlyArray<keyof TierLimits> = [
+  'algorithm',
+  'rps',
+  'tokensPerSecond',
+  'burst',
+  'limit',
+  'window',
+];
 /** As a policy name (see `resolvePolicy`): a tier name is in the bucket key too, where braces would make a Cluster hash tag. */
 const TIER_NAME = /^[\x21-\x7a|~]{1,64}$/;
 
@@ -21,10 +28,15 @@ export interface TierFields {
  * only checked to be limit fields here; `resolvePolicy` turns each into a rule as it does a
  * policy's own, with messages naming the tier.
  */
-export function resolveTiers(policy: RateLimitPolicy, fail: Fail, conflict: (problem: string) => never): TierFields | undefined {
+export function resolveTiers(
+  policy: RateLimitPolicy,
+  fail: Fail,
+  conflict: (problem: string) => never,
+): TierFields | undefined {
   const { tiers, tier, defaultTier } = policy;
   if (tiers === undefined && tier === undefined && defaultTier === undefined) return undefined;
-  if (tiers === undefined) conflict(`"${tier === undefined ? 'defaultTier' : 'tier'}" goes with "tiers", the limits of each tier`);
+  if (tiers === undefined)
+    conflict(`"${tier === undefined ? 'defaultTier' : 'tier'}" goes with "tiers", the limits of each tier`);
   if (typeof tiers !== 'object' || tiers === null || Array.isArray(tiers) || Object.keys(tiers).length === 0) {
     fail('tiers', tiers, 'must be an object of limits by tier name, such as { free: { rps: 10, burst: 20 } }');
   }
@@ -37,14 +49,19 @@ export function resolveTiers(policy: RateLimitPolicy, fail: Fail, conflict: (pro
     fail('defaultTier', defaultTier, `must name one of the tiers (${names.join(', ')})`);
   }
   for (const name of names) {
-    if (!TIER_NAME.test(name)) fail('tiers', name, 'must name each tier with 1 to 64 visible ASCII characters, without spaces or braces');
+    if (!TIER_NAME.test(name))
+      fail('tiers', name, 'must name each tier with 1 to 64 visible ASCII characters, without spaces or braces');
     const limits: unknown = tiers[name];
     if (typeof limits !== 'object' || limits === null || Array.isArray(limits)) {
       fail(`tiers.${name}`, limits, 'must be an object of limits such as { rps: 10, burst: 20 }');
     }
     for (const field of Object.keys(limits)) {
       if (!(LIMIT_FIELDS as readonly string[]).includes(field)) {
-        fail(`tiers.${name}.${field}`, (limits as Record<string, unknown>)[field], `is not a tier field (the fields are ${LIMIT_FIELDS.join(', ')})`);
+        fail(
+          `tiers.${name}.${field}`,
+          (limits as Record<string, unknown>)[field],
+          `is not a tier field (the fields are ${LIMIT_FIELDS.join(', ')})`,
+        );
       }
     }
   }
@@ -52,5 +69,8 @@ export function resolveTiers(policy: RateLimitPolicy, fail: Fail, conflict: (pro
 }
 
 function isTierSource(source: unknown): source is TierSource {
-  return typeof source === 'function' || (typeof source === 'string' && source.startsWith('user:') && source.length > 'user:'.length);
+  return (
+    typeof source === 'function' ||
+    (typeof source === 'string' && source.startsWith('user:') && source.length > 'user:'.length)
+  );
 }

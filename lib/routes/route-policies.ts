@@ -58,10 +58,15 @@ export class RoutePolicies {
    * others (services, factories) handle no requests, and reading them would only cost memory.
    */
   private declaresPolicies(metatype: unknown): boolean {
-    const prototype = typeof metatype === 'function' ? (metatype.prototype as Record<string, Function> | undefined) : undefined;
+    const prototype =
+      typeof metatype === 'function' ? (metatype.prototype as Record<string, Function> | undefined) : undefined;
     if (prototype === undefined) return false;
-    const declares = (target: object) => Reflect.hasMetadata(RATE_LIMIT_POLICIES, target) || Reflect.hasMetadata(RATE_LIMIT_SKIP, target);
-    return declares(metatype as Function) || this.scanner.getAllMethodNames(prototype).some((method) => declares(prototype[method]));
+    const declares = (target: object) =>
+      Reflect.hasMetadata(RATE_LIMIT_POLICIES, target) || Reflect.hasMetadata(RATE_LIMIT_SKIP, target);
+    return (
+      declares(metatype as Function) ||
+      this.scanner.getAllMethodNames(prototype).some((method) => declares(prototype[method]))
+    );
   }
 
   /**
@@ -80,7 +85,9 @@ export class RoutePolicies {
 
   /** The policies of a route, in order: module, class, handler. */
   forRoute(controller: Type, handler: Handler): readonly RoutePolicy[] {
-    return this.routes.get(controller)?.get(handler) ?? this.remember(controller, handler, this.compile(controller, handler));
+    return (
+      this.routes.get(controller)?.get(handler) ?? this.remember(controller, handler, this.compile(controller, handler))
+    );
   }
 
   private remember(controller: Type, handler: Handler, policies: readonly RoutePolicy[]): readonly RoutePolicy[] {
@@ -102,7 +109,8 @@ export class RoutePolicies {
       [handler, route, route],
     ];
     for (const [target, where, defaultName] of levels) {
-      const declared: Array<RateLimitPolicy | RateLimitPolicy[]> = Reflect.getMetadata(RATE_LIMIT_POLICIES, target) ?? [];
+      const declared: Array<RateLimitPolicy | RateLimitPolicy[]> =
+        Reflect.getMetadata(RATE_LIMIT_POLICIES, target) ?? [];
       const seen = new Set<string>();
       declared.forEach((policy, i) => {
         const at = declared.length > 1 ? `${where} [${i}]` : where;
@@ -128,7 +136,11 @@ export class RoutePolicies {
     if (skip === true) return [];
     return [...byName.values()]
       .filter((policy) => !skip.has(policy.name))
-      .map((policy) => (onHandler.has(policy.name) ? { ...routePolicy(policy, this.options), onHandler: true } : routePolicy(policy, this.options)));
+      .map((policy) =>
+        onHandler.has(policy.name)
+          ? { ...routePolicy(policy, this.options), onHandler: true }
+          : routePolicy(policy, this.options),
+      );
   }
 
   private skipped(controller: Type, handler: Handler, route: string, names: ReadonlySet<string>): true | Set<string> {

@@ -1,6 +1,13 @@
 import type { Rule } from '../algorithms/algorithm.types.js';
 import { keyOf, keyPrefix } from '../keys/bucket-key.js';
-import type { AdaptiveRate, CostSource, KeySource, ResolvedPolicy, SkipIf, TierSource } from '../policy/policy.types.js';
+import type {
+  AdaptiveRate,
+  CostSource,
+  KeySource,
+  ResolvedPolicy,
+  SkipIf,
+  TierSource,
+} from '../policy/policy.types.js';
 import type { RateLimitRequest } from '../stores/rate-limit-store.interface.js';
 
 /**
@@ -61,10 +68,22 @@ export interface RouteDefaults {
 }
 
 /** A validated policy as it applies to requests under the module's `prefix` and `key`. */
-export function routePolicy({ name, rule, cost, defaultCost, key, tiers, ...outcome }: ResolvedPolicy, defaults: RouteDefaults): RoutePolicy {
+export function routePolicy(
+  { name, rule, cost, defaultCost, key, tiers, ...outcome }: ResolvedPolicy,
+  defaults: RouteDefaults,
+): RoutePolicy {
   const watched = { refundsSuccess: outcome.count === 'failures', skipIf: outcome.skipIf, adaptive: outcome.adaptive };
   if (tiers === undefined) {
-    return { name, rule, cost, defaultCost, keys: key ?? defaults.key, keyPrefix: keyPrefix(defaults.prefix, name, rule), tiers: undefined, ...watched };
+    return {
+      name,
+      rule,
+      cost,
+      defaultCost,
+      keys: key ?? defaults.key,
+      keyPrefix: keyPrefix(defaults.prefix, name, rule),
+      tiers: undefined,
+      ...watched,
+    };
   }
   const byName = new Map<string, RouteTier>();
   for (const [tier, rule] of tiers.rules) {
@@ -72,8 +91,14 @@ export function routePolicy({ name, rule, cost, defaultCost, key, tiers, ...outc
   }
   const byDefault = byName.get(tiers.defaultTier)!;
   return {
-    name, rule: byDefault.rule, cost, defaultCost, keys: key ?? defaults.key, keyPrefix: byDefault.keyPrefix,
-    tiers: { source: tiers.source, byName, byDefault }, ...watched,
+    name,
+    rule: byDefault.rule,
+    cost,
+    defaultCost,
+    keys: key ?? defaults.key,
+    keyPrefix: byDefault.keyPrefix,
+    tiers: { source: tiers.source, byName, byDefault },
+    ...watched,
   };
 }
 
@@ -90,7 +115,9 @@ export function watchesOutcome(policy: Pick<RoutePolicy, 'refundsSuccess' | 'ada
  * the same identity.
  */
 export function storeRequest(policy: RoutePolicy, identity: string, cost: number, tier?: string): RateLimitRequest {
-  if (policy.tiers === undefined) return { key: keyOf(policy.keyPrefix, identity), policy: policy.name, rule: policy.rule, cost };
-  const { name, rule, keyPrefix } = (tier === undefined ? undefined : policy.tiers.byName.get(tier)) ?? policy.tiers.byDefault;
+  if (policy.tiers === undefined)
+    return { key: keyOf(policy.keyPrefix, identity), policy: policy.name, rule: policy.rule, cost };
+  const { name, rule, keyPrefix } =
+    (tier === undefined ? undefined : policy.tiers.byName.get(tier)) ?? policy.tiers.byDefault;
   return { key: keyOf(keyPrefix, identity), policy: policy.name, rule, cost, tier: name };
 }

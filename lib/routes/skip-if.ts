@@ -26,7 +26,11 @@ export class Unskipped {
   }
 
   /** `policies` less those a `skipIf` says `request` passes; each `skipIf` runs once, with `(context, request)`. */
-  async of(policies: readonly RoutePolicy[], request: LimitedRequest, context: ExecutionContext): Promise<readonly RoutePolicy[]> {
+  async of(
+    policies: readonly RoutePolicy[],
+    request: LimitedRequest,
+    context: ExecutionContext,
+  ): Promise<readonly RoutePolicy[]> {
     if (this.skipIf !== undefined && (await this.skipIf(context, request))) return [];
     let skipped: number[] | undefined;
     for (let i = 0; i < policies.length; i++) {

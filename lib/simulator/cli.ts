@@ -6,7 +6,13 @@
  */
 import { InvalidPolicyError } from '../policy/resolve-policy.js';
 import { simulate } from './simulate.js';
-import { DEFAULT_DURATION, DEFAULT_TOP, MAX_RATE_REQUESTS, parseCommandLine, SimulateArgumentError } from './simulate-args.js';
+import {
+  DEFAULT_DURATION,
+  DEFAULT_TOP,
+  MAX_RATE_REQUESTS,
+  parseCommandLine,
+  SimulateArgumentError,
+} from './simulate-args.js';
 
 const USAGE = `Usage: nestjs-ratelimit simulate <policies> <traffic> [outputs]
 
@@ -44,7 +50,10 @@ async function main(argv: readonly string[]): Promise<number> {
       process.stdout.write(USAGE);
       return 0;
     }
-    await simulate(options, { stdout: (text) => process.stdout.write(text), stderr: (line) => process.stderr.write(`${line}\n`) });
+    await simulate(options, {
+      stdout: (text) => process.stdout.write(text),
+      stderr: (line) => process.stderr.write(`${line}\n`),
+    });
     return 0;
   } catch (error) {
     if (error instanceof SimulateArgumentError || error instanceof InvalidPolicyError) {

@@ -35,7 +35,10 @@ export class CsvOutput {
   /** The stream's error, thrown by the next call: a stream that fails between two writes must not crash the process. */
   private error: Error | undefined;
 
-  private constructor(private readonly stream: WriteStream, private readonly withLane: boolean) {
+  private constructor(
+    private readonly stream: WriteStream,
+    private readonly withLane: boolean,
+  ) {
     this.pending = `time_ms,key,${withLane ? 'algorithm,' : ''}allowed,remaining,retry_after\n`;
     stream.on('error', (error) => (this.error ??= error));
   }

@@ -32,7 +32,9 @@ export interface Binned {
 /** A policy's numbers as its owner wrote them: `rps 10, burst 50`, or `limit 100 per 10 s` for a window. */
 export function describeRule({ algorithm, rps, burst, blockMs }: Rule): string {
   const seconds = burst / rps;
-  const numbers = WINDOW_ALGORITHMS.has(algorithm) ? `limit ${burst} per ${+seconds.toPrecision(6)} s` : `rps ${+rps.toPrecision(6)}, burst ${burst}`;
+  const numbers = WINDOW_ALGORITHMS.has(algorithm)
+    ? `limit ${burst} per ${+seconds.toPrecision(6)} s`
+    : `rps ${+rps.toPrecision(6)}, burst ${burst}`;
   return `${numbers}${blockMs === undefined ? '' : `, block ${blockMs / 1000} s`}`;
 }
 
@@ -52,12 +54,22 @@ export function panelsOf(runs: readonly LaneRun[]): Panel[] {
   return runs.flatMap((run) => {
     const { title, policies } = run.lane;
     const lane = (column: (counts: readonly number[]) => number): Panel['seconds'] =>
-      new Map([...run.seconds].map(([second, counts]) => [second, [counts[0], counts[0] - column(counts), column(counts)]]));
+      new Map(
+        [...run.seconds].map(([second, counts]) => [second, [counts[0], counts[0] - column(counts), column(counts)]]),
+      );
     const refused = (counts: readonly number[]) => counts[0] - counts[1];
     if (policies.length === 1) return [{ title, subtitle: describePolicy(policies[0], title), seconds: lane(refused) }];
     return [
-      { title, subtitle: `${policies.length} policies, all-or-nothing: ${policies.map(({ name }) => name).join(', ')}`, seconds: lane(refused) },
-      ...policies.map((policy, i) => ({ title: policy.name, subtitle: `${describePolicy(policy, policy.name)} (its own verdict)`, seconds: lane((counts) => counts[2 + i]) })),
+      {
+        title,
+        subtitle: `${policies.length} policies, all-or-nothing: ${policies.map(({ name }) => name).join(', ')}`,
+        seconds: lane(refused),
+      },
+      ...policies.map((policy, i) => ({
+        title: policy.name,
+        subtitle: `${describePolicy(policy, policy.name)} (its own verdict)`,
+        seconds: lane((counts) => counts[2 + i]),
+      })),
     ];
   });
 }

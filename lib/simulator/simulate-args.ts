@@ -99,16 +99,31 @@ export function parseSimulateArgs(args: readonly string[]): SimulateOptions | 'h
 
   const compare = values.compare !== undefined;
   const lanes = compare ? compareLanes(values.compare!, values) : policyLanes(values.policy ?? [], values);
-  return { lanes, compare, traffic: trafficOf(values), svg: values.svg, csv: values.csv, json: values.json, top: topOf(values.top) };
+  return {
+    lanes,
+    compare,
+    traffic: trafficOf(values),
+    svg: values.svg,
+    csv: values.csv,
+    json: values.json,
+    top: topOf(values.top),
+  };
 }
 
-type Values = { [F in (typeof LIMIT_FLAGS)[number]]?: string } & { policy?: string[]; rate?: string; duration?: string; trace?: string };
+type Values = { [F in (typeof LIMIT_FLAGS)[number]]?: string } & {
+  policy?: string[];
+  rate?: string;
+  duration?: string;
+  trace?: string;
+};
 
 /** The `--policy` flags as one lane, decided all-or-nothing. */
 function policyLanes(texts: readonly string[], values: Values): Lane[] {
-  if (texts.length === 0) fail('--policy', undefined, `or --compare is needed: a policy as JSON, or algorithms to compare`);
+  if (texts.length === 0)
+    fail('--policy', undefined, `or --compare is needed: a policy as JSON, or algorithms to compare`);
   for (const flag of LIMIT_FLAGS) {
-    if (values[flag] !== undefined) fail(`--${flag}`, values[flag], `goes with --compare: a --policy gives its own numbers`);
+    if (values[flag] !== undefined)
+      fail(`--${flag}`, values[flag], `goes with --compare: a --policy gives its own numbers`);
   }
   const names = new Set<string>();
   const policies = texts.map((text, i) => {
@@ -120,7 +135,8 @@ function policyLanes(texts: readonly string[], values: Values): Lane[] {
     }
     const where = texts.length > 1 ? `--policy [${i}]` : '--policy';
     const simulated = simulatedPolicy(policy, where, texts.length > 1 ? `policy-${i + 1}` : 'default');
-    if (names.has(simulated.name)) throw new InvalidPolicyError(invalidPolicy('--policy', duplicatePolicyName(simulated.name)));
+    if (names.has(simulated.name))
+      throw new InvalidPolicyError(invalidPolicy('--policy', duplicatePolicyName(simulated.name)));
     names.add(simulated.name);
     return simulated;
   });
@@ -129,11 +145,24 @@ function policyLanes(texts: readonly string[], values: Values): Lane[] {
 
 /** One lane per algorithm of `--compare` (a comma-separated list, or `all`), each with the one policy the limit flags give. */
 function compareLanes(list: string, values: Values): Lane[] {
-  if (values.policy !== undefined) fail('--compare', list, `cannot go with --policy: give policies, or algorithms to compare with one set of --rps/--burst or --limit/--window`);
-  const algorithms = list.trim() === 'all' ? [...ALGORITHMS] : list.split(',').map((name) => name.trim()).filter(Boolean);
-  if (algorithms.length === 0) fail('--compare', list, `must name algorithms: a comma-separated list such as 'token_bucket,gcra', or 'all'`);
+  if (values.policy !== undefined)
+    fail(
+      '--compare',
+      list,
+      `cannot go with --policy: give policies, or algorithms to compare with one set of --rps/--burst or --limit/--window`,
+    );
+  const algorithms =
+    list.trim() === 'all'
+      ? [...ALGORITHMS]
+      : list
+          .split(',')
+          .map((name) => name.trim())
+          .filter(Boolean);
+  if (algorithms.length === 0)
+    fail('--compare', list, `must name algorithms: a comma-separated list such as 'token_bucket,gcra', or 'all'`);
   const limits: Record<string, number | string> = {};
-  for (const flag of LIMIT_FLAGS) if (values[flag] !== undefined) limits[flag] = flag === 'window' ? values[flag]! : numberOrText(values[flag]!);
+  for (const flag of LIMIT_FLAGS)
+    if (values[flag] !== undefined) limits[flag] = flag === 'window' ? values[flag] : numberOrText(values[flag]);
   return [...new Set(algorithms)].map((algorithm) => {
     const policy = { name: algorithm, algorithm, ...limits } as RateLimitPolicy;
     return { title: algorithm, policies: [simulatedPolicy(policy, `--compare ${algorithm}`, algorithm)] };
@@ -147,7 +176,11 @@ function compareLanes(list: string, values: Values): Lane[] {
  */
 function simulatedPolicy(policy: RateLimitPolicy, where: string, defaultName: string): SimulatedPolicy {
   const resolved = resolvePolicy(policy, where, defaultName);
-  return { name: resolved.name, rule: resolved.rule, cost: typeof resolved.cost === 'number' ? resolved.cost : resolved.defaultCost };
+  return {
+    name: resolved.name,
+    rule: resolved.rule,
+    cost: typeof resolved.cost === 'number' ? resolved.cost : resolved.defaultCost,
+  };
 }
 
 function trafficOf({ rate, duration, trace }: Values): Traffic {
@@ -156,18 +189,30 @@ function trafficOf({ rate, duration, trace }: Values): Traffic {
     if (duration !== undefined) fail('--duration', duration, `goes with --rate: a trace lasts as long as it lasts`);
     return { trace };
   }
-  if (rate === undefined) fail('--rate', undefined, `or --trace is needed: evenly spaced requests, or a trace to replay`);
+  if (rate === undefined)
+    fail('--rate', undefined, `or --trace is needed: evenly spaced requests, or a trace to replay`);
   const perSecond = NUMBER.test(rate!.trim()) ? Number(rate) : NaN;
-  if (!(perSecond > 0 && Number.isFinite(perSecond))) fail('--rate', rate, 'must be a positive number of requests per second');
+  if (!(perSecond > 0 && Number.isFinite(perSecond)))
+    fail('--rate', rate, 'must be a positive number of requests per second');
   const seconds = parseWindow(duration ?? DEFAULT_DURATION);
-  if (seconds === undefined) fail('--duration', duration, `must be a positive number of seconds or a duration such as '10s', '1m', '1h'`);
-  if (seconds! > MAX_DURATION_SECONDS) fail('--duration', duration, `must be at most 1d (${MAX_DURATION_SECONDS} s); replay a --trace for longer traffic`);
+  if (seconds === undefined)
+    fail('--duration', duration, `must be a positive number of seconds or a duration such as '10s', '1m', '1h'`);
+  if (seconds! > MAX_DURATION_SECONDS)
+    fail('--duration', duration, `must be at most 1d (${MAX_DURATION_SECONDS} s); replay a --trace for longer traffic`);
   const durationMs = Math.round(seconds! * 1000);
   // refused here, before a request is decided: the count is known, and past the bound the run would not end in reasonable time
   const requests = requestsOf(perSecond, durationMs);
   if (requests > MAX_RATE_REQUESTS) {
-    const count = !Number.isFinite(requests) ? 'over 1e308' : requests < 1e15 ? requests.toLocaleString('en-US') : requests.toExponential(2);
-    fail('--rate', rate, `times --duration ${duration ?? DEFAULT_DURATION} makes ${count} requests; a run simulates at most ${MAX_RATE_REQUESTS.toLocaleString('en-US')}: lower --rate or --duration`);
+    const count = !Number.isFinite(requests)
+      ? 'over 1e308'
+      : requests < 1e15
+        ? requests.toLocaleString('en-US')
+        : requests.toExponential(2);
+    fail(
+      '--rate',
+      rate,
+      `times --duration ${duration ?? DEFAULT_DURATION} makes ${count} requests; a run simulates at most ${MAX_RATE_REQUESTS.toLocaleString('en-US')}: lower --rate or --duration`,
+    );
   }
   return { rate: perSecond, durationMs };
 }

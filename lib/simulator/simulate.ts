@@ -24,9 +24,14 @@ export interface Output {
 export async function simulate(options: SimulateOptions, output: Output): Promise<void> {
   const started = performance.now();
   const { traffic } = options;
-  const trace: TraceReport | undefined = 'trace' in traffic ? { file: traffic.trace, format: undefined, lines: 0, badLines: 0, firstBadLines: [] } : undefined;
+  const trace: TraceReport | undefined =
+    'trace' in traffic
+      ? { file: traffic.trace, format: undefined, lines: 0, badLines: 0, firstBadLines: [] }
+      : undefined;
   const arrivals: AsyncIterable<Arrival> | Iterable<Arrival> =
-    'trace' in traffic ? readTrace(traffic.trace, trace!, output.stderr) : evenlySpaced(traffic.rate, traffic.durationMs, output.stderr);
+    'trace' in traffic
+      ? readTrace(traffic.trace, trace!, output.stderr)
+      : evenlySpaced(traffic.rate, traffic.durationMs, output.stderr);
   const runs = options.lanes.map((lane) => new LaneRun(lane));
   const csv = options.csv === undefined ? undefined : await CsvOutput.open(options.csv, options.compare);
   try {

@@ -84,7 +84,11 @@ export class LaneRun {
     const entries: Entry[] = new Array(policies.length);
     for (let i = 0; i < policies.length; i++) {
       const slot = record.slots[i];
-      entries[i] = { state: slot !== undefined && slot.expiry > time ? slot.state : undefined, rule: policies[i].rule, cost: cost ?? policies[i].cost };
+      entries[i] = {
+        state: slot !== undefined && slot.expiry > time ? slot.state : undefined,
+        rule: policies[i].rule,
+        cost: cost ?? policies[i].cost,
+      };
     }
     const verdict = decideAll(entries, time, true);
     const decisions: RateLimitDecision[] = new Array(policies.length);

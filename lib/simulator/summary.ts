@@ -39,13 +39,22 @@ const share = (part: number, whole: number): number => (whole === 0 ? 0 : part /
 /** Says what the traffic was, in one line: `600 requests: 60 requests/s, evenly spaced, for 10 s`. */
 export function describeTraffic(traffic: Traffic, requests: number, trace: TraceReport | undefined): string {
   const count = `${requests.toLocaleString('en-US')} request${requests === 1 ? '' : 's'}`;
-  if ('rate' in traffic) return `${count}: ${traffic.rate} requests/s, evenly spaced, for ${traffic.durationMs / 1000} s`;
-  const bad = trace!.badLines === 0 ? '' : `, ${trace!.badLines.toLocaleString('en-US')} bad line${trace!.badLines === 1 ? '' : 's'} skipped`;
+  if ('rate' in traffic)
+    return `${count}: ${traffic.rate} requests/s, evenly spaced, for ${traffic.durationMs / 1000} s`;
+  const bad =
+    trace!.badLines === 0
+      ? ''
+      : `, ${trace!.badLines.toLocaleString('en-US')} bad line${trace!.badLines === 1 ? '' : 's'} skipped`;
   return `${count} replayed from ${traffic.trace} (${trace!.format ?? 'empty'}, ${trace!.lines.toLocaleString('en-US')} lines${bad})`;
 }
 
 /** The `--json` summary. */
-export function summaryOf(traffic: Traffic, trace: TraceReport | undefined, runs: readonly LaneRun[], top: number): Summary {
+export function summaryOf(
+  traffic: Traffic,
+  trace: TraceReport | undefined,
+  runs: readonly LaneRun[],
+  top: number,
+): Summary {
   const { file: _file, ...read } = trace ?? { file: '' };
   return {
     traffic: trace === undefined ? traffic : { ...traffic, ...read },
@@ -67,7 +76,13 @@ function laneSummary(run: LaneRun, top: number): LaneSummary {
   const refused = run.offered - run.admitted;
   return {
     title: run.lane.title,
-    policies: run.lane.policies.map(({ name, rule, cost }) => ({ name, algorithm: rule.algorithm, rps: rule.rps, burst: rule.burst, cost })),
+    policies: run.lane.policies.map(({ name, rule, cost }) => ({
+      name,
+      algorithm: rule.algorithm,
+      rps: rule.rps,
+      burst: rule.burst,
+      cost,
+    })),
     offered: run.offered,
     admitted: run.admitted,
     refused,

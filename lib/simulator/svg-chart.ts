@@ -24,7 +24,8 @@ const LABEL_GAP = 12;
 
 /** A coordinate or a value, to two decimals without trailing zeros: short, and the same on every machine. */
 const n = (value: number): string => String(Math.round(value * 100) / 100);
-const escape = (text: string): string => text.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
+const escape = (text: string): string =>
+  text.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
 
 /**
  * The `--svg` chart: requests per second admitted and refused over time, one panel per policy or
@@ -65,7 +66,9 @@ function panelSvg(panel: Panel, { seconds, bins }: Binned, top: number, yMax: nu
     `<text x="${LEFT}" y="${top + 18}" fill="${COLORS.text}"><tspan font-weight="600">${escape(panel.title)}</tspan> <tspan fill="#616161">${escape(panel.subtitle)}</tspan></text>`,
   ];
   for (let v = 0; v <= yMax + yStep / 2; v += yStep) {
-    parts.push(`<line x1="${LEFT}" y1="${n(y(v))}" x2="${LEFT + PLOT_WIDTH}" y2="${n(y(v))}" stroke="${COLORS.grid}"/>`);
+    parts.push(
+      `<line x1="${LEFT}" y1="${n(y(v))}" x2="${LEFT + PLOT_WIDTH}" y2="${n(y(v))}" stroke="${COLORS.grid}"/>`,
+    );
     parts.push(`<text x="${LEFT - 6}" y="${n(y(v) + 4)}" text-anchor="end" fill="${COLORS.axis}">${n(v)}</text>`);
   }
   // admitted from the axis up; refused stacked on top of it, up to what was offered
@@ -77,13 +80,18 @@ function panelSvg(panel: Panel, { seconds, bins }: Binned, top: number, yMax: nu
   for (let s = 0; s <= seconds; s += xStep) {
     parts.push(`<line x1="${n(x(s))}" y1="${base}" x2="${n(x(s))}" y2="${base + 4}" stroke="${COLORS.axis}"/>`);
     // a label that would cross the picture's edge is left out (its tick stays)
-    if (x(s) + labelWidth(s) / 2 <= WIDTH) parts.push(`<text x="${n(x(s))}" y="${base + 17}" text-anchor="middle" fill="${COLORS.axis}">${n(s)}</text>`);
+    if (x(s) + labelWidth(s) / 2 <= WIDTH)
+      parts.push(`<text x="${n(x(s))}" y="${base + 17}" text-anchor="middle" fill="${COLORS.axis}">${n(s)}</text>`);
   }
   parts.push(`<line x1="${LEFT}" y1="${plotTop}" x2="${LEFT}" y2="${base}" stroke="${COLORS.axis}"/>`);
   parts.push(`<line x1="${LEFT}" y1="${base}" x2="${LEFT + PLOT_WIDTH}" y2="${base}" stroke="${COLORS.axis}"/>`);
-  parts.push(`<text x="${LEFT + PLOT_WIDTH / 2}" y="${base + 34}" text-anchor="middle" fill="${COLORS.axis}">time (s)</text>`);
+  parts.push(
+    `<text x="${LEFT + PLOT_WIDTH / 2}" y="${base + 34}" text-anchor="middle" fill="${COLORS.axis}">time (s)</text>`,
+  );
   const middle = n(plotTop + PLOT_HEIGHT / 2);
-  parts.push(`<text x="18" y="${middle}" transform="rotate(-90 18 ${middle})" text-anchor="middle" fill="${COLORS.axis}">requests/s</text>`);
+  parts.push(
+    `<text x="18" y="${middle}" transform="rotate(-90 18 ${middle})" text-anchor="middle" fill="${COLORS.axis}">requests/s</text>`,
+  );
   parts.push('</g>');
   return parts.join('\n');
 }
@@ -112,11 +120,19 @@ function timeStep(seconds: number): number {
  * A step area over the bins, in requests per second: from `lower` (the axis when undefined) up
  * to `upper`, as one closed path.
  */
-function area(bins: readonly Bin[], x: (s: number) => number, y: (v: number) => number, upper: number[], lower: number[] | undefined): string {
+function area(
+  bins: readonly Bin[],
+  x: (s: number) => number,
+  y: (v: number) => number,
+  upper: number[],
+  lower: number[] | undefined,
+): string {
   const points: [number, number][] = [];
   bins.forEach(({ from, seconds }, i) => points.push([from, upper[i]], [from + seconds, upper[i]]));
   const last = bins[bins.length - 1];
   if (lower === undefined) points.push([last.from + last.seconds, 0], [0, 0]);
-  else for (let i = bins.length - 1; i >= 0; i--) points.push([bins[i].from + bins[i].seconds, lower[i]], [bins[i].from, lower[i]]);
+  else
+    for (let i = bins.length - 1; i >= 0; i--)
+      points.push([bins[i].from + bins[i].seconds, lower[i]], [bins[i].from, lower[i]]);
   return `M${points.map(([s, v]) => `${n(x(s))} ${n(y(v))}`).join('L')}Z`;
 }

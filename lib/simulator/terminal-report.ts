@@ -19,10 +19,17 @@ const percent = (part: number, all: number): string => `${all === 0 ? '0' : ((pa
  * second (offered, admitted, refused) and a chart of requests per second, admitted below,
  * refused above. Headings, tables and charts fit in 80 columns (a bad line quoted may not).
  */
-export function terminalReport(heading: string, panels: readonly Panel[], badLines: readonly BadLine[], badCount: number): string {
+export function terminalReport(
+  heading: string,
+  panels: readonly Panel[],
+  badLines: readonly BadLine[],
+  badCount: number,
+): string {
   const out = wrap(heading);
   if (badCount > 0) {
-    out.push(`${whole(badCount)} bad line${badCount === 1 ? '' : 's'} skipped${badCount > badLines.length ? `; the first ${badLines.length}` : ''}:`);
+    out.push(
+      `${whole(badCount)} bad line${badCount === 1 ? '' : 's'} skipped${badCount > badLines.length ? `; the first ${badLines.length}` : ''}:`,
+    );
     for (const { line, reason, text } of badLines) out.push(`  line ${line}: ${reason}: ${text}`);
   }
   const span = spanOf(panels);
@@ -34,7 +41,12 @@ export function terminalReport(heading: string, panels: readonly Panel[], badLin
     const table = binned(panel, span, TABLE_ROWS);
     const offered = table.bins.reduce((sum, bin) => sum + bin.offered, 0);
     const refused = table.bins.reduce((sum, bin) => sum + bin.refused, 0);
-    out.push('', ...wrap(`${panel.title}: ${panel.subtitle}`), `refused ${whole(refused)} of ${whole(offered)} (${percent(refused, offered)})`, '');
+    out.push(
+      '',
+      ...wrap(`${panel.title}: ${panel.subtitle}`),
+      `refused ${whole(refused)} of ${whole(offered)} (${percent(refused, offered)})`,
+      '',
+    );
     out.push(...tableLines(table), '', ...chartLines(chartBins[i], top));
   });
   out.push('');
@@ -56,8 +68,15 @@ function wrap(text: string): string[] {
 
 function tableLines({ width, bins }: Binned): string[] {
   const time = width === 1 ? 'second' : `from s (${width} s each)`;
-  const row = (cells: string[]) => `  ${cells[0].padStart(Math.max(6, time.length))}${cells.slice(1).map((cell) => cell.padStart(10)).join('')}`;
-  return [row([time, 'offered', 'admitted', 'refused']), ...bins.map((bin) => row([String(bin.from), whole(bin.offered), whole(bin.admitted), whole(bin.refused)]))];
+  const row = (cells: string[]) =>
+    `  ${cells[0].padStart(Math.max(6, time.length))}${cells
+      .slice(1)
+      .map((cell) => cell.padStart(10))
+      .join('')}`;
+  return [
+    row([time, 'offered', 'admitted', 'refused']),
+    ...bins.map((bin) => row([String(bin.from), whole(bin.offered), whole(bin.admitted), whole(bin.refused)])),
+  ];
 }
 
 /**
@@ -73,7 +92,9 @@ function chartLines({ width, seconds, bins }: Binned, top: number): string[] {
     let cells = '';
     for (const bin of bins) {
       const middle = (row + 0.5) * unit;
-      cells += (bin.admitted / bin.seconds >= middle ? ADMITTED : bin.offered / bin.seconds >= middle ? REFUSED : ' ').repeat(chars);
+      cells += (
+        bin.admitted / bin.seconds >= middle ? ADMITTED : bin.offered / bin.seconds >= middle ? REFUSED : ' '
+      ).repeat(chars);
     }
     lines.push(`${label.padStart(AXIS_WIDTH - 2)} ┤${cells}`);
   }
@@ -84,8 +105,11 @@ function chartLines({ width, seconds, bins }: Binned, top: number): string[] {
   const spacing = Math.max(8, String((bins.length - 1) * width).length + 2);
   const every = Math.ceil(spacing / chars);
   let ticks = '';
-  for (let i = 0; i * chars + spacing + end.length <= bins.length * chars; i += every) ticks = `${ticks.padEnd(i * chars)}${i * width}`;
+  for (let i = 0; i * chars + spacing + end.length <= bins.length * chars; i += every)
+    ticks = `${ticks.padEnd(i * chars)}${i * width}`;
   lines.push(`${' '.repeat(AXIS_WIDTH)}${ticks}${end.padStart(bins.length * chars + 1 - ticks.length)}`);
-  lines.push(`${' '.repeat(AXIS_WIDTH)}requests/s: ${ADMITTED} admitted  ${REFUSED} refused${width === 1 ? '' : `  (a column: ${width} s)`}`);
+  lines.push(
+    `${' '.repeat(AXIS_WIDTH)}requests/s: ${ADMITTED} admitted  ${REFUSED} refused${width === 1 ? '' : `  (a column: ${width} s)`}`,
+  );
   return lines;
 }

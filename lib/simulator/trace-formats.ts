@@ -10,13 +10,27 @@ export type LineParser = (line: string) => Arrival | string;
 /** The key of a request whose trace line names none: every such request is one client. */
 export const NO_KEY = '-';
 
-const MONTHS: Record<string, number> = { Jan: 0, Feb: 1, Mar: 2, Apr: 3, May: 4, Jun: 5, Jul: 6, Aug: 7, Sep: 8, Oct: 9, Nov: 10, Dec: 11 };
+const MONTHS: Record<string, number> = {
+  Jan: 0,
+  Feb: 1,
+  Mar: 2,
+  Apr: 3,
+  May: 4,
+  Jun: 5,
+  Jul: 6,
+  Aug: 7,
+  Sep: 8,
+  Oct: 9,
+  Nov: 10,
+  Dec: 11,
+};
 /**
  * Common (and combined) log format, up to the request line: client address, identity, user,
  * `[10/Oct/2000:13:55:36 -0700]`. What follows (request, status, size, referer, user agent) is
  * not read.
  */
-const ACCESS_LOG = /^(\S+) \S+ \S+ \[(\d{2})\/([A-Z][a-z]{2})\/(\d{4}):(\d{2}):(\d{2}):(\d{2}) ([+-])(\d{2})(\d{2})\] "/;
+const ACCESS_LOG =
+  /^(\S+) \S+ \S+ \[(\d{2})\/([A-Z][a-z]{2})\/(\d{4}):(\d{2}):(\d{2}):(\d{2}) ([+-])(\d{2})(\d{2})\] "/;
 const MILLISECONDS = /^-?\d+(?:\.\d+)?$/;
 /** ISO 8601 date-time (a space for the `T` allowed); without a zone it is UTC, whatever the machine's. */
 const ISO_8601 = /^\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?)?(Z|[+-]\d{2}:?\d{2})?$/;
@@ -43,7 +57,9 @@ export function parseTime(value: unknown): number | undefined {
   if (MILLISECONDS.test(text)) return wholeMilliseconds(Number(text));
   const iso = ISO_8601.exec(text);
   if (!iso) return undefined;
-  const ms = Date.parse(`${text.replace(' ', 'T').replace(',', '.')}${iso[1] === undefined && text.length > 10 ? 'Z' : ''}`);
+  const ms = Date.parse(
+    `${text.replace(' ', 'T').replace(',', '.')}${iso[1] === undefined && text.length > 10 ? 'Z' : ''}`,
+  );
   return Number.isNaN(ms) ? undefined : ms;
 }
 
@@ -51,7 +67,9 @@ export function parseTime(value: unknown): number | undefined {
 function parseCost(value: unknown): number | undefined | string {
   if (value === undefined || value === '') return undefined;
   const cost = typeof value === 'string' ? Number(value.trim()) : value;
-  return typeof cost === 'number' && Number.isFinite(cost) && cost > 0 ? cost : `cost is not a positive number: ${JSON.stringify(value)}`;
+  return typeof cost === 'number' && Number.isFinite(cost) && cost > 0
+    ? cost
+    : `cost is not a positive number: ${JSON.stringify(value)}`;
 }
 
 /** Why `time` is no trace time. */
@@ -68,7 +86,8 @@ function arrivalOf(time: unknown, key: unknown, cost: unknown): Arrival | string
   if (ms === undefined) return badTime(time);
   const parsedCost = parseCost(cost);
   if (typeof parsedCost === 'string') return parsedCost;
-  if (key !== undefined && typeof key !== 'string' && typeof key !== 'number') return `key is not a string: ${JSON.stringify(key)}`;
+  if (key !== undefined && typeof key !== 'string' && typeof key !== 'number')
+    return `key is not a string: ${JSON.stringify(key)}`;
   return { time: ms, key: key === undefined || key === '' ? NO_KEY : String(key), cost: parsedCost };
 }
 
@@ -92,7 +111,8 @@ export function parserFor(first: string): { format: TraceFormat; header: boolean
   if (format === 'access-log') return { format, header: false, parse: parseAccessLogLine };
   const fields = splitCsv(first);
   const names = fields.map((name) => name.trim().toLowerCase());
-  if (parseTime(fields[0]) !== undefined || !names.includes('time')) return { format, header: false, parse: csvParser(0, 1, 2) };
+  if (parseTime(fields[0]) !== undefined || !names.includes('time'))
+    return { format, header: false, parse: csvParser(0, 1, 2) };
   return { format, header: true, parse: csvParser(names.indexOf('time'), names.indexOf('key'), names.indexOf('cost')) };
 }
 

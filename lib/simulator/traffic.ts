@@ -59,9 +59,20 @@ const whole = (n: number): string => Math.round(n).toLocaleString('en-US');
  * down), all from one client. Every ~1 s of `now` (milliseconds), `progress` gets a line saying
  * how far it is: a run near the bound takes a while.
  */
-export function* evenlySpaced(rate: number, durationMs: number, progress: (line: string) => void = () => {}, now = () => performance.now()): Generator<Arrival> {
+export function* evenlySpaced(
+  rate: number,
+  durationMs: number,
+  progress: (line: string) => void = () => {},
+  now = () => performance.now(),
+): Generator<Arrival> {
   const count = requestsOf(rate, durationMs);
-  const tick = progressPace((done, perSecond) => progress(`simulate: ${whole(done)} of ${whole(count)} requests (${Math.floor((done * 100) / count)} %), ${whole(perSecond)} requests/s`), now);
+  const tick = progressPace(
+    (done, perSecond) =>
+      progress(
+        `simulate: ${whole(done)} of ${whole(count)} requests (${Math.floor((done * 100) / count)} %), ${whole(perSecond)} requests/s`,
+      ),
+    now,
+  );
   for (let i = 0; i < count; i++) {
     yield { time: Math.floor((i * 1000) / rate), key: NO_KEY, cost: undefined };
     tick(i + 1);
@@ -77,11 +88,19 @@ export function* evenlySpaced(rate: number, durationMs: number, progress: (line:
  *
  * @throws when the file cannot be opened or read
  */
-export async function* readTrace(file: string, report: TraceReport, progress: (line: string) => void): AsyncGenerator<Arrival> {
+export async function* readTrace(
+  file: string,
+  report: TraceReport,
+  progress: (line: string) => void,
+): AsyncGenerator<Arrival> {
   // a file is opened first, so that a missing one throws here with its own error; '-' is stdin
-  const input = file === '-' ? process.stdin.setEncoding('utf8') : (await open(file, 'r')).createReadStream({ encoding: 'utf8' });
+  const input =
+    file === '-' ? process.stdin.setEncoding('utf8') : (await open(file, 'r')).createReadStream({ encoding: 'utf8' });
   const lines = createInterface({ input, crlfDelay: Infinity });
-  const tick = progressPace((read, perSecond) => progress(`simulate: ${whole(read)} lines read, ${whole(perSecond)} lines/s`), () => performance.now());
+  const tick = progressPace(
+    (read, perSecond) => progress(`simulate: ${whole(read)} lines read, ${whole(perSecond)} lines/s`),
+    () => performance.now(),
+  );
   let parse: LineParser | undefined;
   try {
     for await (const raw of lines) {
@@ -103,8 +122,15 @@ export async function* readTrace(file: string, report: TraceReport, progress: (l
       const parsed = parseLine(line);
       if (typeof parsed === 'string') {
         if (++report.badLines <= SHOWN_BAD_LINES) {
-          const reason = parse === undefined && report.format === 'csv' ? `${parsed}; nor is the line a header (a CSV header names a "time" column)` : parsed;
-          report.firstBadLines.push({ line: number, reason, text: line.length > SHOWN_TEXT ? `${line.slice(0, SHOWN_TEXT)}…` : line });
+          const reason =
+            parse === undefined && report.format === 'csv'
+              ? `${parsed}; nor is the line a header (a CSV header names a "time" column)`
+              : parsed;
+          report.firstBadLines.push({
+            line: number,
+            reason,
+            text: line.length > SHOWN_TEXT ? `${line.slice(0, SHOWN_TEXT)}…` : line,
+          });
         }
       } else {
         parse = parseLine;

@@ -1,5 +1,11 @@
 import type { Rule } from '../algorithms/algorithm.types.js';
-import { invalidCost, invalidRepeatedKey, invalidRequest, invalidRequestKey, invalidRequests } from '../rate-limit.messages.js';
+import {
+  invalidCost,
+  invalidRepeatedKey,
+  invalidRequest,
+  invalidRequestKey,
+  invalidRequests,
+} from '../rate-limit.messages.js';
 import type { RateLimitDecision, RateLimitRequest } from './rate-limit-store.interface.js';
 
 /**
@@ -24,7 +30,13 @@ export function checkCost(cost: unknown, where: string, argument: string): asser
 
 /** Whether two rules are the same in every field, a scaled window's limit included: the one test of a rule for a bucket. */
 export function sameRule(a: Rule, b: Rule): boolean {
-  return a.algorithm === b.algorithm && a.rps === b.rps && a.burst === b.burst && a.blockMs === b.blockMs && a.limit === b.limit;
+  return (
+    a.algorithm === b.algorithm &&
+    a.rps === b.rps &&
+    a.burst === b.burst &&
+    a.blockMs === b.blockMs &&
+    a.limit === b.limit
+  );
 }
 
 /** A store call's requests with each key once. */
@@ -83,7 +95,8 @@ export function distinctRequests(requests: readonly RateLimitRequest[], where: s
     if (!sameRule(first.rule, request.rule)) {
       throw new TypeError(invalidRepeatedKey(where, given[seen], i, request.key, 'rule'));
     }
-    if (first.cost !== request.cost) throw new TypeError(invalidRepeatedKey(where, given[seen], i, request.key, 'cost'));
+    if (first.cost !== request.cost)
+      throw new TypeError(invalidRepeatedKey(where, given[seen], i, request.key, 'cost'));
     positions[i] = seen;
   }
   return { requests: distinct, positions };

@@ -114,7 +114,11 @@ export interface RateLimitStore {
    *
    * @example await store.consume([{ key: 'rl:api:tb:{...}', policy: 'api', rule: { algorithm: 'token_bucket', rps: 10, burst: 20 }, cost: 1 }])
    */
-  consume(requests: readonly RateLimitRequest[], timeoutMs?: number, cachedAsked?: boolean): Promise<RateLimitDecision[]>;
+  consume(
+    requests: readonly RateLimitRequest[],
+    timeoutMs?: number,
+    cachedAsked?: boolean,
+  ): Promise<RateLimitDecision[]>;
   /**
    * The decisions `consume` would give, when the store has them without asking its server (a
    * remote store's remembered refusals: its `RefusalGate`'s `answer`), else `undefined`; it must

@@ -38,7 +38,12 @@ export interface StoreCallWatcher {
 }
 
 /** Nobody watching: what `StoreCalls` tells goes nowhere, and nothing is timed. */
-const UNWATCHED: StoreCallWatcher = { timed: false, called: () => undefined, failed: () => undefined, breaker: () => undefined };
+const UNWATCHED: StoreCallWatcher = {
+  timed: false,
+  called: () => undefined,
+  failed: () => undefined,
+  breaker: () => undefined,
+};
 
 /**
  * The module's store as the service calls it: each call within `timeout` (from when it leaves the
@@ -76,7 +81,8 @@ export class StoreCalls {
     if (!this.store.inProcess) return this.decideRemote(requests, charge);
     // an in-process store has decided when it returns: that is its time, and no wrapper per call
     const started = this.watcher.timed ? performance.now() : 0;
-    const decided = this.decideNow !== undefined ? this.decideNow(requests, charge) : this.decideInProcess(requests, charge);
+    const decided =
+      this.decideNow !== undefined ? this.decideNow(requests, charge) : this.decideInProcess(requests, charge);
     this.ended('ok', started);
     return decided;
   }
@@ -120,7 +126,10 @@ export class StoreCalls {
    * rejects: a failed refund leaves the charge taken.
    */
   async refund(decisions: readonly RateLimitDecision[]): Promise<void> {
-    const store = this.local !== undefined && decisions.some((decision) => this.localDecisions.has(decision)) ? this.local : this.store;
+    const store =
+      this.local !== undefined && decisions.some((decision) => this.localDecisions.has(decision))
+        ? this.local
+        : this.store;
     if (store.refund === undefined) return;
     if (store.inProcess) return store.refund(decisions);
     await this.bounded(store.refund(decisions)).catch(() => undefined);
@@ -172,7 +181,11 @@ export class StoreCalls {
   }
 
   /** What `failMode` makes of a failed store call: the local limiter's decisions, or the error. */
-  private fallback(requests: readonly RateLimitRequest[], charge: boolean, failure: RateLimitStoreError): RateLimitDecision[] {
+  private fallback(
+    requests: readonly RateLimitRequest[],
+    charge: boolean,
+    failure: RateLimitStoreError,
+  ): RateLimitDecision[] {
     if (this.options.failMode !== 'local') throw failure;
     // on the store's clock, if it was given one: the local decisions' waits are timed on it
     this.local ??= new MemoryStore({ clock: storeClock(this.store.clock) });

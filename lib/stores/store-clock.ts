@@ -20,7 +20,8 @@ export interface StoreClock {
  */
 export function clockReader(clock: unknown): (() => number) | undefined {
   if (typeof clock === 'function') return clock as () => number;
-  if (typeof (clock as Partial<StoreClock> | null | undefined)?.now === 'function') return () => (clock as StoreClock).now();
+  if (typeof (clock as Partial<StoreClock> | null | undefined)?.now === 'function')
+    return () => (clock as StoreClock).now();
   return undefined;
 }
 
@@ -30,5 +31,7 @@ export function clockReader(clock: unknown): (() => number) | undefined {
  */
 export function storeClock(clock: unknown): StoreClock | undefined {
   if (typeof clock === 'function') return { now: clock as () => number };
-  return typeof (clock as Partial<StoreClock> | null | undefined)?.now === 'function' ? (clock as StoreClock) : undefined;
+  return typeof (clock as Partial<StoreClock> | null | undefined)?.now === 'function'
+    ? (clock as StoreClock)
+    : undefined;
 }

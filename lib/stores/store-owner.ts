@@ -96,7 +96,8 @@ async function createRedisClient(redis: string | RedisOptions): Promise<Redis> {
     // with `sentinels`: follow a failover as the sentinels announce it, not once the old primary answers READONLY
     failoverDetector: true,
   };
-  const client = typeof redis === 'string' ? new Client(redis, limiterDefaults) : new Client({ ...limiterDefaults, ...redis });
+  const client =
+    typeof redis === 'string' ? new Client(redis, limiterDefaults) : new Client({ ...limiterDefaults, ...redis });
   // The limiter logs when its calls start and stop failing; ioredis would print every retry.
   client.on('error', () => undefined);
   // Without an offline queue, requests before the first connection would all fall to failMode:

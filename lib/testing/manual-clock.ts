@@ -42,7 +42,14 @@ export class ManualClock implements StoreClock {
     if (typeof by === 'string') {
       const ms = (parseWindow(by) ?? NaN) * 1000;
       if (!(Math.abs(ms - Math.round(ms)) < 1e-6)) {
-        throw new RangeError(invalidArgument('ManualClock.advance', 'by', by, "must be a duration of whole milliseconds such as '1s', '250ms', '15m'"));
+        throw new RangeError(
+          invalidArgument(
+            'ManualClock.advance',
+            'by',
+            by,
+            "must be a duration of whole milliseconds such as '1s', '250ms', '15m'",
+          ),
+        );
       }
       return this.set(this.ms + Math.round(ms));
     }

@@ -140,7 +140,11 @@ export const FIXED_WINDOW_CASES: Case[] = [
     steps: [
       { at: 0, cost: 100, expect: { allowed: true, remaining: 0, fullAfter: 10 } },
       // 100 taken is the whole of 20, not 80 more than it
-      { at: 5_000, rule: fw(2, 20), expect: { allowed: false, remaining: 0, retryAfter: 5, resetAfter: 5, fullAfter: 5 } },
+      {
+        at: 5_000,
+        rule: fw(2, 20),
+        expect: { allowed: false, remaining: 0, retryAfter: 5, resetAfter: 5, fullAfter: 5 },
+      },
       { at: 10_000, rule: fw(2, 20), expect: { allowed: true, remaining: 19, fullAfter: 10 } },
     ],
   },

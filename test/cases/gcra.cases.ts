@@ -147,7 +147,10 @@ export const GCRA_CASES: Case[] = [
     name: "the seeds' worked example: rps 10, burst 50, as the token bucket",
     rule: gc(10, 50),
     steps: [
-      ...Array.from({ length: 50 }, (_, i): Step => ({ at: 0, expect: { allowed: true, remaining: 49 - i, delay: 0 } })),
+      ...Array.from({ length: 50 }, (_, i): Step => ({
+        at: 0,
+        expect: { allowed: true, remaining: 49 - i, delay: 0 },
+      })),
       { at: 0, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
       // backlog 50 - 10 = 40, then 41
       { at: 1_000, expect: { allowed: true, remaining: 9 } },

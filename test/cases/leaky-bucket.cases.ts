@@ -72,7 +72,11 @@ export const LEAKY_BUCKET_CASES: Case[] = [
     name: 'a cost above burst can never pass and takes nothing',
     rule: lb(5, 5),
     steps: [
-      { at: 0, cost: 6, expect: { allowed: false, remaining: 5, retryAfter: Infinity, resetAfter: 0, fullAfter: 0, delay: 0 } },
+      {
+        at: 0,
+        cost: 6,
+        expect: { allowed: false, remaining: 5, retryAfter: Infinity, resetAfter: 0, fullAfter: 0, delay: 0 },
+      },
       { at: 0, cost: 5, expect: { allowed: true, remaining: 0, delay: 0 } },
       { at: 0, cost: 6, expect: { allowed: false, remaining: 0, retryAfter: Infinity, delay: 0 } },
     ],
@@ -156,7 +160,11 @@ export const LEAKY_BUCKET_CASES: Case[] = [
     steps: [
       { at: 0, cost: 100, expect: { allowed: true, remaining: 0, fullAfter: 10 } },
       // a queue of 100 is 80 more than a queue of 20 holds: full, one leaves in 100 ms
-      { at: 0, rule: lb(10, 20), expect: { allowed: false, remaining: 0, retryAfter: 1, resetAfter: 1, fullAfter: 2, delay: 0 } },
+      {
+        at: 0,
+        rule: lb(10, 20),
+        expect: { allowed: false, remaining: 0, retryAfter: 1, resetAfter: 1, fullAfter: 2, delay: 0 },
+      },
       // 19 ahead, 1.9 s
       { at: 100, rule: lb(10, 20), expect: { allowed: true, remaining: 0, fullAfter: 2, delay: 1.9 } },
     ],

@@ -103,7 +103,11 @@ export const SLIDING_WINDOW_COUNTER_CASES: Case[] = [
       { at: 0, cost: 6, expect: { allowed: false, remaining: 5, retryAfter: Infinity, resetAfter: 0, fullAfter: 0 } },
       { at: 0, cost: 5, expect: { allowed: true, remaining: 0, fullAfter: 2 } },
       // e = 500: estimate 2.5; a third token free once 5 * (1000 - e) / 1000 <= 2, at e = 600
-      { at: 1_500, cost: 6, expect: { allowed: false, remaining: 2, retryAfter: Infinity, resetAfter: 1, fullAfter: 1 } },
+      {
+        at: 1_500,
+        cost: 6,
+        expect: { allowed: false, remaining: 2, retryAfter: Infinity, resetAfter: 1, fullAfter: 1 },
+      },
     ],
   },
   {
@@ -191,7 +195,11 @@ export const SLIDING_WINDOW_COUNTER_CASES: Case[] = [
       { at: 0, cost: 100, expect: { allowed: true, remaining: 0, fullAfter: 20 } },
       // a count of 20 (not 100) leaves room for one more once 1/20 of it has slid out, 500 ms
       // into the next window: 5.5 s
-      { at: 5_000, rule: swc(2, 20), expect: { allowed: false, remaining: 0, retryAfter: 6, resetAfter: 6, fullAfter: 15 } },
+      {
+        at: 5_000,
+        rule: swc(2, 20),
+        expect: { allowed: false, remaining: 0, retryAfter: 6, resetAfter: 6, fullAfter: 15 },
+      },
       // previous 20, 80 % of it inside: 16, so 4 left
       { at: 12_000, rule: swc(2, 20), expect: { allowed: true, remaining: 3 } },
     ],

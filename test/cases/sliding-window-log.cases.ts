@@ -156,8 +156,16 @@ export const SLIDING_WINDOW_LOG_CASES: Case[] = [
       { at: 0, cost: 50, expect: { allowed: true, remaining: 50 } },
       { at: 4_000, cost: 50, expect: { allowed: true, remaining: 0 } },
       // the 20 newest entries, all of 4 s, count: each leaves at 14 s
-      { at: 5_000, rule: swl(2, 20), expect: { allowed: false, remaining: 0, retryAfter: 9, resetAfter: 9, fullAfter: 9 } },
-      { at: 10_000, rule: swl(2, 20), expect: { allowed: false, remaining: 0, retryAfter: 4, resetAfter: 4, fullAfter: 4 } },
+      {
+        at: 5_000,
+        rule: swl(2, 20),
+        expect: { allowed: false, remaining: 0, retryAfter: 9, resetAfter: 9, fullAfter: 9 },
+      },
+      {
+        at: 10_000,
+        rule: swl(2, 20),
+        expect: { allowed: false, remaining: 0, retryAfter: 4, resetAfter: 4, fullAfter: 4 },
+      },
       { at: 14_000, rule: swl(2, 20), expect: { allowed: true, remaining: 19, fullAfter: 10 } },
     ],
   },

@@ -1,7 +1,14 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Controller, Get, Module } from '@nestjs/common';
-import { MemoryStore, RateLimit, RateLimitModule, RateLimiterService, type RateLimitStore, RedisStore } from '../../lib/index.js';
+import {
+  MemoryStore,
+  RateLimit,
+  RateLimitModule,
+  RateLimiterService,
+  type RateLimitStore,
+  RedisStore,
+} from '../../lib/index.js';
 import { type AdapterName, startApp, type TestApp } from '../support/app.js';
 import { useTestRedis } from '../support/redis/test-redis.js';
 
@@ -43,7 +50,11 @@ const redis = useTestRedis();
 
 const RUNS: Array<[string, AdapterName, () => { store: RateLimitStore; prefix?: string }]> = [
   ['memory', 'express', () => ({ store: new MemoryStore() })],
-  ['redis', 'fastify', () => ({ store: new RedisStore({ client: redis() }), prefix: `rl-e2e-adaptive-${randomUUID()}:` })],
+  [
+    'redis',
+    'fastify',
+    () => ({ store: new RedisStore({ client: redis() }), prefix: `rl-e2e-adaptive-${randomUUID()}:` }),
+  ],
 ];
 
 describe.each(RUNS)('an adaptive policy on the %s store, %s', (_store, adapter, storeOptions) => {
@@ -59,14 +70,17 @@ describe.each(RUNS)('an adaptive policy on the %s store, %s', (_store, adapter, 
     // a running app is warm (its code compiled, its connections open): its first requests are
     // not slower than the rest, as those of a fresh one are
     for (let round = 0; round < 10; round++) {
-      await Promise.all(Array.from({ length: 8 }, () => http.get('/adaptive/warm-up').then((response) => response.text())));
+      await Promise.all(
+        Array.from({ length: 8 }, () => http.get('/adaptive/warm-up').then((response) => response.text())),
+      );
     }
 
     /** Each request's send time (ms since start) and whether it was admitted. */
     const sent: Array<{ at: number; admitted: Promise<boolean> }> = [];
     const started = performance.now();
     const elapsed = () => performance.now() - started;
-    const admittedIn = (from: number, to: number) => Promise.all(sent.filter(({ at }) => at >= from && at < to).map(({ admitted }) => admitted));
+    const admittedIn = (from: number, to: number) =>
+      Promise.all(sent.filter(({ at }) => at >= from && at < to).map(({ admitted }) => admitted));
     const trace: string[] = [];
     /** The factor every 500 ms, for the checks (`trace` prints it). */
     const factors: { at: number; factor: number }[] = [];
@@ -78,7 +92,10 @@ describe.each(RUNS)('an adaptive policy on the %s store, %s', (_store, adapter, 
       while (next < until) {
         const wait = next - elapsed();
         if (wait > 0) await sleep(wait);
-        sent.push({ at: next, admitted: http.get('/adaptive').then(async (response) => (await response.text(), response.status === 200)) });
+        sent.push({
+          at: next,
+          admitted: http.get('/adaptive').then(async (response) => (await response.text(), response.status === 200)),
+        });
         next += 1000 / OFFERED_PER_S;
         if (elapsed() >= noted + 500) {
           noted += 500;
@@ -100,7 +117,9 @@ describe.each(RUNS)('an adaptive policy on the %s store, %s', (_store, adapter, 
 
     const perSecond: number[] = [];
     for (let second = 0; second < 17; second++) perSecond.push(await count(second * 1000, (second + 1) * 1000));
-    console.log(`adaptive on ${_store}/${adapter}: factor over time\n${trace.join('\n')}\nadmitted per second (offered ${OFFERED_PER_S}): ${perSecond.join(' ')}`);
+    console.log(
+      `adaptive on ${_store}/${adapter}: factor over time\n${trace.join('\n')}\nadmitted per second (offered ${OFFERED_PER_S}): ${perSecond.join(' ')}`,
+    );
 
     // full rate before: every request offered in the second second was admitted
     expect(perSecond[1]).toBeGreaterThanOrEqual(OFFERED_PER_S - 1);

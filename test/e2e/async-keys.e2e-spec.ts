@@ -33,7 +33,13 @@ class ApiController {
     return { ok: true };
   }
 
-  @RateLimit({ name: 'plan', key: 'header:x-tenant', tiers: { free: { limit: 1, window: '1h' }, pro: { limit: 3, window: '1h' } }, tier: hung, defaultTier: 'free' })
+  @RateLimit({
+    name: 'plan',
+    key: 'header:x-tenant',
+    tiers: { free: { limit: 1, window: '1h' }, pro: { limit: 3, window: '1h' } },
+    tier: hung,
+    defaultTier: 'free',
+  })
   @Get('hung-tier')
   hungTier() {
     return { ok: true };
@@ -45,35 +51,42 @@ describe.each(ADAPTERS)('key and tier functions that answer with a promise, %s',
   afterAll(() => Promise.all(apps.map((app) => app.close())));
 
   async function start(failMode: FailMode): Promise<TestApp> {
-    @Module({ imports: [RateLimitModule.forRoot({ store: new MemoryStore(), timeout: TIMEOUT, failMode })], controllers: [ApiController] })
+    @Module({
+      imports: [RateLimitModule.forRoot({ store: new MemoryStore(), timeout: TIMEOUT, failMode })],
+      controllers: [ApiController],
+    })
     class AppModule {}
     const app = await startApp(AppModule, adapter);
     apps.push(app);
     return app;
   }
 
-  it("keys each request by what the promise names: one bucket per tenant", async () => {
+  it('keys each request by what the promise names: one bucket per tenant', async () => {
     const http = await start('open');
     const [acme, globex] = [randomUUID(), randomUUID()];
     const statuses = [];
-    for (const tenant of [acme, acme, globex]) statuses.push((await http.get('/api/tenant', { 'x-tenant': tenant })).status);
+    for (const tenant of [acme, acme, globex])
+      statuses.push((await http.get('/api/tenant', { 'x-tenant': tenant })).status);
     expect(statuses).toEqual([200, 429, 200]);
   });
 
   it.each([
     ['open', 200],
     ['closed', 503],
-  ] as const)("answers a key that does not answer within timeout as failMode '%s' says (%i)", async (failMode, status) => {
-    const http = await start(failMode);
-    const started = performance.now();
-    const response = await read(await http.get('/api/hung-key'));
-    expect(performance.now() - started).toBeGreaterThanOrEqual(TIMEOUT);
-    expect(response.status).toBe(status);
-    if (failMode === 'closed') expect(response.headers['retry-after']).toBe('1');
-    expect(response.headers['ratelimit-policy']).toBeUndefined();
-  });
+  ] as const)(
+    "answers a key that does not answer within timeout as failMode '%s' says (%i)",
+    async (failMode, status) => {
+      const http = await start(failMode);
+      const started = performance.now();
+      const response = await read(await http.get('/api/hung-key'));
+      expect(performance.now() - started).toBeGreaterThanOrEqual(TIMEOUT);
+      expect(response.status).toBe(status);
+      if (failMode === 'closed') expect(response.headers['retry-after']).toBe('1');
+      expect(response.headers['ratelimit-policy']).toBeUndefined();
+    },
+  );
 
-  it("limits by the defaultTier when the tier does not answer within timeout", async () => {
+  it('limits by the defaultTier when the tier does not answer within timeout', async () => {
     const http = await start('open');
     const tenant = { 'x-tenant': randomUUID() };
     const first = await read(await http.get('/api/hung-tier', tenant));

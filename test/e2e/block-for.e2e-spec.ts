@@ -33,13 +33,17 @@ describe.each(ADAPTERS)('blockFor on %s', (adapter) => {
     const prefix = `rl-block-${randomUUID()}:`;
 
     beforeAll(async () => {
-      @Module({ imports: [RateLimitModule.forRoot({ store: makeStore(() => now), prefix })], controllers: [LoginController] })
+      @Module({
+        imports: [RateLimitModule.forRoot({ store: makeStore(() => now), prefix })],
+        controllers: [LoginController],
+      })
       class AppModule {}
       http = await startApp(AppModule, adapter);
     });
     afterAll(() => http.close());
 
-    const post = async (apiKey: string) => read(await fetch(`${http.url}/login`, { method: 'POST', headers: { 'x-api-key': apiKey } }));
+    const post = async (apiKey: string) =>
+      read(await fetch(`${http.url}/login`, { method: 'POST', headers: { 'x-api-key': apiKey } }));
 
     it('keeps a client refused for the whole block, however the bucket refills, and Retry-After says when it ends', async () => {
       now = CASE_EPOCH;

@@ -198,7 +198,10 @@ describe('faults under load (timeout 100 ms, the module makes the client from a 
               `Redis counts ${beforeLedger.counted} + ${afterLedger.counted} on the keys before/after ` +
                 `(no exact check: 'local' 200s carry headers too)`,
             ]
-          : [showLedger('keys used before SIGSTOP', beforeLedger), showLedger('keys used from the freeze end on', afterLedger)]),
+          : [
+              showLedger('keys used before SIGSTOP', beforeLedger),
+              showLedger('keys used from the freeze end on', afterLedger),
+            ]),
       ]);
       expectCommon(scenario, outcomes, failMode === 'closed' ? [200, 503] : [200]);
       expect(outage.length).toBeGreaterThan(0);
@@ -260,7 +263,9 @@ describe('faults under load (timeout 100 ms, the module makes the client from a 
     // A flush must never fail a call. On a loaded machine a call may still time out like any
     // other (and three in a row open the breaker): the only failMode answers allowed.
     expectCommon(scenario, outcomes, [200, 503]);
-    const notTimeouts = outcomes.filter((o) => o.reason !== undefined && o.reason !== 'timeout' && o.reason !== 'breaker_open');
+    const notTimeouts = outcomes.filter(
+      (o) => o.reason !== undefined && o.reason !== 'timeout' && o.reason !== 'breaker_open',
+    );
     expect(notTimeouts.map((o) => o.failure)).toEqual([]);
     expect(noscript).toBeGreaterThan(0); // the flushes did hit the limiter's EVALSHA
     expect(recovery.ms - recovery.stolenMs).toBeLessThan(RECOVERY_BOUND_MS);

@@ -31,7 +31,8 @@ async function statuses(http: TestApp, forwardedFor: readonly string[]): Promise
 }
 
 const admitted = (codes: readonly number[]) => codes.filter((code) => code === 200).length;
-const rotating = (n: number, last = '') => Array.from({ length: n }, (_, i) => `203.0.113.${i % 256}, 10.${i}.0.1${last}`);
+const rotating = (n: number, last = '') =>
+  Array.from({ length: n }, (_, i) => `203.0.113.${i % 256}, 10.${i}.0.1${last}`);
 
 describe.each(ADAPTERS)('X-Forwarded-For on %s', (adapter) => {
   let warn: ReturnType<typeof jest.spyOn>;
@@ -44,7 +45,8 @@ describe.each(ADAPTERS)('X-Forwarded-For on %s', (adapter) => {
     await http?.close();
     http = undefined;
   });
-  const forwardedForWarnings = () => warn.mock.calls.filter((call: unknown[]) => String(call[0]).includes('X-Forwarded-For')).length;
+  const forwardedForWarnings = () =>
+    warn.mock.calls.filter((call: unknown[]) => String(call[0]).includes('X-Forwarded-For')).length;
 
   it('without trust proxy, a client rotating X-Forwarded-For stays in one bucket, and one warning says so', async () => {
     http = await start(adapter);
@@ -65,7 +67,14 @@ describe.each(ADAPTERS)('X-Forwarded-For on %s', (adapter) => {
     const sixtyFour = Array.from({ length: 200 }, (_, i) => `2001:db8:1:2:${i.toString(16)}::${(i * 31).toString(16)}`);
     expect(admitted(await statuses(http, sixtyFour))).toBe(5);
     expect(admitted(await statuses(http, ['2001:db8:1:3::1']))).toBe(1);
-    const mapped = ['198.51.100.9', '::ffff:198.51.100.9', '198.51.100.9', '::ffff:198.51.100.9', '198.51.100.9', '::ffff:198.51.100.9'];
+    const mapped = [
+      '198.51.100.9',
+      '::ffff:198.51.100.9',
+      '198.51.100.9',
+      '::ffff:198.51.100.9',
+      '198.51.100.9',
+      '::ffff:198.51.100.9',
+    ];
     expect(admitted(await statuses(http, mapped))).toBe(5);
   });
 });

@@ -19,7 +19,12 @@ import {
 import { RateLimitContexts } from '../../lib/contexts/rate-limit-contexts.js';
 import { WsRateLimitContext } from '../../lib/contexts/ws.context.js';
 import { ManualClock } from '../../lib/testing/manual-clock.js';
-import { costExceedsBurst, gatewayForwardedFor, limitExceeded, storeUnavailable } from '../../lib/rate-limit.messages.js';
+import {
+  costExceedsBurst,
+  gatewayForwardedFor,
+  limitExceeded,
+  storeUnavailable,
+} from '../../lib/rate-limit.messages.js';
 import { connectTestRedis } from '../support/redis/test-redis.js';
 import { GATEWAY_ADAPTERS, type GatewayApp, type GatewayClient, startGatewayApp } from '../support/gateway-apps.js';
 
@@ -61,7 +66,12 @@ class LimitedGateway implements OnGatewayConnection {
   }
 
   // a constant cost over the burst is refused at validation: one read from the message is known only then
-  @RateLimit({ name: 'costly', rps: TINY, burst: 2, cost: (context) => context.switchToWs().getData<{ weight: number }>().weight })
+  @RateLimit({
+    name: 'costly',
+    rps: TINY,
+    burst: 2,
+    cost: (context) => context.switchToWs().getData<{ weight: number }>().weight,
+  })
   @SubscribeMessage('costly')
   costly() {
     return { event: 'reply', data: { handler: 'costly', count: ++this.ran.costly } };
@@ -123,7 +133,10 @@ const apiKey = () => `key-${randomUUID()}`;
 let apps = 0;
 
 /** A reply of `handler`, its `count`-th run. */
-const reply = (handler: string, count: number) => ({ event: 'reply', data: expect.objectContaining({ handler, count }) });
+const reply = (handler: string, count: number) => ({
+  event: 'reply',
+  data: expect.objectContaining({ handler, count }),
+});
 /** The `exception` event of a refusal by `policy` that frees up in `retryAfter` seconds. */
 const refused = (policy: string, retryAfter: number) => ({
   event: 'exception',
@@ -163,7 +176,11 @@ describe.each(GATEWAY_ADAPTERS)('a gateway on %s', (adapter) => {
       const contexts = gateway.app.get(RateLimitContexts);
       expect(contexts.for('ws')).toBeUndefined();
 
-      expect(await askTimes(client, 'limited', 3)).toEqual([reply('limited', 1), reply('limited', 2), refused('limited', EMPTIED)]);
+      expect(await askTimes(client, 'limited', 3)).toEqual([
+        reply('limited', 1),
+        reply('limited', 2),
+        refused('limited', EMPTIED),
+      ]);
       expect(gateway.app.get(LimitedGateway).ran.limited).toBe(2);
       expect(contexts.for('ws')).toBeInstanceOf(WsRateLimitContext);
 
@@ -179,13 +196,21 @@ describe.each(GATEWAY_ADAPTERS)('a gateway on %s', (adapter) => {
     it('limits nothing without the global guard (guard: false): it was the global guard that refused', async () => {
       const gateway = await start(LimitedGateway, { guard: false });
       const client = await gateway.connect({ headers: { 'x-api-key': apiKey() } });
-      expect(await askTimes(client, 'limited', 3)).toEqual([reply('limited', 1), reply('limited', 2), reply('limited', 3)]);
+      expect(await askTimes(client, 'limited', 3)).toEqual([
+        reply('limited', 1),
+        reply('limited', 2),
+        reply('limited', 3),
+      ]);
     });
 
     it('charges a message once with the global guard and @UseGuards(RateLimitGuard) on the gateway together', async () => {
       const gateway = await start(GuardedGateway);
       const client = await gateway.connect({ headers: { 'x-api-key': apiKey() } });
-      expect(await askTimes(client, 'limited', 3)).toEqual([reply('limited', 1), reply('limited', 2), refused('limited', EMPTIED)]);
+      expect(await askTimes(client, 'limited', 3)).toEqual([
+        reply('limited', 1),
+        reply('limited', 2),
+        refused('limited', EMPTIED),
+      ]);
       expect(gateway.app.get(GuardedGateway).ran.limited).toBe(2);
       expect(gateway.logged.error).toEqual([]);
     });
@@ -193,13 +218,21 @@ describe.each(GATEWAY_ADAPTERS)('a gateway on %s', (adapter) => {
     it('limits with @UseGuards(RateLimitGuard) alone (guard: false), as on NestJS 11', async () => {
       const gateway = await start(GuardedGateway, { guard: false });
       const client = await gateway.connect({ headers: { 'x-api-key': apiKey() } });
-      expect(await askTimes(client, 'limited', 3)).toEqual([reply('limited', 1), reply('limited', 2), refused('limited', EMPTIED)]);
+      expect(await askTimes(client, 'limited', 3)).toEqual([
+        reply('limited', 1),
+        reply('limited', 2),
+        refused('limited', EMPTIED),
+      ]);
     });
 
     it('limits with runAs: interceptor', async () => {
       const gateway = await start(LimitedGateway, { runAs: 'interceptor' });
       const client = await gateway.connect({ headers: { 'x-api-key': apiKey() } });
-      expect(await askTimes(client, 'limited', 3)).toEqual([reply('limited', 1), reply('limited', 2), refused('limited', EMPTIED)]);
+      expect(await askTimes(client, 'limited', 3)).toEqual([
+        reply('limited', 1),
+        reply('limited', 2),
+        refused('limited', EMPTIED),
+      ]);
       expect(gateway.app.get(LimitedGateway).ran.limited).toBe(2);
     });
 
@@ -207,7 +240,11 @@ describe.each(GATEWAY_ADAPTERS)('a gateway on %s', (adapter) => {
       const gateway = await start(LimitedGateway);
       const ann = await gateway.connect({ headers: { 'x-user': 'ann' } });
       const bob = await gateway.connect({ headers: { 'x-user': 'bob' } });
-      expect(await askTimes(ann, 'limited', 3)).toEqual([reply('limited', 1), reply('limited', 2), refused('limited', EMPTIED)]);
+      expect(await askTimes(ann, 'limited', 3)).toEqual([
+        reply('limited', 1),
+        reply('limited', 2),
+        refused('limited', EMPTIED),
+      ]);
       expect(await askTimes(bob, 'limited', 2)).toEqual([reply('limited', 3), reply('limited', 4)]);
       // a second connection of the same user shares its bucket
       const annAgain = await gateway.connect({ headers: { 'x-user': 'ann' } });
@@ -227,7 +264,11 @@ describe.each(GATEWAY_ADAPTERS)('a gateway on %s', (adapter) => {
         const gateway = await start(LimitedGateway);
         const first = await gateway.connect({ headers: { 'x-api-key': apiKey() } });
         const second = await gateway.connect({ headers: { 'x-api-key': apiKey() } });
-        expect(await askTimes(first, 'limited', 3)).toEqual([reply('limited', 1), reply('limited', 2), refused('limited', EMPTIED)]);
+        expect(await askTimes(first, 'limited', 3)).toEqual([
+          reply('limited', 1),
+          reply('limited', 2),
+          refused('limited', EMPTIED),
+        ]);
         expect(await askTimes(second, 'limited', 2)).toEqual([reply('limited', 3), reply('limited', 4)]);
       });
 
@@ -254,7 +295,13 @@ describe.each(GATEWAY_ADAPTERS)('a gateway on %s', (adapter) => {
       const client = await gateway.connect();
       expect(await client.ask('costly', { weight: 3 })).toEqual({
         event: 'exception',
-        data: { status: 'error', statusCode: 429, message: costExceedsBurst('costly', 3, 2), policy: 'costly', retryAfter: null },
+        data: {
+          status: 'error',
+          statusCode: 429,
+          message: costExceedsBurst('costly', 3, 2),
+          policy: 'costly',
+          retryAfter: null,
+        },
       });
       expect(gateway.app.get(LimitedGateway).ran.costly).toBe(0);
       expect(await client.ask('costly', { weight: 2 })).toEqual(reply('costly', 1));
@@ -267,7 +314,14 @@ describe.each(GATEWAY_ADAPTERS)('a gateway on %s', (adapter) => {
 
       // no answer to what no handler takes (ws: not JSON, not a message, an unknown event): the next
       // thing the client reads is the answer to the message after them
-      for (const frame of ['not json{', '"a string"', 'null', '[1,2]', '{"event":"nope","data":1}', '{"event":{"toString":1}}']) {
+      for (const frame of [
+        'not json{',
+        '"a string"',
+        'null',
+        '[1,2]',
+        '{"event":"nope","data":1}',
+        '{"event":{"toString":1}}',
+      ]) {
         client.sendFrame(frame);
       }
       client.send('constructor', { a: 1 });
@@ -275,8 +329,18 @@ describe.each(GATEWAY_ADAPTERS)('a gateway on %s', (adapter) => {
 
       // a payload that makes the policy's key function or cost function throw: Nest's error answer,
       // the handler does not run
-      const failed = { event: 'exception', data: expect.objectContaining({ status: 'error', message: 'Internal server error' }) };
-      for (const data of [null, 42, 'x', { tenant: null }, { tenant: { id: 'acme' } }, { tenant: { id: 'acme' }, items: null }]) {
+      const failed = {
+        event: 'exception',
+        data: expect.objectContaining({ status: 'error', message: 'Internal server error' }),
+      };
+      for (const data of [
+        null,
+        42,
+        'x',
+        { tenant: null },
+        { tenant: { id: 'acme' } },
+        { tenant: { id: 'acme' }, items: null },
+      ]) {
         expect(await client.ask('tenant', data)).toEqual(failed);
       }
       expect(ran.tenant).toBe(0);
@@ -284,7 +348,10 @@ describe.each(GATEWAY_ADAPTERS)('a gateway on %s', (adapter) => {
       expect(gateway.logged.error).toEqual(Array(6).fill(expect.any(TypeError)));
 
       // a large payload (512 KiB) is limited like any other
-      const large = { tenant: { id: 'x'.repeat(256 * 1024) }, items: Array.from({ length: 2 }, () => 'y'.repeat(128 * 1024)) };
+      const large = {
+        tenant: { id: 'x'.repeat(256 * 1024) },
+        items: Array.from({ length: 2 }, () => 'y'.repeat(128 * 1024)),
+      };
       expect(await askTimes(client, 'tenant', 3, large)).toEqual([
         reply('tenant', 1),
         reply('tenant', 2),
@@ -334,7 +401,9 @@ describe.each(GATEWAY_ADAPTERS)('a gateway on %s with a bad policy', (adapter) =
     }
     @Module({ imports: [RateLimitModule.forRoot()], providers: [BadGateway] })
     class AppModule {}
-    await expect(startGatewayApp(AppModule, adapter)).rejects.toThrow(/^Invalid @RateLimit policy on BadGateway\.take: "cost" 3 is more than "burst" 2/);
+    await expect(startGatewayApp(AppModule, adapter)).rejects.toThrow(
+      /^Invalid @RateLimit policy on BadGateway\.take: "cost" 3 is more than "burst" 2/,
+    );
   });
 });
 
@@ -356,7 +425,10 @@ describe.each(GATEWAY_ADAPTERS)('a gateway on %s whose store fails', (adapter) =
   });
 
   it.each([
-    ['closed', { event: 'exception', data: { status: 'error', statusCode: 503, message: storeUnavailable, retryAfter: 1 } }],
+    [
+      'closed',
+      { event: 'exception', data: { status: 'error', statusCode: 503, message: storeUnavailable, retryAfter: 1 } },
+    ],
     ['open', reply('limited', 1)],
   ] as const)('answers under failMode: %s', async (failMode, answer) => {
     @Module({ imports: [RateLimitModule.forRoot({ redis: broken, failMode })], providers: [LimitedGateway] })
@@ -389,50 +461,56 @@ class BacklogGateway implements OnGatewayConnection {
   }
 }
 
-describe.each(GATEWAY_ADAPTERS)('a gateway on %s with many messages of one connection in a leaky_bucket queue', (adapter) => {
-  it('watches the connection with one listener however many wait, and with none once they are done', async () => {
-    const warnings: string[] = [];
-    const warned = (warning: Error) => void warnings.push(`${warning.name}: ${warning.message}`);
-    process.on('warning', warned);
-    const clock = new ManualClock();
-    @Module({ imports: [RateLimitModule.forRoot({ store: new MemoryStore({ clock }) })], providers: [BacklogGateway] })
-    class AppModule {}
-    const gateway = await startGatewayApp(AppModule, adapter);
-    try {
-      const waits = watchWaits(gateway.app.get(RateLimiterService));
-      const client = await gateway.connect();
-      expect(await client.ask('backlog')).toEqual(reply('backlog', 1));
-      const [connection] = gateway.app.get(BacklogGateway).connections;
-      const event = adapter === 'ws' ? 'close' : 'disconnect';
-      const unwatched = connection.listenerCount(event);
+describe.each(GATEWAY_ADAPTERS)(
+  'a gateway on %s with many messages of one connection in a leaky_bucket queue',
+  (adapter) => {
+    it('watches the connection with one listener however many wait, and with none once they are done', async () => {
+      const warnings: string[] = [];
+      const warned = (warning: Error) => void warnings.push(`${warning.name}: ${warning.message}`);
+      process.on('warning', warned);
+      const clock = new ManualClock();
+      @Module({
+        imports: [RateLimitModule.forRoot({ store: new MemoryStore({ clock }) })],
+        providers: [BacklogGateway],
+      })
+      class AppModule {}
+      const gateway = await startGatewayApp(AppModule, adapter);
+      try {
+        const waits = watchWaits(gateway.app.get(RateLimiterService));
+        const client = await gateway.connect();
+        expect(await client.ask('backlog')).toEqual(reply('backlog', 1));
+        const [connection] = gateway.app.get(BacklogGateway).connections;
+        const event = adapter === 'ws' ? 'close' : 'disconnect';
+        const unwatched = connection.listenerCount(event);
 
-      // 15 wait their turns, 3 to 45 minutes away: one listener watches the connection for them all
-      for (let i = 0; i < 15; i++) client.send('backlog');
-      for (let i = 0; i < 15; i++) await waits.next();
-      expect(connection.listenerCount(event)).toBe(unwatched + 1);
-      /** The next `count` replies' counts, in order. */
-      const replies = async (count: number) => {
-        const counts = [];
-        for (let i = 0; i < count; i++) counts.push((await client.next()).data.count);
-        return counts.sort((a, b) => a - b);
-      };
+        // 15 wait their turns, 3 to 45 minutes away: one listener watches the connection for them all
+        for (let i = 0; i < 15; i++) client.send('backlog');
+        for (let i = 0; i < 15; i++) await waits.next();
+        expect(connection.listenerCount(event)).toBe(unwatched + 1);
+        /** The next `count` replies' counts, in order. */
+        const replies = async (count: number) => {
+          const counts = [];
+          for (let i = 0; i < count; i++) counts.push((await client.next()).data.count);
+          return counts.sort((a, b) => a - b);
+        };
 
-      // five leave the queue: the connection stays watched for the ten left, and by one listener
-      clock.advance('15m');
-      expect(await replies(5)).toEqual([2, 3, 4, 5, 6]);
-      expect(connection.listenerCount(event)).toBe(unwatched + 1);
-      // the last leave: nothing waits, nothing watches
-      clock.advance('30m');
-      expect(await replies(10)).toEqual([7, 8, 9, 10, 11, 12, 13, 14, 15, 16]);
-      expect(connection.listenerCount(event)).toBe(unwatched);
-      await new Promise((resolve) => setImmediate(resolve));
-      expect(warnings).toEqual([]);
-    } finally {
-      process.off('warning', warned);
-      await gateway.close();
-    }
-  });
-});
+        // five leave the queue: the connection stays watched for the ten left, and by one listener
+        clock.advance('15m');
+        expect(await replies(5)).toEqual([2, 3, 4, 5, 6]);
+        expect(connection.listenerCount(event)).toBe(unwatched + 1);
+        // the last leave: nothing waits, nothing watches
+        clock.advance('30m');
+        expect(await replies(10)).toEqual([7, 8, 9, 10, 11, 12, 13, 14, 15, 16]);
+        expect(connection.listenerCount(event)).toBe(unwatched);
+        await new Promise((resolve) => setImmediate(resolve));
+        expect(warnings).toEqual([]);
+      } finally {
+        process.off('warning', warned);
+        await gateway.close();
+      }
+    });
+  },
+);
 
 /** Watches `RateLimiterService.wait`, calling through: resolves each call's promise as it is made. */
 function watchWaits(limiter: RateLimiterService) {

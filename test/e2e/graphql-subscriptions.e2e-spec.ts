@@ -29,7 +29,9 @@ describe.each(GRAPHQL_SUITES)('GraphQL over graphql-ws on %s, %s store', (driver
     await Promise.all(clients.map((client) => client.dispose()));
     await gql.close();
   });
-  afterEach(() => expect({ errors: gql.logger.errors, warnings: gql.logger.warnings }).toEqual({ errors: [], warnings: [] }));
+  afterEach(() =>
+    expect({ errors: gql.logger.errors, warnings: gql.logger.warnings }).toEqual({ errors: [], warnings: [] }),
+  );
 
   it('delivers more events than the burst, and charges none of them: queries still have the whole burst', async () => {
     const headers = apiKey();
@@ -56,7 +58,9 @@ describe.each(GRAPHQL_SUITES)('GraphQL over graphql-ws on %s, %s store', (driver
     expect(await resultOf(client, '{ books authors }')).toEqual({ data: { books: 'books', authors: 'authors' } });
     const refused = await resultOf(client, '{ books authors }');
     expect(refused.data).toEqual({ books: null, authors: null });
-    expect(refused.errors?.map(({ path, extensions }) => ({ path, code: extensions?.code, policy: extensions?.policy }))).toEqual([
+    expect(
+      refused.errors?.map(({ path, extensions }) => ({ path, code: extensions?.code, policy: extensions?.policy })),
+    ).toEqual([
       { path: ['books'], code: 'RATE_LIMITED', policy: 'catalog' },
       { path: ['authors'], code: 'RATE_LIMITED', policy: 'catalog' },
     ]);

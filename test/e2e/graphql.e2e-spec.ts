@@ -24,7 +24,12 @@ const rateLimitHeaders = ({ headers }: GraphqlResponse) =>
 const STACK_FRAME = /\bat .*:\d+:\d+/;
 
 /** Every field of `fields` refused by `policy`, and nothing else: status 200, each field null with its error. */
-function expectRefused(response: GraphqlResponse, fields: string[], policy: string, retryAfter: 'positive' | null): void {
+function expectRefused(
+  response: GraphqlResponse,
+  fields: string[],
+  policy: string,
+  retryAfter: 'positive' | null,
+): void {
   expect(response.status).toBe(200);
   expect(response.body.data).toEqual(Object.fromEntries(fields.map((field) => [field, null])));
   const errors = response.body.errors ?? [];
@@ -53,7 +58,9 @@ describe.each(GRAPHQL_SUITES)('GraphQL on %s, %s store', (driver, store) => {
   afterAll(() => gql.close());
   // a refusal is an answer, not a fault: Nest logs no error for one
   // nor warns (of a context without a request, say)
-  afterEach(() => expect({ errors: gql.logger.errors, warnings: gql.logger.warnings }).toEqual({ errors: [], warnings: [] }));
+  afterEach(() =>
+    expect({ errors: gql.logger.errors, warnings: gql.logger.warnings }).toEqual({ errors: [], warnings: [] }),
+  );
 
   it('charges a query of two limited root fields once: the third request is refused, not the second', async () => {
     const headers = apiKey();
@@ -69,7 +76,11 @@ describe.each(GRAPHQL_SUITES)('GraphQL on %s, %s store', (driver, store) => {
     const headers = apiKey();
     // search costs its `first`, against a burst of 20: 1 + 19, and nothing is left for c
     const spent = await gql.post('{ a: search(first: 1) b: search(first: 19) c: search(first: 1) }', { headers });
-    expect(spent.body.data).toEqual({ a: ['result 0'], b: Array.from({ length: 19 }, (_, index) => `result ${index}`), c: null });
+    expect(spent.body.data).toEqual({
+      a: ['result 0'],
+      b: Array.from({ length: 19 }, (_, index) => `result ${index}`),
+      c: null,
+    });
     expect(spent.body.errors?.map(({ path }) => path)).toEqual([['c']]);
     expectRefusal(spent.body.errors![0], 'search', 'positive');
     expect(spent.headers['x-ratelimit-remaining']).toBe('0');
@@ -89,7 +100,10 @@ describe.each(GRAPHQL_SUITES)('GraphQL on %s, %s store', (driver, store) => {
     expect(answer.body.data).toEqual({ a: 'rare', b: null, books: 'books' });
     expect(answer.body.errors?.map(({ path }) => path)).toEqual([['b']]);
     expectRefusal(answer.body.errors![0], 'rare', 'positive');
-    expect(answer.headers.ratelimit?.split(', ').sort()).toEqual(['"catalog";r=1;t=1000', expect.stringMatching(/^"rare";r=0;t=\d+$/)]);
+    expect(answer.headers.ratelimit?.split(', ').sort()).toEqual([
+      '"catalog";r=1;t=1000',
+      expect.stringMatching(/^"rare";r=0;t=\d+$/),
+    ]);
     // a field its own policy refuses does not refuse the fields beside it: the operation was admitted
     const next = await gql.post('{ rare authors }', { headers });
     expect(next.body.data).toEqual({ rare: null, authors: 'authors' });
@@ -98,14 +112,20 @@ describe.each(GRAPHQL_SUITES)('GraphQL on %s, %s store', (driver, store) => {
 
   it('charges a field resolver once per selection, however many objects it resolves', async () => {
     const headers = apiKey();
-    const reviewed = { shelf: ['Emma', 'Persuasion', 'Sanditon'].map((title) => ({ title, reviews: `reviews of ${title}` })) };
+    const reviewed = {
+      shelf: ['Emma', 'Persuasion', 'Sanditon'].map((title) => ({ title, reviews: `reviews of ${title}` })),
+    };
     expect((await gql.post('{ shelf { title reviews } }', { headers })).body).toEqual({ data: reviewed });
     expect((await gql.post('{ shelf { title reviews } }', { headers })).body).toEqual({ data: reviewed });
 
     const refused = await gql.post('{ shelf { title reviews } }', { headers });
-    expect(refused.body.data).toEqual({ shelf: ['Emma', 'Persuasion', 'Sanditon'].map((title) => ({ title, reviews: null })) });
+    expect(refused.body.data).toEqual({
+      shelf: ['Emma', 'Persuasion', 'Sanditon'].map((title) => ({ title, reviews: null })),
+    });
     // (Mercurius writes a list index in a path as a string)
-    expect(refused.body.errors?.map(({ path }) => path?.map(String))).toEqual(['0', '1', '2'].map((index) => ['shelf', index, 'reviews']));
+    expect(refused.body.errors?.map(({ path }) => path?.map(String))).toEqual(
+      ['0', '1', '2'].map((index) => ['shelf', index, 'reviews']),
+    );
     for (const error of refused.body.errors ?? []) expectRefusal(error, 'reviews', 'positive');
   });
 
@@ -134,7 +154,9 @@ describe.each(GRAPHQL_SUITES)('GraphQL on %s, %s store', (driver, store) => {
     const refused = await gql.post('{ books }', { headers });
     expectRefused(refused, ['books'], 'catalog', 'positive');
     const [error] = refused.body.errors ?? [];
-    expect(error.message).toBe(`Rate limit exceeded for policy "catalog". Try again in ${error.extensions?.retryAfter} seconds.`);
+    expect(error.message).toBe(
+      `Rate limit exceeded for policy "catalog". Try again in ${error.extensions?.retryAfter} seconds.`,
+    );
     expect(rateLimitHeaders(refused)).toEqual({
       'ratelimit-policy': '"catalog";q=2;w=2000',
       ratelimit: expect.stringMatching(/^"catalog";r=0;t=\d+$/),
@@ -193,12 +215,17 @@ describe.each(GRAPHQL_SUITES)('GraphQL on %s, %s store', (driver, store) => {
         await spend(headers);
         const refused = await gql.post(query, { headers });
         // catalog frees 1 token in about 1,000 s, search 5 in about 5,000 s
-        const retryAfters = Object.fromEntries((refused.body.errors ?? []).map(({ path, extensions }) => [path?.[0], extensions?.retryAfter as number]));
+        const retryAfters = Object.fromEntries(
+          (refused.body.errors ?? []).map(({ path, extensions }) => [path?.[0], extensions?.retryAfter as number]),
+        );
         expect(Object.keys(retryAfters).sort()).toEqual(['books', 'search']);
         expect(retryAfters.search).toBeGreaterThan(retryAfters.books);
         expect(refused.headers['retry-after']).toBe(String(retryAfters.search));
         expect(members(refused.headers['ratelimit-policy'])).toEqual(['"catalog";q=2;w=2000', '"search";q=20;w=20000']);
-        expect(members(refused.headers.ratelimit)).toEqual([expect.stringMatching(/^"catalog";r=0;t=\d+$/), expect.stringMatching(/^"search";r=0;t=\d+$/)]);
+        expect(members(refused.headers.ratelimit)).toEqual([
+          expect.stringMatching(/^"catalog";r=0;t=\d+$/),
+          expect.stringMatching(/^"search";r=0;t=\d+$/),
+        ]);
         // the single-policy headers describe the same policy as Retry-After
         expect(refused.headers['x-ratelimit-limit']).toBe('20');
         expect(refused.headers['x-ratelimit-remaining']).toBe('0');
@@ -211,7 +238,9 @@ describe.each(GRAPHQL_SUITES)('GraphQL on %s, %s store', (driver, store) => {
         const headers = apiKey();
         await spend(headers);
         const refused = await gql.post(query, { headers });
-        const retryAfters = Object.fromEntries((refused.body.errors ?? []).map(({ path, extensions }) => [path?.[0], extensions?.retryAfter]));
+        const retryAfters = Object.fromEntries(
+          (refused.body.errors ?? []).map(({ path, extensions }) => [path?.[0], extensions?.retryAfter]),
+        );
         expect(retryAfters).toEqual({ search: expect.any(Number), bulk: null });
         expect(refused.headers['retry-after']).toBeUndefined();
         expect(refused.headers['x-ratelimit-limit']).toBe('2');
@@ -225,7 +254,10 @@ describe.each(GRAPHQL_SUITES)('GraphQL on %s, %s store', (driver, store) => {
       const mixed = await gql.post('{ books tenant }', { headers });
       expect(mixed.body.data).toEqual({ books: null, tenant: 'tenant' });
       expect(mixed.headers['retry-after']).toBe(String(mixed.body.errors?.[0].extensions?.retryAfter));
-      expect(members(mixed.headers.ratelimit)).toEqual([expect.stringMatching(/^"catalog";r=0;t=\d+$/), '"tenant";r=999;t=1000']);
+      expect(members(mixed.headers.ratelimit)).toEqual([
+        expect.stringMatching(/^"catalog";r=0;t=\d+$/),
+        '"tenant";r=999;t=1000',
+      ]);
     });
 
     it('charges each operation of a batched request: a class-level policy once per operation', async () => {
@@ -243,17 +275,22 @@ describe.each(GRAPHQL_SUITES)('GraphQL on %s, %s store', (driver, store) => {
 
     it("charges a field's own policy per selection in each operation of a batch: 10 operations of a burst of 20", async () => {
       const headers = apiKey();
-      const answer = await gql.batch(Array.from({ length: 10 }, () => '{ a: search(first: 2) b: search(first: 2) }'), { headers });
+      const answer = await gql.batch(
+        Array.from({ length: 10 }, () => '{ a: search(first: 2) b: search(first: 2) }'),
+        { headers },
+      );
       const admitted = answer.body.flatMap(({ data }) => Object.values(data ?? {})).filter((value) => value !== null);
       expect(admitted).toHaveLength(10);
       expect(answer.body.flatMap(({ errors }) => errors ?? [])).toHaveLength(10);
       expect(answer.headers['x-ratelimit-remaining']).toBe('0');
-      const waits = answer.body.flatMap(({ errors }) => errors ?? []).map(({ extensions }) => extensions?.retryAfter as number);
+      const waits = answer.body
+        .flatMap(({ errors }) => errors ?? [])
+        .map(({ extensions }) => extensions?.retryAfter as number);
       expect(answer.headers['retry-after']).toBe(String(Math.max(...waits)));
     });
   });
 
-  it("limits by IP where the policy says so, whatever the API key", async () => {
+  it('limits by IP where the policy says so, whatever the API key', async () => {
     expect((await gql.post('{ byIp }', { headers: apiKey() })).body).toEqual({ data: { byIp: 'by-ip' } });
     expect((await gql.post('{ byIp }', { headers: apiKey() })).body).toEqual({ data: { byIp: 'by-ip' } });
     expectRefused(await gql.post('{ byIp }', { headers: apiKey() }), ['byIp'], 'by-ip', 'positive');
@@ -266,7 +303,8 @@ describe.each(GRAPHQL_SUITES)('GraphQL on %s, %s store', (driver, store) => {
       expect(answer.status).toBeLessThan(500);
       return answer;
     }
-    const TENANT = 'query ($tenant: Json, $weight: Json, $ratio: Float) { tenant(tenant: $tenant, weight: $weight, ratio: $ratio) }';
+    const TENANT =
+      'query ($tenant: Json, $weight: Json, $ratio: Float) { tenant(tenant: $tenant, weight: $weight, ratio: $ratio) }';
     /** An object 5,000 levels deep, as JSON: deeper than `JSON.stringify` can write here. */
     const NESTED = `${'{"a":'.repeat(5_000)}{}${'}'.repeat(5_000)}`;
 
@@ -290,7 +328,11 @@ describe.each(GRAPHQL_SUITES)('GraphQL on %s, %s store', (driver, store) => {
     });
 
     it.each([
-      ['a huge string for an Int', 'query ($first: Int) { search(first: $first) }', JSON.stringify({ first: 'x'.repeat(64 * 1024) })],
+      [
+        'a huge string for an Int',
+        'query ($first: Int) { search(first: $first) }',
+        JSON.stringify({ first: 'x'.repeat(64 * 1024) }),
+      ],
       ['a number past Int', 'query ($first: Int) { search(first: $first) }', JSON.stringify({ first: 2 ** 40 })],
       ['a deeply nested object for a Float', TENANT, `{ "ratio": ${NESTED} }`],
     ])('%s: GraphQL rejects it with a 400 before any resolver runs', async (_, query, variables) => {
@@ -305,9 +347,13 @@ describe.each(GRAPHQL_SUITES)('GraphQL on %s, %s store', (driver, store) => {
 
 describe.each(GRAPHQL_SUITES)('GraphQL on %s, %s store, under a module-wide policy', (driver, store) => {
   it('charges it once per operation, whatever its fields, and once for each operation of a batch', async () => {
-    const gql = await startGraphqlApp(driver, { ...storeOptions(store, redis()), policies: [{ name: 'everything', rps: 0.001, burst: 5 }] });
+    const gql = await startGraphqlApp(driver, {
+      ...storeOptions(store, redis()),
+      policies: [{ name: 'everything', rps: 0.001, burst: 5 }],
+    });
     /** `everything`'s member of an answer's RateLimit header. */
-    const everything = ({ headers }: { headers: Record<string, string> }) => headers.ratelimit?.split(', ').find((member) => member.startsWith('"everything"'));
+    const everything = ({ headers }: { headers: Record<string, string> }) =>
+      headers.ratelimit?.split(', ').find((member) => member.startsWith('"everything"'));
     try {
       const headers = apiKey();
       const one = await gql.post('{ a: search(first: 1) b: search(first: 1) shelf { reviews } }', { headers });
@@ -315,8 +361,13 @@ describe.each(GRAPHQL_SUITES)('GraphQL on %s, %s store, under a module-wide poli
       expect(everything(one)).toBe('"everything";r=4;t=1000');
 
       // the operations of a batch run side by side: which one comes last is the driver's business
-      const batch = await gql.batch(Array.from({ length: 5 }, () => '{ search(first: 1) }'), { headers });
-      expect(batch.body.filter(({ data }) => data?.search !== null)).toEqual(Array.from({ length: 4 }, () => ({ data: { search: ['result 0'] } })));
+      const batch = await gql.batch(
+        Array.from({ length: 5 }, () => '{ search(first: 1) }'),
+        { headers },
+      );
+      expect(batch.body.filter(({ data }) => data?.search !== null)).toEqual(
+        Array.from({ length: 4 }, () => ({ data: { search: ['result 0'] } })),
+      );
       const [refused] = batch.body.filter(({ data }) => data?.search === null);
       expectRefusal(refused.errors![0], 'everything', 'positive');
       expect(everything(batch)).toMatch(/^"everything";r=0;t=\d+$/);
@@ -336,7 +387,13 @@ describe.each(DRIVERS)('GraphQL on %s when the store cannot decide', (driver) =>
       const answer = await gql.post('{ books authors }', { headers: apiKey() });
       expect(answer.status).toBe(200);
       expect(answer.body.data).toEqual({ books: null, authors: null });
-      expect(answer.body.errors?.map(({ path, extensions }) => ({ path, code: extensions?.code, retryAfter: extensions?.retryAfter }))).toEqual([
+      expect(
+        answer.body.errors?.map(({ path, extensions }) => ({
+          path,
+          code: extensions?.code,
+          retryAfter: extensions?.retryAfter,
+        })),
+      ).toEqual([
         { path: ['books'], code: 'RATE_LIMIT_UNAVAILABLE', retryAfter: 1 },
         { path: ['authors'], code: 'RATE_LIMIT_UNAVAILABLE', retryAfter: 1 },
       ]);

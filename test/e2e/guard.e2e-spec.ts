@@ -94,8 +94,16 @@ afterAll(async () => {
   await redis.quit();
 });
 
-async function appWith(adapter: AdapterName, options: RateLimitModuleOptions, extra: { providers?: any[] } = {}): Promise<TestApp> {
-  @Module({ imports: [RateLimitModule.forRoot(options)], controllers: [WidgetsController], providers: extra.providers ?? [] })
+async function appWith(
+  adapter: AdapterName,
+  options: RateLimitModuleOptions,
+  extra: { providers?: any[] } = {},
+): Promise<TestApp> {
+  @Module({
+    imports: [RateLimitModule.forRoot(options)],
+    controllers: [WidgetsController],
+    providers: extra.providers ?? [],
+  })
   class AppModule {}
   return startApp(AppModule, adapter);
 }
@@ -112,7 +120,10 @@ describe.each(ADAPTERS)('RateLimitGuard on %s', (adapter) => {
   afterAll(() => Promise.all(apps.map((http) => http.close())));
 
   it('sends exact headers on an allowed response, every family', async () => {
-    const http = await start({ store: new MemoryStore({ clock: () => T0 }), headers: ['ietf', 'x-ratelimit', 'legacy'] });
+    const http = await start({
+      store: new MemoryStore({ clock: () => T0 }),
+      headers: ['ietf', 'x-ratelimit', 'legacy'],
+    });
     const { status, headers } = await read(await http.get('/widgets', { 'x-api-key': key() }));
     expect(status).toBe(200);
     expect(headers).toMatchObject({
@@ -139,7 +150,10 @@ describe.each(ADAPTERS)('RateLimitGuard on %s', (adapter) => {
   });
 
   it('names the policy that frees up last everywhere when two refuse: X-RateLimit-*, legacy, Retry-After and body agree', async () => {
-    const http = await start({ store: new MemoryStore({ clock: () => T0 }), headers: ['ietf', 'x-ratelimit', 'legacy'] });
+    const http = await start({
+      store: new MemoryStore({ clock: () => T0 }),
+      headers: ['ietf', 'x-ratelimit', 'legacy'],
+    });
     const client = { 'x-api-key': key() };
     for (let i = 0; i < 2; i++) expect((await http.get('/widgets/both-refuse', client)).status).toBe(200);
     const { status, headers, body } = await read(await http.get('/widgets/both-refuse', client));
@@ -259,7 +273,10 @@ describe.each(ADAPTERS)('RateLimitGuard on %s', (adapter) => {
         this.adapterHost.httpAdapter.reply(response, { own: true }, exception.getStatus());
       }
     }
-    const http = await start({ store: new MemoryStore({ clock: () => T0 }) }, { providers: [{ provide: APP_FILTER, useClass: OwnFilter }] });
+    const http = await start(
+      { store: new MemoryStore({ clock: () => T0 }) },
+      { providers: [{ provide: APP_FILTER, useClass: OwnFilter }] },
+    );
     const apiKey = key();
     await http.get('/widgets/two-policies', { 'x-api-key': apiKey });
     await http.get('/widgets/two-policies', { 'x-api-key': apiKey });
@@ -291,6 +308,8 @@ describe.each(ADAPTERS)('RateLimitGuard on %s', (adapter) => {
     const http = await startApp(AppModule, adapter);
     apps.push(http);
     expect([(await http.get('/opt-in/free')).status, (await http.get('/opt-in/free')).status]).toEqual([200, 200]);
-    expect([(await http.get('/opt-in/guarded')).status, (await http.get('/opt-in/guarded')).status]).toEqual([200, 429]);
+    expect([(await http.get('/opt-in/guarded')).status, (await http.get('/opt-in/guarded')).status]).toEqual([
+      200, 429,
+    ]);
   });
 });

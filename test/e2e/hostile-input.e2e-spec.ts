@@ -80,11 +80,29 @@ const shortBytes = fc.uint8Array({ maxLength: 64, size: 'max' });
  * Up to 16 KiB, any length in the range, drawn from a seed: fast-check's own arrays take about a
  * millisecond per 8 KiB, which would be most of the run. Shrinks towards shorter values.
  */
-const longBytes = fc.record({ seed: fc.integer(), length: fc.nat({ max: MAX_VALUE }) }).map(({ seed, length }) => xorshiftBytes(seed, length));
+const longBytes = fc
+  .record({ seed: fc.integer(), length: fc.nat({ max: MAX_VALUE }) })
+  .map(({ seed, length }) => xorshiftBytes(seed, length));
 const anyBytes = (bytes: fc.Arbitrary<Uint8Array>) => bytes.map(latin1);
 const fieldBytes = (bytes: fc.Arbitrary<Uint8Array>) => bytes.map((value) => latin1(value.map(fieldByte)));
 
-const NASTY = ['', '{x}', 'a:b{c}', '::ffff:1.2.3.4', '1.1.1.1, 2.2.2.2', '__proto__', 'constructor', '-1', '0', '1e400', 'NaN', 'Infinity', '%00', ' padded ', '\t'];
+const NASTY = [
+  '',
+  '{x}',
+  'a:b{c}',
+  '::ffff:1.2.3.4',
+  '1.1.1.1, 2.2.2.2',
+  '__proto__',
+  'constructor',
+  '-1',
+  '0',
+  '1e400',
+  'NaN',
+  'Infinity',
+  '%00',
+  ' padded ',
+  '\t',
+];
 
 /**
  * One header value, or `undefined` for a header not sent. Any bytes (CR, LF and NUL break the
@@ -104,14 +122,29 @@ const headerValue = fc.oneof(
 /** The app trusts its loopback peer as a proxy, so `req.ip` is the last entry: addresses of every kind, and garbage. */
 const forwardedFor = fc.oneof(
   headerValue,
-  fc.array(fc.oneof(fc.ipV4(), fc.ipV4Extended(), fc.ipV6()), { minLength: 1, maxLength: 3 }).map((ips) => ips.join(', ')),
+  fc
+    .array(fc.oneof(fc.ipV4(), fc.ipV4Extended(), fc.ipV6()), { minLength: 1, maxLength: 3 })
+    .map((ips) => ips.join(', ')),
 );
 
 /** `w=` with any bytes percent-encoded, or a hand-written query. */
 const query = fc.oneof(
   anyBytes(shortBytes).map((w) => `w=${Buffer.from(w, 'latin1').toString('hex').replace(/../g, '%$&')}`),
   fc.stringMatching(/^\d{1,20}(\.\d{1,20})?$/).map((w) => `w=${w}`),
-  fc.constantFrom('', 'w', 'w=', 'w=1&w=2', 'w[]=3', 'w[__proto__]=1', 'w[a]=1', 'w=%', 'w=%zz', 'w=-1', 'w=1e400', 'w=NaN'),
+  fc.constantFrom(
+    '',
+    'w',
+    'w=',
+    'w=1&w=2',
+    'w[]=3',
+    'w[__proto__]=1',
+    'w[a]=1',
+    'w=%',
+    'w=%zz',
+    'w=-1',
+    'w=1e400',
+    'w=NaN',
+  ),
 );
 
 const request = fc.record({
@@ -163,7 +196,8 @@ describe.each(ADAPTERS)('hostile input on %s', (adapter) => {
   });
 
   it('keys by the user the app set and by the address its proxy forwarded: one bucket each', async () => {
-    const left = async (headers: Record<string, string>, policy: string) => remaining(await http.get('/hostile', headers), policy);
+    const left = async (headers: Record<string, string>, policy: string) =>
+      remaining(await http.get('/hostile', headers), policy);
     const [alice, bob] = [`alice-${randomUUID()}`, `bob-${randomUUID()}`];
     expect(await left({ 'x-user-id': alice }, 'by-user')).toBe(LASTING.burst - 1);
     expect(await left({ 'x-user-id': alice }, 'by-user')).toBe(LASTING.burst - 2);
@@ -190,13 +224,21 @@ describe.each(ADAPTERS)('hostile input on %s', (adapter) => {
     const seconds = (performance.now() - started) / 1000;
 
     // still up: a fresh client passes
-    const response = await http.get('/hostile', { 'x-api-key': randomUUID(), 'x-user-id': randomUUID(), 'x-forwarded-for': '10.9.8.7' });
+    const response = await http.get('/hostile', {
+      'x-api-key': randomUUID(),
+      'x-user-id': randomUUID(),
+      'x-forwarded-for': '10.9.8.7',
+    });
     expect(response.status).toBe(200);
 
     const ttls = await ttlsUnder(redis, prefix);
     const longest = Math.max(...[...ttls.keys()].map((key) => Buffer.byteLength(key)));
-    const counts = [...outcomes].sort(([a], [b]) => String(a).localeCompare(String(b))).map(([outcome, n]) => `${outcome}: ${n}`);
-    console.log(`${adapter}: ${RUNS} fuzzed requests in ${seconds.toFixed(1)} s (${counts.join(', ')}); ${ttls.size} keys, the longest ${longest} bytes`);
+    const counts = [...outcomes]
+      .sort(([a], [b]) => String(a).localeCompare(String(b)))
+      .map(([outcome, n]) => `${outcome}: ${n}`);
+    console.log(
+      `${adapter}: ${RUNS} fuzzed requests in ${seconds.toFixed(1)} s (${counts.join(', ')}); ${ttls.size} keys, the longest ${longest} bytes`,
+    );
     expect(longest).toBeLessThanOrEqual(MAX_KEY_BYTES);
     // every key has a TTL (-1: none). Some are gone since the scan (-2): a bucket charged a tiny
     // cost (`x-weight: 0.001`) is full again, and expires, within milliseconds.

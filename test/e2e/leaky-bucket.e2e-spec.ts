@@ -41,7 +41,8 @@ function loopTicks(): { stop: () => void; lateBetween: (from: number, to: number
     stop: () => clearInterval(timer),
     lateBetween: (from, to) => {
       let late = 0;
-      for (let i = 1; i < ticks.length; i++) if (ticks[i] > from && ticks[i - 1] < to) late += Math.max(0, ticks[i] - ticks[i - 1] - TICK_MS);
+      for (let i = 1; i < ticks.length; i++)
+        if (ticks[i] > from && ticks[i - 1] < to) late += Math.max(0, ticks[i] - ticks[i - 1] - TICK_MS);
       return late;
     },
   };
@@ -65,7 +66,9 @@ describe.each(ADAPTERS)('leaky_bucket on %s', (adapter) => {
 
     it('rps 10, burst 5, 12 requests at once: the accepted leave about 100 ms apart, the rest get 429 at once', async () => {
       // open the connections off the measured key, so the 12 arrive close together on a busy machine
-      await Promise.all(Array.from({ length: 12 }, () => http.get('/jobs', { 'x-api-key': `warm-up-${randomUUID()}` }).then(read)));
+      await Promise.all(
+        Array.from({ length: 12 }, () => http.get('/jobs', { 'x-api-key': `warm-up-${randomUUID()}` }).then(read)),
+      );
       served.length = 0;
       const apiKey = `key-${randomUUID()}`;
       // how late this process's timers fire (a turn in the queue is let go by one)
@@ -73,7 +76,9 @@ describe.each(ADAPTERS)('leaky_bucket on %s', (adapter) => {
       const sent = performance.now();
       const responses = await Promise.all(
         Array.from({ length: 12 }, () =>
-          http.get('/jobs', { 'x-api-key': apiKey }).then(async (response) => ({ ...(await read(response)), after: performance.now() - sent })),
+          http
+            .get('/jobs', { 'x-api-key': apiKey })
+            .then(async (response) => ({ ...(await read(response)), after: performance.now() - sent })),
         ),
       );
 
@@ -91,7 +96,8 @@ describe.each(ADAPTERS)('leaky_bucket on %s', (adapter) => {
       // than the process's timers were held up in between (and 10 ms for rounding and the
       // handler's own run)
       served.forEach((at, k) => expect(at - sent).toBeGreaterThan(k * 100 - 10));
-      for (let k = 1; k < served.length; k++) expect(served[k] - served[k - 1]).toBeLessThan(100 + ticks.lateBetween(served[k - 1], served[k]) + 10);
+      for (let k = 1; k < served.length; k++)
+        expect(served[k] - served[k - 1]).toBeLessThan(100 + ticks.lateBetween(served[k - 1], served[k]) + 10);
       // the wait is bounded by burst / rps = 500 ms
       const last = served.length - 1;
       expect(served[last] - served[0]).toBeLessThan(last * 100 + ticks.lateBetween(served[0], served[last]) + 10);

@@ -2,7 +2,14 @@ import { randomUUID } from 'node:crypto';
 import { Controller, type ExecutionContext, Get, Module, Query, UnauthorizedException } from '@nestjs/common';
 import { MessagePattern, Payload, RpcException } from '@nestjs/microservices';
 import { MessageBody, SubscribeMessage, WebSocketGateway, WsException } from '@nestjs/websockets';
-import { MemoryStore, RateLimit, RateLimitModule, type RateLimitModuleOptions, type RateLimitStore, RedisStore } from '../../lib/index.js';
+import {
+  MemoryStore,
+  RateLimit,
+  RateLimitModule,
+  type RateLimitModuleOptions,
+  type RateLimitStore,
+  RedisStore,
+} from '../../lib/index.js';
 import { limitExceeded } from '../../lib/rate-limit.messages.js';
 import { CASE_EPOCH } from '../cases/cases.js';
 import { ADAPTERS, read, startApp, type TestApp } from '../support/app.js';
@@ -34,7 +41,14 @@ class AuthController {
   }
 
   /** The README's login protection: failures counted, and a block of an hour once they reach the limit. */
-  @RateLimit({ name: 'guarded-login', limit: 5, window: '15m', key: 'header:x-client', count: 'failures', blockFor: '1h' })
+  @RateLimit({
+    name: 'guarded-login',
+    limit: 5,
+    window: '15m',
+    key: 'header:x-client',
+    count: 'failures',
+    blockFor: '1h',
+  })
   @Get('guarded-login')
   guardedLogin(@Query('password') password: string) {
     return this.login(password);
@@ -47,7 +61,13 @@ class AuthController {
     return { ok: true };
   }
 
-  @RateLimit({ name: 'allow-listed', rps: 0.001, burst: 1, key: 'header:x-client', skipIf: async (context) => isTrusted(context) })
+  @RateLimit({
+    name: 'allow-listed',
+    rps: 0.001,
+    burst: 1,
+    key: 'header:x-client',
+    skipIf: async (context) => isTrusted(context),
+  })
   @Get('allow-listed')
   allowListed() {
     return { ok: true };
@@ -58,7 +78,10 @@ const redis = useTestRedis();
 
 const STORES: Record<'memory' | 'redis', () => { store: RateLimitStore; prefix?: string }> = {
   memory: () => ({ store: new MemoryStore({ clock: () => T0 }) }),
-  redis: () => ({ store: new RedisStore({ client: redis(), clock: () => T0 }), prefix: `rl-e2e-login-${randomUUID()}:` }),
+  redis: () => ({
+    store: new RedisStore({ client: redis(), clock: () => T0 }),
+    prefix: `rl-e2e-login-${randomUUID()}:`,
+  }),
 };
 
 const CASES = (['memory', 'redis'] as const).flatMap((store) => ADAPTERS.map((adapter) => [store, adapter] as const));
@@ -68,7 +91,10 @@ describe.each(CASES)('login protection on the %s store, %s', (storeName, adapter
   afterAll(() => Promise.all(apps.map((app) => app.close())));
 
   async function start(options: RateLimitModuleOptions = {}): Promise<TestApp> {
-    @Module({ imports: [RateLimitModule.forRoot({ ...STORES[storeName](), ...options })], controllers: [AuthController] })
+    @Module({
+      imports: [RateLimitModule.forRoot({ ...STORES[storeName](), ...options })],
+      controllers: [AuthController],
+    })
     class AppModule {}
     const app = await startApp(AppModule, adapter);
     apps.push(app);
@@ -99,7 +125,10 @@ describe.each(CASES)('login protection on the %s store, %s', (storeName, adapter
     ['a module policy, with the guard', { runAs: 'guard' }],
     ['a module policy, with runAs: interceptor', { runAs: 'interceptor' }],
   ] as const)('counts only failures under %s', async (_what, { runAs }) => {
-    const http = await start({ runAs, policies: [{ name: 'sign-in', limit: 2, window: '15m', key: 'header:x-client', count: 'failures' }] });
+    const http = await start({
+      runAs,
+      policies: [{ name: 'sign-in', limit: 2, window: '15m', key: 'header:x-client', count: 'failures' }],
+    });
     const headers = client();
     const login = async (password: string) => (await http.get(`/auth/login?password=${password}`, headers)).status;
     const seen: number[] = [];
@@ -124,7 +153,9 @@ describe.each(CASES)('login protection on the %s store, %s', (storeName, adapter
   it('admits at most 5 of 20 concurrent failed attempts at limit 5', async () => {
     const http = await start();
     const headers = client();
-    const responses = await Promise.all(Array.from({ length: 20 }, () => http.get('/auth/login?password=wrong', headers)));
+    const responses = await Promise.all(
+      Array.from({ length: 20 }, () => http.get('/auth/login?password=wrong', headers)),
+    );
     const counted = statuses(responses);
     expect(counted.filter((status) => status === 401).length).toBe(5);
     expect(counted.filter((status) => status === 429).length).toBe(15);
@@ -163,9 +194,13 @@ describe.each(CASES)('login protection on the %s store, %s', (storeName, adapter
   });
 
   it("lets a request pass every policy uncharged when the module's skipIf says so", async () => {
-    const http = await start({ skipIf: isInternal, policies: [{ name: 'global', rps: 0.001, burst: 2, key: 'header:x-client' }] });
+    const http = await start({
+      skipIf: isInternal,
+      policies: [{ name: 'global', rps: 0.001, burst: 2, key: 'header:x-client' }],
+    });
     const headers = client();
-    for (let i = 0; i < 3; i++) expect((await http.get('/auth/slow', { ...headers, 'x-internal': 'yes' })).status).toBe(200);
+    for (let i = 0; i < 3; i++)
+      expect((await http.get('/auth/slow', { ...headers, 'x-internal': 'yes' })).status).toBe(200);
     expect((await http.get('/auth/slow', headers)).status).toBe(200);
     expect((await http.get('/auth/slow', headers)).status).toBe(429);
   });
@@ -174,7 +209,13 @@ describe.each(CASES)('login protection on the %s store, %s', (storeName, adapter
 /** Failed logins over TCP: the handler's error is the failure. */
 @Controller()
 class RpcAuthController {
-  @RateLimit({ name: 'rpc-login', limit: 2, window: '15m', count: 'failures', key: (context) => context.switchToRpc().getData()?.user })
+  @RateLimit({
+    name: 'rpc-login',
+    limit: 2,
+    window: '15m',
+    count: 'failures',
+    key: (context) => context.switchToRpc().getData()?.user,
+  })
   @MessagePattern('login')
   login(@Payload() data: { user: string; password: string }) {
     if (data.password !== 'right') throw new RpcException({ status: 'error', message: 'wrong password' });
@@ -192,11 +233,25 @@ describe.each(['memory', 'redis'] as const)("count: 'failures' on a TCP microser
     class MicroserviceModule {}
     service = await startMicroservice(MicroserviceModule);
     const user = randomUUID();
-    const login = (password: string) => service.send('login', { user, password }).catch((error: { message: string }) => error.message);
+    const login = (password: string) =>
+      service.send('login', { user, password }).catch((error: { message: string }) => error.message);
     const answers: unknown[] = [];
     for (let i = 0; i < 5; i++) answers.push(await login('right'));
-    answers.push(await login('wrong'), await login('right'), await login('wrong'), await login('right'), await login('wrong'));
-    expect(answers).toEqual([...Array(5).fill('welcome'), 'wrong password', 'welcome', 'wrong password', limitExceeded('rpc-login', 450), limitExceeded('rpc-login', 450)]);
+    answers.push(
+      await login('wrong'),
+      await login('right'),
+      await login('wrong'),
+      await login('right'),
+      await login('wrong'),
+    );
+    expect(answers).toEqual([
+      ...Array(5).fill('welcome'),
+      'wrong password',
+      'welcome',
+      'wrong password',
+      limitExceeded('rpc-login', 450),
+      limitExceeded('rpc-login', 450),
+    ]);
   });
 });
 
@@ -216,7 +271,10 @@ describe.each(GATEWAY_ADAPTERS)("count: 'failures' on a gateway, %s", (adapter) 
   afterEach(() => gateway.close());
 
   it('gives back the charge of a message whose handler succeeds, and refuses once 2 failed', async () => {
-    @Module({ imports: [RateLimitModule.forRoot({ store: new MemoryStore({ clock: () => T0 }) })], providers: [LoginGateway] })
+    @Module({
+      imports: [RateLimitModule.forRoot({ store: new MemoryStore({ clock: () => T0 }) })],
+      providers: [LoginGateway],
+    })
     class GatewayModule {}
     gateway = await startGatewayApp(GatewayModule, adapter);
     const client = await gateway.connect();
@@ -227,7 +285,16 @@ describe.each(GATEWAY_ADAPTERS)("count: 'failures' on a gateway, %s", (adapter) 
     const answers: unknown[] = [];
     for (let i = 0; i < 4; i++) answers.push(await login('right'));
     for (const password of ['wrong', 'right', 'wrong', 'right']) answers.push(await login(password));
-    expect(answers).toEqual(['welcome', 'welcome', 'welcome', 'welcome', 'wrong password', 'welcome', 'wrong password', 429]);
+    expect(answers).toEqual([
+      'welcome',
+      'welcome',
+      'welcome',
+      'welcome',
+      'wrong password',
+      'welcome',
+      'wrong password',
+      429,
+    ]);
   });
 });
 
@@ -249,16 +316,31 @@ describe.each(DRIVERS)("count: 'failures' on GraphQL, %s", (driver) => {
   let gql: GraphqlApp;
   afterEach(() => gql.close());
 
-  it("gives back the charge of an operation whose field resolves, and refuses once 2 failed", async () => {
+  it('gives back the charge of an operation whose field resolves, and refuses once 2 failed', async () => {
     gql = await startGraphqlApp(driver, { store: new MemoryStore({ clock: () => T0 }) });
     const headers = { 'x-client': randomUUID() };
     const login = async (password: string) => {
-      const { body } = await gql.post('query($password: String!) { login(password: $password) }', { variables: { password }, headers });
-      return body.data?.login ?? (body.errors![0].extensions?.code === 'RATE_LIMITED' ? 'RATE_LIMITED' : body.errors![0].message);
+      const { body } = await gql.post('query($password: String!) { login(password: $password) }', {
+        variables: { password },
+        headers,
+      });
+      return (
+        body.data?.login ??
+        (body.errors![0].extensions?.code === 'RATE_LIMITED' ? 'RATE_LIMITED' : body.errors![0].message)
+      );
     };
     const answers: unknown[] = [];
-    for (const password of ['right', 'right', 'right', 'wrong', 'right', 'wrong', 'right']) answers.push(await login(password));
-    expect(answers).toEqual(['welcome', 'welcome', 'welcome', 'wrong password', 'welcome', 'wrong password', 'RATE_LIMITED']);
+    for (const password of ['right', 'right', 'right', 'wrong', 'right', 'wrong', 'right'])
+      answers.push(await login(password));
+    expect(answers).toEqual([
+      'welcome',
+      'welcome',
+      'welcome',
+      'wrong password',
+      'welcome',
+      'wrong password',
+      'RATE_LIMITED',
+    ]);
   });
 });
 
@@ -277,14 +359,21 @@ describe.each((['memory', 'redis'] as const).flatMap((store) => DRIVERS.map((dri
       const answer = await gql.post(`mutation { ${fields} }`, { headers });
       const outcomes = passwords.map((_, i) => {
         const error = answer.body.errors?.find(({ path }) => path?.[0] === `a${i}`);
-        return error === undefined ? answer.body.data?.[`a${i}`] : error.extensions?.code === 'RATE_LIMITED' ? error.extensions.retryAfter : error.message;
+        return error === undefined
+          ? answer.body.data?.[`a${i}`]
+          : error.extensions?.code === 'RATE_LIMITED'
+            ? error.extensions.retryAfter
+            : error.message;
       });
       return { outcomes, headers: answer.headers };
     }
 
     it('counts each aliased failure: 3 wrong passwords reach the resolver, then the client is blocked for the hour', async () => {
       const headers = { 'x-client': randomUUID() };
-      const first = await signIns(Array.from({ length: 100 }, (_, i) => `guess-${i}`), headers);
+      const first = await signIns(
+        Array.from({ length: 100 }, (_, i) => `guess-${i}`),
+        headers,
+      );
       expect(first.outcomes.slice(0, 4)).toEqual(['wrong password', 'wrong password', 'wrong password', 3600]);
       expect(first.outcomes.slice(4).every((outcome) => outcome === 3600)).toBe(true);
       expect(first.headers['retry-after']).toBe('3600');

@@ -22,7 +22,13 @@ import { ttlsUnder, useTestRedis } from '../support/redis/test-redis.js';
 const T0 = CASE_EPOCH;
 
 /** What a caller of a refused message receives: the error its `send` observable fails with. */
-const refused = (policy: string) => ({ status: 'error', statusCode: 429, message: limitExceeded(policy, 100), policy, retryAfter: 100 });
+const refused = (policy: string) => ({
+  status: 'error',
+  statusCode: 429,
+  message: limitExceeded(policy, 100),
+  policy,
+  retryAfter: 100,
+});
 
 const redis = useTestRedis();
 
@@ -125,7 +131,10 @@ describe.each(['memory', 'redis'] as const)('TCP microservice on the %s store', 
       expect(keyFunctionSaw).toHaveLength(hostile.length);
       expect(keyFunctionSaw.slice(0, plain.length)).toEqual(plain);
       // a huge tenant name is a tenant of its own; the microservice still answers on both connections
-      expect((await raw.send('tenant', JSON.stringify({ tenant: 't'.repeat(1_000_000) }))).response).toEqual({ ok: true, payload: 'object' });
+      expect((await raw.send('tenant', JSON.stringify({ tenant: 't'.repeat(1_000_000) }))).response).toEqual({
+        ok: true,
+        payload: 'object',
+      });
       expect(await service.send('tenant', { tenant: 'acme' })).toEqual({ ok: true, payload: 'object' });
     } finally {
       await raw.close();
@@ -178,7 +187,12 @@ describe("failMode 'closed' on a TCP microservice", () => {
     class FailClosedModule {}
     const service = await startMicroservice(FailClosedModule, log);
     try {
-      await expect(service.send('shared', {})).rejects.toEqual({ status: 'error', statusCode: 503, message: storeUnavailable, retryAfter: 1 });
+      await expect(service.send('shared', {})).rejects.toEqual({
+        status: 'error',
+        statusCode: 503,
+        message: storeUnavailable,
+        retryAfter: 1,
+      });
       await service.emit('audit', { n: 1 });
       await store.answered('audit', 1);
       expect(await service.send('audited', {})).toEqual([]);

@@ -26,16 +26,66 @@ class ItemsController {
 describe.each(ADAPTERS)('RateLimitModule on %s', (adapter) => {
   describe('a bad policy fails application start, naming controller, handler and field', () => {
     const cases: Array<[string, RateLimitPolicy | RateLimitPolicy[], 'handler' | 'class', string]> = [
-      ['non-positive rps', { rps: 0, burst: 5 }, 'handler', 'Invalid @RateLimit policy on BadController.find: "rps" must be a positive number (tokens per second), got 0'],
-      ['negative rps', { rps: -1 }, 'handler', 'Invalid @RateLimit policy on BadController.find: "rps" must be a positive number (tokens per second), got -1'],
-      ['burst < 1', { rps: 5, burst: 0 }, 'handler', 'Invalid @RateLimit policy on BadController.find: "burst" must be a whole number >= 1, got 0'],
-      ['unknown algorithm', { algorithm: 'magic' as never, rps: 1 }, 'handler', `Invalid @RateLimit policy on BadController.find: "algorithm" must be one of 'token_bucket', 'leaky_bucket', 'fixed_window', 'sliding_window_log', 'sliding_window_counter', 'gcra', got "magic"`],
-      ['unparsable window', { limit: 10, window: '5 fortnights' }, 'handler', `Invalid @RateLimit policy on BadController.find: "window" must be a positive number of seconds or a duration such as '10s', '1m', '1h', '1d', got "5 fortnights"`],
-      ['rps and limit both', { rps: 1, limit: 10, window: '1m' }, 'handler', 'Invalid @RateLimit policy on BadController.find: both "rps" and "limit" given; say it as rps + burst or as limit + window'],
-      ['a misspelt field', { rps: 1, brust: 5 } as RateLimitPolicy, 'handler', 'Invalid @RateLimit policy on BadController.find: "brust" is not a policy field (the fields are algorithm, rps, tokensPerSecond, burst, limit, window, cost, defaultCost, key, name, tiers, tier, defaultTier, blockFor, count, skipIf, adaptive), got 5'],
-      ['on the class', { rps: 1, burst: 0.5 }, 'class', 'Invalid @RateLimit policy on BadController (class): "burst" must be a whole number >= 1, got 0.5'],
-      ['in a list', [{ rps: 1 }, { limit: 0, window: 60 }], 'handler', 'Invalid @RateLimit policy on BadController.find [1]: "limit" must be a whole number >= 1, got 0'],
-      ['two unnamed in a list', [{ rps: 1 }, { limit: 5, window: 60 }], 'handler', 'Invalid @RateLimit policy on BadController.find: two policies are named "BadController.find"; give each policy its own "name"'],
+      [
+        'non-positive rps',
+        { rps: 0, burst: 5 },
+        'handler',
+        'Invalid @RateLimit policy on BadController.find: "rps" must be a positive number (tokens per second), got 0',
+      ],
+      [
+        'negative rps',
+        { rps: -1 },
+        'handler',
+        'Invalid @RateLimit policy on BadController.find: "rps" must be a positive number (tokens per second), got -1',
+      ],
+      [
+        'burst < 1',
+        { rps: 5, burst: 0 },
+        'handler',
+        'Invalid @RateLimit policy on BadController.find: "burst" must be a whole number >= 1, got 0',
+      ],
+      [
+        'unknown algorithm',
+        { algorithm: 'magic' as never, rps: 1 },
+        'handler',
+        `Invalid @RateLimit policy on BadController.find: "algorithm" must be one of 'token_bucket', 'leaky_bucket', 'fixed_window', 'sliding_window_log', 'sliding_window_counter', 'gcra', got "magic"`,
+      ],
+      [
+        'unparsable window',
+        { limit: 10, window: '5 fortnights' },
+        'handler',
+        `Invalid @RateLimit policy on BadController.find: "window" must be a positive number of seconds or a duration such as '10s', '1m', '1h', '1d', got "5 fortnights"`,
+      ],
+      [
+        'rps and limit both',
+        { rps: 1, limit: 10, window: '1m' },
+        'handler',
+        'Invalid @RateLimit policy on BadController.find: both "rps" and "limit" given; say it as rps + burst or as limit + window',
+      ],
+      [
+        'a misspelt field',
+        { rps: 1, brust: 5 } as RateLimitPolicy,
+        'handler',
+        'Invalid @RateLimit policy on BadController.find: "brust" is not a policy field (the fields are algorithm, rps, tokensPerSecond, burst, limit, window, cost, defaultCost, key, name, tiers, tier, defaultTier, blockFor, count, skipIf, adaptive), got 5',
+      ],
+      [
+        'on the class',
+        { rps: 1, burst: 0.5 },
+        'class',
+        'Invalid @RateLimit policy on BadController (class): "burst" must be a whole number >= 1, got 0.5',
+      ],
+      [
+        'in a list',
+        [{ rps: 1 }, { limit: 0, window: 60 }],
+        'handler',
+        'Invalid @RateLimit policy on BadController.find [1]: "limit" must be a whole number >= 1, got 0',
+      ],
+      [
+        'two unnamed in a list',
+        [{ rps: 1 }, { limit: 5, window: 60 }],
+        'handler',
+        'Invalid @RateLimit policy on BadController.find: two policies are named "BadController.find"; give each policy its own "name"',
+      ],
     ];
 
     it.each(cases)('%s', async (_name, policy, on, message) => {
@@ -68,8 +118,11 @@ describe.each(ADAPTERS)('RateLimitModule on %s', (adapter) => {
       await expect(startApp(AppModule, adapter)).rejects.toThrow('"rps" must be a positive number');
       const redis = await connectTestRedis();
       try {
-        const named = async () => ((await redis.client('LIST')) as string).split('\n').filter((line) => line.includes(connectionName));
-        await waitUntil('the client to close', 2_000, async () => ((await named()).length > 0 ? 'still connected' : ''));
+        const named = async () =>
+          ((await redis.client('LIST')) as string).split('\n').filter((line) => line.includes(connectionName));
+        await waitUntil('the client to close', 2_000, async () =>
+          (await named()).length > 0 ? 'still connected' : '',
+        );
       } finally {
         await redis.quit();
       }
@@ -96,7 +149,10 @@ describe.each(ADAPTERS)('RateLimitModule on %s', (adapter) => {
       ['forRoot', () => RateLimitModule.forRoot(options())],
       ['forRootAsync useFactory', () => RateLimitModule.forRootAsync({ useFactory: async () => options() })],
       ['forRootAsync useClass', () => RateLimitModule.forRootAsync({ useClass: RateLimitConfig })],
-      ['forRootAsync useExisting', () => RateLimitModule.forRootAsync({ imports: [ConfigModule], useExisting: RateLimitConfig })],
+      [
+        'forRootAsync useExisting',
+        () => RateLimitModule.forRootAsync({ imports: [ConfigModule], useExisting: RateLimitConfig }),
+      ],
     ];
 
     /** Status and rate-limit headers of five requests from one client. */
@@ -109,7 +165,11 @@ describe.each(ADAPTERS)('RateLimitModule on %s', (adapter) => {
         const seen = [];
         for (let i = 0; i < 5; i++) {
           const { status, headers, body } = await read(await http.get('/items', { 'x-api-key': apiKey }));
-          seen.push({ status, body, headers: Object.entries(headers).filter(([h]) => /ratelimit|retry-after/.test(h)) });
+          seen.push({
+            status,
+            body,
+            headers: Object.entries(headers).filter(([h]) => /ratelimit|retry-after/.test(h)),
+          });
         }
         return seen;
       } finally {

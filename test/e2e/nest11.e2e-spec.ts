@@ -50,12 +50,18 @@ const redis = useTestRedis();
 async function start(store: Store): Promise<App> {
   // the app needs no --experimental-vm-modules (it would only print a warning on stderr)
   const { NODE_OPTIONS: _jestOptions, ...inherited } = process.env;
-  const env = { ...inherited, STORE: store, PREFIX: prefixOf(store), REDIS_URL: store === 'redis' ? testRedisUrl() : '' };
+  const env = {
+    ...inherited,
+    STORE: store,
+    PREFIX: prefixOf(store),
+    REDIS_URL: store === 'redis' ? testRedisUrl() : '',
+  };
   const child = spawn(process.execPath, ['app.js'], { cwd: appDir, env, stdio: 'pipe' });
   let stderr = '';
   child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
   const ready = await new Promise<Ready>((resolve, reject) => {
-    const exited = (code: number | null) => reject(new Error(`the NestJS 11 app exited (${code}) before it listened. stderr:\n${stderr}`));
+    const exited = (code: number | null) =>
+      reject(new Error(`the NestJS 11 app exited (${code}) before it listened. stderr:\n${stderr}`));
     child.once('exit', exited);
     createInterface({ input: child.stdout }).once('line', (line) => {
       child.off('exit', exited);
@@ -80,7 +86,9 @@ beforeAll(async () => {
   const installed = await installPackedApp(dir, 'test/nest11');
   appDir = installed.appDir;
   const { build, pack, install } = installed.times;
-  console.log(`NestJS 11 app: build ${build.toFixed(1)} s, pack ${pack.toFixed(1)} s, npm install ${install.toFixed(1)} s`);
+  console.log(
+    `NestJS 11 app: build ${build.toFixed(1)} s, pack ${pack.toFixed(1)} s, npm install ${install.toFixed(1)} s`,
+  );
   for (const store of STORES) apps.set(store, await start(store));
 }, 240_000);
 
@@ -98,7 +106,9 @@ interface Reply {
 
 async function get(store: Store, path: string, apiKey?: string): Promise<Reply> {
   const { port } = apps.get(store)!.ready;
-  const response = await fetch(`http://127.0.0.1:${port}${path}`, { headers: apiKey === undefined ? {} : { 'x-api-key': apiKey } });
+  const response = await fetch(`http://127.0.0.1:${port}${path}`, {
+    headers: apiKey === undefined ? {} : { 'x-api-key': apiKey },
+  });
   return { status: response.status, headers: response.headers, body: await response.json() };
 }
 
@@ -129,7 +139,10 @@ test('the package installed is CommonJS under dist/cjs, with no import() or impo
 });
 
 test('a NestJS 11 TypeScript project (CommonJS, declarations checked) compiles against the CommonJS types', async () => {
-  const { stdout } = await promisify(execFile)(process.execPath, [TSC, '-p', 'tsconfig.json', '--listFiles'], { cwd: appDir, maxBuffer: 16 * 1024 * 1024 });
+  const { stdout } = await promisify(execFile)(process.execPath, [TSC, '-p', 'tsconfig.json', '--listFiles'], {
+    cwd: appDir,
+    maxBuffer: 16 * 1024 * 1024,
+  });
   const declarations = stdout.split('\n').filter((file) => file.startsWith(INSTALLED()));
   expect(declarations).toContain(join(INSTALLED(), 'dist', 'cjs', 'index.d.ts'));
   expect(declarations.filter((file) => !file.startsWith(join(INSTALLED(), 'dist', 'cjs') + '/'))).toEqual([]);
@@ -205,7 +218,13 @@ describe.each(STORES)('NestJS 11, CommonJS, %s store', (store) => {
       store === 'redis' ? [{ id: 'ioredis', by: 'nestjs-ratelimit/dist/cjs/stores/store-owner.js' }] : [],
     );
     const seams = (await get(store, '/service/contexts')).body as Record<string, Record<string, unknown>>;
-    const refusal = { status: 'error', statusCode: 429, message: costExceedsBurst('contexts', 2, 1), policy: 'contexts', retryAfter: null };
+    const refusal = {
+      status: 'error',
+      statusCode: 429,
+      message: costExceedsBurst('contexts', 2, 1),
+      policy: 'contexts',
+      retryAfter: null,
+    };
     expect(seams.ws).toMatchObject({ ws: true, error: refusal });
     expect(seams.message).toMatchObject({ rpc: true, error: refusal });
     expect(seams.event).toMatchObject({ name: 'RateLimitDroppedEvent', rpc: false, error: refusal });

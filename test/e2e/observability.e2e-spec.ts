@@ -80,7 +80,8 @@ class Sdk {
   });
 
   constructor() {
-    if (!metrics.setGlobalMeterProvider(this.provider)) throw new Error('a meter provider is still registered: a test did not disable it');
+    if (!metrics.setGlobalMeterProvider(this.provider))
+      throw new Error('a meter provider is still registered: a test did not disable it');
   }
 
   /** Each instrument of the meter `nestjs-ratelimit` (name -> data points), as recorded until now. */
@@ -89,7 +90,9 @@ class Sdk {
     await this.provider.forceFlush();
     const scopes = this.exporter.getMetrics().flatMap((resource) => resource.scopeMetrics);
     const ours = scopes.filter((scope) => scope.scope.name === 'nestjs-ratelimit').flatMap((scope) => scope.metrics);
-    return new Map(ours.map((metric) => [metric.descriptor.name, metric.dataPoints as DataPoint<number | Histogram>[]]));
+    return new Map(
+      ours.map((metric) => [metric.descriptor.name, metric.dataPoints as DataPoint<number | Histogram>[]]),
+    );
   }
 
   async close(): Promise<void> {
@@ -99,7 +102,10 @@ class Sdk {
 }
 
 /** The value (a count; for a histogram, how many it recorded) of each data point, by the attributes named. */
-function countsBy(points: readonly DataPoint<number | Histogram>[] | undefined, ...names: string[]): Record<string, number> {
+function countsBy(
+  points: readonly DataPoint<number | Histogram>[] | undefined,
+  ...names: string[]
+): Record<string, number> {
   const counts: Record<string, number> = {};
   for (const { attributes, value } of points ?? []) {
     const key = names.map((name) => attributes[name]).join(' ');
@@ -151,7 +157,9 @@ describe.each(['memory', 'redis'] as const)('metrics and decision events on the 
     expect(await send(http, 8)).toEqual([200, 200, 200, 200, 200, 429, 429, 429]);
 
     const recorded = await sdk.read();
-    expect(countsBy(recorded.get('ratelimit.requests'), 'ratelimit.policy', 'ratelimit.result', 'ratelimit.context')).toEqual({
+    expect(
+      countsBy(recorded.get('ratelimit.requests'), 'ratelimit.policy', 'ratelimit.result', 'ratelimit.context'),
+    ).toEqual({
       'orders allowed http': 5,
       'orders refused http': 3,
     });
@@ -170,11 +178,15 @@ describe.each(['memory', 'redis'] as const)('metrics and decision events on the 
     const attributes = allAttributes(recorded);
     expect(attributes.length).toBeGreaterThan(0);
     for (const set of attributes) {
-      for (const value of Object.values(set)) for (const identity of identities) expect(String(value)).not.toContain(identity);
+      for (const value of Object.values(set))
+        for (const identity of identities) expect(String(value)).not.toContain(identity);
     }
 
     expect(decisions.messages).toHaveLength(8);
-    expect(decisions.messages.map(({ result }) => result)).toEqual([...Array(5).fill('allowed'), ...Array(3).fill('refused')]);
+    expect(decisions.messages.map(({ result }) => result)).toEqual([
+      ...Array(5).fill('allowed'),
+      ...Array(3).fill('refused'),
+    ]);
     for (const message of decisions.messages) {
       expect(message).toMatchObject({ context: 'http', route: 'OrdersController.list' });
       expect(message.decisions).toEqual([expect.objectContaining({ policy: 'orders', limit: 5 })]);
@@ -214,7 +226,16 @@ describe('without the SDK', () => {
     sdk = new Sdk();
     expect(await send(http, 5)).toEqual([200, 200, 429, 429, 429]);
 
-    expect(decisions.messages.map(({ result }) => result)).toEqual(['allowed', 'allowed', 'allowed', 'allowed', 'allowed', 'refused', 'refused', 'refused']);
+    expect(decisions.messages.map(({ result }) => result)).toEqual([
+      'allowed',
+      'allowed',
+      'allowed',
+      'allowed',
+      'allowed',
+      'refused',
+      'refused',
+      'refused',
+    ]);
     // OpenTelemetry's meters are no-ops unless an SDK is registered first: the module made none
     expect(await sdk.read()).toEqual(new Map());
   });
@@ -262,8 +283,14 @@ describe('store failures', () => {
     expect(decisions.messages[1].decisions).toEqual([]);
     const recorded = await sdk.read();
     expect(countsBy(recorded.get('ratelimit.requests'), 'ratelimit.result')).toEqual({ allowed: 1, failed_closed: 4 });
-    expect(countsBy(recorded.get('ratelimit.store.duration'), 'ratelimit.store.outcome')).toEqual({ ok: 1, error: 3, breaker_open: 1 });
-    expect(countsBy(recorded.get('ratelimit.breaker.transitions'), 'ratelimit.store', 'ratelimit.breaker.state')).toEqual({ 'redis open': 1 });
+    expect(countsBy(recorded.get('ratelimit.store.duration'), 'ratelimit.store.outcome')).toEqual({
+      ok: 1,
+      error: 3,
+      breaker_open: 1,
+    });
+    expect(
+      countsBy(recorded.get('ratelimit.breaker.transitions'), 'ratelimit.store', 'ratelimit.breaker.state'),
+    ).toEqual({ 'redis open': 1 });
   });
 
   it('a frozen Redis: calls time out, failed_open; once it answers again a probe closes the breaker', async () => {
@@ -290,14 +317,19 @@ describe('store failures', () => {
       closed = countsBy((await sdk.read()).get('ratelimit.breaker.transitions'), 'ratelimit.breaker.state').closed ?? 0;
     }
     const recorded = await sdk.read();
-    expect(countsBy(recorded.get('ratelimit.breaker.transitions'), 'ratelimit.breaker.state')).toEqual({ open: 1, closed: 1 });
+    expect(countsBy(recorded.get('ratelimit.breaker.transitions'), 'ratelimit.breaker.state')).toEqual({
+      open: 1,
+      closed: 1,
+    });
     const outcomes = countsBy(recorded.get('ratelimit.store.duration'), 'ratelimit.store.outcome');
     expect(outcomes).toMatchObject({ timeout: 3, breaker_open: expect.any(Number) });
     expect(outcomes.ok).toBeGreaterThanOrEqual(2);
     const results = countsBy(recorded.get('ratelimit.requests'), 'ratelimit.result');
     expect(results.failed_open).toBe(outcomes.timeout + outcomes.breaker_open);
     // the timed-out calls took the timeout at least
-    const timeouts = recorded.get('ratelimit.store.duration')!.find((point) => point.attributes['ratelimit.store.outcome'] === 'timeout')!;
+    const timeouts = recorded
+      .get('ratelimit.store.duration')!
+      .find((point) => point.attributes['ratelimit.store.outcome'] === 'timeout')!;
     expect((timeouts.value as Histogram).min).toBeGreaterThanOrEqual(0.3);
   });
 });

@@ -50,15 +50,32 @@ async function run(name: string, env: Record<string, string>): Promise<Run> {
   child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
   const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
   if (code !== 0) throw new Error(`peers-app exited with ${code}. stderr:\n${stderr}`);
-  const printed = Object.assign({}, ...stdout.trim().split('\n').map((line) => JSON.parse(line) as object));
+  const printed = Object.assign(
+    {},
+    ...stdout
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as object),
+  );
   const lines = (await readFile(log, 'utf8')).trim().split('\n').filter(Boolean);
   return { printed, log: lines.map((line) => (line.startsWith('{') ? JSON.parse(line) : line)) };
 }
 
 /** The optional peers (packages, not their files) the module's own files (not Nest's, not the app's) asked for. */
 function importedByModule(lines: Run['log']): string[] {
-  const packages = lines.flatMap((line) => (typeof line === 'object' && line.parent.includes('/lib/') ? [line.specifier] : []));
-  return [...new Set(packages.map((specifier) => specifier.split('/').slice(0, specifier.startsWith('@') ? 2 : 1).join('/')))];
+  const packages = lines.flatMap((line) =>
+    typeof line === 'object' && line.parent.includes('/lib/') ? [line.specifier] : [],
+  );
+  return [
+    ...new Set(
+      packages.map((specifier) =>
+        specifier
+          .split('/')
+          .slice(0, specifier.startsWith('@') ? 2 : 1)
+          .join('/'),
+      ),
+    ),
+  ];
 }
 
 describe('optional peers', () => {

@@ -45,14 +45,25 @@ describe.each(ADAPTERS)('one hot key offered 4x its limit through 1-3 ms of late
     // A 1 s timeout: a collection pause of a big test process can hold every decision past the
     // default 100 ms; the cache's own waits are a round trip or two, and before the fix were seconds
     @Module({
-      imports: [RateLimitModule.forRoot({ redis: client, prefix: `rl-overload-${randomUUID()}:`, failMode: 'closed', timeout: 1_000 })],
+      imports: [
+        RateLimitModule.forRoot({
+          redis: client,
+          prefix: `rl-overload-${randomUUID()}:`,
+          failMode: 'closed',
+          timeout: 1_000,
+        }),
+      ],
       controllers: [HotController],
     })
     class AppModule {}
     http = await startApp(AppModule, adapter);
     // warm up the app (JIT, connections), as a running one is, on a key of its own
     for (let round = 0; round < 50; round++) {
-      await Promise.all(Array.from({ length: 8 }, () => http.get('/hot', { 'x-api-key': `warm-up-${round}` }).then((r) => r.arrayBuffer())));
+      await Promise.all(
+        Array.from({ length: 8 }, () =>
+          http.get('/hot', { 'x-api-key': `warm-up-${round}` }).then((r) => r.arrayBuffer()),
+        ),
+      );
     }
   });
   afterAll(async () => {
@@ -67,7 +78,10 @@ describe.each(ADAPTERS)('one hot key offered 4x its limit through 1-3 ms of late
     // what the breaker hears of failures
     const remember = RefusedCache.prototype.remember;
     let fromRedis = 0;
-    const remembered = jest.spyOn(RefusedCache.prototype, 'remember').mockImplementation(function (this: RefusedCache, ...args) {
+    const remembered = jest.spyOn(RefusedCache.prototype, 'remember').mockImplementation(function (
+      this: RefusedCache,
+      ...args
+    ) {
       if (!args[1].every((outcome) => outcome.allowed)) fromRedis++;
       return remember.apply(this, args);
     });

@@ -145,7 +145,8 @@ beforeAll(async () => {
   pkg = join(project, 'node_modules', 'nestjs-ratelimit');
   await rename(join(project, 'package'), pkg);
   for (const entry of await readdir(join(ROOT, 'node_modules'))) {
-    if (entry !== 'nestjs-ratelimit' && !entry.startsWith('.')) await symlink(join(ROOT, 'node_modules', entry), join(project, 'node_modules', entry));
+    if (entry !== 'nestjs-ratelimit' && !entry.startsWith('.'))
+      await symlink(join(ROOT, 'node_modules', entry), join(project, 'node_modules', entry));
   }
   await writeFile(join(project, 'consumer.mjs'), CONSUMER_MJS);
   await writeFile(join(project, 'consumer.cjs'), CONSUMER_CJS);
@@ -183,7 +184,9 @@ async function graphFrom(file: string, seen = new Set<string>()): Promise<Set<st
 
 describe('the packed package', () => {
   it.each(['testing', 'store'])("maps './%s' to built files that are in the package", async (entry) => {
-    const { exports } = JSON.parse(await readFile(join(pkg, 'package.json'), 'utf8')) as { exports: Record<string, unknown> };
+    const { exports } = JSON.parse(await readFile(join(pkg, 'package.json'), 'utf8')) as {
+      exports: Record<string, unknown>;
+    };
     expect(Object.keys(exports)).toEqual(expect.arrayContaining(['.', `./${entry}`]));
     const files = targets(exports[`./${entry}`]);
     expect(files).toEqual(expect.arrayContaining([`./dist/${entry}/index.d.ts`, `./dist/${entry}/index.js`]));
@@ -197,31 +200,42 @@ describe('the packed package', () => {
     // and the store interface's file (its injection token), as the store kit does
     ['store', join('dist', 'stores', 'rate-limit-store.interface.js')],
   ])('loads the %s entry only when it is imported: the root never reaches it', async (entry, shared) => {
-    const { exports } = JSON.parse(await readFile(join(pkg, 'package.json'), 'utf8')) as { exports: Record<string, unknown> };
+    const { exports } = JSON.parse(await readFile(join(pkg, 'package.json'), 'utf8')) as {
+      exports: Record<string, unknown>;
+    };
     const root = await graphFrom(join(pkg, importTarget(exports['.'])));
     const reached = await graphFrom(join(pkg, importTarget(exports[`./${entry}`])));
     expect(root.has(join(pkg, shared)) && reached.has(join(pkg, shared))).toBe(true);
     expect([...root].filter((file) => file.includes(`${join('dist', entry)}/`))).toEqual([]);
   });
 
-  it.each(['consumer.mjs', 'consumer.cjs'])('works for a user file that imports them (%s): burst of 2, advance 1 s, resetAll, a leaky_bucket turn, a kit decision', async (file) => {
-    const { NODE_OPTIONS: _jestOptions, ...env } = process.env;
-    const child = spawn(process.execPath, [join(project, file)], { cwd: project, env });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
-    child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
-    const code = await new Promise<number | null>((exited) => child.once('exit', exited));
-    expect({ code, stderr }).toEqual({ code: 0, stderr: '' });
-    expect(JSON.parse(stdout)).toEqual({
-      allowed: [true, true, false, true, false, true],
-      waited: 'its turn',
-      sameModule: true,
-      // admitted ones carry their charge record, for a refund
-      decided: [[true, true], [true, true], [false, false], [true, true]],
-      sameKit: true,
-    });
-  }, 60_000);
+  it.each(['consumer.mjs', 'consumer.cjs'])(
+    'works for a user file that imports them (%s): burst of 2, advance 1 s, resetAll, a leaky_bucket turn, a kit decision',
+    async (file) => {
+      const { NODE_OPTIONS: _jestOptions, ...env } = process.env;
+      const child = spawn(process.execPath, [join(project, file)], { cwd: project, env });
+      let stdout = '';
+      let stderr = '';
+      child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
+      child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
+      const code = await new Promise<number | null>((exited) => child.once('exit', exited));
+      expect({ code, stderr }).toEqual({ code: 0, stderr: '' });
+      expect(JSON.parse(stdout)).toEqual({
+        allowed: [true, true, false, true, false, true],
+        waited: 'its turn',
+        sameModule: true,
+        // admitted ones carry their charge record, for a refund
+        decided: [
+          [true, true],
+          [true, true],
+          [false, false],
+          [true, true],
+        ],
+        sameKit: true,
+      });
+    },
+    60_000,
+  );
 
   it("type-checks a user's ESM and CommonJS files against its declarations (NodeNext resolution)", () => {
     const program = ts.createProgram([join(project, 'consumer.mts'), join(project, 'consumer.cts')], {

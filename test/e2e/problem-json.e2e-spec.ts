@@ -93,7 +93,10 @@ describe.each(ADAPTERS)('errorFormat on %s', (adapter) => {
   });
 
   async function start(options: RateLimitModuleOptions): Promise<TestApp> {
-    @Module({ imports: [RateLimitModule.forRoot({ prefix: `rl-problem-${randomUUID()}:`, ...options })], controllers: [OrdersController] })
+    @Module({
+      imports: [RateLimitModule.forRoot({ prefix: `rl-problem-${randomUUID()}:`, ...options })],
+      controllers: [OrdersController],
+    })
     class AppModule {}
     const http = await startApp(AppModule, adapter);
     apps.push(http);
@@ -134,7 +137,7 @@ describe.each(ADAPTERS)('errorFormat on %s', (adapter) => {
     });
 
     it.each(['nest', 'problem'] as const)(
-      "two policies refusing (%s): X-RateLimit-*, legacy, Retry-After and the body all name the one that frees up last",
+      'two policies refusing (%s): X-RateLimit-*, legacy, Retry-After and the body all name the one that frees up last',
       async (errorFormat) => {
         const http = await start({ store: makeStore(), errorFormat, headers: ['ietf', 'x-ratelimit', 'legacy'] });
         const client = apiKey();
@@ -163,7 +166,9 @@ describe.each(ADAPTERS)('errorFormat on %s', (adapter) => {
         expect(headers['ratelimit-limit']).toBe('2');
         expect(headers['ratelimit-reset']).toBe(String(retryAfter));
         // and RateLimit holds all three, in the route's order ('roomy' is full again after 10 ms)
-        expect(headers.ratelimit).toMatch(/^"frees-soon";r=0;t=[12], "roomy";r=\d+;t=[01], "frees-late";r=0;t=(19|20)$/);
+        expect(headers.ratelimit).toMatch(
+          /^"frees-soon";r=0;t=[12], "roomy";r=\d+;t=[01], "frees-late";r=0;t=(19|20)$/,
+        );
       },
     );
 
@@ -173,7 +178,12 @@ describe.each(ADAPTERS)('errorFormat on %s', (adapter) => {
         calls.push({ decision, type: context.getType() });
         return new HttpException({ code: 'SLOW_DOWN', policy: decision.policy, retryIn: decision.retryAfter }, 429);
       };
-      const http = await start({ store: makeStore(), errorFormat: 'problem', exceptionFactory, headers: ['ietf', 'x-ratelimit', 'legacy'] });
+      const http = await start({
+        store: makeStore(),
+        errorFormat: 'problem',
+        exceptionFactory,
+        headers: ['ietf', 'x-ratelimit', 'legacy'],
+      });
       const { status, headers, body } = await thirdRequest(http, '/orders/both');
 
       expect(status).toBe(429);
@@ -232,7 +242,12 @@ describe.each(ADAPTERS)('errorFormat on %s', (adapter) => {
     beforeAll(async () => {
       server = await startRedisServer();
       // no reconnecting: once the server is gone, the client ends and every command fails at once
-      client = new Redis(server.url, { enableOfflineQueue: false, maxRetriesPerRequest: 0, retryStrategy: () => null, lazyConnect: true });
+      client = new Redis(server.url, {
+        enableOfflineQueue: false,
+        maxRetriesPerRequest: 0,
+        retryStrategy: () => null,
+        lazyConnect: true,
+      });
       await client.connect();
     });
     afterAll(() => {
@@ -266,7 +281,9 @@ describe.each(DRIVERS)('GraphQL (%s) under errorFormat problem', (driver) => {
     try {
       const refused = await refusedQuery(gql);
       expect(mediaType(refused.headers)).toBe('application/json');
-      expect(refused.body.errors).toEqual([expect.objectContaining({ extensions: expect.objectContaining({ code: 'RATE_LIMITED', policy: 'catalog' }) })]);
+      expect(refused.body.errors).toEqual([
+        expect.objectContaining({ extensions: expect.objectContaining({ code: 'RATE_LIMITED', policy: 'catalog' }) }),
+      ]);
       expect(Number(refused.headers['retry-after'])).toBeGreaterThan(0);
     } finally {
       await gql.close();
@@ -276,7 +293,9 @@ describe.each(DRIVERS)('GraphQL (%s) under errorFormat problem', (driver) => {
   it("answers the field with exceptionFactory's error, the headers on the HTTP answer", async () => {
     const exceptionFactory = (decision: RateLimitDecision, context: ExecutionContext) =>
       context.getType<string>() === 'graphql'
-        ? new GraphQLError(`slow down: ${decision.policy}`, { extensions: { code: 'SLOW_DOWN', retryIn: decision.retryAfter } })
+        ? new GraphQLError(`slow down: ${decision.policy}`, {
+            extensions: { code: 'SLOW_DOWN', retryIn: decision.retryAfter },
+          })
         : new HttpException('slow down', 429);
     const gql = await startGraphqlApp(driver, { store: new MemoryStore(), errorFormat: 'problem', exceptionFactory });
     try {
@@ -285,7 +304,10 @@ describe.each(DRIVERS)('GraphQL (%s) under errorFormat problem', (driver) => {
       expect(retryAfter).toBeGreaterThan(0);
       expect(refused.body.data).toEqual({ books: null });
       expect(refused.body.errors).toEqual([
-        expect.objectContaining({ message: 'slow down: catalog', extensions: expect.objectContaining({ code: 'SLOW_DOWN', retryIn: retryAfter }) }),
+        expect.objectContaining({
+          message: 'slow down: catalog',
+          extensions: expect.objectContaining({ code: 'SLOW_DOWN', retryIn: retryAfter }),
+        }),
       ]);
       expect(refused.headers['x-ratelimit-remaining']).toBe('0');
       expect(mediaType(refused.headers)).toBe('application/json');
@@ -300,7 +322,10 @@ describe.each(DRIVERS)('GraphQL (%s) under errorFormat problem', (driver) => {
 describe('a microservice (TCP) under errorFormat problem', () => {
   /** A microservice of `TenantsController` ('shared': burst 2, one message per 100 s), the third message's error. */
   async function thirdMessage(options: RateLimitModuleOptions): Promise<unknown> {
-    @Module({ imports: [RateLimitModule.forRoot({ store: new MemoryStore(), ...options })], controllers: [TenantsController] })
+    @Module({
+      imports: [RateLimitModule.forRoot({ store: new MemoryStore(), ...options })],
+      controllers: [TenantsController],
+    })
     class MicroserviceModule {}
     const service = await startMicroservice(MicroserviceModule);
     try {
@@ -323,7 +348,12 @@ describe('a microservice (TCP) under errorFormat problem', () => {
 
   it("answers the caller with exceptionFactory's RpcException", async () => {
     const exceptionFactory = (decision: RateLimitDecision, context: ExecutionContext) =>
-      context.getType() === 'rpc' ? new RpcException({ code: 'SLOW_DOWN', policy: decision.policy }) : new HttpException('slow down', 429);
-    expect(await thirdMessage({ errorFormat: 'problem', exceptionFactory })).toEqual({ code: 'SLOW_DOWN', policy: 'shared' });
+      context.getType() === 'rpc'
+        ? new RpcException({ code: 'SLOW_DOWN', policy: decision.policy })
+        : new HttpException('slow down', 429);
+    expect(await thirdMessage({ errorFormat: 'problem', exceptionFactory })).toEqual({
+      code: 'SLOW_DOWN',
+      policy: 'shared',
+    });
   });
 });

@@ -73,7 +73,10 @@ async function startApp(entry: string, env: Record<string, string>): Promise<App
     };
     const onExit = (code: number | null, signal: string | null) =>
       fail(new Error(`limited-app exited (${code ?? signal}) before it listened. stderr:\n${stderr}`));
-    const timer = setTimeout(() => fail(new Error(`limited-app did not listen within 30 s. stderr:\n${stderr}`)), 30_000);
+    const timer = setTimeout(
+      () => fail(new Error(`limited-app did not listen within 30 s. stderr:\n${stderr}`)),
+      30_000,
+    );
     child.once('exit', onExit);
     lines.on('line', (line) => {
       let message: unknown;
@@ -190,7 +193,9 @@ async function fireTrial(ports: readonly number[], algorithm: Algorithm, apiKey:
             res.once('end', () => record(req, res.statusCode ?? 'no status'));
             res.once('error', (error) => record(req, `response error ${error.message}`));
           });
-          req.once('error', (error: NodeJS.ErrnoException) => record(req, `request error ${error.code ?? error.message}`));
+          req.once('error', (error: NodeJS.ErrnoException) =>
+            record(req, `request error ${error.code ?? error.message}`),
+          );
           inFlight.add(req);
           req.end();
         }
@@ -248,7 +253,7 @@ async function runTrial(
   // request's per-IP charge is a call to another slot that may still be on its way: give it
   // a moment to land (the count is then checked; it never goes down).
   let charged = await perIpCharged();
-  for (const deadline = performance.now() + 2_000; charged < LIMIT && performance.now() < deadline; ) {
+  for (const deadline = performance.now() + 2_000; charged < LIMIT && performance.now() < deadline;) {
     await new Promise((resolve) => setTimeout(resolve, 20));
     charged = await perIpCharged();
   }
@@ -260,7 +265,7 @@ async function runTrial(
   // starts clean.
   abandon();
   let afterLeaving = { queued, perIpCharged: charged };
-  for (const deadline = performance.now() + 5_000; performance.now() < deadline; ) {
+  for (const deadline = performance.now() + 5_000; performance.now() < deadline;) {
     afterLeaving = { queued: await queuedTokens(redis, queueKey), perIpCharged: await perIpCharged() };
     if (afterLeaving.queued <= 1 && afterLeaving.perIpCharged <= 1) break;
     await new Promise((resolve) => setTimeout(resolve, 20));
@@ -330,7 +335,9 @@ async function redisCluster(): Promise<Topology> {
   return {
     name: 'Redis Cluster',
     env: {
-      REDIS_CLUSTER: testClusterNodes().map(({ host, port }) => `${host}:${port}`).join(','),
+      REDIS_CLUSTER: testClusterNodes()
+        .map(({ host, port }) => `${host}:${port}`)
+        .join(','),
       RATE_LIMIT_PREFIX: prefix,
     },
     redis,
@@ -396,7 +403,7 @@ describe.each([
     const started = await Promise.allSettled(Array.from({ length: PROCESSES }, () => startApp(entry, topology.env)));
     for (const outcome of started) if (outcome.status === 'fulfilled') apps.push(outcome.value);
     const failure = started.find((outcome) => outcome.status === 'rejected');
-    if (failure) throw (failure as PromiseRejectedResult).reason;
+    if (failure) throw (failure).reason;
   }, 60_000);
 
   afterAll(async () => {
@@ -406,33 +413,39 @@ describe.each([
   }, 30_000);
 
   const title = `%s: ${PER_PROCESS} concurrent requests to each process admit exactly ${LIMIT}, in ${TRIALS} of ${TRIALS} trials`;
-  it.each(ALGORITHMS)(title, async (algorithm) => {
-    const ports = apps.map((app) => app.port);
-    const statsBefore = await serverStats(topology.redis);
-    const stderrFrom = apps.map((app) => app.stderr().length);
-    const started = performance.now();
-    const results: TrialResult[] = [];
-    for (let trial = 0; trial < TRIALS; trial++) {
-      results.push(await runTrial(topology, ports, algorithm, await topology.apiKey(trial)));
-    }
-    const seconds = (performance.now() - started) / 1000;
-    const statsAfter = await serverStats(topology.redis);
-    const admitted = results.map((r) => r.admitted);
-    const exact = results.filter((r) => r.admitted === LIMIT && r.failed.length === 0 && r.perIpCharged === LIMIT).length;
-    const range = (values: number[]) => `${Math.min(...values)}-${Math.max(...values)}`;
-    const nonRefusals = results.reduce((n, r) => n + r.failed.length, 0);
-    summaries.push(
-      `${topology.name.padEnd(14)} ${algorithm.padEnd(22)} ${exact}/${TRIALS} trials exact, admitted ${range(admitted)}, ` +
-        `per-IP charged ${range(results.map((r) => r.perIpCharged))}, non-429 refusals ${nonRefusals}, ` +
-        `trial ${range(results.map((r) => Math.round(r.ms)))} ms, ${seconds.toFixed(1)} s; ` +
-        `Redis: ${statsAfter.scriptCalls - statsBefore.scriptCalls} script calls, ` +
-        `${statsAfter.crossSlot - statsBefore.crossSlot} CROSSSLOT`,
-    );
+  it.each(ALGORITHMS)(
+    title,
+    async (algorithm) => {
+      const ports = apps.map((app) => app.port);
+      const statsBefore = await serverStats(topology.redis);
+      const stderrFrom = apps.map((app) => app.stderr().length);
+      const started = performance.now();
+      const results: TrialResult[] = [];
+      for (let trial = 0; trial < TRIALS; trial++) {
+        results.push(await runTrial(topology, ports, algorithm, await topology.apiKey(trial)));
+      }
+      const seconds = (performance.now() - started) / 1000;
+      const statsAfter = await serverStats(topology.redis);
+      const admitted = results.map((r) => r.admitted);
+      const exact = results.filter(
+        (r) => r.admitted === LIMIT && r.failed.length === 0 && r.perIpCharged === LIMIT,
+      ).length;
+      const range = (values: number[]) => `${Math.min(...values)}-${Math.max(...values)}`;
+      const nonRefusals = results.reduce((n, r) => n + r.failed.length, 0);
+      summaries.push(
+        `${topology.name.padEnd(14)} ${algorithm.padEnd(22)} ${exact}/${TRIALS} trials exact, admitted ${range(admitted)}, ` +
+          `per-IP charged ${range(results.map((r) => r.perIpCharged))}, non-429 refusals ${nonRefusals}, ` +
+          `trial ${range(results.map((r) => Math.round(r.ms)))} ms, ${seconds.toFixed(1)} s; ` +
+          `Redis: ${statsAfter.scriptCalls - statsBefore.scriptCalls} script calls, ` +
+          `${statsAfter.crossSlot - statsBefore.crossSlot} CROSSSLOT`,
+      );
 
-    // a store error (CROSSSLOT above all) is a 503, and the apps log its cause on stderr
-    const stderr = shorten(apps.map((app, i) => app.stderr().slice(stderrFrom[i])).join(''));
-    expect(stderr).not.toContain('CROSSSLOT');
-    const outcomes = results.map(({ ms: _ms, ...outcome }) => outcome);
-    expect({ stderr, outcomes }).toEqual({ stderr: '', outcomes: results.map(() => expected(algorithm)) });
-  }, TRIALS * TRIAL_DEADLINE_MS);
+      // a store error (CROSSSLOT above all) is a 503, and the apps log its cause on stderr
+      const stderr = shorten(apps.map((app, i) => app.stderr().slice(stderrFrom[i])).join(''));
+      expect(stderr).not.toContain('CROSSSLOT');
+      const outcomes = results.map(({ ms: _ms, ...outcome }) => outcome);
+      expect({ stderr, outcomes }).toEqual({ stderr: '', outcomes: results.map(() => expected(algorithm)) });
+    },
+    TRIALS * TRIAL_DEADLINE_MS,
+  );
 });

@@ -6,7 +6,16 @@
  * once, naming the route. Real apps over HTTP, on both adapters, on the memory store.
  */
 import { jest } from '@jest/globals';
-import { type CanActivate, Controller, type ExecutionContext, Get, Injectable, Logger, Module, UseGuards } from '@nestjs/common';
+import {
+  type CanActivate,
+  Controller,
+  type ExecutionContext,
+  Get,
+  Injectable,
+  Logger,
+  Module,
+  UseGuards,
+} from '@nestjs/common';
 import { RateLimit, RateLimitModule, type RateLimitModuleOptions } from '../../lib/index.js';
 import { ADAPTERS, startApp, type TestApp } from '../support/app.js';
 

@@ -70,8 +70,15 @@ describe.each(stores)('sample app, %s', (_name, redisUrl, storeType) => {
   let app: INestApplication;
   let base: string;
 
-  async function call(path: string, init: { method?: string; headers?: Record<string, string>; body?: string } = {}): Promise<Reply> {
-    const response = await fetch(`${base}${path}`, { method: init.method ?? 'GET', headers: init.headers, body: init.body });
+  async function call(
+    path: string,
+    init: { method?: string; headers?: Record<string, string>; body?: string } = {},
+  ): Promise<Reply> {
+    const response = await fetch(`${base}${path}`, {
+      method: init.method ?? 'GET',
+      headers: init.headers,
+      body: init.body,
+    });
     const text = await response.text();
     return { status: response.status, headers: response.headers, body: text ? JSON.parse(text) : undefined };
   }
@@ -127,7 +134,13 @@ describe.each(stores)('sample app, %s', (_name, redisUrl, storeType) => {
       const responses = await Promise.all(Array.from({ length: 25 }, () => call('/health')));
       for (const response of responses) {
         expect(response.status).toBe(200);
-        for (const name of ['ratelimit', 'ratelimit-policy', 'x-ratelimit-limit', 'x-ratelimit-remaining', 'retry-after']) {
+        for (const name of [
+          'ratelimit',
+          'ratelimit-policy',
+          'x-ratelimit-limit',
+          'x-ratelimit-remaining',
+          'retry-after',
+        ]) {
           expect(response.headers.get(name)).toBeNull();
         }
       }
@@ -208,7 +221,9 @@ describe.each(stores)('sample app, %s', (_name, redisUrl, storeType) => {
 
     // 40 at once: a pro partner's burst holds them all, a free one's (20, refilling 5 a second) does not
     const burst = async (key: string) => {
-      const replies = await Promise.all(Array.from({ length: 40 }, () => call('/api/orders', { headers: { 'x-api-key': key } })));
+      const replies = await Promise.all(
+        Array.from({ length: 40 }, () => call('/api/orders', { headers: { 'x-api-key': key } })),
+      );
       return replies.filter(({ status }) => status === 200).length;
     };
     expect(await burst(apiKey('pro-burst'))).toBe(40);
@@ -220,7 +235,10 @@ describe.each(stores)('sample app, %s', (_name, redisUrl, storeType) => {
   it('charges the reports route the tokens named by x-request-weight', async () => {
     const key = { 'x-api-key': apiKey('reports') };
     const post = (weight?: string): Promise<Reply> =>
-      call('/api/reports', { method: 'POST', headers: weight === undefined ? key : { ...key, 'x-request-weight': weight } });
+      call('/api/reports', {
+        method: 'POST',
+        headers: weight === undefined ? key : { ...key, 'x-request-weight': weight },
+      });
 
     const weighted = await post('40');
     expect(weighted.status).toBe(201);
@@ -249,7 +267,9 @@ describe.each(stores)('sample app, %s', (_name, redisUrl, storeType) => {
     const headers = { 'x-api-key': apiKey('exports') };
     const sent = performance.now();
     const done = await Promise.all(
-      Array.from({ length: 3 }, () => call('/api/exports', { method: 'POST', headers }).then((reply) => ({ reply, after: performance.now() - sent }))),
+      Array.from({ length: 3 }, () =>
+        call('/api/exports', { method: 'POST', headers }).then((reply) => ({ reply, after: performance.now() - sent })),
+      ),
     );
     expect(done.map(({ reply }) => reply.status)).toEqual([201, 201, 201]);
     // the third leaves two places (2 x 500 ms) after the first; allow for a noisy machine
@@ -260,7 +280,11 @@ describe.each(stores)('sample app, %s', (_name, redisUrl, storeType) => {
 
   it('counts only failed sign-ins, 5 per IP in 15 minutes, then blocks the IP for an hour', async () => {
     const signIn = (password: string) =>
-      call('/account/login', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ password }) });
+      call('/account/login', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ password }),
+      });
     // successes give their attempt back: never counted
     for (let i = 0; i < 6; i++) expect((await signIn('demo')).status).toBe(200);
     const failures: Reply[] = [];
@@ -276,10 +300,18 @@ describe.each(stores)('sample app, %s', (_name, redisUrl, storeType) => {
   });
 
   it('answers the catalog over GraphQL with the headers of every policy, charging the class policy once for both root fields', async () => {
-    const reply = await query('{ products(first: 2) { id name } product(id: "1") { name } }', { 'x-api-key': apiKey('graphql') });
+    const reply = await query('{ products(first: 2) { id name } product(id: "1") { name } }', {
+      'x-api-key': apiKey('graphql'),
+    });
     expect(reply.status).toBe(200);
     expect(reply.body).toEqual({
-      data: { products: [{ id: '1', name: 'Teapot' }, { id: '2', name: 'Kettle' }], product: { name: 'Teapot' } },
+      data: {
+        products: [
+          { id: '1', name: 'Teapot' },
+          { id: '2', name: 'Kettle' },
+        ],
+        product: { name: 'Teapot' },
+      },
     });
     expect(reply.headers.get('ratelimit-policy')).toBe(
       '"global";q=200;w=2, "CatalogResolver";q=50;w=5, "CatalogResolver.products";q=100;w=5',
@@ -291,7 +323,9 @@ describe.each(stores)('sample app, %s', (_name, redisUrl, storeType) => {
   });
 
   it("charges each alias of products its own page, and the class's policy once for the operation (the README's curl)", async () => {
-    const reply = await query('{ a: products(first: 2) { id } b: products(first: 3) { id } }', { 'x-api-key': apiKey('graphql-aliases') });
+    const reply = await query('{ a: products(first: 2) { id } b: products(first: 3) { id } }', {
+      'x-api-key': apiKey('graphql-aliases'),
+    });
     // the catalog holds 2 products: b gets both, and pays for the 3 it asked for
     expect(reply.body).toEqual({ data: { a: [{ id: '1' }, { id: '2' }], b: [{ id: '1' }, { id: '2' }] } });
     expect(remaining(reply, 'global')).toBe(199);
@@ -321,7 +355,8 @@ describe.each(stores)('sample app, %s', (_name, redisUrl, storeType) => {
       ],
     });
     // the headers are on the HTTP response, and agree with the error
-    const { retryAfter } = (refused.body as { errors: Array<{ extensions: { retryAfter: number } }> }).errors[0].extensions;
+    const { retryAfter } = (refused.body as { errors: Array<{ extensions: { retryAfter: number } }> }).errors[0]
+      .extensions;
     expect(retryAfter).toBeGreaterThanOrEqual(1);
     expect(retryAfter).toBeLessThanOrEqual(5);
     expect(Number(refused.headers.get('retry-after'))).toBe(retryAfter);
@@ -341,14 +376,21 @@ describe.each(stores)('sample app, %s', (_name, redisUrl, storeType) => {
 
     // burst 5 at 1 message/s: the sixth or so in a row is refused
     const answers: Answer[] = [];
-    while (answers.length < 20 && answers.at(-1)?.event !== 'exception') answers.push(await echo(alice, `hello ${answers.length}`));
+    while (answers.length < 20 && answers.at(-1)?.event !== 'exception')
+      answers.push(await echo(alice, `hello ${answers.length}`));
     const echoed = answers.slice(0, -1);
     expect(echoed.length).toBeGreaterThanOrEqual(5);
     expect(echoed.length).toBeLessThanOrEqual(6);
     expect(echoed).toEqual(echoed.map((_, i) => ({ event: 'echo', data: `hello ${i}` })));
     expect(answers.at(-1)).toEqual({
       event: 'exception',
-      data: { status: 'error', statusCode: 429, message: expect.any(String), policy: 'EchoGateway.echo', retryAfter: 1 },
+      data: {
+        status: 'error',
+        statusCode: 429,
+        message: expect.any(String),
+        policy: 'EchoGateway.echo',
+        retryAfter: 1,
+      },
     });
 
     // the refused client stays connected, and another API key has a bucket of its own

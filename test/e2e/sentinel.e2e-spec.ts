@@ -26,7 +26,11 @@ describe('through Sentinel (a primary, a replica, 3 sentinels), with the client 
     group = await startRedisSentinel({ downAfterMs: 5_000 });
     @Module({
       imports: [
-        RateLimitModule.forRoot({ redis: { sentinels: group.sentinels, name: group.name }, failMode: 'closed', prefix: 'rl-sentinel:' }),
+        RateLimitModule.forRoot({
+          redis: { sentinels: group.sentinels, name: group.name },
+          failMode: 'closed',
+          prefix: 'rl-sentinel:',
+        }),
       ],
       controllers: [QuotaController],
     })
@@ -38,7 +42,8 @@ describe('through Sentinel (a primary, a replica, 3 sentinels), with the client 
     if (group) await stopRedisGroup(group);
   });
 
-  const bucketOf = (apiKey: string) => bucketKey('rl-sentinel:', 'QuotaController.take', 'fixed_window', `api-key:${apiKey}`);
+  const bucketOf = (apiKey: string) =>
+    bucketKey('rl-sentinel:', 'QuotaController.take', 'fixed_window', `api-key:${apiKey}`);
 
   /** Statuses of `n` requests one after another with this API key. */
   async function take(apiKey: string, n: number): Promise<number[]> {
@@ -64,9 +69,13 @@ describe('through Sentinel (a primary, a replica, 3 sentinels), with the client 
       const holds = async (port: number) => (await redisCommand(port, ['GET', bucketOf(probe)])) !== null;
       const onNew = (await role(group.replica.port)) === 'master' && (await holds(group.replica.port));
       const onOld = (await role(group.primary.port)) === 'master' && (await holds(group.primary.port));
-      return status === 200 && onNew && !onOld ? '' : `status ${status}, on the new primary ${onNew}, on the old ${onOld}`;
+      return status === 200 && onNew && !onOld
+        ? ''
+        : `status ${status}, on the new primary ${onNew}, on the old ${onOld}`;
     });
-    console.log(`Sentinel failover: limiting on the new primary ${Date.now() - started} ms after SENTINEL FAILOVER; statuses meanwhile ${JSON.stringify([...outcomes])}`);
+    console.log(
+      `Sentinel failover: limiting on the new primary ${Date.now() - started} ms after SENTINEL FAILOVER; statuses meanwhile ${JSON.stringify([...outcomes])}`,
+    );
     expect([...outcomes.keys()].every((status) => status === 200 || status === 503)).toBe(true);
 
     const apiKey = `after-${randomUUID()}`;

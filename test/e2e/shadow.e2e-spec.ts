@@ -51,20 +51,27 @@ describe.each(ADAPTERS)('shadow mode on %s, paired with enforce mode on the same
     try {
       // the same traffic to both: 3 clients, 8, 12 and 25 requests at once
       const traffic = [8, 12, 25].flatMap((n, client) => Array.from({ length: n }, () => `client-${client}`));
-      const send = (http: TestApp) => Promise.all(traffic.map((apiKey) => http.get('/search', { 'x-api-key': apiKey }).then(read)));
+      const send = (http: TestApp) =>
+        Promise.all(traffic.map((apiKey) => http.get('/search', { 'x-api-key': apiKey }).then(read)));
       const enforced = await send(enforce);
       const shadowed = await send(shadow);
       const blocked = enforced.filter((r) => r.status === 429).length;
-      const wouldBlock = warn.mock.calls.filter(([message]) => String(message).startsWith('Shadow mode: policy "search"')).length;
+      const wouldBlock = warn.mock.calls.filter(([message]) =>
+        String(message).startsWith('Shadow mode: policy "search"'),
+      ).length;
       expect(storeErrors).toEqual([]);
-      console.log(`${adapter}: ${traffic.length} requests, enforce blocked ${blocked}, shadow blocked ${shadowed.filter((r) => r.status !== 200).length}, shadow would-block ${wouldBlock}`);
+      console.log(
+        `${adapter}: ${traffic.length} requests, enforce blocked ${blocked}, shadow blocked ${shadowed.filter((r) => r.status !== 200).length}, shadow would-block ${wouldBlock}`,
+      );
       expect(blocked).toBe(2 + 15); // 12 - 10 and 25 - 10
       expect(shadowed.map((r) => r.status)).toEqual(traffic.map(() => 200));
       expect(wouldBlock).toBe(blocked);
       // the same decisions, so the same remaining quota in the headers
       const remaining = (responses: typeof enforced) => responses.map((r) => r.headers['x-ratelimit-remaining']).sort();
       expect(remaining(shadowed)).toEqual(remaining(enforced));
-      expect(warn.mock.calls[0][0]).toMatch(/^Shadow mode: policy "search" would refuse a request to SearchController\.search \(retry after \d+ s\)$/);
+      expect(warn.mock.calls[0][0]).toMatch(
+        /^Shadow mode: policy "search" would refuse a request to SearchController\.search \(retry after \d+ s\)$/,
+      );
     } finally {
       unsubscribe('nestjs-ratelimit:store-error', onStoreError);
       warn.mockRestore();

@@ -101,7 +101,18 @@ describe('nestjs-ratelimit simulate, built, as a process', () => {
     await writeAccessLog(small, 100_000);
     await writeAccessLog(large, 1_000_000);
 
-    const args = (log: string, csv: string) => ['simulate', '--policy', POLICY, '--trace', log, '--json', '--csv', csv, '--top', '3'];
+    const args = (log: string, csv: string) => [
+      'simulate',
+      '--policy',
+      POLICY,
+      '--trace',
+      log,
+      '--json',
+      '--csv',
+      csv,
+      '--top',
+      '3',
+    ];
     const smallRun = await run(args(small, join(dir, 'small.csv')));
     expect(smallRun).toMatchObject({ status: 0 });
     const largeCsv = join(dir, 'large.csv');
@@ -150,8 +161,13 @@ describe('nestjs-ratelimit simulate, built, as a process', () => {
   }, 60_000);
 
   it('reads a trace from stdin with --trace -', async () => {
-    const log = ['1.2.3.4', '1.2.3.4', '5.6.7.8'].map((ip) => `${ip} - - [01/Jan/2026:00:00:00 +0000] "GET / HTTP/1.1" 200 1`).join('\n');
-    const { status, stdout } = await run(['simulate', '--policy', '{"rps":1,"burst":1}', '--trace', '-', '--json'], log);
+    const log = ['1.2.3.4', '1.2.3.4', '5.6.7.8']
+      .map((ip) => `${ip} - - [01/Jan/2026:00:00:00 +0000] "GET / HTTP/1.1" 200 1`)
+      .join('\n');
+    const { status, stdout } = await run(
+      ['simulate', '--policy', '{"rps":1,"burst":1}', '--trace', '-', '--json'],
+      log,
+    );
     expect(status).toBe(0);
     const summary = JSON.parse(stdout) as Summary;
     expect(summary.traffic).toMatchObject({ trace: '-', format: 'access-log', lines: 3 });
@@ -163,16 +179,25 @@ describe('nestjs-ratelimit simulate, built, as a process', () => {
 
   it('exits with status 2 and the message for a bad command line, 1 for a trace that is not there', async () => {
     const bad = await run(['simulate', '--policy', '{"rps":0}', '--rate', '10']);
-    expect(bad).toMatchObject({ status: 2, stdout: '', stderr: 'Invalid @RateLimit policy on --policy: "rps" must be a positive number (tokens per second), got 0\n' });
+    expect(bad).toMatchObject({
+      status: 2,
+      stdout: '',
+      stderr: 'Invalid @RateLimit policy on --policy: "rps" must be a positive number (tokens per second), got 0\n',
+    });
     const missing = await run(['simulate', '--policy', '{"rps":1}', '--trace', join(dir, 'missing.log')]);
     expect(missing.status).toBe(1);
     expect(missing.stderr).toMatch(/^nestjs-ratelimit simulate: ENOENT: no such file or directory/);
     // more requests than a run simulates: refused at once, not decided until killed
-    const endless = await run(['simulate', '--policy', '{"rps":10,"burst":5}', '--rate', '1e308', '--duration', '1s'], '', 20_000);
+    const endless = await run(
+      ['simulate', '--policy', '{"rps":10,"burst":5}', '--rate', '1e308', '--duration', '1s'],
+      '',
+      20_000,
+    );
     expect(endless).toMatchObject({
       status: 2,
       stdout: '',
-      stderr: 'Invalid nestjs-ratelimit simulate argument --rate: times --duration 1s makes over 1e308 requests; a run simulates at most 10,000,000: lower --rate or --duration, got "1e308"\n',
+      stderr:
+        'Invalid nestjs-ratelimit simulate argument --rate: times --duration 1s makes over 1e308 requests; a run simulates at most 10,000,000: lower --rate or --duration, got "1e308"\n',
     });
     const help = await run(['simulate', '--help']);
     expect(help).toMatchObject({ status: 0, stdout: expect.stringContaining('Usage: nestjs-ratelimit simulate') });

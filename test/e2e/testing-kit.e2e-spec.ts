@@ -61,7 +61,10 @@ describe.each(ADAPTERS)('an app tested with RateLimitTestingModule (%s)', (adapt
       imports: [RateLimitTestingModule.forRoot()],
       controllers: [CatsController],
     }).compile();
-    app = adapter === 'fastify' ? moduleRef.createNestApplication(new FastifyAdapter(), { logger: false }) : moduleRef.createNestApplication({ logger: false });
+    app =
+      adapter === 'fastify'
+        ? moduleRef.createNestApplication(new FastifyAdapter(), { logger: false })
+        : moduleRef.createNestApplication({ logger: false });
     await app.listen(0, '127.0.0.1');
     url = (await app.getUrl()).replace('[::1]', '127.0.0.1');
     clock = moduleRef.get(ManualClock);

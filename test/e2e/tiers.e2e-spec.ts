@@ -9,7 +9,14 @@ import { randomUUID } from 'node:crypto';
 import { type CanActivate, Controller, type ExecutionContext, Get, Injectable, Module } from '@nestjs/common';
 import { APP_GUARD } from '@nestjs/core';
 import type { Redis } from 'ioredis';
-import { MemoryStore, RateLimit, RateLimitModule, type RateLimitPolicy, type RateLimitStore, RedisStore } from '../../lib/index.js';
+import {
+  MemoryStore,
+  RateLimit,
+  RateLimitModule,
+  type RateLimitPolicy,
+  type RateLimitStore,
+  RedisStore,
+} from '../../lib/index.js';
 import { ADAPTERS, read, startApp, type TestApp } from '../support/app.js';
 import { connectTestRedis } from '../support/redis/test-redis.js';
 
@@ -31,7 +38,9 @@ async function planOf(context: ExecutionContext): Promise<string | undefined> {
 @Injectable()
 class JwtGuard implements CanActivate {
   canActivate(context: ExecutionContext): boolean {
-    const request = context.switchToHttp().getRequest<{ headers: Record<string, string>; user?: { sub: string; plan: string } }>();
+    const request = context
+      .switchToHttp()
+      .getRequest<{ headers: Record<string, string>; user?: { sub: string; plan: string } }>();
     const token = /^Bearer (\w+)\.(\w+)$/.exec(request.headers.authorization ?? '');
     if (token !== null) request.user = { sub: token[1], plan: token[2] };
     return true;
@@ -58,7 +67,13 @@ class TiersController {
 
   @RateLimit([
     { name: 'short', key: 'header:x-client', tier: planOf, tiers: TIERS, defaultTier: 'free' },
-    { name: 'long', key: 'header:x-client', tier: planOf, tiers: { free: { limit: 100, window: '1h' }, pro: { limit: 1000, window: '1h' } }, defaultTier: 'free' },
+    {
+      name: 'long',
+      key: 'header:x-client',
+      tier: planOf,
+      tiers: { free: { limit: 100, window: '1h' }, pro: { limit: 1000, window: '1h' } },
+      defaultTier: 'free',
+    },
   ])
   @Get('two-policies')
   twoPolicies() {
@@ -93,7 +108,10 @@ describe.each(ADAPTERS)('tiers on %s', (adapter) => {
     let http: TestApp;
     beforeAll(async () => {
       @Module({
-        imports: [AuthModule, RateLimitModule.forRoot({ store: makeStore(), prefix: `rl-e2e-tiers-${randomUUID()}:`, policies: [GLOBAL] })],
+        imports: [
+          AuthModule,
+          RateLimitModule.forRoot({ store: makeStore(), prefix: `rl-e2e-tiers-${randomUUID()}:`, policies: [GLOBAL] }),
+        ],
         controllers: [TiersController],
       })
       class AppModule {}
@@ -129,7 +147,9 @@ describe.each(ADAPTERS)('tiers on %s', (adapter) => {
     it('gives one client a bucket per tier: spent as free, it still has its pro burst', async () => {
       const client = { 'x-client': randomUUID() };
       expect(statuses(await send('/tiers/by-lookup', { ...client, 'x-plan': 'free' }, 3))).toEqual([200, 200, 429]);
-      expect(statuses(await send('/tiers/by-lookup', { ...client, 'x-plan': 'pro' }, 6))).toEqual([200, 200, 200, 200, 200, 429]);
+      expect(statuses(await send('/tiers/by-lookup', { ...client, 'x-plan': 'pro' }, 6))).toEqual([
+        200, 200, 200, 200, 200, 429,
+      ]);
       const refused = await http.get('/tiers/by-lookup', { ...client, 'x-plan': 'pro' });
       expect(await refused.json()).toMatchObject({ statusCode: 429, policy: 'api' });
       expect(refused.headers.get('ratelimit')).toMatch(/^"global";r=\d+;t=\d+, "api";r=0;t=\d+$/);
@@ -146,7 +166,11 @@ describe.each(ADAPTERS)('tiers on %s', (adapter) => {
       expect(statuses(free)).toEqual([200, 200, 429]);
       expect(free[0].policy).toBe('"global";q=100;w=60, "by-claim";q=2;w=200');
       const unknown = randomUUID().replaceAll('-', '');
-      expect(statuses(await send('/tiers/by-claim', { 'x-client': unknown, authorization: `Bearer ${unknown}.platinum` }, 3))).toEqual([200, 200, 429]);
+      expect(
+        statuses(
+          await send('/tiers/by-claim', { 'x-client': unknown, authorization: `Bearer ${unknown}.platinum` }, 3),
+        ),
+      ).toEqual([200, 200, 429]);
     });
 
     it('works a tier function out once per request, however many policies read it', async () => {

@@ -47,7 +47,10 @@ describe.each(ADAPTERS)("the seeds' worked example on %s", (adapter) => {
   describe.each(stores)('with the %s', (storeName, makeStore) => {
     const apps: TestApp[] = [];
     const start = async (pin: boolean) => {
-      @Module({ imports: [RateLimitModule.forRoot({ store: makeStore(pin), prefix: pin ? pinnedPrefix : prefix })], controllers: [OrdersController] })
+      @Module({
+        imports: [RateLimitModule.forRoot({ store: makeStore(pin), prefix: pin ? pinnedPrefix : prefix })],
+        controllers: [OrdersController],
+      })
       class AppModule {}
       const http = await startApp(AppModule, adapter);
       apps.push(http);
@@ -96,7 +99,9 @@ describe.each(ADAPTERS)("the seeds' worked example on %s", (adapter) => {
       const passed = burst.filter((r) => r.status === 200).length;
       // the bucket refills one token per 100 ms while the burst is in flight
       const refilled = Math.ceil(elapsed / 100);
-      console.log(`${adapter}, ${storeName}, real clock: 60 requests in ${elapsed.toFixed(0)} ms, ${passed} passed (50 + at most ${refilled} refilled)`);
+      console.log(
+        `${adapter}, ${storeName}, real clock: 60 requests in ${elapsed.toFixed(0)} ms, ${passed} passed (50 + at most ${refilled} refilled)`,
+      );
       expect(passed).toBeGreaterThanOrEqual(50);
       expect(passed).toBeLessThanOrEqual(50 + refilled);
       expect(burst.find((r) => r.status === 429)?.headers['retry-after']).toBe('1');
@@ -104,7 +109,9 @@ describe.each(ADAPTERS)("the seeds' worked example on %s", (adapter) => {
       await new Promise((resolve) => setTimeout(resolve, 1_000));
       const later = (await burstOf(http, apiKey, 20)).filter((r) => r.status === 200).length;
       const ended = performance.now();
-      console.log(`${adapter}, ${storeName}, real clock: ${(ended - firstDone).toFixed(0)} ms later ${later} of 20 passed`);
+      console.log(
+        `${adapter}, ${storeName}, real clock: ${(ended - firstDone).toFixed(0)} ms later ${later} of 20 passed`,
+      );
       expect(later).toBeGreaterThanOrEqual(9);
       // The bucket may have run dry early in a slow burst and refilled from then on, so bound the
       // whole run: never more than the burst plus what refilled between the first request and the last.

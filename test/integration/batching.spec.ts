@@ -27,7 +27,7 @@ beforeAll(async () => {
   redis.sendCommand = ((command: { name: string; args: unknown[] }, ...rest: unknown[]) => {
     if (/^eval(sha)?$/i.test(command.name) && !PROBE.has(String(command.args[0]))) scriptCalls++;
     return (send as (...args: unknown[]) => unknown)(command, ...rest);
-  }) as typeof redis.sendCommand;
+  });
 });
 afterAll(async () => {
   await redis.quit();
@@ -54,14 +54,21 @@ describe('RedisStore batching', () => {
     expect(scriptCalls).toBeGreaterThanOrEqual(Math.ceil(1_000 / 64));
     expect(scriptCalls).toBeLessThanOrEqual(16);
     // the admitted ones are the first 100 sent, each seeing what the ones before it took
-    expect(decisions.slice(0, 100).map(([decision]) => decision.remaining)).toEqual(Array.from({ length: 100 }, (_, i) => 99 - i));
+    expect(decisions.slice(0, 100).map(([decision]) => decision.remaining)).toEqual(
+      Array.from({ length: 100 }, (_, i) => 99 - i),
+    );
   });
 
   it('keeps each request of a batch all-or-nothing: a refused one charges none of its buckets', async () => {
     const store = new RedisStore({ client: redis, cacheRefusals: false });
     const [tight, loose] = [`rl:batch:${randomUUID()}`, `rl:batch:${randomUUID()}`];
     const both = [request(tight, TIGHT), request(loose, LOOSE)];
-    const decisions = await Promise.all([store.consume(both), store.consume(both), store.consume(both), store.consume([request(loose, LOOSE)])]);
+    const decisions = await Promise.all([
+      store.consume(both),
+      store.consume(both),
+      store.consume(both),
+      store.consume([request(loose, LOOSE)]),
+    ]);
     expect(scriptCalls).toBe(1);
     expect(decisions.map((pair) => pair.every((decision) => decision.allowed))).toEqual([true, false, false, true]);
     // the loose bucket lost 1 to the first request and 1 to the last: nothing to the two refused
@@ -73,7 +80,12 @@ describe('RedisStore batching', () => {
     const store = new RedisStore({ client: redis });
     const key = `rl:batch:${randomUUID()}`;
     const one = [request(key, { algorithm: 'gcra', rps: 0.001, burst: 2 })];
-    const [before, taken, after, refused] = await Promise.all([store.peek(one), store.consume(one), store.peek(one), store.consume(one, 100)]);
+    const [before, taken, after, refused] = await Promise.all([
+      store.peek(one),
+      store.consume(one),
+      store.peek(one),
+      store.consume(one, 100),
+    ]);
     expect(scriptCalls).toBe(1);
     expect([before[0].remaining, taken[0].remaining, after[0].remaining, refused[0].remaining]).toEqual([2, 1, 1, 0]);
     expect(refused[0].allowed).toBe(true);
@@ -109,7 +121,9 @@ describe('RedisStore batching', () => {
     expect(scriptCalls).toBe(1);
     BAD_COSTS.forEach(([, type], i) => {
       const [good, bad] = [settled[2 * i], settled[2 * i + 1]];
-      expect(good.status === 'fulfilled' && good.value).toEqual([expect.objectContaining({ allowed: true, remaining: 999 - i })]);
+      expect(good.status === 'fulfilled' && good.value).toEqual([
+        expect.objectContaining({ allowed: true, remaining: 999 - i }),
+      ]);
       expect(bad.status === 'rejected' && bad.reason).toBeInstanceOf(type);
       expect(bad.status === 'rejected' && bad.reason).not.toBeInstanceOf(RateLimitStoreError);
     });
@@ -117,20 +131,29 @@ describe('RedisStore batching', () => {
 
   it('through RateLimiterService: a bad cost rejects that call alone, and is no store failure', async () => {
     // failMode 'closed': a call the store failed, or that the breaker kept from it, rejects with RateLimitStoreError
-    const limiter = new StandaloneLimiter(resolveOptions({ failMode: 'closed', timeout: 5_000 }), new RedisStore({ client: redis }));
+    const limiter = new StandaloneLimiter(
+      resolveOptions({ failMode: 'closed', timeout: 5_000 }),
+      new RedisStore({ client: redis }),
+    );
     try {
       const policy = { name: 'batched', rps: 0.001, burst: 1_000 };
       const identity = `user:${randomUUID()}`;
       const calls: Promise<unknown>[] = [];
-      for (const [cost] of BAD_COSTS) calls.push(limiter.consume(identity, policy), limiter.consume(identity, policy, cost as number));
+      for (const [cost] of BAD_COSTS)
+        calls.push(limiter.consume(identity, policy), limiter.consume(identity, policy, cost as number));
       const settled = await Promise.allSettled(calls);
       BAD_COSTS.forEach(([, type], i) => {
         const [good, bad] = [settled[2 * i], settled[2 * i + 1]];
-        expect(good.status === 'fulfilled' && good.value).toEqual([expect.objectContaining({ allowed: true, remaining: 999 - i })]);
+        expect(good.status === 'fulfilled' && good.value).toEqual([
+          expect.objectContaining({ allowed: true, remaining: 999 - i }),
+        ]);
         expect(bad.status === 'rejected' && bad.reason).toBeInstanceOf(type);
       });
       // six bad costs opened no breaker: the next call is decided by Redis
-      expect((await limiter.consume(identity, policy))[0]).toMatchObject({ allowed: true, remaining: 1_000 - BAD_COSTS.length - 1 });
+      expect((await limiter.consume(identity, policy))[0]).toMatchObject({
+        allowed: true,
+        remaining: 1_000 - BAD_COSTS.length - 1,
+      });
     } finally {
       await limiter.onApplicationShutdown();
     }

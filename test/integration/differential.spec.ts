@@ -1,7 +1,14 @@
 import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
 import type { Redis } from 'ioredis';
-import { ALGORITHMS, type Algorithm, type Held, type Outcome, SCALED_BY_LIMIT, WINDOW_ALGORITHMS } from '../../lib/algorithms/algorithm.types.js';
+import {
+  ALGORITHMS,
+  type Algorithm,
+  type Held,
+  type Outcome,
+  SCALED_BY_LIMIT,
+  WINDOW_ALGORITHMS,
+} from '../../lib/algorithms/algorithm.types.js';
 import { durationMs, windowMs } from '../../lib/algorithms/conversions.js';
 import { decideAll, expiresAt, modelOf } from '../../lib/algorithms/decide.js';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
@@ -57,7 +64,8 @@ interface Run {
 }
 
 const RUNS = Number(process.env.RATE_LIMIT_PROPERTY_RUNS ?? 1_000);
-const SEED = process.env.RATE_LIMIT_PROPERTY_SEED === undefined ? undefined : Number(process.env.RATE_LIMIT_PROPERTY_SEED);
+const SEED =
+  process.env.RATE_LIMIT_PROPERTY_SEED === undefined ? undefined : Number(process.env.RATE_LIMIT_PROPERTY_SEED);
 
 const MIN_RPS = 0.001;
 const MAX_RPS = 1e6;
@@ -105,7 +113,11 @@ class Model {
   }
 }
 
-function requestsOf({ identity, cost, policies: names, factor }: Step, policies: readonly Policy[], prefix: string): RateLimitRequest[] {
+function requestsOf(
+  { identity, cost, policies: names, factor }: Step,
+  policies: readonly Policy[],
+  prefix: string,
+): RateLimitRequest[] {
   return names.map((name) => {
     const { algorithm, rps, burst, blockMs } = policies.find((p) => p.name === name)!;
     const rule = blockMs === undefined ? ruleOf(algorithm, rps, burst) : { ...ruleOf(algorithm, rps, burst), blockMs };
@@ -134,7 +146,10 @@ const rpsSeed = fc.oneof(
   // log-uniform over the allowed range
   { weight: 1, arbitrary: unit.map((u) => ({ u })) },
   // as people write it (and where whole milliseconds meet decimal tokens, so where rounding shows)
-  { weight: 2, arbitrary: fc.constantFrom(0.001, 0.1, 0.3, 0.5, 1, 2, 3, 5, 7, 10, 20, 100, 1000, 1e6).map((rps) => ({ rps })) },
+  {
+    weight: 2,
+    arbitrary: fc.constantFrom(0.001, 0.1, 0.3, 0.5, 1, 2, 3, 5, 7, 10, 20, 100, 1000, 1e6).map((rps) => ({ rps })),
+  },
   // a `limit` per `window` policy: rps = limit / seconds
   { weight: 1, arbitrary: fc.constantFrom(0.001, 0.01, 1, 10, 60, 3600, 86_400).map((seconds) => ({ seconds })) },
 );
@@ -150,15 +165,17 @@ const blockSeed = fc.oneof(
 );
 
 function ruleArbitrary(algorithm: fc.Arbitrary<Algorithm>): fc.Arbitrary<Omit<Policy, 'name'>> {
-  return fc.record({ algorithm, burst: burstSeed, rps: rpsSeed, block: blockSeed }).map(({ algorithm, burst: b, rps: r, block }) => {
-    const most = Math.min(b.most, algorithm === 'sliding_window_log' ? LARGEST_LOG_BURST : LARGEST_BURST);
-    const burst = Math.round(logScale(1, most, b.u));
-    const [lo, hi] = rpsRange(algorithm, burst);
-    const rps = Math.min(hi, Math.max(lo, 'u' in r ? logScale(lo, hi, r.u) : 'rps' in r ? r.rps : burst / r.seconds));
-    if (block === undefined) return { algorithm, rps, burst };
-    const full = WINDOW_ALGORITHMS.has(algorithm) ? windowMs(rps, burst) : durationMs(burst, rps);
-    return { algorithm, rps, burst, blockMs: 'ms' in block ? block.ms : Math.max(1, Math.round(full * block.times)) };
-  });
+  return fc
+    .record({ algorithm, burst: burstSeed, rps: rpsSeed, block: blockSeed })
+    .map(({ algorithm, burst: b, rps: r, block }) => {
+      const most = Math.min(b.most, algorithm === 'sliding_window_log' ? LARGEST_LOG_BURST : LARGEST_BURST);
+      const burst = Math.round(logScale(1, most, b.u));
+      const [lo, hi] = rpsRange(algorithm, burst);
+      const rps = Math.min(hi, Math.max(lo, 'u' in r ? logScale(lo, hi, r.u) : 'rps' in r ? r.rps : burst / r.seconds));
+      if (block === undefined) return { algorithm, rps, burst };
+      const full = WINDOW_ALGORITHMS.has(algorithm) ? windowMs(rps, burst) : durationMs(burst, rps);
+      return { algorithm, rps, burst, blockMs: 'ms' in block ? block.ms : Math.max(1, Math.round(full * block.times)) };
+    });
 }
 
 /**
@@ -250,7 +267,8 @@ function traceOf(seeds: readonly StepSeed[], policies: readonly Policy[]): Step[
     } else {
       const request = requests[dt.policy % requests.length];
       const { nextMs, retryMs } = model.peek(request, now);
-      const until = dt.until === 'full' ? (model.fullAt(request.key) ?? now) - now : dt.until === 'next' ? nextMs : retryMs;
+      const until =
+        dt.until === 'full' ? (model.fullAt(request.key) ?? now) - now : dt.until === 'next' ? nextMs : retryMs;
       // A time the model cannot name (never: -1; or not a number) is no time to wait for.
       step.dt = Number.isFinite(until) ? Math.max(0, until + dt.offset) : 0;
     }
@@ -294,10 +312,15 @@ afterAll(async () => {
  * (which says how they differ) would take a third of a run's time.
  */
 function same(a: readonly RateLimitDecision[], b: readonly RateLimitDecision[]): boolean {
-  return a.length === b.length && a.every((decision, i) => {
-    const fields = Object.keys(decision) as Array<keyof RateLimitDecision>;
-    return fields.length === Object.keys(b[i]).length && fields.every((field) => Object.is(decision[field], b[i][field]));
-  });
+  return (
+    a.length === b.length &&
+    a.every((decision, i) => {
+      const fields = Object.keys(decision) as Array<keyof RateLimitDecision>;
+      return (
+        fields.length === Object.keys(b[i]).length && fields.every((field) => Object.is(decision[field], b[i][field]))
+      );
+    })
+  );
 }
 
 /** Replays a run on the model and both stores; fails at the first request they decide differently. */

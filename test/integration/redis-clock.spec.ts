@@ -5,7 +5,11 @@ import { Redis } from 'ioredis';
 import { ALGORITHMS, type Algorithm } from '../../lib/algorithms/algorithm.types.js';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
 import { MemoryStore } from '../../lib/stores/memory/memory.store.js';
-import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from '../../lib/stores/rate-limit-store.interface.js';
+import type {
+  RateLimitDecision,
+  RateLimitRequest,
+  RateLimitStore,
+} from '../../lib/stores/rate-limit-store.interface.js';
 import { RedisStore, type RedisStoreClock } from '../../lib/stores/redis/redis.store.js';
 import { redisTimeUnusable, TIME_PROBE } from '../../lib/stores/redis/time-probe.js';
 import { ManualClock } from '../../lib/testing/index.js';
@@ -125,7 +129,10 @@ describe.each([
 });
 
 describe('a Redis whose TIME inside a script works', () => {
-  it.each([['unset', undefined], ["'redis'", 'redis' as const]])('with clock %s, logs nothing and decides on Redis TIME', async (_name, clock) => {
+  it.each([
+    ['unset', undefined],
+    ["'redis'", 'redis' as const],
+  ])('with clock %s, logs nothing and decides on Redis TIME', async (_name, clock) => {
     const client = await clientWith();
     try {
       const store = new RedisStore({ client, clock, cacheRefusals: false });
@@ -181,7 +188,7 @@ describe('the probe, on a server of its own', () => {
     client.sendCommand = ((command: { name: string }, ...rest: unknown[]) => {
       if (/^eval(sha)?$/i.test(command.name)) sentAt.push(performance.now());
       return (send as (...args: unknown[]) => unknown)(command, ...rest);
-    }) as typeof client.sendCommand;
+    });
     try {
       const warned = nextWarning().then(() => performance.now());
       const store = new RedisStore({ client, cacheRefusals: false });
@@ -192,7 +199,9 @@ describe('the probe, on a server of its own', () => {
       // the probe, then the decision, sent before the probe's answer came back and was acted on
       expect(sentAt).toHaveLength(2);
       expect(sentAt[1]).toBeLessThan(warnedAt);
-      console.log(`decision sent ${(sentAt[1] - sentAt[0]).toFixed(1)} ms after the probe, ${(warnedAt - sentAt[1]).toFixed(0)} ms before its answer was acted on`);
+      console.log(
+        `decision sent ${(sentAt[1] - sentAt[0]).toFixed(1)} ms after the probe, ${(warnedAt - sentAt[1]).toFixed(0)} ms before its answer was acted on`,
+      );
     } finally {
       client.disconnect();
     }
@@ -208,7 +217,9 @@ describe('a lazyConnect client', () => {
       await new Promise(setImmediate);
       expect(client.status).toBe('wait');
       const warned = nextWarning();
-      expect(await store.consume([request(`rl-clock-${randomUUID()}:`, 'token_bucket')])).toMatchObject([{ allowed: true, remaining: 2 }]);
+      expect(await store.consume([request(`rl-clock-${randomUUID()}:`, 'token_bucket')])).toMatchObject([
+        { allowed: true, remaining: 2 },
+      ]);
       expect(await warned).toBe(redisTimeUnusable('it answered 0'));
     } finally {
       client.disconnect();
@@ -247,20 +258,32 @@ describe('a Redis that is down at the first call (own redis-server)', () => {
 });
 
 describe('a given clock far from real time', () => {
-  it.each([0, 2_000_000])('a ManualClock at %i keeps its buckets: a key lives its time to full, counted on Redis from the call', async (start) => {
-    const clock = new ManualClock(start);
-    const store = new RedisStore({ client: redis, clock });
-    // full again 100 s after a token is taken: on any clock, no key of it expires during the test
-    const rule = ruleOf('token_bucket', 0.01, 2);
-    const req: RateLimitRequest = { key: bucketKey(`rl-clock-${randomUUID()}:`, 'given', rule, 'ip:1'), policy: 'given', rule, cost: 1 };
-    const decisions = [];
-    for (let i = 0; i < 3; i++) decisions.push((await store.consume([req]))[0]);
-    expect(decisions.map((d) => [d.allowed, d.remaining])).toEqual([[true, 1], [true, 0], [false, 0]]);
-    const ttl = await redis.pttl(req.key);
-    expect(ttl).toBeGreaterThan(190_000);
-    expect(ttl).toBeLessThanOrEqual(200_000);
-    // the clock moves on by hand: the bucket refills on it, not on Redis's
-    clock.advance('100s');
-    expect((await store.consume([req]))[0]).toMatchObject({ allowed: true, remaining: 0 });
-  });
+  it.each([0, 2_000_000])(
+    'a ManualClock at %i keeps its buckets: a key lives its time to full, counted on Redis from the call',
+    async (start) => {
+      const clock = new ManualClock(start);
+      const store = new RedisStore({ client: redis, clock });
+      // full again 100 s after a token is taken: on any clock, no key of it expires during the test
+      const rule = ruleOf('token_bucket', 0.01, 2);
+      const req: RateLimitRequest = {
+        key: bucketKey(`rl-clock-${randomUUID()}:`, 'given', rule, 'ip:1'),
+        policy: 'given',
+        rule,
+        cost: 1,
+      };
+      const decisions = [];
+      for (let i = 0; i < 3; i++) decisions.push((await store.consume([req]))[0]);
+      expect(decisions.map((d) => [d.allowed, d.remaining])).toEqual([
+        [true, 1],
+        [true, 0],
+        [false, 0],
+      ]);
+      const ttl = await redis.pttl(req.key);
+      expect(ttl).toBeGreaterThan(190_000);
+      expect(ttl).toBeLessThanOrEqual(200_000);
+      // the clock moves on by hand: the bucket refills on it, not on Redis's
+      clock.advance('100s');
+      expect((await store.consume([req]))[0]).toMatchObject({ allowed: true, remaining: 0 });
+    },
+  );
 });

@@ -63,10 +63,16 @@ describe('Redis memory per bucket', () => {
 
   // one test per algorithm, each with its own time: 100,000 decisions take 5 s on an idle machine
   // and 20 s with two busy processes beside it, and all six in one test passed its 120 s there
-  it.each(ALGORITHMS.map((a) => [a]))(`%s costs the same order of bytes as the others, measured over ${KEYS.toLocaleString('en')} keys`, async (algorithm) => {
-    const { perKey, key, value } = await bytesPerKey(algorithm);
-    console.log(`Redis used_memory per bucket after one request each: ${algorithm} ${perKey.toFixed(1)} B/key   key ${key.length} B, value ${JSON.stringify(value)}`);
-    // a regression guard, not the target: a key and its TTL entry cost 85 B before any key or value bytes (see README)
-    expect(perKey).toBeLessThan(260);
-  }, 120_000);
+  it.each(ALGORITHMS.map((a) => [a]))(
+    `%s costs the same order of bytes as the others, measured over ${KEYS.toLocaleString('en')} keys`,
+    async (algorithm) => {
+      const { perKey, key, value } = await bytesPerKey(algorithm);
+      console.log(
+        `Redis used_memory per bucket after one request each: ${algorithm} ${perKey.toFixed(1)} B/key   key ${key.length} B, value ${JSON.stringify(value)}`,
+      );
+      // a regression guard, not the target: a key and its TTL entry cost 85 B before any key or value bytes (see README)
+      expect(perKey).toBeLessThan(260);
+    },
+    120_000,
+  );
 });

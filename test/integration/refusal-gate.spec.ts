@@ -39,7 +39,9 @@ function countingWatcher(): StoreCallWatcher & { outcomes: Map<StoreCallOutcome,
  * replaced), and so is Redis.
  */
 describe('the refusal gate of RedisStore (real Redis)', () => {
-  const requestOf = (identity: string): RateLimitRequest[] => [{ key: `rl-gate-${identity}:tb`, policy: 'gate', rule: TIGHT, cost: 1 }];
+  const requestOf = (identity: string): RateLimitRequest[] => [
+    { key: `rl-gate-${identity}:tb`, policy: 'gate', rule: TIGHT, cost: 1 },
+  ];
   let answers: ReturnType<typeof jest.spyOn>;
   let lookups: ReturnType<typeof jest.spyOn>;
   beforeEach(() => {
@@ -54,14 +56,18 @@ describe('the refusal gate of RedisStore (real Redis)', () => {
     const calls = new StoreCalls(store, { timeout: 5_000, failMode: 'closed' }, watcher);
     const requests = requestOf(randomUUID());
     const allowed: boolean[] = [];
-    for (let i = 0; i < 6; i++) allowed.push((await calls.decide(requests, true)).every((decision) => decision.allowed));
+    for (let i = 0; i < 6; i++)
+      allowed.push((await calls.decide(requests, true)).every((decision) => decision.allowed));
     await calls.close();
     await store.close();
 
     expect(allowed).toEqual([true, true, false, false, false, false]);
     // the two admitted went to Redis; the second told the gate that a third cannot pass for a while
     expect(Object.fromEntries(watcher.outcomes)).toEqual({ ok: 2, cached: 4 });
-    expect({ answers: answers.mock.calls.length, lookups: lookups.mock.calls.length }).toEqual({ answers: 6, lookups: 6 });
+    expect({ answers: answers.mock.calls.length, lookups: lookups.mock.calls.length }).toEqual({
+      answers: 6,
+      lookups: 6,
+    });
   });
 
   it('is asked once per charge made on the store directly, and not for a look', async () => {
@@ -70,7 +76,10 @@ describe('the refusal gate of RedisStore (real Redis)', () => {
     for (let i = 0; i < 4; i++) await store.consume(requests);
     await store.peek(requests);
     await store.close();
-    expect({ answers: answers.mock.calls.length, lookups: lookups.mock.calls.length }).toEqual({ answers: 4, lookups: 4 });
+    expect({ answers: answers.mock.calls.length, lookups: lookups.mock.calls.length }).toEqual({
+      answers: 4,
+      lookups: 4,
+    });
   });
 
   it('is asked once per decision in a flood, however many wait for the calls in flight and look again', async () => {

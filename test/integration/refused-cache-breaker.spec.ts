@@ -49,14 +49,18 @@ describe('the circuit breaker while Redis is frozen and a refused client floods 
     const started = performance.now();
     for (let i = 0; i < 120; i++) {
       const at = performance.now();
-      await expect(limiter.consume(`ip:other-${i}`, { name: 'other', rps: 10, burst: 10 })).rejects.toThrow(RateLimitStoreError);
+      await expect(limiter.consume(`ip:other-${i}`, { name: 'other', rps: 10, burst: 10 })).rejects.toThrow(
+        RateLimitStoreError,
+      );
       // a call that went to the frozen Redis waits out the timeout; one the open breaker stopped does not
       if (performance.now() - at >= TIMEOUT_MS * 0.8) waited++;
       const flood = await limiter.consume('ip:flooder', FLOODER).catch(() => undefined);
       if (flood?.[0].allowed === false) flooderRefused++;
     }
     const seconds = (performance.now() - started) / 1000;
-    console.log(`Redis frozen: ${waited} of 120 other clients waited out the ${TIMEOUT_MS} ms timeout in ${seconds.toFixed(2)} s; flooder refused ${flooderRefused} of 120`);
+    console.log(
+      `Redis frozen: ${waited} of 120 other clients waited out the ${TIMEOUT_MS} ms timeout in ${seconds.toFixed(2)} s; flooder refused ${flooderRefused} of 120`,
+    );
     expect(flooderRefused).toBe(120);
     // 3 to open it, then one probe per 250 ms (and a loaded machine's slack)
     expect(waited).toBeLessThanOrEqual(3 + Math.ceil((seconds * 1000) / 250) + 2);

@@ -105,7 +105,9 @@ describe.each([
 
     const started = performance.now();
     await limiter.resetAll();
-    console.log(`${topology}: resetAll unlinked ${under.length} buckets in ${(performance.now() - started).toFixed(0)} ms`);
+    console.log(
+      `${topology}: resetAll unlinked ${under.length} buckets in ${(performance.now() - started).toFixed(0)} ms`,
+    );
 
     expect(await keysUnder(client, prefix)).toEqual([]);
     expect(await existing(client, outside)).toBe(outside.length);
@@ -130,9 +132,16 @@ describe.each([
 describe("resetAll with failMode 'local' (own redis-server)", () => {
   it('empties the local limiter too, and rejects with RateLimitStoreError when Redis is down', async () => {
     const server = await startRedisServer();
-    const client = new Redis(server.url, { maxRetriesPerRequest: 0, enableOfflineQueue: false, retryStrategy: () => 50 });
+    const client = new Redis(server.url, {
+      maxRetriesPerRequest: 0,
+      enableOfflineQueue: false,
+      retryStrategy: () => 50,
+    });
     client.on('error', () => undefined);
-    const limiter = new StandaloneLimiter(resolveOptions({ failMode: 'local', timeout: 200 }), new RedisStore({ client }));
+    const limiter = new StandaloneLimiter(
+      resolveOptions({ failMode: 'local', timeout: 200 }),
+      new RedisStore({ client }),
+    );
     try {
       await once(client, 'ready');
       // not once(): the connection may end in a reset (the store's calls at start still on it), an 'error'

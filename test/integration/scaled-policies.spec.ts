@@ -1,6 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import { ALGORITHMS, type Algorithm, SCALED_BY_LIMIT, WINDOW_ALGORITHMS } from '../../lib/algorithms/algorithm.types.js';
+import {
+  ALGORITHMS,
+  type Algorithm,
+  SCALED_BY_LIMIT,
+  WINDOW_ALGORITHMS,
+} from '../../lib/algorithms/algorithm.types.js';
 import type { RateLimitPolicy } from '../../lib/policy/policy.types.js';
 import { RateLimiterService } from '../../lib/rate-limiter.service.js';
 import { resolveOptions } from '../../lib/rate-limit-options.js';
@@ -52,7 +57,9 @@ const STORES: Array<[string, Instances]> = [
     'Redis',
     (count, clock, { cacheRefusals = false } = {}) => {
       const prefix = `rl-scaled-${randomUUID()}:`;
-      return Array.from({ length: count }, (_, i) => service(new RedisStore({ client: i % 2 ? other : redis, clock, cacheRefusals }), prefix));
+      return Array.from({ length: count }, (_, i) =>
+        service(new RedisStore({ client: i % 2 ? other : redis, clock, cacheRefusals }), prefix),
+      );
     },
   ],
 ];
@@ -62,7 +69,13 @@ function service(store: RateLimitStore, prefix = 'rl:'): RateLimiterService {
 }
 
 /** How many of `count` requests the instances admit, taking turns, the clock moving `stepMs` after each. */
-async function admitted(instances: readonly RateLimiterService[], clock: ManualClock, policy: RateLimitPolicy, count: number, stepMs = 0): Promise<number> {
+async function admitted(
+  instances: readonly RateLimiterService[],
+  clock: ManualClock,
+  policy: RateLimitPolicy,
+  count: number,
+  stepMs = 0,
+): Promise<number> {
   let admitted = 0;
   for (let i = 0; i < count; i++) {
     const [decision] = await instances[i % instances.length].consume('ip:203.0.113.9', policy);
@@ -89,27 +102,33 @@ describe.each(STORES)('policies under a factor, %s store', (_store, instances) =
     }
   });
 
-  it.each(ALGORITHMS.map((a) => [a]))('%s: two instances at factors 0.75 and 1 admit the limit of 10 together, no more', async (algorithm) => {
-    const clock = new ManualClock(CASE_EPOCH);
-    const [a, b] = instances(2, clock);
-    a.setScale('api', 0.75);
-    expect(await admitted([a, b], clock, policyOf(algorithm), 100)).toBe(10);
-  });
+  it.each(ALGORITHMS.map((a) => [a]))(
+    '%s: two instances at factors 0.75 and 1 admit the limit of 10 together, no more',
+    async (algorithm) => {
+      const clock = new ManualClock(CASE_EPOCH);
+      const [a, b] = instances(2, clock);
+      a.setScale('api', 0.75);
+      expect(await admitted([a, b], clock, policyOf(algorithm), 100)).toBe(10);
+    },
+  );
 
-  it.each(ALGORITHMS.map((a) => [a]))('%s: instances at factors 0.75, 0.5 and 1 admit no more over time than all at 1', async (algorithm) => {
-    const policy = policyOf(algorithm);
-    const clock = new ManualClock(CASE_EPOCH);
-    const mixed = instances(3, clock);
-    mixed[0].setScale('api', 0.75);
-    mixed[1].setScale('api', 0.5);
-    // 300 requests 100 ms apart: 30 s, three windows
-    const underFactors = await admitted(mixed, clock, policy, 300, 100);
-    const unscaledClock = new ManualClock(CASE_EPOCH);
-    const unscaled = await admitted(instances(3, unscaledClock), unscaledClock, policy, 300, 100);
-    expect(underFactors).toBeLessThanOrEqual(unscaled);
-    expect(underFactors).toBeGreaterThan(0);
-    if (WINDOW_ALGORITHMS.has(algorithm)) expect(unscaled).toBeLessThanOrEqual(60);
-  });
+  it.each(ALGORITHMS.map((a) => [a]))(
+    '%s: instances at factors 0.75, 0.5 and 1 admit no more over time than all at 1',
+    async (algorithm) => {
+      const policy = policyOf(algorithm);
+      const clock = new ManualClock(CASE_EPOCH);
+      const mixed = instances(3, clock);
+      mixed[0].setScale('api', 0.75);
+      mixed[1].setScale('api', 0.5);
+      // 300 requests 100 ms apart: 30 s, three windows
+      const underFactors = await admitted(mixed, clock, policy, 300, 100);
+      const unscaledClock = new ManualClock(CASE_EPOCH);
+      const unscaled = await admitted(instances(3, unscaledClock), unscaledClock, policy, 300, 100);
+      expect(underFactors).toBeLessThanOrEqual(unscaled);
+      expect(underFactors).toBeGreaterThan(0);
+      if (WINDOW_ALGORITHMS.has(algorithm)) expect(unscaled).toBeLessThanOrEqual(60);
+    },
+  );
 
   it.each([['fixed_window'], ['sliding_window_counter']] as const)(
     '%s: a cost above the scaled limit but within the limit waits for a later window, it is not "never"',
@@ -135,8 +154,13 @@ describe.each(STORES)('policies under a factor, %s store', (_store, instances) =
     const run = async (steered: boolean) => {
       const clock = new ManualClock(CASE_EPOCH);
       const [limiter] = instances(1, clock);
-      const rates = new AdaptiveRates((name, factor) => limiter.setScale(name, factor), () => clock.now());
-      const watched = { name: 'reports', adaptive: { latency: 50, min: 0.1 } } as Parameters<AdaptiveRates['record']>[0];
+      const rates = new AdaptiveRates(
+        (name, factor) => limiter.setScale(name, factor),
+        () => clock.now(),
+      );
+      const watched = { name: 'reports', adaptive: { latency: 50, min: 0.1 } } as Parameters<
+        AdaptiveRates['record']
+      >[0];
       let count = 0;
       for (let i = 0; i < 240; i++) {
         const [decision] = await limiter.consume('ip:203.0.113.9', policy);
@@ -158,39 +182,49 @@ describe.each(STORES)('policies under a factor, %s store', (_store, instances) =
     expect(steered.count).toBeLessThan(unscaled.count);
   });
 
-  it.each(ALGORITHMS.map((a) => [a]))('%s: a factor a policy first used after it cannot take holds it at 365 days to refill, every number finite', async (algorithm) => {
-    const clock = new ManualClock(CASE_EPOCH);
-    const [limiter] = instances(1, clock);
-    // no policy named 'api' known yet: a factor any policy could take
-    limiter.setScale('api', 1e-9);
-    const policy: RateLimitPolicy = { name: 'api', algorithm, rps: 10, burst: 5 };
-    const decisions = [...(await limiter.consume('ip:203.0.113.9', policy)), ...(await limiter.consume('ip:203.0.113.9', policy, 5))];
-    for (const decision of decisions) {
-      for (const value of Object.values(decision)) if (typeof value === 'number') expect(Number.isNaN(value)).toBe(false);
-      expect(decision.fullAfter).toBeLessThanOrEqual(YEAR_MS / 1000);
-      expect(decision.retryAfter === Infinity || decision.retryAfter <= YEAR_MS / 1000).toBe(true);
-    }
-    // a window under so low a factor admits one request while it holds nothing
-    expect(decisions[0]).toMatchObject({ allowed: true, remaining: SCALED_BY_LIMIT.has(algorithm) ? 0 : 4 });
-  });
+  it.each(ALGORITHMS.map((a) => [a]))(
+    '%s: a factor a policy first used after it cannot take holds it at 365 days to refill, every number finite',
+    async (algorithm) => {
+      const clock = new ManualClock(CASE_EPOCH);
+      const [limiter] = instances(1, clock);
+      // no policy named 'api' known yet: a factor any policy could take
+      limiter.setScale('api', 1e-9);
+      const policy: RateLimitPolicy = { name: 'api', algorithm, rps: 10, burst: 5 };
+      const decisions = [
+        ...(await limiter.consume('ip:203.0.113.9', policy)),
+        ...(await limiter.consume('ip:203.0.113.9', policy, 5)),
+      ];
+      for (const decision of decisions) {
+        for (const value of Object.values(decision))
+          if (typeof value === 'number') expect(Number.isNaN(value)).toBe(false);
+        expect(decision.fullAfter).toBeLessThanOrEqual(YEAR_MS / 1000);
+        expect(decision.retryAfter === Infinity || decision.retryAfter <= YEAR_MS / 1000).toBe(true);
+      }
+      // a window under so low a factor admits one request while it holds nothing
+      expect(decisions[0]).toMatchObject({ allowed: true, remaining: SCALED_BY_LIMIT.has(algorithm) ? 0 : 4 });
+    },
+  );
 });
 
 describe('policies under a factor, Redis only', () => {
-  it.each(ALGORITHMS.map((a) => [a]))('%s: a factor a policy cannot take makes no call fail, and its key lives 365 days at most', async (algorithm) => {
-    const clock = new ManualClock(CASE_EPOCH);
-    const prefix = `rl-scaled-${randomUUID()}:`;
-    const limiter = service(new RedisStore({ client: redis, clock, cacheRefusals: false }), prefix);
-    limiter.setScale('api', 1e-9);
-    // failMode 'closed': a failed call would reject
-    const sent = Date.now();
-    const [decision] = await limiter.consume('ip:203.0.113.9', { name: 'api', algorithm, rps: 10, burst: 5 });
-    // the clock is pinned ahead of real time: the key's TTL counts from the real time of the call
-    const took = Date.now() - sent;
-    expect(decision.allowed).toBe(true);
-    const [key] = await redis.keys(`${prefix}*`);
-    expect(await redis.pexpiretime(key)).toBeLessThanOrEqual(CASE_EPOCH + YEAR_MS + took);
-    await redis.del(key);
-  });
+  it.each(ALGORITHMS.map((a) => [a]))(
+    '%s: a factor a policy cannot take makes no call fail, and its key lives 365 days at most',
+    async (algorithm) => {
+      const clock = new ManualClock(CASE_EPOCH);
+      const prefix = `rl-scaled-${randomUUID()}:`;
+      const limiter = service(new RedisStore({ client: redis, clock, cacheRefusals: false }), prefix);
+      limiter.setScale('api', 1e-9);
+      // failMode 'closed': a failed call would reject
+      const sent = Date.now();
+      const [decision] = await limiter.consume('ip:203.0.113.9', { name: 'api', algorithm, rps: 10, burst: 5 });
+      // the clock is pinned ahead of real time: the key's TTL counts from the real time of the call
+      const took = Date.now() - sent;
+      expect(decision.allowed).toBe(true);
+      const [key] = await redis.keys(`${prefix}*`);
+      expect(await redis.pexpiretime(key)).toBeLessThanOrEqual(CASE_EPOCH + YEAR_MS + took);
+      await redis.del(key);
+    },
+  );
 
   it("does not answer from a refusal remembered under another factor (the store's cache of refusals)", async () => {
     const clock = new ManualClock(CASE_EPOCH);

@@ -21,8 +21,12 @@ const request = (): RateLimitRequest => {
 async function stats(client: Redis): Promise<{ calls: (command: string) => number; errors: (code: string) => number }> {
   const commands = parseInfo(await client.info('commandstats'));
   const errors = parseInfo(await client.info('errorstats'));
-  const count = (value: string | undefined, field: string) => Number(new RegExp(`${field}=(\\d+)`).exec(value ?? '')?.[1] ?? 0);
-  return { calls: (command) => count(commands[`cmdstat_${command}`], 'calls'), errors: (code) => count(errors[`errorstat_${code}`], 'count') };
+  const count = (value: string | undefined, field: string) =>
+    Number(new RegExp(`${field}=(\\d+)`).exec(value ?? '')?.[1] ?? 0);
+  return {
+    calls: (command) => count(commands[`cmdstat_${command}`], 'calls'),
+    errors: (code) => count(errors[`errorstat_${code}`], 'count'),
+  };
 }
 
 /** Once what `client` was sent before has been answered (replies come in order). */

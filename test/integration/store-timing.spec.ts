@@ -38,7 +38,11 @@ async function rejection(promise: Promise<unknown>): Promise<unknown> {
  * asked, and `lateMs` after a timer of `timeout` fired that started as its call left the process
  * (was handed to the client, when the batch it joined was sent; NaN for a call that never left).
  */
-async function timedDecision(limiter: RateLimiterService, client: Redis, identity: string): Promise<{ error: unknown; ms: number; lateMs: number }> {
+async function timedDecision(
+  limiter: RateLimiterService,
+  client: Redis,
+  identity: string,
+): Promise<{ error: unknown; ms: number; lateMs: number }> {
   const asked = performance.now();
   let timer: Promise<number> | undefined;
   const evalsha = client.evalsha;
@@ -73,7 +77,10 @@ describe('what `timeout` bounds (own redis-server, timeout 100 ms)', () => {
     server = await startRedisServer();
     client = new Redis(server.url);
     client.on('error', () => undefined);
-    limiter = new StandaloneLimiter(resolveOptions({ failMode: 'closed', timeout: TIMEOUT_MS }), new RedisStore({ client }));
+    limiter = new StandaloneLimiter(
+      resolveOptions({ failMode: 'closed', timeout: TIMEOUT_MS }),
+      new RedisStore({ client }),
+    );
     // the first reply teaches the store Redis's clock (the deadlines it sends with calls)
     await limiter.consume('ip:warm', POLICY);
   });
@@ -83,27 +90,33 @@ describe('what `timeout` bounds (own redis-server, timeout 100 ms)', () => {
     stopRedisServer(server.pid);
   });
 
-  it.each([150, 300, 1_000])('a stall of %i ms right after a decision is asked for: every decision is Redis’s', async (stallMs) => {
-    for (let trial = 0; trial < 4; trial++) {
-      const decided = limiter.consume(`ip:before-${stallMs}`, POLICY);
-      busyFor(stallMs); // before the call is sent: it leaves once the loop turns
-      const [decision] = await decided;
-      expect(decision).toMatchObject({ allowed: true, remaining: 999 - trial });
-    }
-    // the breaker stayed shut: a call now goes to Redis and is decided there
-    expect(await limiter.consume(`ip:before-${stallMs}`, POLICY)).toMatchObject([{ allowed: true, remaining: 995 }]);
-  });
+  it.each([150, 300, 1_000])(
+    'a stall of %i ms right after a decision is asked for: every decision is Redis’s',
+    async (stallMs) => {
+      for (let trial = 0; trial < 4; trial++) {
+        const decided = limiter.consume(`ip:before-${stallMs}`, POLICY);
+        busyFor(stallMs); // before the call is sent: it leaves once the loop turns
+        const [decision] = await decided;
+        expect(decision).toMatchObject({ allowed: true, remaining: 999 - trial });
+      }
+      // the breaker stayed shut: a call now goes to Redis and is decided there
+      expect(await limiter.consume(`ip:before-${stallMs}`, POLICY)).toMatchObject([{ allowed: true, remaining: 995 }]);
+    },
+  );
 
-  it.each([150, 300, 1_000])('a stall of %i ms while the reply waits to be read: every decision is Redis’s', async (stallMs) => {
-    for (let trial = 0; trial < 4; trial++) {
-      const decided = limiter.consume(`ip:after-${stallMs}`, POLICY);
-      // after the call is sent (its batch goes out in this check phase, before this callback)
-      await new Promise<void>((resolve) => setImmediate(() => (busyFor(stallMs), resolve())));
-      const [decision] = await decided;
-      expect(decision).toMatchObject({ allowed: true, remaining: 999 - trial });
-    }
-    expect(await limiter.consume(`ip:after-${stallMs}`, POLICY)).toMatchObject([{ allowed: true, remaining: 995 }]);
-  });
+  it.each([150, 300, 1_000])(
+    'a stall of %i ms while the reply waits to be read: every decision is Redis’s',
+    async (stallMs) => {
+      for (let trial = 0; trial < 4; trial++) {
+        const decided = limiter.consume(`ip:after-${stallMs}`, POLICY);
+        // after the call is sent (its batch goes out in this check phase, before this callback)
+        await new Promise<void>((resolve) => setImmediate(() => (busyFor(stallMs), resolve())));
+        const [decision] = await decided;
+        expect(decision).toMatchObject({ allowed: true, remaining: 999 - trial });
+      }
+      expect(await limiter.consume(`ip:after-${stallMs}`, POLICY)).toMatchObject([{ allowed: true, remaining: 995 }]);
+    },
+  );
 
   it('a frozen Redis (SIGSTOP): failMode within the timeout of each call leaving, then at once', async () => {
     process.kill(server.pid, 'SIGSTOP');
@@ -164,7 +177,12 @@ describe('a leaky_bucket turn on Redis (rps 10: one turn every 100 ms)', () => {
   let holder: Awaited<ReturnType<typeof replyHolder>>;
   let client: Redis;
   let store: RedisStore;
-  const queued = (key: string): RateLimitRequest => ({ key, policy: 'queue', rule: { algorithm: 'leaky_bucket', rps: 10, burst: 5 }, cost: 1 });
+  const queued = (key: string): RateLimitRequest => ({
+    key,
+    policy: 'queue',
+    rule: { algorithm: 'leaky_bucket', rps: 10, burst: 5 },
+    cost: 1,
+  });
 
   beforeAll(async () => {
     server = await startRedisServer();

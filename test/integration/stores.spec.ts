@@ -67,7 +67,10 @@ describeStoreCases(
     ['RedisStore (real Redis)', onRedis((clock) => new RedisStore({ client: redis, clock, cacheRefusals: false }))],
     // the tight and loose policies key different identities, so on the Cluster they live in
     // different hash slots: two script calls, and a refund when the tight one refuses
-    ['RedisStore (Redis Cluster)', onRedis((clock) => new RedisStore({ client: cluster, clock, cacheRefusals: false }))],
+    [
+      'RedisStore (Redis Cluster)',
+      onRedis((clock) => new RedisStore({ client: cluster, clock, cacheRefusals: false })),
+    ],
   ],
   prefix,
 );
@@ -78,17 +81,24 @@ describe('RedisStore keys', () => {
   it.each([
     ['Redis', () => [redis]],
     ['Redis Cluster', () => cluster.nodes('master')],
-  ])('every key the tests above left on the %s expires, no later than the time from empty to full', async (_name, servers) => {
-    const keys: Array<[Redis, string]> = [];
-    for (const server of servers()) for (const key of (await ttlsUnder(server, prefix)).keys()) keys.push([server, key]);
-    expect(keys.length).toBeGreaterThan(CASES.length);
-    for (const [server, key] of keys) {
-      // every key left is one a test charged (a refused or peeked request, or a refund to full, writes nothing)
-      const { rule, at } = written.get(key)!;
-      const lives = (await server.pexpiretime(key)) - at;
-      expect({ key, lives: lives > 0 && lives <= longestTtlMs(rule) + callTookMs.get(key)! }).toEqual({ key, lives: true });
-    }
-  });
+  ])(
+    'every key the tests above left on the %s expires, no later than the time from empty to full',
+    async (_name, servers) => {
+      const keys: Array<[Redis, string]> = [];
+      for (const server of servers())
+        for (const key of (await ttlsUnder(server, prefix)).keys()) keys.push([server, key]);
+      expect(keys.length).toBeGreaterThan(CASES.length);
+      for (const [server, key] of keys) {
+        // every key left is one a test charged (a refused or peeked request, or a refund to full, writes nothing)
+        const { rule, at } = written.get(key)!;
+        const lives = (await server.pexpiretime(key)) - at;
+        expect({ key, lives: lives > 0 && lives <= longestTtlMs(rule) + callTookMs.get(key)! }).toEqual({
+          key,
+          lives: true,
+        });
+      }
+    },
+  );
 
   it('puts the buckets of one identity in one Cluster hash slot, and of two identities (here) in two', async () => {
     const perKey = request('tight', ruleOf('token_bucket', 1, 2), 'api-key:abc');

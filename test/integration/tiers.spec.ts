@@ -23,10 +23,12 @@ import { connectTestRedis } from '../support/redis/test-redis.js';
  */
 
 const RUNS = Number(process.env.RATE_LIMIT_PROPERTY_RUNS ?? 100);
-const SEED = process.env.RATE_LIMIT_PROPERTY_SEED === undefined ? undefined : Number(process.env.RATE_LIMIT_PROPERTY_SEED);
+const SEED =
+  process.env.RATE_LIMIT_PROPERTY_SEED === undefined ? undefined : Number(process.env.RATE_LIMIT_PROPERTY_SEED);
 
 /** Another algorithm than `algorithm`, for a tier beside it. */
-const otherThan = (algorithm: Algorithm): Algorithm => ALGORITHMS[(ALGORITHMS.indexOf(algorithm) + 1) % ALGORITHMS.length];
+const otherThan = (algorithm: Algorithm): Algorithm =>
+  ALGORITHMS[(ALGORITHMS.indexOf(algorithm) + 1) % ALGORITHMS.length];
 
 /** A policy whose tiers free and pro follow `algorithm`, and whose tier other follows another one. */
 function tieredPolicy(algorithm: Algorithm, prefix: string): RoutePolicy {
@@ -52,7 +54,11 @@ class Model {
   }
 
   consume(requests: readonly RateLimitRequest[], now: number): RateLimitDecision[] {
-    const verdict = decideAll(requests.map(({ key, rule, cost }) => ({ state: this.states.get(key), rule, cost })), now, true);
+    const verdict = decideAll(
+      requests.map(({ key, rule, cost }) => ({ state: this.states.get(key), rule, cost })),
+      now,
+      true,
+    );
     if (verdict.allowed) requests.forEach(({ key }, i) => this.states.set(key, verdict.next[i]));
     return verdict.outcomes.map((outcome, i) => toDecision(requests[i], outcome));
   }
@@ -108,10 +114,15 @@ describe.each(ALGORITHMS.map((a) => [a]))('a tiered policy with %s tiers', (algo
 
       // the default tier's bucket, already spent by user:1 as free
       for (const unknown of ['gold', undefined]) {
-        expect(await admitted('user:1', unknown, 1)).toEqual([expect.objectContaining({ allowed: false, tier: 'free', limit: 2 })]);
+        expect(await admitted('user:1', unknown, 1)).toEqual([
+          expect.objectContaining({ allowed: false, tier: 'free', limit: 2 }),
+        ]);
       }
       const other = await admitted('user:1', 'other', 4);
-      expect(other.map((d) => [d.allowed, d.tier, d.limit])).toEqual([...Array(3).fill([true, 'other', 3]), [false, 'other', 3]]);
+      expect(other.map((d) => [d.allowed, d.tier, d.limit])).toEqual([
+        ...Array(3).fill([true, 'other', 3]),
+        [false, 'other', 3],
+      ]);
 
       // another identity's buckets are its own
       expect((await admitted('user:2', 'pro', 6)).filter((d) => d.allowed)).toHaveLength(5);
@@ -120,34 +131,45 @@ describe.each(ALGORITHMS.map((a) => [a]))('a tiered policy with %s tiers', (algo
     }
   });
 
-  it('decides alike on the model and both stores for random traces of identities, tiers and costs', async () => {
-    const step = fc.record({
-      dt: fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 10 }), fc.constantFrom(400, 1000, 2000, 5000, 10_000, 20_000)),
-      identity: fc.constantFrom('user:1', 'user:2'),
-      tier: fc.constantFrom('free', 'pro', 'other', 'gold', undefined),
-      cost: fc.constantFrom(1, 1, 0.5, 2, 3),
-    });
-    // with or without a second, untiered policy in the same all-or-nothing call
-    const run = fc.record({ withGlobal: fc.boolean(), steps: fc.array(step, { minLength: 1, maxLength: 30 }) });
-    await fc.assert(
-      fc.asyncProperty(run, async ({ withGlobal, steps }) => {
-        const runPrefix = `${prefix}${runs++}:`;
-        const policy = tieredPolicy(algorithm, runPrefix);
-        const global = routePolicy(resolvePolicy({ name: 'global', rps: 2, burst: 6 }, 'tiers.spec', 'global'), { prefix: runPrefix, key: ['user'] });
-        const { model, advance, decide } = deciders();
-        try {
-          for (const { dt, identity, tier, cost } of steps) {
-            advance(dt);
-            const requests = [storeRequest(policy, identity, cost, tier)];
-            if (withGlobal) requests.push(storeRequest(global, identity, cost));
-            const [decision] = await decide(requests);
-            expect(decision.tier).toBe(tier === 'pro' || tier === 'other' ? tier : 'free');
+  it(
+    'decides alike on the model and both stores for random traces of identities, tiers and costs',
+    async () => {
+      const step = fc.record({
+        dt: fc.oneof(
+          fc.constant(0),
+          fc.integer({ min: 1, max: 10 }),
+          fc.constantFrom(400, 1000, 2000, 5000, 10_000, 20_000),
+        ),
+        identity: fc.constantFrom('user:1', 'user:2'),
+        tier: fc.constantFrom('free', 'pro', 'other', 'gold', undefined),
+        cost: fc.constantFrom(1, 1, 0.5, 2, 3),
+      });
+      // with or without a second, untiered policy in the same all-or-nothing call
+      const run = fc.record({ withGlobal: fc.boolean(), steps: fc.array(step, { minLength: 1, maxLength: 30 }) });
+      await fc.assert(
+        fc.asyncProperty(run, async ({ withGlobal, steps }) => {
+          const runPrefix = `${prefix}${runs++}:`;
+          const policy = tieredPolicy(algorithm, runPrefix);
+          const global = routePolicy(resolvePolicy({ name: 'global', rps: 2, burst: 6 }, 'tiers.spec', 'global'), {
+            prefix: runPrefix,
+            key: ['user'],
+          });
+          const { model, advance, decide } = deciders();
+          try {
+            for (const { dt, identity, tier, cost } of steps) {
+              advance(dt);
+              const requests = [storeRequest(policy, identity, cost, tier)];
+              if (withGlobal) requests.push(storeRequest(global, identity, cost));
+              const [decision] = await decide(requests);
+              expect(decision.tier).toBe(tier === 'pro' || tier === 'other' ? tier : 'free');
+            }
+          } finally {
+            if (model.keys.length > 0) await redis.del(...model.keys);
           }
-        } finally {
-          if (model.keys.length > 0) await redis.del(...model.keys);
-        }
-      }),
-      { numRuns: RUNS, seed: SEED },
-    );
-  }, Math.max(30_000, RUNS * 100));
+        }),
+        { numRuns: RUNS, seed: SEED },
+      );
+    },
+    Math.max(30_000, RUNS * 100),
+  );
 });

@@ -50,10 +50,14 @@ describe('the Redis Cluster of the global setup', () => {
   }
 
   it('has 3 masters, the started nodes, that each own slots and together cover all 16384 once', async () => {
-    const expected = testClusterNodes().map(({ host, port }) => `${host}:${port}`).sort();
+    const expected = testClusterNodes()
+      .map(({ host, port }) => `${host}:${port}`)
+      .sort();
     for (const node of nodes) {
       expect(await node.call('CLUSTER', 'INFO')).toMatch(/cluster_state:ok\r\n/);
-      const lines = String(await node.call('CLUSTER', 'NODES')).trim().split('\n');
+      const lines = String(await node.call('CLUSTER', 'NODES'))
+        .trim()
+        .split('\n');
       const masters = lines.map((line) => line.split(' ')).filter((fields) => fields[2].split(',').includes('master'));
       expect(masters.map((fields) => fields[1].split('@')[0]).sort()).toEqual(expected);
       const slotCounts = masters.map((fields) =>
@@ -168,7 +172,9 @@ describe('a Sentinel group: a primary, its replica and 3 sentinels', () => {
       // shows up on it only if ioredis wrote it there.
       const value = String(++attempt);
       await client.set(key, value);
-      return (await redisCommand(group.replica.port, ['GET', key])) === value ? '' : 'the write went to the old primary';
+      return (await redisCommand(group.replica.port, ['GET', key])) === value
+        ? ''
+        : 'the write went to the old primary';
     });
     const elapsed = Date.now() - started;
     console.log(`Sentinel failover: ioredis writes reached the new primary ${elapsed} ms after SENTINEL FAILOVER`);

@@ -28,12 +28,23 @@ const { NestFactory } = require('@nestjs/core');
 const { ExecutionContextHost } = require('@nestjs/core/helpers/execution-context-host');
 const { EventPattern, MessagePattern, RpcException } = require('@nestjs/microservices');
 const { WsException } = require('@nestjs/websockets');
-const { RateLimit, RateLimitContexts, RateLimitModule, RateLimiterService, SkipRateLimit } = require('nestjs-ratelimit');
+const {
+  RateLimit,
+  RateLimitContexts,
+  RateLimitModule,
+  RateLimiterService,
+  SkipRateLimit,
+} = require('nestjs-ratelimit');
 
 /** Applies decorators to a method of `target`, or to `target` itself when no method is named. */
 function decorate(target, decorators, method) {
   if (method === undefined) return Reflect.decorate(decorators, target);
-  const descriptor = Reflect.decorate(decorators, target.prototype, method, Object.getOwnPropertyDescriptor(target.prototype, method));
+  const descriptor = Reflect.decorate(
+    decorators,
+    target.prototype,
+    method,
+    Object.getOwnPropertyDescriptor(target.prototype, method),
+  );
   Object.defineProperty(target.prototype, method, descriptor);
 }
 
@@ -83,7 +94,12 @@ class ServiceController {
     const [ws, rpc] = await Promise.all([this.seams.load('ws'), this.seams.load('rpc')]);
     const [decision] = await this.limiter.peek('user:contexts', { name: 'contexts', rps: 1, burst: 1 }, 2);
     const onHandler = (handler) => new ExecutionContextHost([{}, {}], PatternHandlers, handler);
-    const refusal = (error) => ({ name: error.name, ws: error instanceof WsException, rpc: error instanceof RpcException, error: error.getError?.() ?? error.error });
+    const refusal = (error) => ({
+      name: error.name,
+      ws: error instanceof WsException,
+      rpc: error instanceof RpcException,
+      error: error.getError?.() ?? error.error,
+    });
     return {
       ws: refusal(ws.refusal(decision, 2)),
       message: refusal(rpc.refusal(decision, 2, onHandler(PatternHandlers.prototype.message))),
@@ -116,7 +132,9 @@ const limits = {
 };
 
 class AppModule {}
-decorate(AppModule, [NestModule({ imports: [RateLimitModule.forRoot(limits)], controllers: [LimitedController, ServiceController] })]);
+decorate(AppModule, [
+  NestModule({ imports: [RateLimitModule.forRoot(limits)], controllers: [LimitedController, ServiceController] }),
+]);
 
 async function main() {
   const app = await NestFactory.create(AppModule, { logger: ['error', 'warn'] });

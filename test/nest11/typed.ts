@@ -16,7 +16,10 @@ import {
   SkipRateLimit,
 } from 'nestjs-ratelimit';
 
-const options: RateLimitModuleOptions = { policies: [{ name: 'app', limit: 5, window: '1m' }], headers: ['ietf', 'x-ratelimit'] };
+const options: RateLimitModuleOptions = {
+  policies: [{ name: 'app', limit: 5, window: '1m' }],
+  headers: ['ietf', 'x-ratelimit'],
+};
 
 @Controller()
 export class TypedController {

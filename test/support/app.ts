@@ -88,7 +88,9 @@ class LargeHeaderExpressAdapter extends ExpressAdapter {
 }
 
 /** Whole body and the headers that matter, for assertions. */
-export async function read(response: Response): Promise<{ status: number; body: any; headers: Record<string, string> }> {
+export async function read(
+  response: Response,
+): Promise<{ status: number; body: any; headers: Record<string, string> }> {
   const text = await response.text();
   let body: unknown = text;
   try {

@@ -109,7 +109,12 @@ export class TimedGuard extends RateLimitGuard {
       const ended = performance.now();
       const ms = ended - started;
       const leftMs = Math.max(0, ended - left.at);
-      TimedGuard.samples.push({ ms, stolenMs: runQueue.ms() - waited, leftMs, leftStolenMs: leftMs === 0 ? 0 : runQueue.ms() - left.waited });
+      TimedGuard.samples.push({
+        ms,
+        stolenMs: runQueue.ms() - waited,
+        leftMs,
+        leftStolenMs: leftMs === 0 ? 0 : runQueue.ms() - left.waited,
+      });
       const seam = this.contexts.for('http')!;
       seam.setHeader(context, 'x-limiter-ms', ms.toFixed(1));
       // the app runs in the test's process: its clock is the client's
@@ -282,7 +287,11 @@ export function keyGroup(group: string): string[] {
 
 /** What Redis counts in a fixed_window key of a policy (0 when it does not exist). */
 export async function storedCount(server: RedisServer, policy: 'load' | 'probe', apiKey: string): Promise<number> {
-  const raw = await redisCommand(server.port, ['GET', bucketKey(PREFIX, policy, 'fixed_window', `api-key:${apiKey}`)], 1_000);
+  const raw = await redisCommand(
+    server.port,
+    ['GET', bucketKey(PREFIX, policy, 'fixed_window', `api-key:${apiKey}`)],
+    1_000,
+  );
   return raw === null ? 0 : Number(String(raw).split('|')[1]);
 }
 
@@ -332,7 +341,12 @@ export interface Recovery {
  * limited correctly and by Redis: exactly PROBE_LIMIT admitted, the rest 429, and Redis holding
  * that count for the key. Measured from `since`, when Redis answered again.
  */
-export async function timeToCorrectLimiting(client: HttpClient, server: RedisServer, since: number, tag: string): Promise<Recovery> {
+export async function timeToCorrectLimiting(
+  client: HttpClient,
+  server: RedisServer,
+  since: number,
+  tag: string,
+): Promise<Recovery> {
   const waited = runQueue.ms();
   for (let round = 1; ; round++) {
     const key = `probe-${tag}-${round}`;
@@ -352,7 +366,9 @@ export const CORRECT_PROBE = [...Array<number>(PROBE_LIMIT).fill(200), ...Array<
 
 /** Probe requests sent together on one key, statuses in ascending order. */
 export async function probeStatuses(client: HttpClient, key: string): Promise<number[]> {
-  const outcomes = await Promise.all(Array.from({ length: PROBE_LIMIT + PROBE_EXTRA }, () => client.send('/probe', key)));
+  const outcomes = await Promise.all(
+    Array.from({ length: PROBE_LIMIT + PROBE_EXTRA }, () => client.send('/probe', key)),
+  );
   return outcomes.map((o) => o.status).sort((a, b) => a - b);
 }
 
@@ -387,7 +403,12 @@ export function tally(outcomes: readonly Outcome[]): string {
     const label = status === 0 ? 'hung' : status === -1 ? 'connection error' : String(status);
     counts.set(label, (counts.get(label) ?? 0) + 1);
   }
-  return [...counts].sort().map(([label, n]) => `${label}: ${n}`).join(', ') || 'none';
+  return (
+    [...counts]
+      .sort()
+      .map(([label, n]) => `${label}: ${n}`)
+      .join(', ') || 'none'
+  );
 }
 
 /**

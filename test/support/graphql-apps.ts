@@ -43,7 +43,8 @@ export const GRAPHQL_SUITES = DRIVERS.flatMap((driver) => STORES.map((store) => 
 const NO_REFILL = 0.001;
 
 /** The arguments of the field a guard runs on, as a cost or key function reads them. */
-export const fieldArgs = (context: ExecutionContext) => GqlExecutionContext.create(context).getArgs<Record<string, unknown>>();
+export const fieldArgs = (context: ExecutionContext) =>
+  GqlExecutionContext.create(context).getArgs<Record<string, unknown>>();
 
 /** Events for the `ticks` subscription: the test emits `tick` with a number. */
 @Injectable()
@@ -169,7 +170,14 @@ class LoginResolver {
   }
 
   /** The README's login protection as a mutation, whose root fields GraphQL runs one after another: 3 failures, then an hour's block. */
-  @RateLimit({ name: 'gql-sign-in', limit: 3, window: '15m', key: 'header:x-client', count: 'failures', blockFor: '1h' })
+  @RateLimit({
+    name: 'gql-sign-in',
+    limit: 3,
+    window: '15m',
+    key: 'header:x-client',
+    count: 'failures',
+    blockFor: '1h',
+  })
   @Mutation(() => String, { nullable: true })
   signIn(@Args('password', { type: () => String }) password: string): string {
     return signIn(password);
@@ -201,7 +209,10 @@ export interface GraphqlApp {
   logger: RecordingLogger;
   ticker: Ticker;
   /** POSTs an operation to `/graphql`; `variables` as a string is sent as it is (JSON that `JSON.stringify` cannot write). */
-  post(query: string, options?: { variables?: Record<string, unknown> | string; headers?: Record<string, string> }): Promise<GraphqlResponse>;
+  post(
+    query: string,
+    options?: { variables?: Record<string, unknown> | string; headers?: Record<string, string> },
+  ): Promise<GraphqlResponse>;
   /** POSTs a batch of operations in one HTTP request (Apollo `allowBatchedHttpRequests`, Mercurius `allowBatchedQueries`). */
   batch(queries: string[], options?: { headers?: Record<string, string> }): Promise<GraphqlBatchResponse>;
   /** A graphql-ws client on `/graphql`, sending `headers` with its upgrade request; the caller disposes of it. */
@@ -247,12 +258,18 @@ export async function startGraphqlApp(driver: DriverName, options: RateLimitModu
 
   const logger = new RecordingLogger();
   const moduleRef = await Test.createTestingModule({ imports: [GraphqlAppModule] }).compile();
-  const app = moduleRef.createNestApplication(driver === 'apollo' ? new ExpressAdapter() : new FastifyAdapter(), { logger });
+  const app = moduleRef.createNestApplication(driver === 'apollo' ? new ExpressAdapter() : new FastifyAdapter(), {
+    logger,
+  });
   await app.listen(0, '127.0.0.1');
   const url = (await app.getUrl()).replace('[::1]', '127.0.0.1');
   /** POSTs `body` (JSON) to `/graphql`: the answer's status, headers and parsed body. */
   const send = async <T>(body: string, headers: Record<string, string>) => {
-    const response = await fetch(`${url}/graphql`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body });
+    const response = await fetch(`${url}/graphql`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', ...headers },
+      body,
+    });
     const text = await response.text();
     return { status: response.status, headers: Object.fromEntries(response.headers.entries()), body: parse(text) as T };
   };
@@ -262,10 +279,13 @@ export async function startGraphqlApp(driver: DriverName, options: RateLimitModu
     ticker: app.get(Ticker),
     post: (query, { variables, headers = {} } = {}) =>
       send<GraphqlResponse['body']>(
-        typeof variables === 'string' ? `{"query":${JSON.stringify(query)},"variables":${variables}}` : JSON.stringify({ query, variables }),
+        typeof variables === 'string'
+          ? `{"query":${JSON.stringify(query)},"variables":${variables}}`
+          : JSON.stringify({ query, variables }),
         headers,
       ),
-    batch: (queries, { headers = {} } = {}) => send<GraphqlBatchResponse['body']>(JSON.stringify(queries.map((query) => ({ query }))), headers),
+    batch: (queries, { headers = {} } = {}) =>
+      send<GraphqlBatchResponse['body']>(JSON.stringify(queries.map((query) => ({ query }))), headers),
     subscriptions: (headers = {}) =>
       createClient({
         url: `${url.replace('http', 'ws')}/graphql`,

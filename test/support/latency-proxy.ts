@@ -20,7 +20,9 @@ const SCRIPT = fileURLToPath(new URL('./processes/latency-proxy.mjs', import.met
  * @example const proxy = await startLatencyProxy(server.port, 1, 3); new Redis(proxy.port, '127.0.0.1');
  */
 export async function startLatencyProxy(targetPort: number, minMs: number, maxMs: number): Promise<LatencyProxy> {
-  const child: ChildProcess = fork(SCRIPT, [String(targetPort), String(minMs), String(maxMs)], { stdio: ['ignore', 'pipe', 'inherit', 'ipc'] });
+  const child: ChildProcess = fork(SCRIPT, [String(targetPort), String(minMs), String(maxMs)], {
+    stdio: ['ignore', 'pipe', 'inherit', 'ipc'],
+  });
   try {
     const [line] = (await once(child.stdout!, 'data')) as [Buffer];
     const port = Number(String(line).trim());

@@ -118,7 +118,10 @@ export interface TestMicroservice {
 }
 
 /** Builds `module` as a TCP microservice on a free loopback port and connects a client to it. */
-export async function startMicroservice(module: Type, logger: LoggerService | false = false): Promise<TestMicroservice> {
+export async function startMicroservice(
+  module: Type,
+  logger: LoggerService | false = false,
+): Promise<TestMicroservice> {
   const moduleRef = await Test.createTestingModule({ imports: [module] }).compile();
   const app = moduleRef.createNestMicroservice<MicroserviceOptions>({
     transport: Transport.TCP,
@@ -127,7 +130,11 @@ export async function startMicroservice(module: Type, logger: LoggerService | fa
   });
   await app.listen();
   const port = (app.unwrap<Server>().address() as AddressInfo).port;
-  return connected(port, () => app.close(), (type) => app.get(type));
+  return connected(
+    port,
+    () => app.close(),
+    (type) => app.get(type),
+  );
 }
 
 /** A hybrid app: Express on a free port, and a TCP microservice connected to it. */
@@ -136,7 +143,10 @@ export interface TestHybrid extends TestMicroservice {
 }
 
 /** Builds `module` as an Express app with a TCP microservice connected (`connectMicroservice`), both on free ports. */
-export async function startHybrid(module: Type, { inheritAppConfig }: { inheritAppConfig: boolean }): Promise<TestHybrid> {
+export async function startHybrid(
+  module: Type,
+  { inheritAppConfig }: { inheritAppConfig: boolean },
+): Promise<TestHybrid> {
   const moduleRef = await Test.createTestingModule({ imports: [module] }).compile();
   const app = moduleRef.createNestApplication(new ExpressAdapter(), { logger: false });
   const microservice = app.connectMicroservice<MicroserviceOptions>(
@@ -147,13 +157,27 @@ export async function startHybrid(module: Type, { inheritAppConfig }: { inheritA
   await app.listen(0, LOOPBACK);
   const port = (microservice.unwrap<Server>().address() as AddressInfo).port;
   const url = (await app.getUrl()).replace('[::1]', LOOPBACK);
-  return { ...(await connected(port, () => app.close(), (type) => app.get(type))), url };
+  return {
+    ...(await connected(
+      port,
+      () => app.close(),
+      (type) => app.get(type),
+    )),
+    url,
+  };
 }
 
-async function connected(port: number, closeApp: () => Promise<void>, get: <T>(type: Type<T>) => T): Promise<TestMicroservice> {
+async function connected(
+  port: number,
+  closeApp: () => Promise<void>,
+  get: <T>(type: Type<T>) => T,
+): Promise<TestMicroservice> {
   const clients: ClientTCP[] = [];
   const connectClient = async (): Promise<ClientTCP> => {
-    const client = ClientProxyFactory.create({ transport: Transport.TCP, options: { host: LOOPBACK, port } }) as ClientTCP;
+    const client = ClientProxyFactory.create({
+      transport: Transport.TCP,
+      options: { host: LOOPBACK, port },
+    }) as ClientTCP;
     clients.push(client);
     await client.connect();
     return client;
@@ -238,7 +262,11 @@ export class WatchedStore implements RateLimitStore {
     return this.store.inProcess;
   }
 
-  async consume(requests: readonly RateLimitRequest[], timeoutMs?: number, cachedAsked?: boolean): Promise<RateLimitDecision[]> {
+  async consume(
+    requests: readonly RateLimitRequest[],
+    timeoutMs?: number,
+    cachedAsked?: boolean,
+  ): Promise<RateLimitDecision[]> {
     try {
       return await this.store.consume(requests, timeoutMs, cachedAsked);
     } finally {

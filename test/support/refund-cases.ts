@@ -26,27 +26,41 @@ export function describeRefundCases(
   describe.each(stores)('%s refund', (_storeName, makeStore) => {
     // times are whole multiples of 500 ms and rps is 2: every refill is a whole token, so the
     // buckets compared below are equal to the bit, not up to rounding
-    it.each(ALGORITHMS.map((a) => [a]))('gives a %s charge (and the other policy\'s) back: the buckets are as if it never came', async (algorithm) => {
-      const { store, setNow } = makeStore();
-      const id = randomUUID();
-      const rule = ruleOf(algorithm, 2, 6);
-      const pair = (who: string, cost: number) => [request('a', rule, `user:${who}`, cost), request('b', ruleOf('token_bucket', 2, 6), `ip:${who}`, cost)];
-      // the same history on two identities, then one more charge on the first, given back (all
-      // within one window: 3 s, aligned to the clock like CASE_EPOCH)
-      for (const [at, cost] of [[0, 1], [500, 1], [1_000, 2]]) {
-        setNow(at);
-        for (const who of [`${id}-refunded`, `${id}-never`]) expect((await store.consume(pair(who, cost))).every((d) => d.allowed)).toBe(true);
-      }
-      setNow(1_500);
-      const charged = await store.consume(pair(`${id}-refunded`, 2));
-      expect(charged.every((d) => d.allowed)).toBe(true);
-      setNow(2_000);
-      await store.refund!(charged);
-      for (const cost of [1, 3, 6]) {
-        const [refunded, never] = await Promise.all([store.peek(pair(`${id}-refunded`, cost)), store.peek(pair(`${id}-never`, cost))]);
-        expect(refunded).toEqual(never);
-      }
-    });
+    it.each(ALGORITHMS.map((a) => [a]))(
+      "gives a %s charge (and the other policy's) back: the buckets are as if it never came",
+      async (algorithm) => {
+        const { store, setNow } = makeStore();
+        const id = randomUUID();
+        const rule = ruleOf(algorithm, 2, 6);
+        const pair = (who: string, cost: number) => [
+          request('a', rule, `user:${who}`, cost),
+          request('b', ruleOf('token_bucket', 2, 6), `ip:${who}`, cost),
+        ];
+        // the same history on two identities, then one more charge on the first, given back (all
+        // within one window: 3 s, aligned to the clock like CASE_EPOCH)
+        for (const [at, cost] of [
+          [0, 1],
+          [500, 1],
+          [1_000, 2],
+        ]) {
+          setNow(at);
+          for (const who of [`${id}-refunded`, `${id}-never`])
+            expect((await store.consume(pair(who, cost))).every((d) => d.allowed)).toBe(true);
+        }
+        setNow(1_500);
+        const charged = await store.consume(pair(`${id}-refunded`, 2));
+        expect(charged.every((d) => d.allowed)).toBe(true);
+        setNow(2_000);
+        await store.refund!(charged);
+        for (const cost of [1, 3, 6]) {
+          const [refunded, never] = await Promise.all([
+            store.peek(pair(`${id}-refunded`, cost)),
+            store.peek(pair(`${id}-never`, cost)),
+          ]);
+          expect(refunded).toEqual(never);
+        }
+      },
+    );
 
     it('gives nothing back for a request one of its policies refused (it took nothing), whatever the others said', async () => {
       const { store, setNow } = makeStore();
@@ -98,20 +112,26 @@ export function describeRefundCases(
   });
 
   describe.each(stores)('%s refund, repeated', (_storeName, makeStore) => {
-    it.each(ALGORITHMS.map((a) => [a]))('gives a %s decision back once, however often it is refunded, one after another or at once', async (algorithm) => {
-      const { store, setNow } = makeStore();
-      const id = randomUUID();
-      const pair = [request('a', ruleOf(algorithm, 0.001, 5), `user:${id}`), request('b', ruleOf('token_bucket', 0.001, 5), `ip:${id}`)];
-      setNow(0);
-      const first = await store.consume(pair);
-      for (let i = 0; i < 4; i++) await store.consume(pair);
-      // one request's charge, given back five times: twice in turn, then three refunds racing
-      await store.refund!(first);
-      await store.refund!(first);
-      await Promise.all([store.refund!(first), store.refund!([first[1]]), store.refund!([first[0]])]);
-      const admitted = [];
-      for (let i = 0; i < 3; i++) admitted.push((await store.consume(pair)).every((d) => d.allowed));
-      expect(admitted).toEqual([true, false, false]);
-    });
+    it.each(ALGORITHMS.map((a) => [a]))(
+      'gives a %s decision back once, however often it is refunded, one after another or at once',
+      async (algorithm) => {
+        const { store, setNow } = makeStore();
+        const id = randomUUID();
+        const pair = [
+          request('a', ruleOf(algorithm, 0.001, 5), `user:${id}`),
+          request('b', ruleOf('token_bucket', 0.001, 5), `ip:${id}`),
+        ];
+        setNow(0);
+        const first = await store.consume(pair);
+        for (let i = 0; i < 4; i++) await store.consume(pair);
+        // one request's charge, given back five times: twice in turn, then three refunds racing
+        await store.refund!(first);
+        await store.refund!(first);
+        await Promise.all([store.refund!(first), store.refund!([first[1]]), store.refund!([first[0]])]);
+        const admitted = [];
+        for (let i = 0; i < 3; i++) admitted.push((await store.consume(pair)).every((d) => d.allowed));
+        expect(admitted).toEqual([true, false, false]);
+      },
+    );
   });
 }

@@ -91,69 +91,93 @@ export function describeStoreCases(stores: ReadonlyArray<readonly [string, () =>
     });
 
     describe.each(ALGORITHMS.map((a) => [a]))('all-or-nothing with a tight %s per-key policy', (tightAlgorithm) => {
-      it.each(ALGORITHMS.map((a) => [a]))('leaves a loose %s per-IP policy uncharged when it refuses', async (looseAlgorithm) => {
-        const { store, setNow, consume, keys } = makeStore();
-        setNow(1_000);
-        const id = randomUUID();
-        const tight = request('tight', ruleOf(tightAlgorithm, 1, 2), `api-key:${id}`);
-        const loose = request('loose', ruleOf(looseAlgorithm, 100, 1000), `ip:${id}`);
-        const both = async () => (await consume([tight, loose])).map((d) => [d.allowed, d.remaining]);
-        expect(await both()).toEqual([[true, 1], [true, 999]]);
-        expect(await both()).toEqual([[true, 0], [true, 998]]);
-        // refused by the tight policy: the loose one keeps its 998
-        expect(await both()).toEqual([[false, 0], [true, 998]]);
-        expect(await both()).toEqual([[false, 0], [true, 998]]);
-        expect((await store.peek([loose]))[0].remaining).toBe(998);
-        if (keys !== undefined) {
-          for (const key of [tight.key, loose.key]) {
-            if (key.includes(':swl:')) expect(await keys.logEntries(key)).toBe(2); // no entry for a refused request
+      it.each(ALGORITHMS.map((a) => [a]))(
+        'leaves a loose %s per-IP policy uncharged when it refuses',
+        async (looseAlgorithm) => {
+          const { store, setNow, consume, keys } = makeStore();
+          setNow(1_000);
+          const id = randomUUID();
+          const tight = request('tight', ruleOf(tightAlgorithm, 1, 2), `api-key:${id}`);
+          const loose = request('loose', ruleOf(looseAlgorithm, 100, 1000), `ip:${id}`);
+          const both = async () => (await consume([tight, loose])).map((d) => [d.allowed, d.remaining]);
+          expect(await both()).toEqual([
+            [true, 1],
+            [true, 999],
+          ]);
+          expect(await both()).toEqual([
+            [true, 0],
+            [true, 998],
+          ]);
+          // refused by the tight policy: the loose one keeps its 998
+          expect(await both()).toEqual([
+            [false, 0],
+            [true, 998],
+          ]);
+          expect(await both()).toEqual([
+            [false, 0],
+            [true, 998],
+          ]);
+          expect((await store.peek([loose]))[0].remaining).toBe(998);
+          if (keys !== undefined) {
+            for (const key of [tight.key, loose.key]) {
+              if (key.includes(':swl:')) expect(await keys.logEntries(key)).toBe(2); // no entry for a refused request
+            }
           }
+        },
+      );
+    });
+
+    it.each(ALGORITHMS.map((a) => [a]))(
+      '%s with blockFor: only a refusal of its own starts a block, and a refusal still takes nothing',
+      async (algorithm) => {
+        const { store, setNow, consume, keys } = makeStore();
+        const id = randomUUID();
+        // 1 token a second, 2 at most, a block of 60 s; beside it a policy that admits one request in all
+        const blocking = request('blocking', { ...ruleOf(algorithm, 1, 2), blockMs: 60_000 }, `ip:${id}`);
+        const once = request('once', ruleOf('fixed_window', 1 / 3600, 1), `user:${id}`);
+        setNow(1_000);
+        expect((await consume([blocking, once])).map((d) => d.allowed)).toEqual([true, true]);
+        // refused by `once` alone: `blocking` admits it, so no block starts (and nothing is charged)
+        expect((await consume([blocking, once])).map((d) => [d.allowed, d.remaining])).toEqual([
+          [true, 1],
+          [false, 0],
+        ]);
+        expect(await consume([blocking])).toMatchObject([{ allowed: true, remaining: 0 }]);
+        // refused by `blocking` itself: the block starts, for 60 s whatever refills
+        expect(await consume([blocking])).toMatchObject([{ allowed: false, remaining: 0, retryAfter: 60 }]);
+        setNow(31_000);
+        expect(await consume([blocking])).toMatchObject([{ allowed: false, remaining: 0, retryAfter: 30 }]);
+        // a peek sees the block and starts none
+        expect(await store.peek([blocking])).toMatchObject([{ allowed: false, retryAfter: 30 }]);
+        setNow(61_000);
+        expect(await consume([blocking])).toMatchObject([{ allowed: true, remaining: 1 }]);
+        if (keys !== undefined) {
+          // the key lives until the bucket is full again (2 s at most): the block is over
+          const lives = (await keys.expiresAt(blocking.key)) - (CASE_EPOCH + 61_000);
+          expect(lives).toBeGreaterThan(0);
+          expect(lives).toBeLessThanOrEqual(longestTtlMs(ruleOf(algorithm, 1, 2)) + keys.lateByMs(blocking.key));
         }
-      });
-    });
+      },
+    );
 
-    it.each(ALGORITHMS.map((a) => [a]))('%s with blockFor: only a refusal of its own starts a block, and a refusal still takes nothing', async (algorithm) => {
-      const { store, setNow, consume, keys } = makeStore();
-      const id = randomUUID();
-      // 1 token a second, 2 at most, a block of 60 s; beside it a policy that admits one request in all
-      const blocking = request('blocking', { ...ruleOf(algorithm, 1, 2), blockMs: 60_000 }, `ip:${id}`);
-      const once = request('once', ruleOf('fixed_window', 1 / 3600, 1), `user:${id}`);
-      setNow(1_000);
-      expect((await consume([blocking, once])).map((d) => d.allowed)).toEqual([true, true]);
-      // refused by `once` alone: `blocking` admits it, so no block starts (and nothing is charged)
-      expect((await consume([blocking, once])).map((d) => [d.allowed, d.remaining])).toEqual([[true, 1], [false, 0]]);
-      expect(await consume([blocking])).toMatchObject([{ allowed: true, remaining: 0 }]);
-      // refused by `blocking` itself: the block starts, for 60 s whatever refills
-      expect(await consume([blocking])).toMatchObject([{ allowed: false, remaining: 0, retryAfter: 60 }]);
-      setNow(31_000);
-      expect(await consume([blocking])).toMatchObject([{ allowed: false, remaining: 0, retryAfter: 30 }]);
-      // a peek sees the block and starts none
-      expect(await store.peek([blocking])).toMatchObject([{ allowed: false, retryAfter: 30 }]);
-      setNow(61_000);
-      expect(await consume([blocking])).toMatchObject([{ allowed: true, remaining: 1 }]);
-      if (keys !== undefined) {
-        // the key lives until the bucket is full again (2 s at most): the block is over
-        const lives = (await keys.expiresAt(blocking.key)) - (CASE_EPOCH + 61_000);
-        expect(lives).toBeGreaterThan(0);
-        expect(lives).toBeLessThanOrEqual(longestTtlMs(ruleOf(algorithm, 1, 2)) + keys.lateByMs(blocking.key));
-      }
-    });
-
-    it.each(ALGORITHMS.map((a) => [a]))('%s with blockFor: a block keeps its key alive until it ends', async (algorithm) => {
-      const { setNow, consume, keys } = makeStore();
-      setNow(0);
-      const blocking = request('ttl-block', { ...ruleOf(algorithm, 1000, 1), blockMs: 3_600_000 }, randomUUID());
-      await consume([blocking]);
-      expect(await consume([blocking])).toMatchObject([{ allowed: false, retryAfter: 3600, fullAfter: 3600 }]);
-      if (keys !== undefined) {
-        const late = (await keys.expiresAt(blocking.key)) - (CASE_EPOCH + 3_600_000);
-        expect(late >= 0 && late <= keys.lateByMs(blocking.key)).toBe(true);
-      }
-      setNow(3_599_999);
-      expect(await consume([blocking])).toMatchObject([{ allowed: false, retryAfter: 1 }]);
-      setNow(3_600_000);
-      expect(await consume([blocking])).toMatchObject([{ allowed: true, remaining: 0 }]);
-    });
+    it.each(ALGORITHMS.map((a) => [a]))(
+      '%s with blockFor: a block keeps its key alive until it ends',
+      async (algorithm) => {
+        const { setNow, consume, keys } = makeStore();
+        setNow(0);
+        const blocking = request('ttl-block', { ...ruleOf(algorithm, 1000, 1), blockMs: 3_600_000 }, randomUUID());
+        await consume([blocking]);
+        expect(await consume([blocking])).toMatchObject([{ allowed: false, retryAfter: 3600, fullAfter: 3600 }]);
+        if (keys !== undefined) {
+          const late = (await keys.expiresAt(blocking.key)) - (CASE_EPOCH + 3_600_000);
+          expect(late >= 0 && late <= keys.lateByMs(blocking.key)).toBe(true);
+        }
+        setNow(3_599_999);
+        expect(await consume([blocking])).toMatchObject([{ allowed: false, retryAfter: 1 }]);
+        setNow(3_600_000);
+        expect(await consume([blocking])).toMatchObject([{ allowed: true, remaining: 0 }]);
+      },
+    );
 
     it.each(ALGORITHMS.map((a) => [a]))('%s: peeks without charging and resets to full', async (algorithm) => {
       const { store, setNow, consume } = makeStore();
@@ -176,21 +200,30 @@ export function describeStoreCases(stores: ReadonlyArray<readonly [string, () =>
         (error: unknown) => error as Error,
       );
 
-    it.each(ALGORITHMS.map((a) => [a]))('%s: decides a key given twice in one call once, charging it once', async (algorithm) => {
-      const { store, setNow, consume } = makeStore();
-      setNow(1_000);
-      const req = request('twice', ruleOf(algorithm, 1, 5), randomUUID(), 2);
-      const decisions = await consume([req, { ...req, policy: 'again' }]);
-      expect(decisions.map((d) => [d.policy, d.allowed, d.remaining])).toEqual([['twice', true, 3], ['again', true, 3]]);
-      expect((await store.peek([req, req])).map((d) => d.remaining)).toEqual([3, 3]);
-    });
+    it.each(ALGORITHMS.map((a) => [a]))(
+      '%s: decides a key given twice in one call once, charging it once',
+      async (algorithm) => {
+        const { store, setNow, consume } = makeStore();
+        setNow(1_000);
+        const req = request('twice', ruleOf(algorithm, 1, 5), randomUUID(), 2);
+        const decisions = await consume([req, { ...req, policy: 'again' }]);
+        expect(decisions.map((d) => [d.policy, d.allowed, d.remaining])).toEqual([
+          ['twice', true, 3],
+          ['again', true, 3],
+        ]);
+        expect((await store.peek([req, req])).map((d) => d.remaining)).toEqual([3, 3]);
+      },
+    );
 
     it('refuses a key given twice with a different rule or cost, charging nothing', async () => {
       const { store, setNow } = makeStore();
       setNow(1_000);
       const req = request('conflict', ruleOf('token_bucket', 1, 5), randomUUID());
       const other = request('other', ruleOf('token_bucket', 1, 5), randomUUID());
-      for (const second of [{ ...req, rule: ruleOf('token_bucket', 1, 6) }, { ...req, cost: 2 }]) {
+      for (const second of [
+        { ...req, rule: ruleOf('token_bucket', 1, 6) },
+        { ...req, cost: 2 },
+      ]) {
         const error = await rejection(store.consume([req, other, second]));
         expect(error).toBeInstanceOf(TypeError);
         expect(error?.message).toMatch(`${where('consume')} requests[0] and requests[2] are for the same key`);

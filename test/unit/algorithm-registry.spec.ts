@@ -21,7 +21,14 @@ const RELEASED_TAGS: Record<Algorithm, string> = {
 
 describe('the algorithm registry', () => {
   it('lists the algorithms in the order the contract does', () => {
-    expect(ALGORITHMS).toEqual(['token_bucket', 'leaky_bucket', 'fixed_window', 'sliding_window_log', 'sliding_window_counter', 'gcra']);
+    expect(ALGORITHMS).toEqual([
+      'token_bucket',
+      'leaky_bucket',
+      'fixed_window',
+      'sliding_window_log',
+      'sliding_window_counter',
+      'gcra',
+    ]);
   });
 
   it('keeps every released key tag, and no two algorithms share one', () => {
@@ -37,18 +44,21 @@ describe('the algorithm registry', () => {
     expect([...SCALED_BY_LIMIT].sort()).toEqual(['fixed_window', 'sliding_window_counter']);
   });
 
-  it.each(ALGORITHMS.map((a) => [a]))('%s: its Lua body defines the table its name promises, and DEFINE names it', (algorithm) => {
-    expect(algorithm).toMatch(/^[a-z_][a-z0-9_]*$/);
-    expect(LUA_MODELS[algorithm]).toMatch(new RegExp(`^local ${algorithm} = `, 'm'));
-    const define = new RegExp(`^  ${algorithm} = (define_\\w+),$`, 'm').exec(MODELS_LUA);
-    expect(define).not.toBeNull();
-    // the define function, to the next one (or DEFINE): its last line returns the tables it made
-    const start = MODELS_LUA.indexOf(`local function ${define![1]}()`);
-    const end = MODELS_LUA.slice(start + 1).search(/^local (function define_|DEFINE)/m) + start + 1;
-    const text = MODELS_LUA.slice(start, end);
-    const returned = [...text.matchAll(/^ {2}return \{ ([^}]*) \}$/gm)].at(-1);
-    expect(returned?.[1].split(', ')).toContain(`${algorithm} = ${algorithm}`);
-  });
+  it.each(ALGORITHMS.map((a) => [a]))(
+    '%s: its Lua body defines the table its name promises, and DEFINE names it',
+    (algorithm) => {
+      expect(algorithm).toMatch(/^[a-z_][a-z0-9_]*$/);
+      expect(LUA_MODELS[algorithm]).toMatch(new RegExp(`^local ${algorithm} = `, 'm'));
+      const define = new RegExp(`^  ${algorithm} = (define_\\w+),$`, 'm').exec(MODELS_LUA);
+      expect(define).not.toBeNull();
+      // the define function, to the next one (or DEFINE): its last line returns the tables it made
+      const start = MODELS_LUA.indexOf(`local function ${define![1]}()`);
+      const end = MODELS_LUA.slice(start + 1).search(/^local (function define_|DEFINE)/m) + start + 1;
+      const text = MODELS_LUA.slice(start, end);
+      const returned = [...text.matchAll(/^ {2}return \{ ([^}]*) \}$/gm)].at(-1);
+      expect(returned?.[1].split(', ')).toContain(`${algorithm} = ${algorithm}`);
+    },
+  );
 
   it.each(ALGORITHMS.map((a) => [a]))('%s: its packing fits a row and gives back the state written', (algorithm) => {
     const { model, packing } = ALGORITHM_DESCRIPTORS[algorithm];

@@ -26,21 +26,44 @@ describe.each(ALGORITHMS.map((algorithm) => [algorithm]))('%s (pure)', (algorith
   it('charges no policy when one refuses, and every policy when all admit', () => {
     let states: Array<Held | undefined> = [undefined, undefined];
     const request = () => {
-      const verdict = decideAll([{ state: states[0], rule: tight, cost: 1 }, { state: states[1], rule: loose, cost: 1 }], CASE_EPOCH, true);
+      const verdict = decideAll(
+        [
+          { state: states[0], rule: tight, cost: 1 },
+          { state: states[1], rule: loose, cost: 1 },
+        ],
+        CASE_EPOCH,
+        true,
+      );
       if (verdict.allowed) states = verdict.next;
       return verdict.outcomes.map((o) => [o.allowed, o.remaining]);
     };
-    expect(request()).toEqual([[true, 1], [true, 99]]);
-    expect(request()).toEqual([[true, 0], [true, 98]]);
-    expect(request()).toEqual([[false, 0], [true, 98]]);
-    expect(request()).toEqual([[false, 0], [true, 98]]);
+    expect(request()).toEqual([
+      [true, 1],
+      [true, 99],
+    ]);
+    expect(request()).toEqual([
+      [true, 0],
+      [true, 98],
+    ]);
+    expect(request()).toEqual([
+      [false, 0],
+      [true, 98],
+    ]);
+    expect(request()).toEqual([
+      [false, 0],
+      [true, 98],
+    ]);
   });
 
   it('with blockFor, starts a block only when the policy itself refuses, and never on a peek', () => {
     const blocking: Rule = { ...tight, blockMs: 60_000 };
     let states: Array<Held | undefined> = [undefined, undefined];
     const request = (rules: Rule[], now: number, charge = true) => {
-      const verdict = decideAll(rules.map((rule, i) => ({ state: states[i], rule, cost: 1 })), CASE_EPOCH + now, charge);
+      const verdict = decideAll(
+        rules.map((rule, i) => ({ state: states[i], rule, cost: 1 })),
+        CASE_EPOCH + now,
+        charge,
+      );
       if (verdict.allowed) states = verdict.next;
       else verdict.blocks?.forEach((starts, i) => starts && (states[i] = verdict.next[i]));
       return verdict;
@@ -58,7 +81,13 @@ describe.each(ALGORITHMS.map((algorithm) => [algorithm]))('%s (pure)', (algorith
     expect([never.outcomes[0].retryMs, never.blocks]).toEqual([-1, undefined]);
     const refused = request([blocking], 0);
     expect(refused.blocks).toEqual([true]);
-    expect(refused.outcomes[0]).toMatchObject({ allowed: false, remaining: 0, retryMs: 60_000, fullMs: 60_000, nextMs: 60_000 });
+    expect(refused.outcomes[0]).toMatchObject({
+      allowed: false,
+      remaining: 0,
+      retryMs: 60_000,
+      fullMs: 60_000,
+      nextMs: 60_000,
+    });
     // retrying during the block does not lengthen it, and the key lives until it ends
     expect(request([blocking], 30_000).outcomes[0]).toMatchObject({ allowed: false, retryMs: 30_000 });
     expect(expiresAt(MODELS[algorithm], states[0]!, blocking)).toBe(CASE_EPOCH + 60_000);
@@ -94,11 +123,20 @@ describe.each(ALGORITHMS.map((algorithm) => [algorithm]))('%s (pure)', (algorith
 
 describe.each(ALGORITHMS.map((algorithm) => [algorithm]))('%s (pure, rule changed between requests)', (algorithm) => {
   // larger and smaller bursts, faster and slower rates, longer and shorter windows
-  const rules = [ruleOf(algorithm, 10, 100), ruleOf(algorithm, 1, 30), ruleOf(algorithm, 2, 20), ruleOf(algorithm, 0.5, 5)];
+  const rules = [
+    ruleOf(algorithm, 10, 100),
+    ruleOf(algorithm, 1, 30),
+    ruleOf(algorithm, 2, 20),
+    ruleOf(algorithm, 0.5, 5),
+  ];
 
   it('reports remaining within [0, burst] and every time within what the current rule can need', () => {
     const steps = fc.array(
-      fc.record({ after: fc.integer({ min: 0, max: 5_000 }), cost: fc.integer({ min: 1, max: 100 }), rule: fc.nat(rules.length - 1) }),
+      fc.record({
+        after: fc.integer({ min: 0, max: 5_000 }),
+        cost: fc.integer({ min: 1, max: 100 }),
+        rule: fc.nat(rules.length - 1),
+      }),
       { maxLength: 30 },
     );
     fc.assert(

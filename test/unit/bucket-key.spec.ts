@@ -7,14 +7,17 @@ const KEY = /^rl:per-user:tb:\{([A-Za-z0-9_-]{16})\}$/;
 describe('bucketKey', () => {
   it('makes a key of fixed shape and length from any identity, braces and separators included', () => {
     fc.assert(
-      fc.property(fc.oneof(fc.string({ maxLength: 16 * 1024 }), fc.constantFrom('{x}', 'a}{b', ':', '}:{', '{}', 'user:{42}')), (identity) => {
-        const key = bucketKey('rl:', 'per-user', 'token_bucket', identity);
-        const match = KEY.exec(key);
-        expect(match).not.toBeNull();
-        expect(Buffer.byteLength(key)).toBe('rl:per-user:tb:{}'.length + 16);
-        // the Cluster slot is the digest's alone: client bytes cannot pick it
-        expect(hashSlot(key)).toBe(hashSlot(match![1]));
-      }),
+      fc.property(
+        fc.oneof(fc.string({ maxLength: 16 * 1024 }), fc.constantFrom('{x}', 'a}{b', ':', '}:{', '{}', 'user:{42}')),
+        (identity) => {
+          const key = bucketKey('rl:', 'per-user', 'token_bucket', identity);
+          const match = KEY.exec(key);
+          expect(match).not.toBeNull();
+          expect(Buffer.byteLength(key)).toBe('rl:per-user:tb:{}'.length + 16);
+          // the Cluster slot is the digest's alone: client bytes cannot pick it
+          expect(hashSlot(key)).toBe(hashSlot(match![1]));
+        },
+      ),
       { numRuns: 2_000 },
     );
   });
@@ -22,7 +25,9 @@ describe('bucketKey', () => {
   it('tags the keys of a rule with a block apart, so a block is never read under a rule without one', () => {
     const blocking = bucketKey('rl:', 'login', { algorithm: 'fixed_window', blockMs: 3_600_000 }, 'ip:1.2.3.4');
     expect(blocking).toMatch(/^rl:login:fw\.b:\{[A-Za-z0-9_-]{16}\}$/);
-    expect(bucketKey('rl:', 'login', { algorithm: 'fixed_window' }, 'ip:1.2.3.4')).toBe(bucketKey('rl:', 'login', 'fixed_window', 'ip:1.2.3.4'));
+    expect(bucketKey('rl:', 'login', { algorithm: 'fixed_window' }, 'ip:1.2.3.4')).toBe(
+      bucketKey('rl:', 'login', 'fixed_window', 'ip:1.2.3.4'),
+    );
     // the block's length is the rule's, not the key's: changing it keeps the buckets (and their blocks)
     expect(bucketKey('rl:', 'login', { algorithm: 'fixed_window', blockMs: 60_000 }, 'ip:1.2.3.4')).toBe(blocking);
     expect(keyPrefix('rl:', 'api', { algorithm: 'gcra', blockMs: 1 }, 'pro')).toBe('rl:api:gcra.b:pro:{');

@@ -28,7 +28,10 @@ describe('DeadlineQueue', () => {
     // them in one timers phase, the queue's first, so this one looks between the queue's timer and
     // its check.
     const pending = new Promise<number>((resolve) =>
-      setTimeout(() => resolve(process.getActiveResourcesInfo().filter((resource) => resource === 'Immediate').length), 20),
+      setTimeout(
+        () => resolve(process.getActiveResourcesInfo().filter((resource) => resource === 'Immediate').length),
+        20,
+      ),
     );
     busyFor(50);
     expect(await pending).toBeGreaterThanOrEqual(1);

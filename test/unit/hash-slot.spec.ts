@@ -27,7 +27,12 @@ describe('hashSlot', () => {
 describe('groupBySlot', () => {
   it('groups the indexes of keys by slot on a Cluster, and all in slot 0 on a single Redis', () => {
     const keys = ['rl:a:tb:{6j_UO-HlfWLhY9rh}', 'rl:b:gcra:{6j_UO-HlfWLhY9rh}', '{user1000}.following'];
-    expect(groupBySlot(keys, true)).toEqual(new Map([[8921, [0, 1]], [3443, [2]]]));
+    expect(groupBySlot(keys, true)).toEqual(
+      new Map([
+        [8921, [0, 1]],
+        [3443, [2]],
+      ]),
+    );
     expect(groupBySlot(keys, false)).toEqual(new Map([[0, [0, 1, 2]]]));
   });
 });

@@ -31,7 +31,9 @@ describe('normalizeIp', () => {
   );
 
   it('puts a whole /64 in one bucket and separate /64s in separate ones', () => {
-    const same = new Set(Array.from({ length: 1000 }, (_, i) => normalizeIp(`2001:db8:aa:bb:${i.toString(16)}::${i.toString(16)}`)));
+    const same = new Set(
+      Array.from({ length: 1000 }, (_, i) => normalizeIp(`2001:db8:aa:bb:${i.toString(16)}::${i.toString(16)}`)),
+    );
     expect(same.size).toBe(1);
     const apart = new Set(Array.from({ length: 1000 }, (_, i) => normalizeIp(`2001:db8:aa:${i.toString(16)}::1`)));
     expect(apart.size).toBe(1000);
@@ -59,18 +61,23 @@ describe('IP buckets, from req.ip to the store', () => {
   const context = {} as ExecutionContext;
   const options = { apiKeyHeader: 'x-api-key', ipv6Subnet: 64, timeout: 100, failMode: 'open' as const };
   // no key function here: nothing is ever awaited
-    const identityOf = (sources: KeySource[], request: LimitedRequest, keyOptions = options) => resolveIdentity(sources, request, context, keyOptions) as string;
+  const identityOf = (sources: KeySource[], request: LimitedRequest, keyOptions = options) =>
+    resolveIdentity(sources, request, context, keyOptions) as string;
   const rule: Rule = { algorithm: 'token_bucket', rps: 0.001, burst: 5 };
   const keyOf = (ip: string | undefined, keyOptions = options) =>
     bucketKey('rl:', 'per-ip', 'token_bucket', identityOf(['ip'], { ip, headers: {} }, keyOptions));
   /** Sends one request per address through a store; returns how many were admitted. */
   const admitted = (ips: readonly (string | undefined)[]) => {
     const store = new MemoryStore({ clock: () => 1_000 });
-    return ips.filter((ip) => store.decide([{ key: keyOf(ip), policy: 'per-ip', rule, cost: 1 }], true)[0].allowed).length;
+    return ips.filter((ip) => store.decide([{ key: keyOf(ip), policy: 'per-ip', rule, cost: 1 }], true)[0].allowed)
+      .length;
   };
 
   it('puts 10,000 addresses of one /64 in one bucket', () => {
-    const ips = Array.from({ length: 10_000 }, (_, i) => `2001:db8:aa:bb:${(i * 7919).toString(16).slice(-4)}:${i.toString(16)}::${(i % 65536).toString(16)}`);
+    const ips = Array.from(
+      { length: 10_000 },
+      (_, i) => `2001:db8:aa:bb:${(i * 7919).toString(16).slice(-4)}:${i.toString(16)}::${(i % 65536).toString(16)}`,
+    );
     expect(new Set(ips).size).toBe(10_000);
     expect(new Set(ips.map((ip) => keyOf(ip))).size).toBe(1);
     expect(admitted(ips)).toBe(5);

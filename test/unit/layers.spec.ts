@@ -24,7 +24,19 @@ const ALLOWED: Record<string, readonly string[]> = {
   headers: ['stores'],
   routes: ['algorithms', 'keys', 'policy', 'stores', 'rate-limit-options.ts'],
   // the engine, below the guard and the service that ask it
-  limiter: ['algorithms', 'keys', 'policy', 'routes', 'stores', 'headers', 'observability', 'contexts', 'utils', 'rate-limit-options.ts', 'rate-limit.exception.ts'],
+  limiter: [
+    'algorithms',
+    'keys',
+    'policy',
+    'routes',
+    'stores',
+    'headers',
+    'observability',
+    'contexts',
+    'utils',
+    'rate-limit-options.ts',
+    'rate-limit.exception.ts',
+  ],
   contexts: ['keys', 'stores', 'utils', 'rate-limit.exception.ts', 'rate-limit-options.interface.ts'],
   // the command line replays traffic through what a store and the guard run: decideAll, toDecision, limiting
   simulator: ['algorithms', 'policy', 'keys', 'stores', 'headers'],
@@ -121,7 +133,23 @@ describe('the shape of bench/', () => {
 
 describe('circleIn', () => {
   it('finds a circle, and none where there is none', () => {
-    expect(circleIn(new Map([['a', ['b']], ['b', ['c']], ['c', ['a']]]))).toEqual(['a', 'b', 'c', 'a']);
-    expect(circleIn(new Map([['a', ['b', 'c']], ['b', ['c']], ['c', []]]))).toBeUndefined();
+    expect(
+      circleIn(
+        new Map([
+          ['a', ['b']],
+          ['b', ['c']],
+          ['c', ['a']],
+        ]),
+      ),
+    ).toEqual(['a', 'b', 'c', 'a']);
+    expect(
+      circleIn(
+        new Map([
+          ['a', ['b', 'c']],
+          ['b', ['c']],
+          ['c', []],
+        ]),
+      ),
+    ).toBeUndefined();
   });
 });

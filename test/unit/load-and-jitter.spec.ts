@@ -8,7 +8,10 @@ import { resolvePolicy } from '../../lib/policy/resolve-policy.js';
 /** Pure pieces of per-client limits: the per-identity jitter, the scale factors and the adaptive controller (clock pinned). */
 
 const policy = (fields: object): RoutePolicy =>
-  routePolicy(resolvePolicy(JSON.parse(JSON.stringify({ name: 'api', rps: 10, burst: 20, ...fields })), 'Spec', 'api'), { prefix: 'rl:', key: ['ip'] });
+  routePolicy(
+    resolvePolicy(JSON.parse(JSON.stringify({ name: 'api', rps: 10, burst: 20, ...fields })), 'Spec', 'api'),
+    { prefix: 'rl:', key: ['ip'] },
+  );
 const keyOf = (identity: string) => bucketKey('rl:', 'login', 'fixed_window', identity);
 
 describe('retry jitter', () => {
@@ -78,11 +81,20 @@ describe('Scales', () => {
   });
 
   it("scales every tier's rps of a tiered policy, its default tier's rule as the policy's", () => {
-    const tiered = policy({ rps: undefined, burst: undefined, tier: 'user:plan', tiers: { free: { rps: 2, burst: 4 }, pro: { rps: 20, burst: 40 } }, defaultTier: 'free' });
+    const tiered = policy({
+      rps: undefined,
+      burst: undefined,
+      tier: 'user:plan',
+      tiers: { free: { rps: 2, burst: 4 }, pro: { rps: 20, burst: 40 } },
+      defaultTier: 'free',
+    });
     const scales = new Scales();
     scales.set('api', 0.5);
     const [scaled] = scales.apply([tiered]);
-    expect([...scaled.tiers!.byName.values()].map(({ name, rule }) => [name, rule.rps])).toEqual([['free', 1], ['pro', 10]]);
+    expect([...scaled.tiers!.byName.values()].map(({ name, rule }) => [name, rule.rps])).toEqual([
+      ['free', 1],
+      ['pro', 10],
+    ]);
     expect(scaled.rule.rps).toBe(1);
     expect(scaled.tiers!.byDefault).toBe(scaled.tiers!.byName.get('free'));
     expect(scaled.tiers!.byName.get('pro')!.keyPrefix).toBe(tiered.tiers!.byName.get('pro')!.keyPrefix);
@@ -99,7 +111,14 @@ describe('Scales', () => {
   it("scales a fixed or sliding window counter's limit and keeps its window (rps and burst), its key the same", () => {
     const scales = new Scales();
     const fixed = policy({ algorithm: 'fixed_window', rps: undefined, burst: undefined, limit: 10, window: '10s' });
-    const counter = policy({ name: 'other', algorithm: 'sliding_window_counter', rps: undefined, burst: undefined, limit: 100, window: '1m' });
+    const counter = policy({
+      name: 'other',
+      algorithm: 'sliding_window_counter',
+      rps: undefined,
+      burst: undefined,
+      limit: 100,
+      window: '1m',
+    });
     scales.set('*', 0.75);
     const [scaledFixed, scaledCounter] = scales.apply([fixed, counter]);
     expect(scaledFixed.rule).toEqual({ ...fixed.rule, limit: 7.5 });
@@ -107,12 +126,15 @@ describe('Scales', () => {
     expect([scaledFixed.keyPrefix, scaledCounter.keyPrefix]).toEqual([fixed.keyPrefix, counter.keyPrefix]);
   });
 
-  it.each([['token_bucket'], ['leaky_bucket'], ['gcra'], ['sliding_window_log']])("scales a %s policy's rps", (algorithm) => {
-    const scales = new Scales();
-    const bucket = policy({ algorithm });
-    scales.set('api', 0.25);
-    expect(scales.scaled(bucket).rule).toEqual({ ...bucket.rule, rps: 2.5 });
-  });
+  it.each([['token_bucket'], ['leaky_bucket'], ['gcra'], ['sliding_window_log']])(
+    "scales a %s policy's rps",
+    (algorithm) => {
+      const scales = new Scales();
+      const bucket = policy({ algorithm });
+      scales.set('api', 0.25);
+      expect(scales.scaled(bucket).rule).toEqual({ ...bucket.rule, rps: 2.5 });
+    },
+  );
 
   it('takes a scaled limit within rounding of a whole number as that number (100 x 0.29 is 28.999999999999996)', () => {
     expect(scaledRule({ algorithm: 'fixed_window', rps: 10, burst: 100 }, 0.29).limit).toBe(29);
@@ -122,15 +144,28 @@ describe('Scales', () => {
   it('checks a factor against the policies it is given: none may take more than 365 days to refill under it', () => {
     const scales = new Scales();
     const yearly = policy({ name: 'yearly', rps: undefined, burst: undefined, limit: 1, window: '300d' });
-    const tiered = policy({ name: 'tiered', rps: undefined, burst: undefined, tier: 'user:plan', tiers: { free: { limit: 1, window: '200d' }, pro: { rps: 1 } }, defaultTier: 'pro' });
+    const tiered = policy({
+      name: 'tiered',
+      rps: undefined,
+      burst: undefined,
+      tier: 'user:plan',
+      tiers: { free: { limit: 1, window: '200d' }, pro: { rps: 1 } },
+      defaultTier: 'pro',
+    });
     // 300 days: 0.822 at least (300 / 365, rounded up), for that policy only
-    expect(() => scales.set('yearly', 0.8, [api, yearly])).toThrow('at least 0.822: below it policy "yearly" would take more than 365 days');
+    expect(() => scales.set('yearly', 0.8, [api, yearly])).toThrow(
+      'at least 0.822: below it policy "yearly" would take more than 365 days',
+    );
     scales.set('yearly', 0.83, [api, yearly]);
     scales.set('api', 0.01, [api, yearly]);
-    expect(() => scales.set('*', 0.5, [api, tiered])).toThrow('below it policy "tiered" (tier "free") would take more than 365 days');
+    expect(() => scales.set('*', 0.5, [api, tiered])).toThrow(
+      'below it policy "tiered" (tier "free") would take more than 365 days',
+    );
     scales.set('*', 0.55, [api, tiered]);
     // 1e6 tokens a second with a burst of 1 is the fastest policy there is: 3.17e-14 of it takes 365 days
-    expect(() => scales.set('other', 3e-14)).toThrow('at least 3.18e-14: below it every policy would take more than 365 days');
+    expect(() => scales.set('other', 3e-14)).toThrow(
+      'at least 3.18e-14: below it every policy would take more than 365 days',
+    );
     expect([scales.get('yearly'), scales.get('api'), scales.get('tiered')]).toEqual([0.55, 0.55, 0.55]);
   });
 
@@ -151,7 +186,10 @@ describe('AdaptiveRates', () => {
   function steering() {
     let now = 0;
     const set: Array<[string, number]> = [];
-    const rates = new AdaptiveRates((name, factor) => set.push([name, factor]), () => now);
+    const rates = new AdaptiveRates(
+      (name, factor) => set.push([name, factor]),
+      () => now,
+    );
     const advance = (ms: number) => (now += ms);
     return { rates, set, advance };
   }
@@ -189,7 +227,10 @@ describe('AdaptiveRates', () => {
     let now = 0;
     const scales = new Scales();
     const yearly = policy({ name: 'api', rps: undefined, burst: undefined, limit: 1, window: '300d' });
-    const rates = new AdaptiveRates((name, factor) => scales.set(name, factor, [adaptive, yearly]), () => now);
+    const rates = new AdaptiveRates(
+      (name, factor) => scales.set(name, factor, [adaptive, yearly]),
+      () => now,
+    );
     for (let tick = 0; tick < 3; tick++) {
       rates.record(adaptive, 300);
       now += ADAPTIVE_TICK_MS;

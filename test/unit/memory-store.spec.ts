@@ -88,7 +88,13 @@ describe('MemoryStore bound (clock pinned)', () => {
     fc.assert(
       fc.property(
         fc.integer({ min: 1, max: 50 }),
-        fc.array(fc.tuple(fc.integer({ min: 0, max: 200 }), fc.integer({ min: 1, max: 2 }), fc.integer({ min: 0, max: 3_000 }))),
+        fc.array(
+          fc.tuple(
+            fc.integer({ min: 0, max: 200 }),
+            fc.integer({ min: 1, max: 2 }),
+            fc.integer({ min: 0, max: 3_000 }),
+          ),
+        ),
         (maxKeys, steps) => {
           const store = new MemoryStore({ clock, maxKeys });
           for (const [key, cost, wait] of steps) {
@@ -125,7 +131,10 @@ describe('MemoryStore requests (clock pinned)', () => {
     jest.useFakeTimers();
     const store = new MemoryStore({ clock });
     const twice = await store.consume([req('k', TENTH), req('k', TENTH)]);
-    expect(twice.map((d) => [d.allowed, d.remaining])).toEqual([[true, 1], [true, 1]]);
+    expect(twice.map((d) => [d.allowed, d.remaining])).toEqual([
+      [true, 1],
+      [true, 1],
+    ]);
     now += 5_000;
     expect((await store.consume([req('k', TENTH)]))[0]).toMatchObject({ allowed: true, remaining: 0 }); // 0.5 left
     now += 6_000;
@@ -144,7 +153,12 @@ describe('MemoryStore requests (clock pinned)', () => {
     const store = new MemoryStore({ clock });
     for (const charge of [true, false]) {
       let promise!: Promise<unknown>;
-      expect(() => (promise = charge ? store.consume([req('k', TENTH), req('j', TENTH), second]) : store.peek([req('k', TENTH), second]))).not.toThrow();
+      expect(
+        () =>
+          (promise = charge
+            ? store.consume([req('k', TENTH), req('j', TENTH), second])
+            : store.peek([req('k', TENTH), second])),
+      ).not.toThrow();
       const error = await rejection(promise);
       expect(error).toBeInstanceOf(TypeError);
       expect(error?.message).toBe(
@@ -173,7 +187,9 @@ describe('MemoryStore requests (clock pinned)', () => {
         expect(() => (promise = charge ? store.consume(requests) : store.peek(requests))).not.toThrow();
         const error = await rejection(promise);
         expect(error).toBeInstanceOf(type);
-        expect(error?.message).toBe(`Invalid argument to MemoryStore.${charge ? 'consume' : 'peek'}: "requests[1].cost" ${COST}, got ${shown}`);
+        expect(error?.message).toBe(
+          `Invalid argument to MemoryStore.${charge ? 'consume' : 'peek'}: "requests[1].cost" ${COST}, got ${shown}`,
+        );
       }
     }
     expect(store.size).toBe(0);
@@ -183,13 +199,17 @@ describe('MemoryStore requests (clock pinned)', () => {
     const store = new MemoryStore({ clock });
     let promise!: Promise<unknown>;
     expect(() => (promise = store.consume(undefined as never))).not.toThrow();
-    expect((await rejection(promise))?.message).toBe('Invalid argument to MemoryStore.consume: "requests" must be a list of requests, got undefined');
+    expect((await rejection(promise))?.message).toBe(
+      'Invalid argument to MemoryStore.consume: "requests" must be a list of requests, got undefined',
+    );
     expect(() => (promise = store.peek([null as never]))).not.toThrow();
     expect((await rejection(promise))?.message).toBe(
       'Invalid argument to MemoryStore.peek: "requests[0]" must be a request such as { key, policy, rule, cost }, got null',
     );
     expect(() => (promise = store.consume([req(5 as never, SLOW)]))).not.toThrow();
-    expect((await rejection(promise))?.message).toBe('Invalid argument to MemoryStore.consume: "requests[0].key" must be a string, got 5');
+    expect((await rejection(promise))?.message).toBe(
+      'Invalid argument to MemoryStore.consume: "requests[0].key" must be a string, got 5',
+    );
     expect(() => (promise = store.reset(undefined as never))).not.toThrow();
     await expect(promise).rejects.toThrow(TypeError);
   });
@@ -197,8 +217,15 @@ describe('MemoryStore requests (clock pinned)', () => {
   it('keeps every bucket of a request that has more policies than maxKeys', () => {
     const store = new MemoryStore({ clock, maxKeys: 1 });
     const both = [req('a', SLOW), req('b', SLOW)];
-    for (const expected of [1, 0]) expect(store.decide(both, true).map((d) => [d.allowed, d.remaining])).toEqual([[true, expected], [true, expected]]);
-    expect(store.decide(both, true).map((d) => [d.allowed, d.remaining])).toEqual([[false, 0], [false, 0]]);
+    for (const expected of [1, 0])
+      expect(store.decide(both, true).map((d) => [d.allowed, d.remaining])).toEqual([
+        [true, expected],
+        [true, expected],
+      ]);
+    expect(store.decide(both, true).map((d) => [d.allowed, d.remaining])).toEqual([
+      [false, 0],
+      [false, 0],
+    ]);
     expect(store.size).toBe(2);
     // the next new bucket makes room: the store is back within maxKeys
     expect(store.decide([req('c', SLOW)], true)[0].remaining).toBe(1);

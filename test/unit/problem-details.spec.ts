@@ -18,11 +18,21 @@ import { QUOTA_EXCEEDED, REDUCED_CAPACITY_DOCUMENT } from '../support/problem-do
  */
 
 function decision(policy: string, fields: Partial<RateLimitDecision> = {}): RateLimitDecision {
-  return { allowed: false, policy, limit: 10, remaining: 0, resetAfter: 1, fullAfter: 10, retryAfter: 1, delay: 0, ...fields };
+  return {
+    allowed: false,
+    policy,
+    limit: 10,
+    remaining: 0,
+    resetAfter: 1,
+    fullAfter: 10,
+    retryAfter: 1,
+    delay: 0,
+    ...fields,
+  };
 }
 
 describe('quotaExceeded: the problem document of a 429', () => {
-  it('has the draft\'s type and registered title, the status, the message as detail and the wait', () => {
+  it("has the draft's type and registered title, the status, the message as detail and the wait", () => {
     const refused = decision('per-org', { retryAfter: 7 });
     expect(quotaExceeded(refused, 1, [refused])).toEqual({
       type: QUOTA_EXCEEDED,
@@ -36,9 +46,36 @@ describe('quotaExceeded: the problem document of a 429', () => {
 
   // each policy with whether it refuses; the named one is the one that frees up last
   it.each([
-    ["the named one first, then the other refusing ones in the route's order", [['a', true], ['b', false], ['c', true], ['d', true]], 'c', ['c', 'a', 'd']],
-    ['the named one alone when the others admit', [['a', false], ['b', true], ['c', false]], 'b', ['b']],
-    ['the named one first when it is the last', [['a', true], ['b', true]], 'b', ['b', 'a']],
+    [
+      "the named one first, then the other refusing ones in the route's order",
+      [
+        ['a', true],
+        ['b', false],
+        ['c', true],
+        ['d', true],
+      ],
+      'c',
+      ['c', 'a', 'd'],
+    ],
+    [
+      'the named one alone when the others admit',
+      [
+        ['a', false],
+        ['b', true],
+        ['c', false],
+      ],
+      'b',
+      ['b'],
+    ],
+    [
+      'the named one first when it is the last',
+      [
+        ['a', true],
+        ['b', true],
+      ],
+      'b',
+      ['b', 'a'],
+    ],
   ] as const)('lists every refusing policy: %s', (_case, policies, named, violated) => {
     const decisions = policies.map(([name, refuses]) => decision(name, { allowed: !refuses }));
     const limiting = decisions.find((d) => d.policy === named)!;
@@ -98,7 +135,9 @@ describe('the exceptions with a body of their own', () => {
   });
 
   it("keeps Nest's message for a body of an app's own without detail", () => {
-    expect(new RateLimitUnavailableException(undefined, { reason: 'maintenance' }).message).toBe('Rate Limit Unavailable Exception');
+    expect(new RateLimitUnavailableException(undefined, { reason: 'maintenance' }).message).toBe(
+      'Rate Limit Unavailable Exception',
+    );
   });
 });
 
@@ -106,7 +145,9 @@ describe('HttpRateLimitContext: the form of a refusal', () => {
   /** The seam with an adapter that records the headers set, and an HTTP context for it. */
   function seam(errorFormat?: 'nest' | 'problem') {
     const headers: Array<[string, string]> = [];
-    const adapterHost = { httpAdapter: { setHeader: (_response: unknown, name: string, value: string) => headers.push([name, value]) } };
+    const adapterHost = {
+      httpAdapter: { setHeader: (_response: unknown, name: string, value: string) => headers.push([name, value]) },
+    };
     const context: ExecutionContext = new ExecutionContextHost([{ headers: {} }, {}]);
     return { http: new HttpRateLimitContext(adapterHost as unknown as HttpAdapterHost, errorFormat), headers, context };
   }
@@ -128,7 +169,10 @@ describe('HttpRateLimitContext: the form of a refusal', () => {
     expect(fromStore.cause).toBe(storeError);
 
     const shutdown = new Error('shutting down');
-    const fromQueue = http.unavailable(new RateLimitUnavailableException(shutdown), context) as RateLimitUnavailableException;
+    const fromQueue = http.unavailable(
+      new RateLimitUnavailableException(shutdown),
+      context,
+    ) as RateLimitUnavailableException;
     expect(fromQueue.getResponse()).toEqual(reducedCapacity());
     expect(fromQueue.cause).toBe(shutdown);
     expect(headers).toEqual([
@@ -140,10 +184,15 @@ describe('HttpRateLimitContext: the form of a refusal', () => {
   it.each([undefined, 'nest' as const])("%s: Nest's bodies, and no Content-Type of its own", (errorFormat) => {
     const { http, headers, context } = seam(errorFormat);
     const refused = decision('a', { retryAfter: 2 });
-    expect((http.refusal(refused, 1, context, [refused]) as RateLimitExceededException).getResponse()).toMatchObject({ statusCode: 429, policy: 'a' });
+    expect((http.refusal(refused, 1, context, [refused]) as RateLimitExceededException).getResponse()).toMatchObject({
+      statusCode: 429,
+      policy: 'a',
+    });
     const queued = new RateLimitUnavailableException(new Error('shutting down'));
     expect(http.unavailable(queued, context)).toBe(queued);
-    expect((http.unavailable(new Error('down'), context) as RateLimitUnavailableException).getResponse()).toMatchObject({ statusCode: 503 });
+    expect((http.unavailable(new Error('down'), context) as RateLimitUnavailableException).getResponse()).toMatchObject(
+      { statusCode: 503 },
+    );
     expect(headers).toEqual([]);
   });
 });

@@ -73,7 +73,12 @@ class FakeContext implements RateLimitContext {
   setHeader(_context: ExecutionContext, name: string, value: string): void {
     this.headers.push([name, value]);
   }
-  refusal(decision: RateLimitDecision, cost: number, _context: ExecutionContext, decisions: readonly RateLimitDecision[]): Error {
+  refusal(
+    decision: RateLimitDecision,
+    cost: number,
+    _context: ExecutionContext,
+    decisions: readonly RateLimitDecision[],
+  ): Error {
     return new Refused(decision, cost, decisions);
   }
   unavailable(cause: unknown): Error {
@@ -111,10 +116,18 @@ class PlainController {
 type GuardClass = new (...args: ConstructorParameters<typeof RateLimitGuard>) => RateLimitGuard;
 
 /** The guard as the module wires it, on `store`; `headers` default to two families with no wall clock in them. */
-function setup(options: RateLimitModuleOptions = {}, store: RateLimitStore = new MemoryStore({ clock: () => NOW }), Guard: GuardClass = RateLimitGuard) {
+function setup(
+  options: RateLimitModuleOptions = {},
+  store: RateLimitStore = new MemoryStore({ clock: () => NOW }),
+  Guard: GuardClass = RateLimitGuard,
+) {
   const resolved = resolveOptions({ headers: ['ietf', 'legacy'], ...options });
   const seam = new FakeContext();
-  const routes = new RoutePolicies(resolved, { getControllers: () => [] } as unknown as DiscoveryService, new MetadataScanner());
+  const routes = new RoutePolicies(
+    resolved,
+    { getControllers: () => [] } as unknown as DiscoveryService,
+    new MetadataScanner(),
+  );
   const limiter = new StandaloneLimiter(resolved, store);
   const contexts = new RateLimitContexts(resolved, {} as HttpAdapterHost);
   contexts.use('http', seam);
@@ -296,7 +309,12 @@ describe('RateLimitGuard: a store that cannot decide', () => {
 
   it('rethrows an error that is no store failure', async () => {
     const bug = new TypeError('a bug');
-    const store: RateLimitStore = { consume: async () => Promise.reject(bug), peek: down, reset: async () => undefined, inProcess: true };
+    const store: RateLimitStore = {
+      consume: async () => Promise.reject(bug),
+      peek: down,
+      reset: async () => undefined,
+      inProcess: true,
+    };
     const { guard } = guarded({ failMode: 'open' }, store);
     expect(await rejection(guard.canActivate(http(route)))).toBe(bug);
   });
@@ -370,8 +388,14 @@ describe('RateLimitGuard.buildRequests', () => {
 describe('RateLimitGuard: key and tier functions that answer with a promise', () => {
   /** The module's `timeout` here, ms: only a promise that never settles reaches it. */
   const TIMEOUT = 50;
-  const tenantOf = (context: ExecutionContext) => context.getArgByIndex<LimitedRequest>(0).headers['x-tenant'] as string | undefined;
-  const TENANT: RateLimitPolicy = { name: 'tenant', rps: 0.001, burst: 1, key: [async (context) => tenantOf(context), 'api-key'] };
+  const tenantOf = (context: ExecutionContext) =>
+    context.getArgByIndex<LimitedRequest>(0).headers['x-tenant'] as string | undefined;
+  const TENANT: RateLimitPolicy = {
+    name: 'tenant',
+    rps: 0.001,
+    burst: 1,
+    key: [async (context) => tenantOf(context), 'api-key'],
+  };
   const asTenant = (route: Type, tenant: string) => http(route, { headers: { 'x-tenant': tenant } });
   const never = () => new Promise<string>(() => undefined);
 
@@ -389,20 +413,33 @@ describe('RateLimitGuard: key and tier functions that answer with a promise', ()
 
   it('answers without a promise where every key is a value (the memory store decides in the call)', () => {
     const { guard } = guarded();
-    expect(guard.canActivate(asTenant(routeWith([{ ...TENANT, key: [(context) => tenantOf(context), 'ip'] }]), 'acme'))).toBe(true);
+    expect(
+      guard.canActivate(asTenant(routeWith([{ ...TENANT, key: [(context) => tenantOf(context), 'ip'] }]), 'acme')),
+    ).toBe(true);
   });
 
   it('fails the request with the error of a key function whose promise rejects, as with one that throws, charging nothing', async () => {
     const bug = new Error('tenant lookup failed');
     const { guard, store } = guarded();
-    expect(await rejection(guard.canActivate(http(routeWith([{ ...TENANT, key: () => Promise.reject(bug) }]))))).toBe(bug);
+    expect(await rejection(guard.canActivate(http(routeWith([{ ...TENANT, key: () => Promise.reject(bug) }]))))).toBe(
+      bug,
+    );
     expect((store as MemoryStore).size).toBe(0);
   });
 
   it("lets the request through uncharged once `timeout` has passed, with failMode 'open'", async () => {
     const { guard, seam, store } = guarded({ timeout: TIMEOUT, failMode: 'open' });
     const started = performance.now();
-    expect(await guard.canActivate(http(routeWith([{ ...TENANT, key: never }, { name: 'per-ip', rps: 0.001, burst: 5, key: 'ip' }])))).toBe(true);
+    expect(
+      await guard.canActivate(
+        http(
+          routeWith([
+            { ...TENANT, key: never },
+            { name: 'per-ip', rps: 0.001, burst: 5, key: 'ip' },
+          ]),
+        ),
+      ),
+    ).toBe(true);
     expect(performance.now() - started).toBeGreaterThanOrEqual(TIMEOUT);
     expect(seam.headers).toEqual([]);
     expect((store as MemoryStore).size).toBe(0);
@@ -416,7 +453,9 @@ describe('RateLimitGuard: key and tier functions that answer with a promise', ()
     expect((error as Unavailable).cause).toBeInstanceOf(RateLimitStoreError);
     expect(((error as Unavailable).cause as Error).message).toBe(keyTimedOut(TIMEOUT));
     expect(seam.headers).toEqual([['Retry-After', '1']]);
-    expect(await guarded({ timeout: TIMEOUT, failMode: 'closed', mode: 'shadow' }).guard.canActivate(http(route))).toBe(true);
+    expect(await guarded({ timeout: TIMEOUT, failMode: 'closed', mode: 'shadow' }).guard.canActivate(http(route))).toBe(
+      true,
+    );
   });
 
   it("goes on to the next source with failMode 'local': the request is still limited", async () => {
@@ -428,13 +467,21 @@ describe('RateLimitGuard: key and tier functions that answer with a promise', ()
   });
 
   it("limits by the policy's defaultTier when a tier function's promise passes `timeout`", async () => {
-    const plan: RateLimitPolicy = { name: 'plan', key: 'ip', tiers: { free: { rps: 0.001, burst: 1 }, pro: { rps: 0.001, burst: 5 } }, tier: never, defaultTier: 'free' };
+    const plan: RateLimitPolicy = {
+      name: 'plan',
+      key: 'ip',
+      tiers: { free: { rps: 0.001, burst: 1 }, pro: { rps: 0.001, burst: 5 } },
+      tier: never,
+      defaultTier: 'free',
+    };
     const { guard } = guarded({ timeout: TIMEOUT });
     const route = routeWith([plan]);
     const started = performance.now();
     expect(await guard.canActivate(http(route))).toBe(true);
     expect(performance.now() - started).toBeGreaterThanOrEqual(TIMEOUT);
-    expect(await rejection(guard.canActivate(http(route)))).toMatchObject({ decision: { policy: 'plan', tier: 'free' } });
+    expect(await rejection(guard.canActivate(http(route)))).toMatchObject({
+      decision: { policy: 'plan', tier: 'free' },
+    });
   });
 });
 
@@ -458,7 +505,11 @@ describe('RateLimitGuard: a leaky_bucket turn', () => {
   function departure() {
     const leaving = new AbortController();
     const end = jest.fn();
-    return { leaving, end, departure: { signal: leaving.signal, gone: () => new Gone('client gone'), end } satisfies Departure };
+    return {
+      leaving,
+      end,
+      departure: { signal: leaving.signal, gone: () => new Gone('client gone'), end } satisfies Departure,
+    };
   }
 
   it('lets the first request through at once, without watching for its client', async () => {
@@ -561,7 +612,9 @@ describe('RateLimitGuard: once per request, however many times it runs', () => {
     byRequest(seam);
     const request = { ip: IP, headers: {} };
     // resolved together, as GraphQL runs a query's root fields
-    expect(await Promise.all([guard.canActivate(field('a', request)), guard.canActivate(field('b', request))])).toEqual([true, true]);
+    expect(await Promise.all([guard.canActivate(field('a', request)), guard.canActivate(field('b', request))])).toEqual(
+      [true, true],
+    );
     expect(await left(limiter, PAIR)).toBe(1);
     expect(await left(limiter, { name: 'b-only', rps: 0.001, burst: 5 })).toBe(4);
 
@@ -587,7 +640,12 @@ describe('RateLimitGuard: once per request, however many times it runs', () => {
       new ExecutionContextHost([request, { alias }], FieldsController, FieldsController.prototype[handler]);
 
     const request = { ip: IP, headers: {} };
-    const runs = [aliased('b', 'x', request), aliased('b', 'y', request), aliased('a', 'z', request), aliased('b', 'x', request)];
+    const runs = [
+      aliased('b', 'x', request),
+      aliased('b', 'y', request),
+      aliased('a', 'z', request),
+      aliased('b', 'x', request),
+    ];
     expect(await Promise.all(runs.map((context) => guard.canActivate(context)))).toEqual([true, true, true, true]);
     // the class's pair once for the request; b-only once for x (run twice, as by two guards) and once for y
     expect(await left(limiter, PAIR)).toBe(1);
@@ -651,7 +709,11 @@ describe("count: 'failures' (the guard and RateLimitOutcomeInterceptor)", () => 
   const failing = () => throwError(() => new Error('wrong password'));
 
   /** One request through the guard, then the outcome interceptor around a handler that answers `handled`. */
-  async function attempt(setup: ReturnType<typeof guarded>, route: Type, handled: () => Observable<unknown>): Promise<'refused' | 'ok' | 'failed'> {
+  async function attempt(
+    setup: ReturnType<typeof guarded>,
+    route: Type,
+    handled: () => Observable<unknown>,
+  ): Promise<'refused' | 'ok' | 'failed'> {
     const context = http(route);
     try {
       await setup.guard.canActivate(context);
@@ -694,7 +756,7 @@ describe("count: 'failures' (the guard and RateLimitOutcomeInterceptor)", () => 
     expect(setup.outcomes.intercept(plain, { handle: () => handled })).toBe(handled);
   });
 
-  it('reads the seam\'s own verdict where it has one (HTTP: the final status)', async () => {
+  it("reads the seam's own verdict where it has one (HTTP: the final status)", async () => {
     const setup = guarded();
     let answer!: (succeeded: boolean) => void;
     setup.seam.succeeded = () => new Promise<boolean>((resolve) => (answer = resolve));
@@ -710,23 +772,32 @@ describe("count: 'failures' (the guard and RateLimitOutcomeInterceptor)", () => 
 
 describe('skipIf', () => {
   const API: RateLimitPolicy = { name: 'api', rps: 0.001, burst: 1, key: 'ip' };
-  const trusted = (context: ExecutionContext) => context.getArgByIndex<LimitedRequest>(0).headers['x-trusted'] === 'yes';
+  const trusted = (context: ExecutionContext) =>
+    context.getArgByIndex<LimitedRequest>(0).headers['x-trusted'] === 'yes';
 
   it("lets a request its policy's skipIf says so pass that policy uncharged, and no other", async () => {
     const { guard, seam, limiter } = guarded();
-    const route = routeWith([{ ...API, skipIf: async (context) => trusted(context) }, { name: 'other', rps: 0.001, burst: 5, key: 'ip' }]);
+    const route = routeWith([
+      { ...API, skipIf: async (context) => trusted(context) },
+      { name: 'other', rps: 0.001, burst: 5, key: 'ip' },
+    ]);
     const asTrusted = () => http(route, { headers: { 'x-trusted': 'yes' } });
     for (let i = 0; i < 3; i++) expect(await guard.canActivate(asTrusted())).toBe(true);
     expect(seam.headers).toContainEqual(['RateLimit-Policy', '"other";q=5;w=5000']);
     expect(seam.headers.find(([name]) => name === 'RateLimit-Policy')![1]).not.toContain('"api"');
     expect(await guard.canActivate(http(route))).toBe(true);
     expect(await rejection(guard.canActivate(http(route)))).toMatchObject({ decision: { policy: 'api' } });
-    expect((await limiter.peek(`ip:${IP}`, { name: 'other', rps: 0.001, burst: 5, key: 'ip' }))[0].remaining).toBe(5 - 4);
+    expect((await limiter.peek(`ip:${IP}`, { name: 'other', rps: 0.001, burst: 5, key: 'ip' }))[0].remaining).toBe(
+      5 - 4,
+    );
   });
 
-  it('hands the module\'s and each policy\'s skipIf the request the key sources read, as its second argument', async () => {
+  it("hands the module's and each policy's skipIf the request the key sources read, as its second argument", async () => {
     const given: Array<[string, LimitedRequest]> = [];
-    const watching = (who: string) => (_context: ExecutionContext, request: LimitedRequest) => (given.push([who, request]), false);
+    const watching = (who: string) => (_context: ExecutionContext, request: LimitedRequest) => (
+      given.push([who, request]),
+      false
+    );
     const { guard } = guarded({ skipIf: watching('module') });
     const context = http(routeWith([{ ...API, skipIf: watching('policy') }]), { headers: { 'x-trusted': 'no' } });
     await guard.canActivate(context);
@@ -737,7 +808,12 @@ describe('skipIf', () => {
   });
 
   it('skips exactly the policies whose skipIf says so, however many a route has (33: no bit of one aliases another)', async () => {
-    const policies: RateLimitPolicy[] = Array.from({ length: 33 }, (_, i) => ({ name: `p${i}`, rps: 0.001, burst: i === 0 ? 1 : 1000, key: 'ip' }));
+    const policies: RateLimitPolicy[] = Array.from({ length: 33 }, (_, i) => ({
+      name: `p${i}`,
+      rps: 0.001,
+      burst: i === 0 ? 1 : 1000,
+      key: 'ip',
+    }));
     policies[32].skipIf = () => true;
     const { guard, seam, limiter } = guarded();
     const route = routeWith(policies);
@@ -754,7 +830,8 @@ describe('skipIf', () => {
   it("lets every policy go uncharged when the module's skipIf says so", async () => {
     const { guard, seam, store } = guarded({ skipIf: trusted });
     const route = routeWith([API]);
-    for (let i = 0; i < 3; i++) expect(await guard.canActivate(http(route, { headers: { 'x-trusted': 'yes' } }))).toBe(true);
+    for (let i = 0; i < 3; i++)
+      expect(await guard.canActivate(http(route, { headers: { 'x-trusted': 'yes' } }))).toBe(true);
     expect(seam.headers).toEqual([]);
     expect((store as MemoryStore).size).toBe(0);
     expect(await guard.canActivate(http(route))).toBe(true);
@@ -805,7 +882,9 @@ describe('retryAfterJitter and setScale through the guard', () => {
 
   it("scales a fixed window's limit and keeps its window, in whole numbers in the headers", async () => {
     const { guard, seam, limiter } = guarded();
-    const route = routeWith([{ name: 'api', algorithm: 'fixed_window', limit: 10, window: '10s', key: 'ip', cost: 'header:x-cost' }]);
+    const route = routeWith([
+      { name: 'api', algorithm: 'fixed_window', limit: 10, window: '10s', key: 'ip', cost: 'header:x-cost' },
+    ]);
     await guard.canActivate(http(route));
     expect(seam.headers.slice(0, 4)).toEqual([
       ['RateLimit-Policy', '"api";q=10;w=10'],

@@ -22,7 +22,17 @@ const PER_IP: DescribedPolicy = { name: 'per-ip', rule: { rps: 1000 / 3600, burs
 
 /** A decision of `policy`, admitted unless told otherwise. */
 function decision(policy: string, fields: Partial<RateLimitDecision> = {}): RateLimitDecision {
-  return { allowed: true, policy, limit: 10, remaining: 5, resetAfter: 1, fullAfter: 2, retryAfter: 0, delay: 0, ...fields };
+  return {
+    allowed: true,
+    policy,
+    limit: 10,
+    remaining: 5,
+    resetAfter: 1,
+    fullAfter: 2,
+    retryAfter: 0,
+    delay: 0,
+    ...fields,
+  };
 }
 
 /** A refusal of `policy` that frees up in `retryAfter` seconds. */
@@ -61,8 +71,11 @@ describe('headerPlan', () => {
 });
 
 describe('rateLimitHeaders', () => {
-  const headers = (families: Parameters<typeof headerPlan>[0], policies: DescribedPolicy[], decisions: RateLimitDecision[]) =>
-    rateLimitHeaders(headerPlan(families, policies)!, decisions, NOW_MS);
+  const headers = (
+    families: Parameters<typeof headerPlan>[0],
+    policies: DescribedPolicy[],
+    decisions: RateLimitDecision[],
+  ) => rateLimitHeaders(headerPlan(families, policies)!, decisions, NOW_MS);
 
   const ONE = [decision('per-user', { limit: 10, remaining: 7, resetAfter: 1, fullAfter: 3 })];
 
@@ -144,12 +157,23 @@ describe('headers of a tiered policy', () => {
   const API: DescribedPolicy = {
     name: 'api',
     rule: { rps: 1, burst: 2 },
-    tiers: { byName: new Map([['free', { rule: { rps: 1, burst: 2 } }], ['pro', { rule: { rps: 100 / 3600, burst: 100 } }]]) },
+    tiers: {
+      byName: new Map([
+        ['free', { rule: { rps: 1, burst: 2 } }],
+        ['pro', { rule: { rps: 100 / 3600, burst: 100 } }],
+      ]),
+    },
   };
   const plan = headerPlan(['ietf', 'x-ratelimit'], [PER_USER, API])!;
 
-  it('plans each tier\'s RateLimit-Policy member, and keeps the plan of an untiered route as it was', () => {
-    expect(plan.tiered).toEqual(['"per-user";q=10;w=2', new Map([['free', '"api";q=2;w=2'], ['pro', '"api";q=100;w=3600']])]);
+  it("plans each tier's RateLimit-Policy member, and keeps the plan of an untiered route as it was", () => {
+    expect(plan.tiered).toEqual([
+      '"per-user";q=10;w=2',
+      new Map([
+        ['free', '"api";q=2;w=2'],
+        ['pro', '"api";q=100;w=3600'],
+      ]),
+    ]);
     expect(plan.policy).toBe('"per-user";q=10;w=2, "api";q=2;w=2');
     expect(headerPlan(['ietf'], [PER_USER])?.tiered).toBeUndefined();
     expect(headerPlan(['x-ratelimit'], [API])?.tiered).toBeUndefined();
@@ -165,15 +189,23 @@ describe('headers of a tiered policy', () => {
       ['RateLimit', '"per-user";r=9;t=1, "api";r=1;t=1'],
       ['X-RateLimit-Limit', '100'],
     ]);
-    expect(rateLimitHeaders(plan, decisions('free'), NOW_MS)[0]).toEqual(['RateLimit-Policy', '"per-user";q=10;w=2, "api";q=2;w=2']);
-    expect(rateLimitHeaders(plan, decisions(undefined), NOW_MS)[0]).toEqual(['RateLimit-Policy', '"per-user";q=10;w=2, "api";q=2;w=2']);
+    expect(rateLimitHeaders(plan, decisions('free'), NOW_MS)[0]).toEqual([
+      'RateLimit-Policy',
+      '"per-user";q=10;w=2, "api";q=2;w=2',
+    ]);
+    expect(rateLimitHeaders(plan, decisions(undefined), NOW_MS)[0]).toEqual([
+      'RateLimit-Policy',
+      '"per-user";q=10;w=2, "api";q=2;w=2',
+    ]);
   });
 });
 
 describe('limiting', () => {
   it('without a refusal, picks the lowest remaining / limit', () => {
     const tight = decision('b', { limit: 100, remaining: 5 });
-    expect(limiting([decision('a', { limit: 10, remaining: 1 }), tight, decision('c', { limit: 2, remaining: 2 })])).toBe(tight);
+    expect(
+      limiting([decision('a', { limit: 10, remaining: 1 }), tight, decision('c', { limit: 2, remaining: 2 })]),
+    ).toBe(tight);
   });
 
   it('without a refusal, picks the first on ties', () => {
@@ -235,10 +267,7 @@ describe('windowSeconds', () => {
     expect(windowSeconds(rule)).toBe(seconds);
   });
 
-  it.each([
-    [{ rps: 10, burst: 5 }],
-    [{ rps: 1e6, burst: 1 }],
-  ])('is at least 1 (%p)', (rule) => {
+  it.each([[{ rps: 10, burst: 5 }], [{ rps: 1e6, burst: 1 }]])('is at least 1 (%p)', (rule) => {
     expect(windowSeconds(rule)).toBe(1);
   });
 });

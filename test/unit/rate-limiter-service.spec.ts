@@ -52,7 +52,8 @@ describe('RateLimiterService arguments (memory store, clock pinned)', () => {
       { name: 'per-day', limit: 100, window: '1d' },
     ];
     let admitted = 0;
-    for (let i = 0; i < 30; i++) if ((await limiter.consume('user:42', policies)).every((decision) => decision.allowed)) admitted++;
+    for (let i = 0; i < 30; i++)
+      if ((await limiter.consume('user:42', policies)).every((decision) => decision.allowed)) admitted++;
     expect(admitted).toBe(5);
   });
 
@@ -80,7 +81,9 @@ describe('RateLimiterService arguments (memory store, clock pinned)', () => {
       );
       expect(error).toBeInstanceOf(type);
       expect(error).not.toBeInstanceOf(RateLimitStoreError);
-      expect((error as Error).message).toBe(`Invalid argument to RateLimiterService.${method}: "cost" ${COST}, got ${shown}`);
+      expect((error as Error).message).toBe(
+        `Invalid argument to RateLimiterService.${method}: "cost" ${COST}, got ${shown}`,
+      );
     }
     expect(store.size).toBe(0);
     // the bucket is untouched: a good cost still finds it full
@@ -88,7 +91,12 @@ describe('RateLimiterService arguments (memory store, clock pinned)', () => {
   });
 
   it("decides a tiered policy in the tier it is given, the default tier's for an unknown one or none, the same buckets as the guard's", async () => {
-    const api = { name: 'api', tier: 'user:plan', tiers: { free: { limit: 2, window: '1m' }, pro: { limit: 5, window: '1m' } }, defaultTier: 'free' } as const;
+    const api = {
+      name: 'api',
+      tier: 'user:plan',
+      tiers: { free: { limit: 2, window: '1m' }, pro: { limit: 5, window: '1m' } },
+      defaultTier: 'free',
+    } as const;
     const global = { name: 'global', limit: 100, window: '1m' };
     const admitted = async (tier: string | undefined, times: number) => {
       const decisions = [];
@@ -109,15 +117,34 @@ describe('RateLimiterService arguments (memory store, clock pinned)', () => {
   });
 
   it('takes a fractional cost', async () => {
-    expect((await limiter.consume('user:42', { name: 'p', rps: 1, burst: 5 }, 0.5))[0]).toMatchObject({ allowed: true, remaining: 4 });
+    expect((await limiter.consume('user:42', { name: 'p', rps: 1, burst: 5 }, 0.5))[0]).toMatchObject({
+      allowed: true,
+      remaining: 4,
+    });
   });
 
   it('rejects, never throws synchronously, for a bad policy or identity', async () => {
     const calls: Array<[string, () => Promise<unknown>, string]> = [
-      ['consume', () => limiter.consume('user:42', { rps: 0 }), 'Invalid @RateLimit policy on RateLimiterService: "rps" must be a positive number (tokens per second), got 0'],
-      ['peek', () => limiter.peek('user:42', null as never), 'Invalid @RateLimit policy on RateLimiterService: a policy must be an object such as { rps: 10, burst: 20 }, got null'],
-      ['reset', () => limiter.reset('user:42', [{ rps: 1, brust: 5 } as never]), 'Invalid @RateLimit policy on RateLimiterService: "brust" is not a policy field'],
-      ['consume', () => limiter.consume(42 as never, { rps: 1 }), `Invalid argument to RateLimiterService.consume: "identity" must be a string such as 'user:42', got 42`],
+      [
+        'consume',
+        () => limiter.consume('user:42', { rps: 0 }),
+        'Invalid @RateLimit policy on RateLimiterService: "rps" must be a positive number (tokens per second), got 0',
+      ],
+      [
+        'peek',
+        () => limiter.peek('user:42', null as never),
+        'Invalid @RateLimit policy on RateLimiterService: a policy must be an object such as { rps: 10, burst: 20 }, got null',
+      ],
+      [
+        'reset',
+        () => limiter.reset('user:42', [{ rps: 1, brust: 5 } as never]),
+        'Invalid @RateLimit policy on RateLimiterService: "brust" is not a policy field',
+      ],
+      [
+        'consume',
+        () => limiter.consume(42 as never, { rps: 1 }),
+        `Invalid argument to RateLimiterService.consume: "identity" must be a string such as 'user:42', got 42`,
+      ],
     ];
     for (const [, call, message] of calls) {
       let promise!: Promise<unknown>;

@@ -19,7 +19,9 @@ const QUEUE: RateLimitPolicy = { name: 'queue', algorithm: 'leaky_bucket', rps: 
 const CLOCK = 1_000_000;
 
 async function service(options: RateLimitModuleOptions) {
-  const moduleRef = await Test.createTestingModule({ imports: [RateLimitModule.forRoot({ guard: false, ...options })] }).compile();
+  const moduleRef = await Test.createTestingModule({
+    imports: [RateLimitModule.forRoot({ guard: false, ...options })],
+  }).compile();
   return { moduleRef, limiter: moduleRef.get(RateLimiterService) };
 }
 
@@ -45,14 +47,18 @@ describe('RateLimiterService.wait (no sleeps: the clock is pinned and waits end 
     const store = new MemoryStore({ clock: () => CLOCK });
     const { moduleRef, limiter } = await service({ store });
     await limiter.consume('user:1', QUEUE);
-    const waits = [await limiter.consume('user:1', QUEUE), await limiter.consume('user:1', QUEUE)].map((d) => limiter.wait(d));
+    const waits = [await limiter.consume('user:1', QUEUE), await limiter.consume('user:1', QUEUE)].map((d) =>
+      limiter.wait(d),
+    );
     expect(await remaining(limiter)).toBe(0);
 
     await moduleRef.get(RateLimiter).beforeApplicationShutdown();
     for (const waiting of waits) await expect(waiting).rejects.toBeInstanceOf(RateLimitUnavailableException);
     expect(await remaining(limiter)).toBe(2);
     // a request admitted during shutdown does not wait either
-    await expect(limiter.wait(await limiter.consume('user:1', QUEUE))).rejects.toBeInstanceOf(RateLimitUnavailableException);
+    await expect(limiter.wait(await limiter.consume('user:1', QUEUE))).rejects.toBeInstanceOf(
+      RateLimitUnavailableException,
+    );
     expect(await remaining(limiter)).toBe(2);
     await moduleRef.close();
   });

@@ -13,7 +13,7 @@ function layoutPaths(): string[] {
   const paths: string[] = [];
   for (const line of tree.split('\n')) {
     // a name is indented two spaces a level; a description's second line, much further
-    const match = /^((?:  ){0,3})([\w.-]+\/?)(?: |$)/.exec(line);
+    const match = /^((?: {2}){0,3})([\w.-]+\/?)(?: |$)/.exec(line);
     if (!match) continue;
     const depth = match[1].length / 2;
     const name = match[2].replace(/\/$/, '');

@@ -17,13 +17,40 @@ const SCRIPTS: ReadonlyArray<[string, string]> = [
 
 /** Library functions the scripts may call: Lua 5.1's, kept by 5.2 to 5.4, and Redis's `redis.*` core. */
 const LIBRARY = new Set([
-  ...['format', 'gmatch', 'match', 'find', 'sub', 'gsub', 'len', 'rep', 'byte', 'char', 'lower', 'upper', 'reverse'].map((f) => `string.${f}`),
+  ...[
+    'format',
+    'gmatch',
+    'match',
+    'find',
+    'sub',
+    'gsub',
+    'len',
+    'rep',
+    'byte',
+    'char',
+    'lower',
+    'upper',
+    'reverse',
+  ].map((f) => `string.${f}`),
   ...['abs', 'ceil', 'floor', 'max', 'min', 'fmod', 'sqrt', 'exp', 'log', 'huge'].map((f) => `math.${f}`),
   ...['insert', 'remove', 'sort', 'concat'].map((f) => `table.${f}`),
   ...['call', 'pcall', 'error_reply', 'status_reply'].map((f) => `redis.${f}`),
 ]);
 /** Global functions the scripts may call: Lua 5.1's base (`unpack`: Redis's 5.1, and Dragonfly keeps it for 5.1 scripts). */
-const GLOBALS = new Set(['tonumber', 'tostring', 'type', 'unpack', 'pairs', 'ipairs', 'select', 'error', 'pcall', 'assert', 'next', 'setmetatable']);
+const GLOBALS = new Set([
+  'tonumber',
+  'tostring',
+  'type',
+  'unpack',
+  'pairs',
+  'ipairs',
+  'select',
+  'error',
+  'pcall',
+  'assert',
+  'next',
+  'setmetatable',
+]);
 /** Words followed by `(` that are no call. */
 const KEYWORDS = new Set(['if', 'elseif', 'while', 'until', 'return', 'and', 'or', 'not', 'in', 'function', 'local']);
 /** Commands that touch no key. */
@@ -62,12 +89,16 @@ function undeclaredKeys(lua: string): string[] {
   for (const call of text.matchAll(/redis\.p?call\(/g)) {
     const [command, key] = argumentsAt(text, call.index + call[0].length - 1);
     commands++;
-    if (!KEYLESS.has(command.replace(/'/g, '')) && !KEY_ARGUMENT.test(key ?? '')) problems.push(`redis.call(${command}, ${key}, ...)`);
+    if (!KEYLESS.has(command.replace(/'/g, '')) && !KEY_ARGUMENT.test(key ?? ''))
+      problems.push(`redis.call(${command}, ${key}, ...)`);
   }
   // the script's own functions that take a key: every call passes them one of the above
   const takesKey = new Map<string, number>();
   for (const [, name, params] of text.matchAll(/function\s+([\w.]+)\(([^)]*)\)/g)) {
-    const index = params.split(',').map((p) => p.trim()).indexOf('key');
+    const index = params
+      .split(',')
+      .map((p) => p.trim())
+      .indexOf('key');
     // `a.load` is called as `m.load`: by its member name, with the dot
     if (index >= 0) takesKey.set(name.includes('.') ? name.slice(name.lastIndexOf('.')) : name, index);
   }
@@ -79,7 +110,8 @@ function undeclaredKeys(lua: string): string[] {
   }
   // and `key`, `s.key` only ever hold what was passed: never assigned but as `{ key = key }` or `{ key = s.key }`
   for (const assignment of code(lua).matchAll(/(local\s+)?\bkey\s*=(?!=)\s*([^,}\n]*)/g)) {
-    if (assignment[1] !== undefined || !/^(s\.)?key$/.test(assignment[2].trim())) problems.push(`key assigned: ${assignment[0].trim()}`);
+    if (assignment[1] !== undefined || !/^(s\.)?key$/.test(assignment[2].trim()))
+      problems.push(`key assigned: ${assignment[0].trim()}`);
   }
   if (/\bKEYS\s*(\[[^\]]*\])?\s*=(?!=)/.test(code(lua))) problems.push('KEYS written');
   if (commands === 0) problems.push('no redis.call found');
@@ -91,12 +123,20 @@ function outsideCore(lua: string): string[] {
   const text = code(lua);
   const problems: string[] = [];
   const own = new Set([...text.matchAll(/local\s+function\s+(\w+)|local\s+(\w+)\s*=/g)].map(([, f, v]) => f ?? v));
-  for (const [member] of text.matchAll(/\b(string|math|table|os|io|coroutine|debug|package|bit|bit32|utf8|cjson|cmsgpack|struct|redis)\.\w+/g)) {
+  for (const [member] of text.matchAll(
+    /\b(string|math|table|os|io|coroutine|debug|package|bit|bit32|utf8|cjson|cmsgpack|struct|redis)\.\w+/g,
+  )) {
     if (!LIBRARY.has(member)) problems.push(member);
   }
   for (const call of text.matchAll(/(^|[^\w.:])(\w+)\s*\(/g)) {
     const name = call[2];
-    if (KEYWORDS.has(name) || own.has(name) || GLOBALS.has(name) || /function\s*$/.test(text.slice(0, call.index + call[1].length))) continue;
+    if (
+      KEYWORDS.has(name) ||
+      own.has(name) ||
+      GLOBALS.has(name) ||
+      /function\s*$/.test(text.slice(0, call.index + call[1].length))
+    )
+      continue;
     problems.push(`${name}()`);
   }
   const syntax: Array<[RegExp, string]> = [
@@ -134,6 +174,12 @@ goto done
       "get(...) passes ARGV[1] .. ':x' as its key",
       'key assigned: local key = ARGV[2]',
     ]);
-    expect(outsideCore(bad)).toEqual(['table.unpack', 'bit.band', 'loadstring()', 'goto (5.2)', 'integer division // (5.3)']);
+    expect(outsideCore(bad)).toEqual([
+      'table.unpack',
+      'bit.band',
+      'loadstring()',
+      'goto (5.2)',
+      'integer division // (5.3)',
+    ]);
   });
 });

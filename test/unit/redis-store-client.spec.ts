@@ -18,7 +18,10 @@ describe('RedisStore and its client’s commandTimeout', () => {
 
   it.each([
     ['a Redis', () => new Redis({ lazyConnect: true, commandTimeout: 100 })],
-    ['a Cluster', () => new Cluster([{ host: '127.0.0.1', port: 1 }], { lazyConnect: true, redisOptions: { commandTimeout: 100 } })],
+    [
+      'a Cluster',
+      () => new Cluster([{ host: '127.0.0.1', port: 1 }], { lazyConnect: true, redisOptions: { commandTimeout: 100 } }),
+    ],
   ])('warns when %s client sets one', async (_name, client) => {
     const store = new RedisStore({ client: client(), clock: 'app' });
     expect(warn.mock.calls.map(([message]) => message)).toEqual([clientCommandTimeout(100)]);

@@ -69,7 +69,8 @@ describe('the Redis scripts', () => {
     for (const { call, literals } of calls) {
       for (const literal of literals) {
         const since = SINCE[literal];
-        if (since === undefined) problems.push(`${call}: '${literal}' is not in SINCE (add it with the version that brought it)`);
+        if (since === undefined)
+          problems.push(`${call}: '${literal}' is not in SINCE (add it with the version that brought it)`);
         else if (!noLaterThan(since, OLDEST)) problems.push(`${call}: '${literal}' needs Redis ${since}`);
       }
     }

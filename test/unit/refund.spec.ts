@@ -27,9 +27,12 @@ describe.each(ALGORITHMS.map((algorithm) => [algorithm]))('%s refund', (algorith
   const rule = ruleOf(algorithm, 2, burst);
 
   it('given back at once, a charge leaves the bucket as it was before, after any history', () => {
-    const history = fc.array(fc.record({ after: fc.integer({ min: 0, max: 2_000 }), cost: fc.integer({ min: 1, max: 3 }) }), {
-      maxLength: 12,
-    });
+    const history = fc.array(
+      fc.record({ after: fc.integer({ min: 0, max: 2_000 }), cost: fc.integer({ min: 1, max: 3 }) }),
+      {
+        maxLength: 12,
+      },
+    );
     fc.assert(
       fc.property(history, fc.integer({ min: 1, max: 3 }), (steps, cost) => {
         let state: Held | undefined;
@@ -68,7 +71,11 @@ describe('refund of a charge whose window has ended', () => {
     const rule = ruleOf('fixed_window', 2, 4); // window 2 s
     const model = MODELS.fixed_window;
     const charged = model.charge(model.current(undefined, CASE_EPOCH, rule), rule, 3);
-    const later = model.current(model.charge(model.current(charged, CASE_EPOCH + 2_000, rule), rule, 1), CASE_EPOCH + 2_000, rule);
+    const later = model.current(
+      model.charge(model.current(charged, CASE_EPOCH + 2_000, rule), rule, 1),
+      CASE_EPOCH + 2_000,
+      rule,
+    );
     expect(model.remaining(model.refund(later, rule, 3, charged.at), rule)).toBe(3);
   });
 
@@ -97,7 +104,12 @@ describe('RateLimiterService.refund: a decision is given back at most once', () 
     throw new Error('connection refused');
   };
   /** A store that cannot decide: with failMode 'local', the in-process limiter decides instead. */
-  const failing: RateLimitStore = { consume: down, peek: down, reset: async () => undefined, refund: async () => undefined };
+  const failing: RateLimitStore = {
+    consume: down,
+    peek: down,
+    reset: async () => undefined,
+    refund: async () => undefined,
+  };
   const stores: Array<[string, () => RateLimitStore, 'open' | 'local']> = [
     ['the memory store', () => new MemoryStore({ clock: () => CASE_EPOCH }), 'open'],
     ["failMode 'local' (the in-process limiter)", () => failing, 'local'],
@@ -114,15 +126,18 @@ describe('RateLimiterService.refund: a decision is given back at most once', () 
       jest.restoreAllMocks();
     });
 
-    it.each(['token_bucket', 'fixed_window', 'sliding_window_log'] as const)('%s: one decision refunded 5 times gives back one request', async (algorithm) => {
-      const policy: RateLimitPolicy = { name: 'exports', algorithm, rps: 0.001, burst: 5 };
-      const first = await limiter.consume('user:1', policy);
-      for (let i = 0; i < 4; i++) await limiter.consume('user:1', policy);
-      for (let i = 0; i < 5; i++) await limiter.refund(first);
-      const admitted = [];
-      for (let i = 0; i < 3; i++) admitted.push((await limiter.consume('user:1', policy))[0].allowed);
-      expect(admitted).toEqual([true, false, false]);
-    });
+    it.each(['token_bucket', 'fixed_window', 'sliding_window_log'] as const)(
+      '%s: one decision refunded 5 times gives back one request',
+      async (algorithm) => {
+        const policy: RateLimitPolicy = { name: 'exports', algorithm, rps: 0.001, burst: 5 };
+        const first = await limiter.consume('user:1', policy);
+        for (let i = 0; i < 4; i++) await limiter.consume('user:1', policy);
+        for (let i = 0; i < 5; i++) await limiter.refund(first);
+        const admitted = [];
+        for (let i = 0; i < 3; i++) admitted.push((await limiter.consume('user:1', policy))[0].allowed);
+        expect(admitted).toEqual([true, false, false]);
+      },
+    );
 
     it('a leaky_bucket turn given back when its wait ends early is not given back again by a refund', async () => {
       const queue: RateLimitPolicy = { name: 'queue', algorithm: 'leaky_bucket', rps: 0.001, burst: 3 };

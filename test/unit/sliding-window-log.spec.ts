@@ -52,7 +52,8 @@ describe('sliding window log: work per request', () => {
           const current = slidingWindowLog.current(base, now, rule);
           let next = current;
           if (refund) next = slidingWindowLog.refund(current, rule, cost, now);
-          else if (slidingWindowLog.waitMs(current, rule, cost) === 0) next = slidingWindowLog.charge(current, rule, cost);
+          else if (slidingWindowLog.waitMs(current, rule, cost) === 0)
+            next = slidingWindowLog.charge(current, rule, cost);
           for (const state of [current, next]) made.push({ state, seen: capacity(state) });
         }
         for (const [i, { state, seen }] of made.entries()) expect({ i, ...capacity(state) }).toEqual({ i, ...seen });

@@ -30,7 +30,9 @@ describe('StoreOwner', () => {
   it('opens a MemoryStore when no store is chosen, and closes it', async () => {
     const owner = await StoreOwner.open({});
     expect(owner.store).toBeInstanceOf(MemoryStore);
-    await owner.store.consume([{ key: 'k', policy: 'p', rule: { algorithm: 'token_bucket', rps: 1, burst: 2 }, cost: 1 }]);
+    await owner.store.consume([
+      { key: 'k', policy: 'p', rule: { algorithm: 'token_bucket', rps: 1, burst: 2 }, cost: 1 },
+    ]);
     expect((owner.store as MemoryStore).size).toBe(1);
     await owner.close();
     expect((owner.store as MemoryStore).size).toBe(0);

@@ -7,7 +7,13 @@ import { ExecutionContextHost } from '@nestjs/core/helpers/execution-context-hos
 import { ExpressAdapter } from '@nestjs/platform-express';
 import { Test } from '@nestjs/testing';
 import { metrics } from '@opentelemetry/api';
-import { AggregationTemporality, type DataPoint, InMemoryMetricExporter, MeterProvider, PeriodicExportingMetricReader } from '@opentelemetry/sdk-metrics';
+import {
+  AggregationTemporality,
+  type DataPoint,
+  InMemoryMetricExporter,
+  MeterProvider,
+  PeriodicExportingMetricReader,
+} from '@opentelemetry/sdk-metrics';
 import {
   MemoryStore,
   RateLimit,
@@ -35,7 +41,13 @@ const LIB = fileURLToPath(new URL('../../lib/', import.meta.url));
 class ReportController {
   @RateLimit([
     { name: 'burst', limit: 1, window: '1h', key: 'ip' },
-    { name: 'daily', limit: 100, window: '1d', key: 'ip', skipIf: (context: ExecutionContext) => context.getArgByIndex(0).headers['x-internal'] === '1' },
+    {
+      name: 'daily',
+      limit: 100,
+      window: '1d',
+      key: 'ip',
+      skipIf: (context: ExecutionContext) => context.getArgByIndex(0).headers['x-internal'] === '1',
+    },
   ])
   @Get()
   find() {
@@ -54,7 +66,9 @@ let exporter: InMemoryMetricExporter;
 let app: INestApplication | undefined;
 beforeEach(() => {
   exporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
-  provider = new MeterProvider({ readers: [new PeriodicExportingMetricReader({ exporter, exportIntervalMillis: 3_600_000 })] });
+  provider = new MeterProvider({
+    readers: [new PeriodicExportingMetricReader({ exporter, exportIntervalMillis: 3_600_000 })],
+  });
   metrics.setGlobalMeterProvider(provider);
 });
 afterEach(async () => {
@@ -66,7 +80,10 @@ afterEach(async () => {
 
 /** The module's guard in an initialised app (the SDK is registered first, as an app would). */
 async function guardWith(options: RateLimitModuleOptions): Promise<RateLimitGuard> {
-  @Module({ imports: [RateLimitModule.forRoot({ store: new MemoryStore({ clock: () => NOW }), ...options })], controllers: [ReportController] })
+  @Module({
+    imports: [RateLimitModule.forRoot({ store: new MemoryStore({ clock: () => NOW }), ...options })],
+    controllers: [ReportController],
+  })
   class AppModule {}
   const moduleRef = await Test.createTestingModule({ imports: [AppModule] }).compile();
   app = moduleRef.createNestApplication(new ExpressAdapter(), { logger: false });
@@ -76,7 +93,11 @@ async function guardWith(options: RateLimitModuleOptions): Promise<RateLimitGuar
 
 /** The guard's verdict on a request to `ReportController.find` (a fresh request object each time: charged once each). */
 async function check(guard: RateLimitGuard, headers: Record<string, string> = {}): Promise<boolean | 'thrown'> {
-  const context = new ExecutionContextHost([{ ip: '198.51.100.4', headers }, { set: () => undefined }], ReportController, ReportController.prototype.find);
+  const context = new ExecutionContextHost(
+    [{ ip: '198.51.100.4', headers }, { set: () => undefined }],
+    ReportController,
+    ReportController.prototype.find,
+  );
   return Promise.resolve(guard.canActivate(context)).catch(() => 'thrown' as const);
 }
 
@@ -109,7 +130,7 @@ async function decisionsDuring(act: () => Promise<unknown>): Promise<RateLimitDe
 }
 
 describe('ratelimit.result, per policy', () => {
-  it('allowed and refused are each policy\'s own verdict: a request refused by one is allowed by the other', async () => {
+  it("allowed and refused are each policy's own verdict: a request refused by one is allowed by the other", async () => {
     const guard = await guardWith({});
     expect([await check(guard), await check(guard)]).toEqual([true, 'thrown']);
     expect(await requests()).toEqual({ 'burst allowed': 1, 'burst refused': 1, 'daily allowed': 2 });
@@ -117,7 +138,9 @@ describe('ratelimit.result, per policy', () => {
 
   it('shadow_refused in shadow mode, where the request passes', async () => {
     const guard = await guardWith({ mode: 'shadow' });
-    const events = await decisionsDuring(async () => expect([await check(guard), await check(guard)]).toEqual([true, true]));
+    const events = await decisionsDuring(async () =>
+      expect([await check(guard), await check(guard)]).toEqual([true, true]),
+    );
     expect(await requests()).toEqual({ 'burst allowed': 1, 'burst shadow_refused': 1, 'daily allowed': 2 });
     expect(events.map(({ result }) => result)).toEqual(['allowed', 'shadow_refused']);
   });
@@ -157,7 +180,11 @@ describe('with nothing listening', () => {
 
   it('a decision event is not built without a subscriber, and is with one', async () => {
     expect(() => publishDecision(untouchable, [], 'allowed')).not.toThrow();
-    expect(await decisionsDuring(async () => expect(() => publishDecision(untouchable, [], 'allowed')).toThrow('read getType'))).toEqual([]);
+    expect(
+      await decisionsDuring(async () =>
+        expect(() => publishDecision(untouchable, [], 'allowed')).toThrow('read getType'),
+      ),
+    ).toEqual([]);
   });
 
   it('the telemetry of a module without metrics reads nothing of a decided request', () => {
@@ -176,11 +203,19 @@ describe('with nothing listening', () => {
   it('no lib file imports @opentelemetry/api but by a dynamic import (types aside)', () => {
     const sources = (dir: string): string[] =>
       readdirSync(dir, { withFileTypes: true }).flatMap((entry) =>
-        entry.isDirectory() ? sources(join(dir, entry.name)) : entry.name.endsWith('.ts') ? [join(dir, entry.name)] : [],
+        entry.isDirectory()
+          ? sources(join(dir, entry.name))
+          : entry.name.endsWith('.ts')
+            ? [join(dir, entry.name)]
+            : [],
       );
-    const importing = sources(LIB).filter((file) => /^\s*(import|export)\s+(?!type\b)[^;]*from\s+'@opentelemetry\//m.test(readFileSync(file, 'utf8')));
+    const importing = sources(LIB).filter((file) =>
+      /^\s*(import|export)\s+(?!type\b)[^;]*from\s+'@opentelemetry\//m.test(readFileSync(file, 'utf8')),
+    );
     expect(importing).toEqual([]);
-    const loading = sources(LIB).filter((file) => readFileSync(file, 'utf8').includes("await import('@opentelemetry/api')"));
+    const loading = sources(LIB).filter((file) =>
+      readFileSync(file, 'utf8').includes("await import('@opentelemetry/api')"),
+    );
     expect(loading.map((file) => file.slice(LIB.length))).toEqual(['observability/rate-limit-metrics.ts']);
   });
 });

@@ -7,7 +7,10 @@ import type { LimitedRequest } from '../../lib/keys/identity.js';
 const context = {} as ExecutionContext;
 /** The module's `timeout`, ms: only reached by a promise that never settles. */
 const TIMEOUT = 100;
-const withUser = (user: LimitedRequest['user'] | Record<string, unknown>): LimitedRequest => ({ headers: {}, user: user as LimitedRequest['user'] });
+const withUser = (user: LimitedRequest['user'] | Record<string, unknown>): LimitedRequest => ({
+  headers: {},
+  user: user,
+});
 
 describe('resolveTier', () => {
   /** A run of the guard on `request`, its tiers kept on `record` (a fresh one: a request of its own). */
@@ -50,7 +53,15 @@ describe('resolveTier', () => {
   });
 
   it('names no tier for a function that throws, rejects or returns no name', async () => {
-    expect(resolveTier(() => { throw new Error('no plan'); }, run(withUser(null)), TIMEOUT)).toBeUndefined();
+    expect(
+      resolveTier(
+        () => {
+          throw new Error('no plan');
+        },
+        run(withUser(null)),
+        TIMEOUT,
+      ),
+    ).toBeUndefined();
     expect(await resolveTier(() => Promise.reject(new Error('no plan')), run(withUser(null)), TIMEOUT)).toBeUndefined();
     expect(await resolveTier(async () => undefined, run(withUser(null)), TIMEOUT)).toBeUndefined();
     expect(resolveTier(() => 42 as never, run(withUser(null)), TIMEOUT)).toBe('42');

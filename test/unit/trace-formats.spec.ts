@@ -39,7 +39,21 @@ describe('parseTime', () => {
     expect(parseTime(text)).toBe(ms);
   });
 
-  it.each(['', 'now', '10/Oct/2000:13:55:36', '2000-13-45T00:00:00Z', '1e3', NaN, Infinity, null, {}, '9007199254740992', '-9007199254740993', `1${'0'.repeat(400)}`, 1e300])('%j is no time', (text) => {
+  it.each([
+    '',
+    'now',
+    '10/Oct/2000:13:55:36',
+    '2000-13-45T00:00:00Z',
+    '1e3',
+    NaN,
+    Infinity,
+    null,
+    {},
+    '9007199254740992',
+    '-9007199254740993',
+    `1${'0'.repeat(400)}`,
+    1e300,
+  ])('%j is no time', (text) => {
     expect(parseTime(text)).toBeUndefined();
   });
 });
@@ -84,14 +98,20 @@ describe('CSV', () => {
     expect(parse('yesterday,k')).toBe('time is neither milliseconds nor ISO 8601: "yesterday"');
     expect(parse('1,k,0')).toBe('cost is not a positive number: "0"');
     expect(parse('1,k,heavy')).toBe('cost is not a positive number: "heavy"');
-    expect(parse('9007199254740993,k')).toBe('time is beyond ±9007199254740991 ms, where milliseconds are no longer exact: "9007199254740993"');
+    expect(parse('9007199254740993,k')).toBe(
+      'time is beyond ±9007199254740991 ms, where milliseconds are no longer exact: "9007199254740993"',
+    );
   });
 });
 
 describe('NDJSON', () => {
   it('takes an object with time and optional key and cost', () => {
     expect(parseNdjsonLine('{"time":1000,"key":"alice","cost":2}')).toEqual({ time: 1000, key: 'alice', cost: 2 });
-    expect(parseNdjsonLine('{"time":"2000-10-10T20:55:36Z","key":7,"path":"/x"}')).toEqual({ time: T0, key: '7', cost: undefined });
+    expect(parseNdjsonLine('{"time":"2000-10-10T20:55:36Z","key":7,"path":"/x"}')).toEqual({
+      time: T0,
+      key: '7',
+      cost: undefined,
+    });
     expect(parseNdjsonLine('{"time":1}')).toEqual({ time: 1, key: '-', cost: undefined });
   });
 
@@ -101,7 +121,9 @@ describe('NDJSON', () => {
     expect(parseNdjsonLine('{"key":"k"}')).toBe('time is neither milliseconds nor ISO 8601: null');
     expect(parseNdjsonLine('{"time":1,"key":{"id":1}}')).toBe('key is not a string: {"id":1}');
     expect(parseNdjsonLine('{"time":1,"cost":-1}')).toBe('cost is not a positive number: -1');
-    expect(parseNdjsonLine('{"time":1e300}')).toBe('time is beyond ±9007199254740991 ms, where milliseconds are no longer exact: 1e+300');
+    expect(parseNdjsonLine('{"time":1e300}')).toBe(
+      'time is beyond ±9007199254740991 ms, where milliseconds are no longer exact: 1e+300',
+    );
   });
 });
 
@@ -112,19 +134,33 @@ describe('access logs', () => {
   it('reads the time (with its offset) and the client address of common and combined lines', () => {
     expect(parseAccessLogLine(common)).toEqual({ time: T0, key: '127.0.0.1', cost: undefined });
     expect(parseAccessLogLine(combined)).toEqual({ time: T0, key: '127.0.0.1', cost: undefined });
-    expect(parseAccessLogLine(common.replace('-0700', '+0530'))).toEqual({ time: T0 - 12.5 * 3_600_000, key: '127.0.0.1', cost: undefined });
+    expect(parseAccessLogLine(common.replace('-0700', '+0530'))).toEqual({
+      time: T0 - 12.5 * 3_600_000,
+      key: '127.0.0.1',
+      cost: undefined,
+    });
   });
 
   it('keys clients as the ip key source does: IPv4-mapped folded, IPv6 by /64; a host name as it is', () => {
     expect(parseAccessLogLine(common.replace('127.0.0.1', '::ffff:10.1.2.3'))).toMatchObject({ key: '10.1.2.3' });
-    expect(parseAccessLogLine(common.replace('127.0.0.1', '2001:db8:1:2:3:4:5:6'))).toMatchObject({ key: '2001:db8:1:2::/64' });
-    expect(parseAccessLogLine(common.replace('127.0.0.1', 'client.example.com'))).toMatchObject({ key: 'client.example.com' });
+    expect(parseAccessLogLine(common.replace('127.0.0.1', '2001:db8:1:2:3:4:5:6'))).toMatchObject({
+      key: '2001:db8:1:2::/64',
+    });
+    expect(parseAccessLogLine(common.replace('127.0.0.1', 'client.example.com'))).toMatchObject({
+      key: 'client.example.com',
+    });
   });
 
   it('says why a line records no request', () => {
-    expect(parseAccessLogLine('127.0.0.1 - - [10/Oct/2000:13:55:36] "GET / HTTP/1.0" 200 1')).toBe('not in common or combined log format');
-    expect(parseAccessLogLine(common.replace('Oct', 'Okt'))).toBe('time is not a log time: "[10/Okt/2000:13:55:36 -0700]"');
-    expect(parseAccessLogLine(common.replace(':13:', ':25:'))).toBe('time is not a log time: "[10/Oct/2000:25:55:36 -0700]"');
+    expect(parseAccessLogLine('127.0.0.1 - - [10/Oct/2000:13:55:36] "GET / HTTP/1.0" 200 1')).toBe(
+      'not in common or combined log format',
+    );
+    expect(parseAccessLogLine(common.replace('Oct', 'Okt'))).toBe(
+      'time is not a log time: "[10/Okt/2000:13:55:36 -0700]"',
+    );
+    expect(parseAccessLogLine(common.replace(':13:', ':25:'))).toBe(
+      'time is not a log time: "[10/Oct/2000:25:55:36 -0700]"',
+    );
   });
 
   it('is told apart from CSV and NDJSON by its first line', () => {
@@ -162,13 +198,23 @@ describe('readTrace', () => {
   });
 
   it('counts bad lines and keeps the first five with their line numbers, reading on', async () => {
-    const lines = ['{"time":1}', 'garbage', '{"time":2}', ...Array.from({ length: 6 }, (_, i) => `{"time":"t${i}"}`), '{"time":3}'];
+    const lines = [
+      '{"time":1}',
+      'garbage',
+      '{"time":2}',
+      ...Array.from({ length: 6 }, (_, i) => `{"time":"t${i}"}`),
+      '{"time":3}',
+    ];
     const { times, report } = await read(lines.join('\n'));
     expect(times).toEqual([1, 2, 3]);
     expect(report.badLines).toBe(7);
     expect(report.firstBadLines).toEqual([
       { line: 2, reason: 'not JSON', text: 'garbage' },
-      ...[0, 1, 2, 3].map((i) => ({ line: 4 + i, reason: `time is neither milliseconds nor ISO 8601: "t${i}"`, text: `{"time":"t${i}"}` })),
+      ...[0, 1, 2, 3].map((i) => ({
+        line: 4 + i,
+        reason: `time is neither milliseconds nor ISO 8601: "t${i}"`,
+        text: `{"time":"t${i}"}`,
+      })),
     ]);
   });
 
@@ -178,24 +224,40 @@ describe('readTrace', () => {
     expect(times).toEqual([1_000_000_001_000]);
     expect(report).toMatchObject({ format: 'csv', lines: 3, badLines: 2 });
     expect(report.firstBadLines).toEqual([
-      { line: 1, reason: 'time is neither milliseconds nor ISO 8601: "1e12"; nor is the line a header (a CSV header names a "time" column)', text: '1e12,alice' },
+      {
+        line: 1,
+        reason:
+          'time is neither milliseconds nor ISO 8601: "1e12"; nor is the line a header (a CSV header names a "time" column)',
+        text: '1e12,alice',
+      },
       { line: 3, reason: 'time is neither milliseconds nor ISO 8601: "1e12"', text: '1e12,alice' },
     ]);
     // a header the format does not define is no header either
-    expect(await read('ts,client\n7,c\n')).toMatchObject({ times: [7], report: { badLines: 1, firstBadLines: [{ line: 1, text: 'ts,client' }] } });
+    expect(await read('ts,client\n7,c\n')).toMatchObject({
+      times: [7],
+      report: { badLines: 1, firstBadLines: [{ line: 1, text: 'ts,client' }] },
+    });
   });
 
   it('lets the first line that records a request decide the format, not a bad line before it', async () => {
     const ndjson = await read('# exported 2026-11-26\n{"time":1,"key":"a"}\n{"time":2}\n');
     expect(ndjson.times).toEqual([1, 2]);
-    expect(ndjson.report).toMatchObject({ format: 'ndjson', badLines: 1, firstBadLines: [{ line: 1, text: '# exported 2026-11-26' }] });
+    expect(ndjson.report).toMatchObject({
+      format: 'ndjson',
+      badLines: 1,
+      firstBadLines: [{ line: 1, text: '# exported 2026-11-26' }],
+    });
     const log = await read('garbage\n127.0.0.1 - - [10/Oct/2000:13:55:36 -0700] "GET / HTTP/1.0" 200 1\n');
     expect(log.times).toEqual([T0]);
     expect(log.report).toMatchObject({ format: 'access-log', badLines: 1 });
     // once a header or a request has settled it, the format stays
     const settled = await read('1,a\n{"time":2}\n');
     expect(settled.times).toEqual([1]);
-    expect(settled.report).toMatchObject({ format: 'csv', badLines: 1, firstBadLines: [{ line: 2, reason: 'time is neither milliseconds nor ISO 8601: "{time:2}"' }] });
+    expect(settled.report).toMatchObject({
+      format: 'csv',
+      badLines: 1,
+      firstBadLines: [{ line: 2, reason: 'time is neither milliseconds nor ISO 8601: "{time:2}"' }],
+    });
   });
 
   it('cuts a long bad line to 80 characters', async () => {

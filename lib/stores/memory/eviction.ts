@@ -10,7 +10,13 @@ const EVICT_SHARE = 0.01;
  * and only when they are not enough, the live buckets that will be full again soonest (the ones
  * whose clients lose least). The rows in `kept` (the request's own buckets) stay.
  */
-export function makeRoom(table: BucketTable, maxKeys: number, added: number, kept: readonly (number | undefined)[], now: number): void {
+export function makeRoom(
+  table: BucketTable,
+  maxKeys: number,
+  added: number,
+  kept: readonly (number | undefined)[],
+  now: number,
+): void {
   const evictable = (row: number) => table.isUsed(row) && !kept.includes(row);
   const goal = Math.min(maxKeys, Math.max(added, Math.ceil(maxKeys * EVICT_SHARE)));
   for (let row = 0; row < table.length; row++) {

@@ -60,7 +60,8 @@ export class MemoryStore implements RateLimitStore {
   constructor(options: MemoryStoreOptions = {}) {
     const { clock = Date.now, maxKeys = DEFAULT_MAX_KEYS } = options;
     const read = clockReader(clock);
-    if (read === undefined) throw new Error(invalidStoreClock('MemoryStore', clock, '{ now() } or a function returning ms'));
+    if (read === undefined)
+      throw new Error(invalidStoreClock('MemoryStore', clock, '{ now() } or a function returning ms'));
     if (!Number.isSafeInteger(maxKeys) || maxKeys < 1) throw new Error(invalidMaxKeys(maxKeys));
     this.now = read;
     this.clock = storeClock(options.clock);
@@ -79,7 +80,8 @@ export class MemoryStore implements RateLimitStore {
   }
 
   /** `decide` on this store, made once: what `decideNow` hands out. */
-  private readonly decideBound = (requests: readonly RateLimitRequest[], charge: boolean): RateLimitDecision[] => this.decide(requests, charge);
+  private readonly decideBound = (requests: readonly RateLimitRequest[], charge: boolean): RateLimitDecision[] =>
+    this.decide(requests, charge);
 
   /** Number of buckets held (expired ones not yet swept included). */
   get size(): number {
@@ -144,7 +146,8 @@ export class MemoryStore implements RateLimitStore {
       const { blocks } = verdict;
       // a refusal writes only the blocks it starts; the rows of buckets that expired go
       if (blocks !== undefined) this.write(requests, rows, verdict, now, blocks);
-      for (let i = 0; i < n; i++) if (rows[i] !== undefined && entries[i].state === undefined && !blocks?.[i]) this.table.free(rows[i]!);
+      for (let i = 0; i < n; i++)
+        if (rows[i] !== undefined && entries[i].state === undefined && !blocks?.[i]) this.table.free(rows[i]!);
     }
     const decisions: RateLimitDecision[] = new Array(n);
     for (let i = 0; i < n; i++) decisions[i] = toDecision(requests[i], verdict.outcomes[i]);
@@ -152,7 +155,13 @@ export class MemoryStore implements RateLimitStore {
   }
 
   /** Stores the verdict's states: all of them, or those `only` marks. */
-  private write(requests: readonly RateLimitRequest[], rows: (number | undefined)[], verdict: Verdict, now: number, only?: boolean[]): void {
+  private write(
+    requests: readonly RateLimitRequest[],
+    rows: (number | undefined)[],
+    verdict: Verdict,
+    now: number,
+    only?: boolean[],
+  ): void {
     let added = 0;
     for (let i = 0; i < rows.length; i++) if (rows[i] === undefined && (only === undefined || only[i])) added++;
     // room is made around the request's own rows, so `rows` stays right

@@ -36,7 +36,8 @@ const reloaders = new WeakMap<Redis | Cluster, { stores: number; load: () => voi
  * `ready` loads them, and until then a call that meets `NOSCRIPT` sends its script whole.
  */
 function loadScripts(client: Redis | Cluster): void {
-  const nodes: (Redis | Cluster)[] = (client as Cluster).isCluster === true ? (client as Cluster).nodes('master') : [client];
+  const nodes: (Redis | Cluster)[] =
+    (client as Cluster).isCluster === true ? (client as Cluster).nodes('master') : [client];
   for (const node of nodes) {
     for (const { lua } of [DECIDE, REFUND]) node.script('LOAD', lua).catch(() => undefined);
   }

@@ -1,5 +1,10 @@
 import type { Cluster, Redis } from 'ioredis';
-import { invalidCacheRefusals, invalidRedisClient, invalidStoreClock, unknownStoreOption } from '../../rate-limit.messages.js';
+import {
+  invalidCacheRefusals,
+  invalidRedisClient,
+  invalidStoreClock,
+  unknownStoreOption,
+} from '../../rate-limit.messages.js';
 import { clockReader, type StoreClock } from '../store-clock.js';
 
 /** Options of `RedisStore`. */
@@ -42,15 +47,21 @@ const OPTIONS = new Set<string>(['client', 'cacheRefusals', 'clock']);
  */
 export function checkRedisStoreOptions(options: RedisStoreOptions): void {
   // an ioredis client given as the options themselves has no `client`: the same message says how
-  if (typeof (options?.client as Redis | undefined)?.defineCommand !== 'function') throw new Error(invalidRedisClient(options?.client));
+  if (typeof (options?.client as Redis | undefined)?.defineCommand !== 'function')
+    throw new Error(invalidRedisClient(options?.client));
   for (const option of Object.keys(options)) {
     if (!OPTIONS.has(option)) {
-      throw new Error(unknownStoreOption('RedisStore', option, (options as unknown as Record<string, unknown>)[option], OPTIONS));
+      throw new Error(
+        unknownStoreOption('RedisStore', option, (options as unknown as Record<string, unknown>)[option], OPTIONS),
+      );
     }
   }
-  if (options.cacheRefusals !== undefined && typeof options.cacheRefusals !== 'boolean') throw new Error(invalidCacheRefusals(options.cacheRefusals));
+  if (options.cacheRefusals !== undefined && typeof options.cacheRefusals !== 'boolean')
+    throw new Error(invalidCacheRefusals(options.cacheRefusals));
   if (options.clock !== undefined && givenClock(options.clock) === undefined && options.clock !== 'redis') {
-    throw new Error(invalidStoreClock('RedisStore', options.clock, `'redis', 'app', { now() } or a function returning ms`));
+    throw new Error(
+      invalidStoreClock('RedisStore', options.clock, `'redis', 'app', { now() } or a function returning ms`),
+    );
   }
 }
 
@@ -65,6 +76,7 @@ export function givenClock(clock: RedisStoreClock | undefined): (() => number) |
  * `clientCommandTimeout`).
  */
 export function commandTimeoutOf(client: Redis | Cluster): number | undefined {
-  const options = (client as Cluster).isCluster === true ? (client as Cluster).options?.redisOptions : (client as Redis).options;
+  const options =
+    (client as Cluster).isCluster === true ? (client as Cluster).options?.redisOptions : (client as Redis).options;
   return options?.commandTimeout;
 }

@@ -71,7 +71,11 @@ export class RedisStore implements RateLimitStore {
     if (commandTimeout !== undefined) new Logger('RedisStore').warn(clientCommandTimeout(commandTimeout));
   }
 
-  consume(requests: readonly RateLimitRequest[], timeoutMs?: number, cachedAsked?: boolean): Promise<RateLimitDecision[]> {
+  consume(
+    requests: readonly RateLimitRequest[],
+    timeoutMs?: number,
+    cachedAsked?: boolean,
+  ): Promise<RateLimitDecision[]> {
     return this.call(requests, true, timeoutMs, cachedAsked === true);
   }
 
@@ -125,7 +129,14 @@ export class RedisStore implements RateLimitStore {
     const keys = charges.map((charge) => charge.request.key);
     const groups = groupBySlot(keys, this.cluster);
     await this.forgetting(keys, () =>
-      Promise.all([...groups.values()].map((group) => this.scripts.refund(group.map((i) => charges[i].request), group.map((i) => charges[i].at)))),
+      Promise.all(
+        [...groups.values()].map((group) =>
+          this.scripts.refund(
+            group.map((i) => charges[i].request),
+            group.map((i) => charges[i].at),
+          ),
+        ),
+      ),
     );
   }
 
@@ -139,7 +150,12 @@ export class RedisStore implements RateLimitStore {
    * a look goes straight to Redis. Never throws: a bad request rejects this call alone, before it can
    * join (and fail) a batch. A key given twice is decided once.
    */
-  private call(requests: readonly RateLimitRequest[], charge: boolean, timeoutMs: number | undefined, asked: boolean): Promise<RateLimitDecision[]> {
+  private call(
+    requests: readonly RateLimitRequest[],
+    charge: boolean,
+    timeoutMs: number | undefined,
+    asked: boolean,
+  ): Promise<RateLimitDecision[]> {
     let distinct: ReturnType<typeof distinctRequests>;
     try {
       distinct = distinctRequests(requests, charge ? 'RedisStore.consume' : 'RedisStore.peek');
@@ -148,19 +164,35 @@ export class RedisStore implements RateLimitStore {
     }
     if (distinct.positions) {
       const { positions } = distinct;
-      return this.call(distinct.requests, charge, timeoutMs, asked).then((decisions) => spreadDecisions(decisions, requests, positions));
+      return this.call(distinct.requests, charge, timeoutMs, asked).then((decisions) =>
+        spreadDecisions(decisions, requests, positions),
+      );
     }
     if (requests.length === 0) return Promise.resolve([]);
     const gate = charge ? this.gate : undefined;
-    if (gate === undefined) return this.send(requests, charge, timeoutMs).then(({ outcomes }) => requests.map((request, i) => toDecision(request, outcomes[i])));
+    if (gate === undefined)
+      return this.send(requests, charge, timeoutMs).then(({ outcomes }) =>
+        requests.map((request, i) => toDecision(request, outcomes[i])),
+      );
     const known = asked ? undefined : gate.answer(requests);
-    return known !== undefined ? Promise.resolve(known) : gate.charge(requests, () => this.send(requests, true, timeoutMs));
+    return known !== undefined
+      ? Promise.resolve(known)
+      : gate.charge(requests, () => this.send(requests, true, timeoutMs));
   }
 
   /** Redis's answer for requests on distinct keys: one batched call, or one per hash slot of a Cluster. */
-  private send(requests: readonly RateLimitRequest[], charge: boolean, timeoutMs: number | undefined): Promise<ServerAnswer> {
+  private send(
+    requests: readonly RateLimitRequest[],
+    charge: boolean,
+    timeoutMs: number | undefined,
+  ): Promise<ServerAnswer> {
     // a single Redis (or Sentinel) takes every key in one call: no slots to work out
-    const groups = this.cluster ? groupBySlot(requests.map((request) => request.key), true) : undefined;
+    const groups = this.cluster
+      ? groupBySlot(
+          requests.map((request) => request.key),
+          true,
+        )
+      : undefined;
     return groups === undefined || groups.size === 1
       ? this.batches.decide(requests, charge, groups?.keys().next().value ?? 0, timeoutMs)
       : this.acrossSlots(requests, groups, charge, timeoutMs);
@@ -177,7 +209,16 @@ export class RedisStore implements RateLimitStore {
     timeoutMs: number | undefined,
   ): Promise<{ outcomes: Outcome[]; decidedAt: number }> {
     const slots = [...groups];
-    const settled = await Promise.allSettled(slots.map(([slot, group]) => this.batches.decide(group.map((i) => requests[i]), charge, slot, timeoutMs)));
+    const settled = await Promise.allSettled(
+      slots.map(([slot, group]) =>
+        this.batches.decide(
+          group.map((i) => requests[i]),
+          charge,
+          slot,
+          timeoutMs,
+        ),
+      ),
+    );
     const outcomes: Outcome[] = new Array(requests.length);
     let allowed = true;
     let decidedAt = Infinity;
@@ -192,8 +233,14 @@ export class RedisStore implements RateLimitStore {
         settled.map(async (result, k) => {
           if (result.status === 'rejected' || !result.value.outcomes.every((outcome) => outcome.allowed)) return;
           const group = slots[k][1];
-          const refund = this.scripts.refund(group.map((i) => requests[i]), result.value.at);
-          const refunded = timeoutMs === undefined ? await refund : await this.deadlines.race(refund, timeoutMs, () => storeTimeout(timeoutMs));
+          const refund = this.scripts.refund(
+            group.map((i) => requests[i]),
+            result.value.at,
+          );
+          const refunded =
+            timeoutMs === undefined
+              ? await refund
+              : await this.deadlines.race(refund, timeoutMs, () => storeTimeout(timeoutMs));
           group.forEach((i, j) => (outcomes[i] = refunded.outcomes[j]));
         }),
       );

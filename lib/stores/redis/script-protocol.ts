@@ -73,23 +73,46 @@ export interface DecideReply {
  * Appends a request to a decide call's `keys` and `args` (ARGV from 2 on). Returns where in
  * `args` its deadline goes, which is left '' (none) until the call is sent.
  */
-export function appendRequest(keys: string[], args: string[], requests: readonly RateLimitRequest[], charge: boolean): number {
+export function appendRequest(
+  keys: string[],
+  args: string[],
+  requests: readonly RateLimitRequest[],
+  charge: boolean,
+): number {
   const deadlineAt = args.length + 2;
   args.push(String(requests.length), charge ? '1' : '0', '');
   for (const { key, rule, cost } of requests) {
     keys.push(key);
-    args.push(rule.algorithm, String(rule.rps), String(rule.burst), rule.blockMs === undefined ? '0' : String(rule.blockMs), rule.limit === undefined ? '' : String(rule.limit), String(cost));
+    args.push(
+      rule.algorithm,
+      String(rule.rps),
+      String(rule.burst),
+      rule.blockMs === undefined ? '0' : String(rule.blockMs),
+      rule.limit === undefined ? '' : String(rule.limit),
+      String(cost),
+    );
   }
   return deadlineAt;
 }
 
 /** A refund call's keys and arguments (ARGV from 2 on), for requests of one hash slot charged at `at` (from their decide reply). */
-export function encodeRefund(requests: readonly RateLimitRequest[], at: readonly number[]): { keys: string[]; args: string[] } {
+export function encodeRefund(
+  requests: readonly RateLimitRequest[],
+  at: readonly number[],
+): { keys: string[]; args: string[] } {
   const keys: string[] = [];
   const args: string[] = [];
   requests.forEach(({ key, rule, cost }, i) => {
     keys.push(key);
-    args.push(rule.algorithm, String(rule.rps), String(rule.burst), String(rule.blockMs ?? 0), rule.limit === undefined ? '' : String(rule.limit), String(cost), String(at[i]));
+    args.push(
+      rule.algorithm,
+      String(rule.rps),
+      String(rule.burst),
+      String(rule.blockMs ?? 0),
+      rule.limit === undefined ? '' : String(rule.limit),
+      String(cost),
+      String(at[i]),
+    );
   });
   return { keys, args };
 }

@@ -70,7 +70,12 @@ export class SlotBatches {
    * @throws RateLimitStoreError past the timeout (`'timeout'`), or when Redis ran the call after
    * it (`'stale'`)
    */
-  decide(requests: readonly RateLimitRequest[], charge: boolean, slot: number, timeoutMs: number | undefined): Promise<Reply> {
+  decide(
+    requests: readonly RateLimitRequest[],
+    charge: boolean,
+    slot: number,
+    timeoutMs: number | undefined,
+  ): Promise<Reply> {
     let batch = this.batches.get(slot);
     if (batch === undefined) {
       const opened: Batch = (batch = { keys: [], args: [], waiting: [] });
@@ -79,7 +84,9 @@ export class SlotBatches {
     }
     const deadlineAt = appendRequest(batch.keys, batch.args, requests, charge);
     const opened = batch;
-    const reply = new Promise<Reply>((resolve, reject) => opened.waiting.push({ count: requests.length, timeoutMs, deadlineAt, resolve, reject }));
+    const reply = new Promise<Reply>((resolve, reject) =>
+      opened.waiting.push({ count: requests.length, timeoutMs, deadlineAt, resolve, reject }),
+    );
     if (batch.keys.length >= MAX_BATCH_KEYS) this.send(slot, batch);
     return reply;
   }
@@ -89,7 +96,8 @@ export class SlotBatches {
     if (this.batches.get(slot) !== batch) return;
     this.batches.delete(slot);
     const sentAt = this.clock.localNow();
-    for (const waiting of batch.waiting) batch.args[waiting.deadlineAt] = this.clock.deadline(slot, sentAt, waiting.timeoutMs);
+    for (const waiting of batch.waiting)
+      batch.args[waiting.deadlineAt] = this.clock.deadline(slot, sentAt, waiting.timeoutMs);
     // on the client's socket from here: each caller's time starts now
     const answers = this.scripts.decide(batch.keys, batch.args).then((raw) => this.answers(slot, batch, raw, sentAt));
     batch.waiting.forEach((waiting, i) => {
@@ -98,7 +106,8 @@ export class SlotBatches {
         return all[i];
       });
       const { timeoutMs } = waiting;
-      const bounded = timeoutMs === undefined ? answer : this.deadlines.race(answer, timeoutMs, () => storeTimeout(timeoutMs));
+      const bounded =
+        timeoutMs === undefined ? answer : this.deadlines.race(answer, timeoutMs, () => storeTimeout(timeoutMs));
       bounded.then(waiting.resolve, waiting.reject);
     });
   }
@@ -112,7 +121,10 @@ export class SlotBatches {
    * one queue decided in different calls keep their spacing whichever reply is read late.
    */
   private answers(slot: number, batch: Batch, raw: number[], sentAt: number): (Reply | RateLimitStoreError)[] {
-    const { answers, now: redisNow } = decodeDecideReply(raw, batch.waiting.map((waiting) => waiting.count));
+    const { answers, now: redisNow } = decodeDecideReply(
+      raw,
+      batch.waiting.map((waiting) => waiting.count),
+    );
     const readAt = this.clock.localNow();
     const decidedAt = this.clock.learn(slot, redisNow, sentAt, readAt);
     const late = this.clock.sinceDecided(slot, redisNow, readAt);
@@ -120,7 +132,9 @@ export class SlotBatches {
       const answer = answers[j];
       if (answer === undefined) return new RateLimitStoreError(staleStoreCall(timeoutMs!), { reason: 'stale' });
       const reply: Reply = { outcomes: answer.outcomes, at: answer.at, decidedAt };
-      if (late > 0) for (const outcome of reply.outcomes) if (outcome.delayMs > 0) outcome.delayMs = Math.max(0, outcome.delayMs - late);
+      if (late > 0)
+        for (const outcome of reply.outcomes)
+          if (outcome.delayMs > 0) outcome.delayMs = Math.max(0, outcome.delayMs - late);
       return reply;
     });
   }

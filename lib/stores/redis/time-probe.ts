@@ -24,7 +24,8 @@ export async function timeUnusable(probe: Promise<unknown>): Promise<string | un
   try {
     ms = await probe;
   } catch (error) {
-    if (error instanceof Error && error.name === 'ReplyError' && error.message.startsWith('ERR')) return `a script calling it failed: ${error.message}`;
+    if (error instanceof Error && error.name === 'ReplyError' && error.message.startsWith('ERR'))
+      return `a script calling it failed: ${error.message}`;
     throw error;
   }
   return typeof ms === 'number' && ms > 0 ? undefined : `it answered ${String(ms)}`;

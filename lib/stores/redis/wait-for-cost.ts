@@ -25,7 +25,11 @@ import { logEntries } from '../../algorithms/sliding-window-log.js';
  * have at `fullMs`. Otherwise the outcome says too little of what the window holds, as of a cost
  * in the fraction of a token past `remaining`, which fits at once or not before `nextMs`.
  */
-export function waitForCost({ algorithm, rps, burst }: Rule, cost: number, { remaining, nextMs, fullMs }: Outcome): number | undefined {
+export function waitForCost(
+  { algorithm, rps, burst }: Rule,
+  cost: number,
+  { remaining, nextMs, fullMs }: Outcome,
+): number | undefined {
   const regain = ALGORITHM_DESCRIPTORS[algorithm].regain;
   // a log takes a whole entry per token, a fraction rounded up
   const need = regain === 'log' ? logEntries(cost) : cost;

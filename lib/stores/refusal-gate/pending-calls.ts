@@ -48,7 +48,8 @@ export class PendingCalls {
   drained(requests: readonly RateLimitRequest[]): Promise<unknown> | undefined {
     for (const { key } of requests) {
       const pending = this.byKey.get(key);
-      if (pending !== undefined) return (pending.drained ??= new Promise<unknown>((resolve) => (pending.drain = resolve)));
+      if (pending !== undefined)
+        return (pending.drained ??= new Promise<unknown>((resolve) => (pending.drain = resolve)));
     }
     return undefined;
   }

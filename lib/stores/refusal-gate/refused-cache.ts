@@ -109,7 +109,9 @@ export class RefusedCache {
     return requests.map(({ key }, i) => {
       const outcome = agedOutcome(refusal.policies.get(key)!.outcome, elapsed);
       // how long is not known, only "not now": 1 ms, which a decision rounds up to its least, 1 s
-      return rooms[i] > refusal.letThrough ? outcome : { ...outcome, allowed: false, retryMs: Math.max(1, outcome.retryMs) };
+      return rooms[i] > refusal.letThrough
+        ? outcome
+        : { ...outcome, allowed: false, retryMs: Math.max(1, outcome.retryMs) };
     });
   }
 
@@ -122,7 +124,12 @@ export class RefusedCache {
    * A key whose wait the outcome does not tell is remembered as contended only: requests on it go
    * to the server.
    */
-  remember(requests: readonly RateLimitRequest[], outcomes: readonly Outcome[], decidedAt: number, behind: (key: string) => number = none): void {
+  remember(
+    requests: readonly RateLimitRequest[],
+    outcomes: readonly Outcome[],
+    decidedAt: number,
+    behind: (key: string) => number = none,
+  ): void {
     const charged = outcomes.every((outcome) => outcome.allowed);
     const waits = requests.map(({ rule, cost }, i) => waitAfter(outcomes[i], rule, cost, charged));
     // past the end of a block of the request, the server's refusal would start the next one
@@ -149,7 +156,9 @@ export class RefusedCache {
         ]),
       );
       // contended only (wait 0 or not known): refused by nothing here, but the next requests wait for the calls behind
-      const until = decidedAt + (wait === undefined || wait === 0 ? 0 : wait < 0 ? blocksEnd : Math.min(wait - ROUNDING_MS, blocksEnd));
+      const until =
+        decidedAt +
+        (wait === undefined || wait === 0 ? 0 : wait < 0 ? blocksEnd : Math.min(wait - ROUNDING_MS, blocksEnd));
       this.refusals.delete(key); // re-inserted last: the Map's order is the eviction order
       this.refusals.set(key, { decidedAt, until, policies, letThrough: 0 });
       if (this.refusals.size > MAX_KEYS) this.refusals.delete(this.refusals.keys().next().value as string);
@@ -201,7 +210,12 @@ export class RefusedCache {
  * refused policy says so itself; after a charge, the charged outcome tells (`waitForCost`), but
  * not of a policy with a block: the refusal it foresees starts a block, which only the server can.
  */
-function waitAfter(outcome: Outcome, rule: RateLimitRequest['rule'], cost: number, charged: boolean): number | undefined {
+function waitAfter(
+  outcome: Outcome,
+  rule: RateLimitRequest['rule'],
+  cost: number,
+  charged: boolean,
+): number | undefined {
   if (!outcome.allowed) return outcome.retryMs;
   if (!charged) return 0;
   const wait = waitForCost(rule, cost, outcome);
@@ -224,9 +238,14 @@ function sameAs(policy: Policy, rule: RateLimitRequest['rule'], cost: number): b
  * the most. Before `nextMs` (less the rounding) it holds fewer than `remaining + 1` tokens; then
  * a bucket that refills at `rps` gains no faster, and a window (`WINDOW_ALGORITHMS`) may be full.
  */
-function room({ rule: { algorithm, rps, burst }, cost, outcome: { remaining, nextMs } }: Policy, elapsed: number): number {
+function room(
+  { rule: { algorithm, rps, burst }, cost, outcome: { remaining, nextMs } }: Policy,
+  elapsed: number,
+): number {
   if (elapsed < nextMs - ROUNDING_MS) return Math.ceil((remaining + 1) / cost) - 1;
-  const tokens = WINDOW_ALGORITHMS.has(algorithm) ? burst : Math.min(burst, remaining + 1 + ((elapsed - nextMs + ROUNDING_MS) * rps) / 1000);
+  const tokens = WINDOW_ALGORITHMS.has(algorithm)
+    ? burst
+    : Math.min(burst, remaining + 1 + ((elapsed - nextMs + ROUNDING_MS) * rps) / 1000);
   return Math.floor(tokens / cost);
 }
 

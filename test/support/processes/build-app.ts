@@ -37,7 +37,9 @@ export async function buildApp(outDir: string, fixture: string): Promise<string>
       reportDiagnostics: true,
     });
     if (diagnostics.length > 0) {
-      throw new Error(`${file}: ${diagnostics.map((d) => ts.flattenDiagnosticMessageText(d.messageText, '\n')).join('; ')}`);
+      throw new Error(
+        `${file}: ${diagnostics.map((d) => ts.flattenDiagnosticMessageText(d.messageText, '\n')).join('; ')}`,
+      );
     }
     const out = join(outDir, relative(ROOT, file)).replace(/\.ts$/, '.js');
     await mkdir(dirname(out), { recursive: true });

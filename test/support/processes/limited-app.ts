@@ -65,7 +65,7 @@ async function main(): Promise<void> {
   const url = process.env.REDIS_URL;
   const clusterNodes = process.env.REDIS_CLUSTER;
   const prefix = process.env.RATE_LIMIT_PREFIX;
-  if (!prefix || (!url) === (!clusterNodes)) {
+  if (!prefix || !url === !clusterNodes) {
     throw new Error('set RATE_LIMIT_PREFIX and exactly one of REDIS_URL, REDIS_CLUSTER');
   }
 
@@ -117,7 +117,7 @@ async function main(): Promise<void> {
     // connections of requests still waiting their turn in a leaky bucket would hold close()
     server.closeAllConnections();
     await app.close();
-    if (cluster) await cluster.quit().catch(() => cluster!.disconnect());
+    if (cluster) await cluster.quit().catch(() => cluster.disconnect());
     process.exit(0);
   };
   process.once('SIGTERM', () => void shutdown());
@@ -128,6 +128,8 @@ async function main(): Promise<void> {
 }
 
 main().catch((error: unknown) => {
-  process.stderr.write(`limited-app failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+  process.stderr.write(
+    `limited-app failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+  );
   process.exit(1);
 });

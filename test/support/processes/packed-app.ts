@@ -51,7 +51,10 @@ export interface PackedPackage {
  */
 export async function packedPackage(): Promise<PackedPackage> {
   const dir = process.env.TEST_PACK_DIR;
-  if (!dir) throw new Error('TEST_PACK_DIR is not set: the packed package is for the e2e project (its global setup makes the dir)');
+  if (!dir)
+    throw new Error(
+      'TEST_PACK_DIR is not set: the packed package is for the e2e project (its global setup makes the dir)',
+    );
   const answer = join(dir, 'packed.json');
   try {
     await mkdir(join(dir, 'lock'));
@@ -64,7 +67,9 @@ export async function packedPackage(): Promise<PackedPackage> {
     await npm(ROOT, ['run', 'build']);
     const build = since(started);
     started = performance.now();
-    const [{ filename }] = JSON.parse(await npm(ROOT, ['pack', '--json', '--pack-destination', dir])) as { filename: string }[];
+    const [{ filename }] = JSON.parse(await npm(ROOT, ['pack', '--json', '--pack-destination', dir])) as {
+      filename: string;
+    }[];
     packed = { tarball: join(dir, filename), build, pack: since(started) };
   } catch (error) {
     packed = { error: (error as Error).message };

@@ -54,12 +54,23 @@ async function main(): Promise<void> {
   if (rpc !== undefined) {
     appendFileSync(process.env.PEERS_LOG!, 'first rpc message\n');
     const port = await freePort();
-    app.connectMicroservice({ transport: rpc.Transport.TCP, options: { host: '127.0.0.1', port } }, { inheritAppConfig: true });
+    app.connectMicroservice(
+      { transport: rpc.Transport.TCP, options: { host: '127.0.0.1', port } },
+      { inheritAppConfig: true },
+    );
     await app.startAllMicroservices();
-    const client = rpc.ClientProxyFactory.create({ transport: rpc.Transport.TCP, options: { host: '127.0.0.1', port } });
+    const client = rpc.ClientProxyFactory.create({
+      transport: rpc.Transport.TCP,
+      options: { host: '127.0.0.1', port },
+    });
     const answers: unknown[] = [];
     for (let i = 0; i < 2; i++) {
-      answers.push(await client.send('take', {}).toPromise().catch((error: unknown) => ({ error })));
+      answers.push(
+        await client
+          .send('take', {})
+          .toPromise()
+          .catch((error: unknown) => ({ error })),
+      );
     }
     client.close();
     console.log(JSON.stringify({ rpc: answers }));
