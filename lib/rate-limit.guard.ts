@@ -5,18 +5,21 @@ import { resolveCost } from './keys/cost.js';
 import { resolveIdentity } from './keys/identity.js';
 import { IdentityWarnings, routeName } from './keys/identity-warnings.js';
 import { resolveTier } from './keys/tier.js';
-import { chargeOnce } from './limiter/charge-once.js';
+import { charged, uncharged } from './limiter/charge-once.js';
 import { type LimitedCall, limitedCall, watch, watchedOf } from './limiter/limited-call.js';
 import { RateLimiter, type RateLimitVerdict } from './limiter/rate-limiter.js';
 import { storeFailure } from './limiter/store-failure.js';
-import { storeRequests } from './limiter/store-requests.js';
+import { settledRequests, settleRequest } from './limiter/store-requests.js';
 import { RATE_LIMIT_OPTIONS } from './rate-limit.constants.js';
 import { shadowRefusal } from './rate-limit.messages.js';
 import type { ResolvedOptions } from './rate-limit-options.js';
-import type { RoutePolicy } from './routes/route-policy.js';
+import { type RoutePolicy, storeRequest } from './routes/route-policy.js';
 import { RoutePolicies } from './routes/route-policies.js';
 import { Unskipped } from './routes/skip-if.js';
 import type { RateLimitStoreError } from './stores/rate-limit-store.error.js';
+import type { RateLimitRequest } from './stores/rate-limit-store.interface.js';
+
+type Answer = boolean | Promise<boolean>;
 
 /**
  * Limits each request by its route's policies, once however many times it runs on it: the Nest adapter of the engine
@@ -40,44 +43,64 @@ export class RateLimitGuard implements CanActivate {
     this.unskipped = new Unskipped(options.skipIf);
   }
 
-  canActivate(context: ExecutionContext): boolean | Promise<boolean> {
+  canActivate(context: ExecutionContext): Answer {
     const seam = this.contexts.for(context.getType());
     if (seam !== undefined) return this.limit(seam, context);
     return this.contexts.load(context.getType()).then((loaded) => loaded === undefined || this.limit(loaded, context));
   }
 
-  private limit(seam: LimitedCall['seam'], context: ExecutionContext): boolean | Promise<boolean> {
+  private limit(seam: LimitedCall['seam'], context: ExecutionContext): Answer {
     const call = limitedCall(context, seam, this.routes.forContext(context));
-    return call === undefined || chargeOnce(call, (fresh) => this.enforce(call, fresh));
+    if (call === undefined) return true;
+    return this.charge(call, call.selection, call.perSelection, this.charge(call, call.target, call.perRequest, true));
   }
 
-  /** Decides the policies not charged yet on the request, and answers. */
-  protected enforce(call: LimitedCall, policies: readonly RoutePolicy[]): boolean | Promise<boolean> {
+  /** Charges `policies` on `holder` once, when `after` admits (a GraphQL field's own after its operation's). */
+  private charge(call: LimitedCall, holder: object, policies: readonly RoutePolicy[], after: Answer): Answer {
+    if (policies.length === 0) return after;
+    const fresh = uncharged(holder, policies);
+    const run = (): Answer => fresh.length === 0 || this.enforce(call, fresh);
+    return charged(holder, policies, fresh, after === true ? run() : Promise.resolve(after).then((ok) => ok && run()));
+  }
+
+  private enforce(call: LimitedCall, policies: readonly RoutePolicy[]): Answer {
     try {
       if (this.unskipped.none(policies)) return this.decide(call, policies);
-      return this.skipping(call, policies).then((applying) => {
-        if (applying !== policies) this.limiter.skipped(call, policies, applying);
-        return applying.length === 0 || this.decide(call, applying);
-      });
+      const skipping = this.unskipped.of(policies, call.request, call.context);
+      return skipping.then((applying) => this.decide(call, applying, policies));
     } catch (error) {
       return Promise.reject(error); // a key or cost source that threw: rejected, as by an async guard
     }
   }
 
-  private decide(call: LimitedCall, applying: readonly RoutePolicy[]): boolean | Promise<boolean> {
+  private decide(call: LimitedCall, applying: readonly RoutePolicy[], route = applying): Answer {
+    if (applying !== route) this.limiter.skipped(call, route, applying);
+    if (applying.length === 0) return true;
     const policies = this.limiter.scaled(applying);
-    const requests = storeRequests(
-      policies,
-      (policy) => this.identities.checked(policy.keys, this.identify(call, policy), call),
-      (policy) => this.cost(call, policy),
-      (policy) => this.tier(call, policy),
-    );
-    const verdict = this.limiter.decide(call, policies, requests);
+    const verdict = this.limiter.decide(call, policies, this.requests(call, policies));
     if (!(verdict instanceof Promise)) return this.answer(call, verdict);
-    return verdict.then((known) => this.answer(call, known), this.failingOver(call, policies));
+    return verdict.then(
+      (known) => this.answer(call, known),
+      (error: unknown) => this.onStoreFailure(call, storeFailure(error)),
+    );
   }
 
-  private answer(call: LimitedCall, verdict: RateLimitVerdict): boolean | Promise<boolean> {
+  private requests(call: LimitedCall, route: readonly RoutePolicy[]): RateLimitRequest[] | Promise<RateLimitRequest[]> {
+    const requests = new Array<RateLimitRequest>(route.length);
+    let pending: Promise<unknown>[] | undefined;
+    for (let i = 0; i < route.length; i++) {
+      const policy = route[i];
+      const identity = this.identities.checked(policy.keys, this.identify(call, policy), call);
+      const cost = this.cost(call, policy);
+      const tier = policy.tiers && resolveTier(policy.tiers.source, call, this.options.timeout);
+      const known = typeof identity === 'string' && typeof cost === 'number' && typeof tier !== 'object';
+      if (known) requests[i] = storeRequest(policy, identity, cost, tier);
+      else (pending ??= []).push(settleRequest(requests, i, policy, identity, cost, tier));
+    }
+    return pending === undefined ? requests : settledRequests(requests, pending);
+  }
+
+  private answer(call: LimitedCall, verdict: RateLimitVerdict): Answer {
     this.answers.headers(call, verdict);
     const enforcing = this.options.mode !== 'shadow';
     // a microtask on: a promise rejected before anyone awaits it costs Node's unhandled-rejection bookkeeping
@@ -88,23 +111,6 @@ export class RateLimitGuard implements CanActivate {
     return true;
   }
 
-  private failingOver(call: LimitedCall, policies: readonly RoutePolicy[]): (failure: unknown) => boolean {
-    return (failure) => {
-      const error = storeFailure(failure);
-      let passed = false;
-      try {
-        return (passed = this.onStoreFailure(call, error));
-      } finally {
-        this.limiter.failedOver(call, policies, passed);
-      }
-    };
-  }
-
-  /** The policies that apply: none when the module's `skipIf` says so, else those whose own does not. */
-  protected skipping(call: LimitedCall, policies: readonly RoutePolicy[]): Promise<readonly RoutePolicy[]> {
-    return this.unskipped.of(policies, call.request, call.context);
-  }
-
   /** The identity a policy limits the request as (see `KeySource`). */
   protected identify(call: LimitedCall, policy: RoutePolicy): string | Promise<string> {
     return resolveIdentity(policy.keys, call.request, call.context, this.options);
@@ -113,11 +119,6 @@ export class RateLimitGuard implements CanActivate {
   /** Tokens the request takes under a policy (see `CostSource`); an unusable cost is `defaultCost`. */
   protected cost(call: LimitedCall, policy: RoutePolicy): number | Promise<number> {
     return resolveCost(policy.cost, policy.defaultCost, call.request, call.context);
-  }
-
-  /** A tiered policy's tier for the request (see `TierSource`); `undefined`: its `defaultTier`. */
-  protected tier(call: LimitedCall, policy: RoutePolicy): string | undefined | Promise<string | undefined> {
-    return policy.tiers && resolveTier(policy.tiers.source, call, this.options.timeout);
   }
 
   /** Ends a refused request: `Retry-After`, then `exceptionFactory`'s error or the seam's refusal (a 429). */
@@ -142,8 +143,7 @@ export class RateLimitGuard implements CanActivate {
 
   /** The answer when the store cannot decide (`error.reason` says why): `failMode` 'open' lets it through. */
   protected onStoreFailure(call: LimitedCall, error: RateLimitStoreError): boolean {
-    if (this.options.failMode === 'closed' && this.options.mode !== 'shadow')
-      throw this.answers.unavailable(call, error);
-    return true;
+    if (this.options.failMode !== 'closed' || this.options.mode === 'shadow') return true;
+    throw this.answers.unavailable(call, error);
   }
 }

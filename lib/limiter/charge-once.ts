@@ -1,66 +1,52 @@
 import type { RoutePolicy } from '../routes/route-policy.js';
-import { type CallRecord, type Charge, type LimitedCall, recordOn } from './limited-call.js';
+import { type Charge, recordOn } from './limited-call.js';
 
-type Enforce = (policies: readonly RoutePolicy[]) => boolean | Promise<boolean>;
-
-/** Each route's policies split by where a GraphQL field charges them, worked out once per route. */
-const SPLITS = new WeakMap<
-  readonly RoutePolicy[],
-  { operation: readonly RoutePolicy[]; own: readonly RoutePolicy[] }
->();
+type Answer = boolean | Promise<boolean>;
 
 /**
- * Charges a request or message once per policy, however many times the guard runs on it (a
- * global guard and `@UseGuards`, the fields of one GraphQL operation): `enforce` decides the
- * policies not charged yet, and a later run shares the verdicts of those charged before.
- *
- * With a selection of its own (a GraphQL field's, see `RateLimitContext.selection`), the policies
- * its handler declares itself are charged once per selection, once the others, charged once per
- * target (the operation), have admitted it: a field its own policy refuses leaves the operation's
- * charge in place (the operation runs), and a refused operation charges no field.
+ * A request or message is charged once per policy, however many times the guard runs on it (a
+ * global guard and `@UseGuards`, the fields of one GraphQL operation): a run decides only the
+ * policies `uncharged` on its record, and `charged` keeps its verdict there, for a later run to
+ * share. The guard decides between the two calls; neither calls it.
  */
-export function chargeOnce(call: LimitedCall, enforce: Enforce): boolean | Promise<boolean> {
-  const { route } = call;
-  if (call.selection === call.target) return chargeOn(call.record, route, enforce);
-  let split = SPLITS.get(route);
-  if (split === undefined) {
-    split = {
-      operation: route.filter((policy) => policy.onHandler !== true),
-      own: route.filter((policy) => policy.onHandler === true),
-    };
-    SPLITS.set(route, split);
-  }
-  const operation = split.operation.length === 0 ? true : chargeOn(call.record, split.operation, enforce);
-  if (split.own.length === 0) return operation;
-  return chargeOn(recordOn(call.selection), split.own, (fresh) =>
-    operation === true ? enforce(fresh) : Promise.resolve(operation).then((admitted) => admitted && enforce(fresh)),
-  );
+
+/** The earlier charge of a policy on a record (by its bucket keys' start), if any. */
+function chargeOf(charges: readonly Charge[], policy: RoutePolicy): Charge | undefined {
+  return charges.find((earlier) => earlier.policies.some(({ keyPrefix }) => keyPrefix === policy.keyPrefix));
 }
 
-/** Charges `policies` once on a record: at once on one the guard has not charged, else only those not charged there yet. */
-function chargeOn(record: CallRecord, policies: readonly RoutePolicy[], enforce: Enforce): boolean | Promise<boolean> {
+/** The policies of `policies` not charged on `holder` (a target or a selection) yet: all of them, the same list, at first. */
+export function uncharged(holder: object, policies: readonly RoutePolicy[]): readonly RoutePolicy[] {
+  const { charges } = recordOn(holder);
+  return charges === undefined ? policies : policies.filter((policy) => chargeOf(charges, policy) === undefined);
+}
+
+/**
+ * Keeps the verdict on the `fresh` policies (those `uncharged` gave) on `holder`, and gives the
+ * run's answer under all of `policies`: on a holder charged for the first time, the verdict
+ * itself (`true` at once for an admitted request); else once it and the earlier verdicts on the
+ * others have settled (a refusal among them rejects).
+ */
+export function charged(
+  holder: object,
+  policies: readonly RoutePolicy[],
+  fresh: readonly RoutePolicy[],
+  verdict: Answer,
+): Answer {
+  const record = recordOn(holder);
   const { charges } = record;
   if (charges === undefined) {
-    const verdict = enforce(policies);
-    record.charges = [{ policies, verdict }];
+    record.charges = [{ policies: fresh, verdict }];
     return verdict;
   }
-  return chargeAgain(charges, policies, enforce);
-}
-
-/** A target the guard has run on before: only the policies not yet charged are decided. */
-async function chargeAgain(charges: Charge[], policies: readonly RoutePolicy[], enforce: Enforce): Promise<boolean> {
-  const verdicts = new Set<boolean | Promise<boolean>>();
-  const fresh = policies.filter((policy) => {
-    const charge = charges.find((earlier) => earlier.policies.some(({ keyPrefix }) => keyPrefix === policy.keyPrefix));
-    if (charge !== undefined) verdicts.add(charge.verdict);
-    return charge === undefined;
-  });
+  const verdicts = new Set<Answer>();
+  for (const policy of policies) {
+    const earlier = chargeOf(charges, policy);
+    if (earlier !== undefined) verdicts.add(earlier.verdict);
+  }
   if (fresh.length > 0) {
-    const verdict = enforce(fresh);
     charges.push({ policies: fresh, verdict });
     verdicts.add(verdict);
   }
-  await Promise.all(verdicts);
-  return true;
+  return Promise.all(verdicts).then(() => true);
 }

@@ -19,6 +19,14 @@ export interface LimitedCall {
   readonly request: LimitedRequest;
   /** The route's policies (the handler's, its class's and the module's). */
   readonly route: readonly RoutePolicy[];
+  /** Those charged once per request, on its target: all of them, but on a GraphQL field those of `perSelection`. */
+  readonly perRequest: readonly RoutePolicy[];
+  /**
+   * Those charged once per selection (a GraphQL field's own, see `RoutePolicy.onHandler`), after
+   * `perRequest` admitted it: a field its own policy refuses leaves the operation's charge in place,
+   * and a refused operation charges no field. None outside GraphQL.
+   */
+  readonly perSelection: readonly RoutePolicy[];
   /** What is charged once, however many times the guard runs on it (see `RateLimitContext.target`). */
   readonly target: object;
   /** What a policy the handler declares itself is charged once on (see `RateLimitContext.selection`). */
@@ -81,7 +89,26 @@ export function limitedCall(
   if (request === undefined) return undefined;
   const target = seam.target?.(context) ?? context.getArgs();
   const selection = seam.selection?.(context) ?? target;
-  return { context, seam, request, route, target, selection, record: recordOn(target) };
+  const record = recordOn(target);
+  if (selection === target)
+    return { context, seam, request, route, perRequest: route, perSelection: NONE, target, selection, record };
+  const { perRequest, perSelection } = splitOf(route);
+  return { context, seam, request, route, perRequest, perSelection, target, selection, record };
+}
+
+const NONE: readonly RoutePolicy[] = Object.freeze([]);
+
+/** Each route's policies split by where a GraphQL field charges them, worked out once per route. */
+const SPLITS = new WeakMap<readonly RoutePolicy[], Pick<LimitedCall, 'perRequest' | 'perSelection'>>();
+
+function splitOf(route: readonly RoutePolicy[]): Pick<LimitedCall, 'perRequest' | 'perSelection'> {
+  let split = SPLITS.get(route);
+  if (split === undefined) {
+    const perSelection = route.filter((policy) => policy.onHandler === true);
+    split = { perRequest: route.filter((policy) => policy.onHandler !== true), perSelection };
+    SPLITS.set(route, split);
+  }
+  return split;
 }
 
 /** What an admitted request owes its policies that watch its outcome; `undefined` when none does. */

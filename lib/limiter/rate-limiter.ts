@@ -25,6 +25,7 @@ import { AdaptiveRates } from './adaptive-rates.js';
 import { GivenPolicies } from './given-policies.js';
 import type { LimitedCall, Watched } from './limited-call.js';
 import { Scales } from './scales.js';
+import { storeFailure } from './store-failure.js';
 
 /** What the engine decided for one run of the guard: every policy's decision, all-or-nothing. */
 export interface RateLimitVerdict {
@@ -93,23 +94,24 @@ export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShut
   decide(
     call: LimitedCall,
     policies: readonly RoutePolicy[],
-    requests: readonly RateLimitRequest[] | Promise<readonly RateLimitRequest[]>,
+    requests: RateLimitRequest[] | Promise<RateLimitRequest[]>,
   ): RateLimitVerdict | Promise<RateLimitVerdict> {
     if (!Array.isArray(requests))
-      return (requests as Promise<readonly RateLimitRequest[]>).then((built) => this.decide(call, policies, built));
+      return requests.then(
+        (built) => this.decide(call, policies, built),
+        (error: unknown) => this.failed(call, policies, error),
+      );
     const decided = this.decisions(requests, true);
     if (Array.isArray(decided)) return this.verdict(call.context, policies, requests, decided);
-    return decided.then((decisions) => this.verdict(call.context, policies, requests, decisions));
+    return decided.then(
+      (decisions) => this.verdict(call.context, policies, requests, decisions),
+      (error: unknown) => this.failed(call, policies, error),
+    );
   }
 
   /** A run some of whose policies a `skipIf` let pass: `applying` are those left. */
   skipped(call: LimitedCall, policies: readonly RoutePolicy[], applying: readonly RoutePolicy[]): void {
     this.telemetry.skipped(call.context, policies, applying);
-  }
-
-  /** A run the store could not decide, and whether `failMode`'s answer let it pass. */
-  failedOver(call: LimitedCall, policies: readonly RoutePolicy[], passed: boolean): void {
-    this.telemetry.failedOver(call.context, policies, passed);
   }
 
   /** Settles what an admitted request owed its outcome: refunds when it succeeded, latencies for adaptive rates. */
@@ -221,6 +223,18 @@ export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShut
     const named = limiting(decisions);
     this.telemetry.decided(context, decisions, named.allowed);
     return { policies, requests, decisions, limiting: named, allowed: named.allowed };
+  }
+
+  /**
+   * A run the store could not decide, or whose key function passed `timeout`: told to metrics and
+   * events with the answer `failMode` gives it, and rejected with as a `RateLimitStoreError` for
+   * the guard to answer; any other error (a key or cost source's bug) is rethrown as it is.
+   */
+  private failed(call: LimitedCall, policies: readonly RoutePolicy[], error: unknown): never {
+    const failure = storeFailure(error);
+    const { failMode, mode } = this.options;
+    this.telemetry.failedOver(call.context, policies, failMode !== 'closed' || mode === 'shadow');
+    throw failure;
   }
 
   /** Sleeps until the turn comes; when the wait ends early, gives the charge back and rejects. */
