@@ -39,14 +39,15 @@ export function charged(
     record.charges = [{ policies: fresh, verdict }];
     return verdict;
   }
-  const verdicts = new Set<Answer>();
+  // an admitted verdict is `true` at once; a refusal, or one still open, a promise
+  const pending: Promise<boolean>[] = [];
   for (const policy of policies) {
-    const earlier = chargeOf(charges, policy);
-    if (earlier !== undefined) verdicts.add(earlier.verdict);
+    const earlier = chargeOf(charges, policy)?.verdict;
+    if (earlier instanceof Promise) pending.push(earlier);
   }
   if (fresh.length > 0) {
     charges.push({ policies: fresh, verdict });
-    verdicts.add(verdict);
+    if (verdict instanceof Promise) pending.push(verdict);
   }
-  return Promise.all(verdicts).then(() => true);
+  return Promise.all(pending).then(() => true);
 }
