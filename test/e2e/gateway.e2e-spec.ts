@@ -27,6 +27,7 @@ import {
 } from '../../lib/rate-limit.messages.js';
 import { connectTestRedis } from '../support/redis/test-redis.js';
 import { GATEWAY_ADAPTERS, type GatewayApp, type GatewayClient, startGatewayApp } from '../support/gateway-apps.js';
+import { RateLimiter } from '../../lib/limiter/rate-limiter.js';
 
 /** One token per 10 000 s: a bucket emptied in a test stays empty, and says so, for the rest of it. */
 const TINY = 0.0001;
@@ -476,7 +477,7 @@ describe.each(GATEWAY_ADAPTERS)(
       class AppModule {}
       const gateway = await startGatewayApp(AppModule, adapter);
       try {
-        const waits = watchWaits(gateway.app.get(RateLimiterService));
+        const waits = watchWaits(gateway.app.get(RateLimiter));
         const client = await gateway.connect();
         expect(await client.ask('backlog')).toEqual(reply('backlog', 1));
         const [connection] = gateway.app.get(BacklogGateway).connections;
@@ -512,12 +513,12 @@ describe.each(GATEWAY_ADAPTERS)(
   },
 );
 
-/** Watches `RateLimiterService.wait`, calling through: resolves each call's promise as it is made. */
-function watchWaits(limiter: RateLimiterService) {
+/** Watches the engine's waits (`RateLimiter.wait`, as the guard asks it), calling through: resolves each call's promise as it is made. */
+function watchWaits(limiter: RateLimiter) {
   const original = limiter.wait.bind(limiter);
   const made: Promise<void>[] = [];
   const readers: Array<(waiting: Promise<void>) => void> = [];
-  jest.spyOn(limiter, 'wait').mockImplementation((...args: Parameters<RateLimiterService['wait']>) => {
+  jest.spyOn(limiter, 'wait').mockImplementation((...args: Parameters<RateLimiter['wait']>) => {
     const waiting = original(...args);
     const reader = readers.shift();
     if (reader === undefined) made.push(waiting);

@@ -4,6 +4,7 @@ import { jest } from '@jest/globals';
 import { Controller, Get, Module, Query } from '@nestjs/common';
 import type { Redis } from 'ioredis';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
+import { RateLimiter } from '../../lib/limiter/rate-limiter.js';
 import {
   MemoryStore,
   RateLimit,
@@ -63,13 +64,13 @@ function remainingOf(header: string | undefined, policy: string): number | undef
   return match ? Number(match[1]) : undefined;
 }
 
-/** Watches the app's `RateLimiterService.wait`: every call's promise, and a way to await the nth call. */
+/** Watches the waits of the app's engine (`RateLimiter.wait`, as the guard asks it): every call's promise, and a way to await the nth call. */
 function watchWaits(http: TestApp) {
-  const limiter = http.app.get(RateLimiterService);
+  const limiter = http.app.get(RateLimiter);
   const original = limiter.wait.bind(limiter);
   const calls: Promise<unknown>[] = [];
   const listeners: (() => void)[] = [];
-  jest.spyOn(limiter, 'wait').mockImplementation((...args: Parameters<RateLimiterService['wait']>) => {
+  jest.spyOn(limiter, 'wait').mockImplementation((...args: Parameters<RateLimiter['wait']>) => {
     const waiting = original(...args);
     calls.push(waiting.catch(() => undefined));
     for (const listener of listeners.splice(0)) listener();

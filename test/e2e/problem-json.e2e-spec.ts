@@ -21,6 +21,7 @@ import { ADAPTERS, read, startApp, type TestApp } from '../support/app.js';
 import { DRIVERS, startGraphqlApp } from '../support/graphql-apps.js';
 import { QUOTA_EXCEEDED, REDUCED_CAPACITY_DOCUMENT } from '../support/problem-documents.js';
 import { startMicroservice, TenantsController } from '../support/microservice-apps.js';
+import { RateLimiter } from '../../lib/limiter/rate-limiter.js';
 
 /**
  * `errorFormat: 'problem'` over real HTTP on Express and Fastify, on the memory store and on
@@ -217,7 +218,8 @@ describe.each(ADAPTERS)('errorFormat on %s', (adapter) => {
 
     it("'problem': requests waiting their leaky_bucket turn at shutdown get a temporary-reduced-capacity 503", async () => {
       const http = await start({ store: makeStore(), errorFormat: 'problem' });
-      const limiter = http.app.get(RateLimiterService);
+      // the engine the guard asks (`RateLimiter`, behind `RateLimiterService`)
+      const limiter = http.app.get(RateLimiter);
       const wait = limiter.wait.bind(limiter);
       let waiting = 0;
       // counts the requests that wait, and lets them wait as they would
