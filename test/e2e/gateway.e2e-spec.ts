@@ -369,7 +369,7 @@ describe.each(GATEWAY_ADAPTERS)('a gateway on %s', (adapter) => {
     it('gives back the turn of a leaky_bucket message whose client disconnects while it waits', async () => {
       const gateway = await start(LimitedGateway);
       const limiter = gateway.app.get(RateLimiterService);
-      const waits = watchWaits(limiter);
+      const waits = watchWaits(gateway.app.get(RateLimiter));
       const client = await gateway.connect();
 
       // the first passes at once; the second waits its turn, 15 minutes away, and its client leaves
