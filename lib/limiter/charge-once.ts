@@ -50,17 +50,18 @@ function chargeOn(record: CallRecord, policies: readonly RoutePolicy[], enforce:
 
 /** A target the guard has run on before: only the policies not yet charged are decided. */
 async function chargeAgain(charges: Charge[], policies: readonly RoutePolicy[], enforce: Enforce): Promise<boolean> {
-  const verdicts = new Set<boolean | Promise<boolean>>();
+  // only a pending verdict is waited for: one already given has nothing to reject with
+  const pending = new Set<Promise<boolean>>();
   const fresh = policies.filter((policy) => {
     const charge = charges.find((earlier) => earlier.policies.some(({ keyPrefix }) => keyPrefix === policy.keyPrefix));
-    if (charge !== undefined) verdicts.add(charge.verdict);
+    if (charge !== undefined && typeof charge.verdict !== 'boolean') pending.add(charge.verdict);
     return charge === undefined;
   });
   if (fresh.length > 0) {
     const verdict = enforce(fresh);
     charges.push({ policies: fresh, verdict });
-    verdicts.add(verdict);
+    if (typeof verdict !== 'boolean') pending.add(verdict);
   }
-  await Promise.all(verdicts);
+  await Promise.all(pending);
   return true;
 }

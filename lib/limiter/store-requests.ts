@@ -14,7 +14,7 @@ export function storeRequests(
   cost: (policy: RoutePolicy) => Maybe<number>,
   tier: (policy: RoutePolicy) => Maybe<string | undefined>,
 ): RateLimitRequest[] | Promise<RateLimitRequest[]> {
-  const requests: RateLimitRequest[] = new Array(policies.length);
+  const requests: RateLimitRequest[] = new Array<RateLimitRequest>(policies.length);
   let pending: Promise<unknown>[] | undefined;
   for (let i = 0; i < policies.length; i++) {
     const policy = policies[i];
