@@ -133,7 +133,10 @@ export function resolveOptions(options: RateLimitModuleOptions | undefined): Res
   if (mode !== 'enforce' && mode !== 'shadow') fail('mode', mode, `must be 'enforce' or 'shadow'`);
   if (typeof guard !== 'boolean') fail('guard', guard, 'must be true or false');
   if (runAs !== 'guard' && runAs !== 'interceptor') fail('runAs', runAs, `must be 'guard' or 'interceptor'`);
-  if (!Array.isArray(contexts) || !contexts.every((type) => CONTEXT_TYPES.includes(type))) {
+  if (
+    !Array.isArray(contexts) ||
+    !contexts.every((type: unknown) => (CONTEXT_TYPES as readonly unknown[]).includes(type))
+  ) {
     fail('contexts', contexts, `must be a list of 'http', 'graphql', 'ws', 'rpc'`);
   }
   if (!Array.isArray(policies)) fail('policies', policies, 'must be a list of policies');
@@ -245,6 +248,6 @@ function isStore(value: unknown): value is RateLimitStore {
 /** An object literal, as ioredis options are (not a client of another library, not a list). */
 function isPlainObject(value: unknown): value is Record<string, unknown> {
   if (typeof value !== 'object' || value === null) return false;
-  const prototype = Object.getPrototypeOf(value);
+  const prototype: unknown = Object.getPrototypeOf(value);
   return prototype === Object.prototype || prototype === null;
 }

@@ -3,14 +3,15 @@ import type { RateLimitPolicy } from './policy/policy.types.js';
 import { RATE_LIMIT_POLICIES, RATE_LIMIT_SKIP } from './rate-limit.constants.js';
 import { RateLimitOutcomeInterceptor } from './rate-limit-outcome.interceptor.js';
 
-type Target = object | Function;
+/** A decorated class (a constructor is an object too) or, for a handler, its class's prototype. */
+type Target = object;
 
 function defineOn(key: string, value: (previous: any) => unknown): ClassDecorator & MethodDecorator {
-  return (target: Target, _property?: string | symbol, descriptor?: PropertyDescriptor) => {
-    const holder = descriptor ? descriptor.value : target;
+  return ((target: Target, _property?: string | symbol, descriptor?: PropertyDescriptor) => {
+    const holder = descriptor ? (descriptor.value as object) : target;
     Reflect.defineMetadata(key, value(Reflect.getMetadata(key, holder)), holder);
-    return descriptor as any;
-  };
+    return descriptor;
+  }) as ClassDecorator & MethodDecorator;
 }
 
 /**
@@ -42,7 +43,7 @@ function withOutcomes(define: ClassDecorator & MethodDecorator): ClassDecorator 
   const intercept = UseInterceptors(RateLimitOutcomeInterceptor);
   return ((target: Target, property: string | symbol, descriptor: PropertyDescriptor) => {
     intercept(target, property, descriptor);
-    return define(target as Function, property, descriptor);
+    return define(target, property, descriptor);
   }) as ClassDecorator & MethodDecorator;
 }
 

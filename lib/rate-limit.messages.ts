@@ -17,13 +17,16 @@ function show(value: unknown): string {
   if (typeof value === 'function') return `a function`;
   if (typeof value === 'string') return JSON.stringify(clip(value));
   if (typeof value !== 'object' || value === null) return String(value);
-  const prototype = Object.getPrototypeOf(value);
+  const prototype: unknown = Object.getPrototypeOf(value);
   if (prototype !== Object.prototype && prototype !== null && !Array.isArray(value)) {
     return `an instance of ${value.constructor?.name || 'a class'}`;
   }
   try {
-    return clip(JSON.stringify(value, (_key, inner) => (typeof inner === 'function' ? '(a function)' : inner)));
+    return clip(
+      JSON.stringify(value, (_key, inner: unknown) => (typeof inner === 'function' ? '(a function)' : inner)),
+    );
   } catch {
+    // eslint-disable-next-line @typescript-eslint/no-base-to-string -- what JSON cannot show (circular, or holding a bigint) is shown as String shows it: an array by its items, a plain object as [object Object]
     return String(value);
   }
 }

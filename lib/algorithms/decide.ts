@@ -11,7 +11,7 @@ export const MODELS: { readonly [A in Algorithm]: AlgorithmModel<any> } = Object
 
 /** The algorithm's model; policies are validated at start, so an unknown name is a bug. */
 export function modelOf(rule: Rule): AlgorithmModel<Held> {
-  return MODELS[rule.algorithm];
+  return MODELS[rule.algorithm] as AlgorithmModel<Held>;
 }
 
 /** One policy's part of a request: its stored state, its rule and the cost. */
@@ -51,8 +51,8 @@ export interface Verdict<State extends Held = Held> {
  */
 export function decideAll(entries: readonly Entry[], now: number, charge: boolean): Verdict {
   const n = entries.length;
-  const current: Held[] = new Array(n);
-  const admits: boolean[] = new Array(n);
+  const current: Held[] = new Array<Held>(n);
+  const admits: boolean[] = new Array<boolean>(n);
   let allowed = true;
   for (let i = 0; i < n; i++) {
     const { state, rule, cost } = entries[i];
@@ -62,9 +62,9 @@ export function decideAll(entries: readonly Entry[], now: number, charge: boolea
     allowed &&= admits[i];
   }
   const charged = allowed && charge;
-  let next: Held[] = charged ? new Array(n) : current;
+  let next: Held[] = charged ? new Array<Held>(n) : current;
   let blocks: boolean[] | undefined;
-  const outcomes: Outcome[] = new Array(n);
+  const outcomes: Outcome[] = new Array<Outcome>(n);
   for (let i = 0; i < n; i++) {
     const entry = entries[i];
     const model = modelOf(entry.rule);

@@ -132,9 +132,9 @@ export class GraphqlRateLimitContext implements RateLimitContext {
     const info = context.getArgByIndex<ResolveInfo | undefined>(3);
     const node = info?.fieldNodes?.[0];
     if (operation === undefined || node === undefined) return operation ?? context.getArgs();
-    const byNode = (operation.selections ??= new Map());
+    const byNode = (operation.selections ??= new Map<unknown, Map<string, object>>());
     let byPath = byNode.get(node);
-    if (byPath === undefined) byNode.set(node, (byPath = new Map()));
+    if (byPath === undefined) byNode.set(node, (byPath = new Map<string, object>()));
     const path = pathOf(info?.path);
     let selection = byPath.get(path);
     if (selection === undefined) byPath.set(path, (selection = {}));
@@ -199,7 +199,7 @@ function readOperation(graphql: GraphqlContext | null | undefined): Operation {
     return { request: req, response: typeof response === 'object' && response !== null ? response : undefined };
   }
   // over a WebSocket the socket keeps one request for all its operations
-  const upgrade = (req)?.extra?.request;
+  const upgrade = req?.extra?.request;
   if (isRequest(upgrade))
     return { request: { ip: upgrade.socket?.remoteAddress, headers: upgrade.headers }, response: undefined };
   const request = graphql.request ?? reply?.request;

@@ -45,7 +45,7 @@ export class RpcRateLimitContext implements RateLimitContext {
       import('@nestjs/microservices/constants.js'),
       import('@nestjs/microservices/enums/pattern-handler.enum.js'),
     ]);
-    const isEvent = (handler: Function): boolean =>
+    const isEvent = (handler: object): boolean =>
       Reflect.getMetadata(PATTERN_HANDLER_METADATA, handler) === PatternHandler.EVENT;
     return new RpcRateLimitContext(RpcException, isEvent);
   }
@@ -53,7 +53,7 @@ export class RpcRateLimitContext implements RateLimitContext {
   private constructor(
     private readonly Exception: typeof RpcException,
     /** Whether a handler is an `@EventPattern`'s (else a `@MessagePattern`'s). */
-    private readonly isEvent: (handler: Function) => boolean,
+    private readonly isEvent: (handler: object) => boolean,
   ) {}
 
   request(): LimitedRequest {

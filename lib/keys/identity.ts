@@ -113,7 +113,7 @@ function ipIdentity(request: LimitedRequest, { ipv6Subnet }: KeyOptions): string
 }
 
 function fromSource(
-  source: Exclude<KeySource, Function>,
+  source: Extract<KeySource, string>,
   request: LimitedRequest,
   options: KeyOptions,
 ): string | undefined {
@@ -123,6 +123,7 @@ function fromSource(
     case 'user': {
       const user = request.user;
       const id = user?.id ?? user?.sub;
+      // eslint-disable-next-line @typescript-eslint/no-base-to-string -- an id is whatever the app's auth guard set: a string, a number, or an object whose own toString names it (a MongoDB ObjectId)
       return id === undefined || id === null || id === '' ? undefined : `user:${String(id)}`;
     }
     case 'api-key': {

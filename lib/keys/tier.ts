@@ -23,7 +23,7 @@ interface TierReader {
 export function resolveTier(source: TierSource, { request, context, record }: TierReader, timeoutMs: number): Named {
   if (typeof source !== 'function')
     return tierName((request.user as Record<string, unknown> | null | undefined)?.[source.slice('user:'.length)]);
-  const memo = (record.tiers ??= new Map());
+  const memo = (record.tiers ??= new Map<TierSource, Named>());
   if (memo.has(source)) return memo.get(source);
   const named = callTier(source, context, timeoutMs);
   memo.set(source, named);
@@ -33,7 +33,7 @@ export function resolveTier(source: TierSource, { request, context, record }: Ti
 /** What a late tier's promise is rejected with: named by no one, so made once. */
 const LATE = new Error('a tier function did not answer within the timeout');
 
-function callTier(source: Extract<TierSource, Function>, context: ExecutionContext, timeoutMs: number): Named {
+function callTier(source: Exclude<TierSource, string>, context: ExecutionContext, timeoutMs: number): Named {
   let raw: unknown;
   try {
     raw = source(context);

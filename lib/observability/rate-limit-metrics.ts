@@ -21,6 +21,9 @@ const STORE_BUCKETS = [
 const QUEUE_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
 const STORE_CALL_OUTCOMES: readonly StoreCallOutcome[] = ['ok', 'timeout', 'error', 'breaker_open', 'cached'];
 
+/** The `ratelimit.requests` attributes of one policy and context, by result. */
+type ByResult = Partial<Record<RateLimitResult, Attributes>>;
+
 /**
  * The module's OpenTelemetry instruments, on the meter `nestjs-ratelimit`, made once. Each set of
  * attributes is one object, made the first time it is needed and reused: recording allocates
@@ -35,7 +38,7 @@ export class RateLimitMetrics {
   private readonly queueDuration: Histogram;
   private readonly breakerTransitions: Counter;
   /** `ratelimit.requests` attributes by policy, context and result. */
-  private readonly requestAttributes = new Map<string, Map<string, Partial<Record<RateLimitResult, Attributes>>>>();
+  private readonly requestAttributes = new Map<string, Map<string, ByResult>>();
   /** `ratelimit.queue.duration` attributes by policy. */
   private readonly queueAttributes = new Map<string, Attributes>();
 
@@ -80,7 +83,7 @@ export class RateLimitMetrics {
   /** One request's result under one policy. */
   request(policy: string, context: string, result: RateLimitResult): void {
     let byContext = this.requestAttributes.get(policy);
-    if (byContext === undefined) this.requestAttributes.set(policy, (byContext = new Map()));
+    if (byContext === undefined) this.requestAttributes.set(policy, (byContext = new Map<string, ByResult>()));
     let byResult = byContext.get(context);
     if (byResult === undefined) byContext.set(context, (byResult = {}));
     const attributes = (byResult[result] ??= {

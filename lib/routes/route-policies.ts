@@ -42,14 +42,16 @@ export class RoutePolicies {
     const declaring = this.discovery.getProviders().filter(({ metatype }) => this.declaresPolicies(metatype));
     for (const wrapper of [...this.discovery.getControllers(), ...declaring]) {
       const controller = wrapper.metatype as Type | undefined;
-      if (!controller?.prototype) continue;
+      const prototype = controller?.prototype as Record<string, Handler> | undefined;
+      if (!controller || !prototype) continue;
       // a name skipped on the class is looked for among the policies of all its routes
       const named = new Set<string>();
-      for (const method of this.scanner.getAllMethodNames(controller.prototype)) {
-        const handler = controller.prototype[method];
+      for (const method of this.scanner.getAllMethodNames(prototype)) {
+        const handler = prototype[method];
         this.remember(controller, handler, this.compile(controller, handler, named));
       }
-      this.checkSkipped(`${controller.name} (class)`, Reflect.getMetadata(RATE_LIMIT_SKIP, controller), named);
+      const skipped = Reflect.getMetadata(RATE_LIMIT_SKIP, controller) as true | unknown[] | undefined;
+      this.checkSkipped(`${controller.name} (class)`, skipped, named);
     }
   }
 
@@ -59,12 +61,12 @@ export class RoutePolicies {
    */
   private declaresPolicies(metatype: unknown): boolean {
     const prototype =
-      typeof metatype === 'function' ? (metatype.prototype as Record<string, Function> | undefined) : undefined;
+      typeof metatype === 'function' ? (metatype.prototype as Record<string, Handler> | undefined) : undefined;
     if (prototype === undefined) return false;
     const declares = (target: object) =>
       Reflect.hasMetadata(RATE_LIMIT_POLICIES, target) || Reflect.hasMetadata(RATE_LIMIT_SKIP, target);
     return (
-      declares(metatype as Function) ||
+      declares(metatype as object) ||
       this.scanner.getAllMethodNames(prototype).some((method) => declares(prototype[method]))
     );
   }
@@ -92,7 +94,7 @@ export class RoutePolicies {
 
   private remember(controller: Type, handler: Handler, policies: readonly RoutePolicy[]): readonly RoutePolicy[] {
     let handlers = this.routes.get(controller);
-    if (!handlers) this.routes.set(controller, (handlers = new Map()));
+    if (!handlers) this.routes.set(controller, (handlers = new Map<Handler, readonly RoutePolicy[]>()));
     handlers.set(handler, policies);
     return policies;
   }
@@ -104,13 +106,14 @@ export class RoutePolicies {
     for (const policy of this.options.policies) byName.set(policy.name, policy);
     /** The names the handler declares itself, each replacing a class or module policy of its name. */
     const onHandler = new Set<string>();
-    const levels: Array<[Function, string, string]> = [
+    const levels: Array<[Type | Handler, string, string]> = [
       [controller, `${controller.name} (class)`, controller.name],
       [handler, route, route],
     ];
     for (const [target, where, defaultName] of levels) {
-      const declared: Array<RateLimitPolicy | RateLimitPolicy[]> =
-        Reflect.getMetadata(RATE_LIMIT_POLICIES, target) ?? [];
+      const declared =
+        (Reflect.getMetadata(RATE_LIMIT_POLICIES, target) as Array<RateLimitPolicy | RateLimitPolicy[]> | undefined) ??
+        [];
       const seen = new Set<string>();
       declared.forEach((policy, i) => {
         const at = declared.length > 1 ? `${where} [${i}]` : where;
@@ -144,8 +147,8 @@ export class RoutePolicies {
   }
 
   private skipped(controller: Type, handler: Handler, route: string, names: ReadonlySet<string>): true | Set<string> {
-    const onClass: true | string[] | undefined = Reflect.getMetadata(RATE_LIMIT_SKIP, controller);
-    const onHandler: true | string[] | undefined = Reflect.getMetadata(RATE_LIMIT_SKIP, handler);
+    const onClass = Reflect.getMetadata(RATE_LIMIT_SKIP, controller) as true | string[] | undefined;
+    const onHandler = Reflect.getMetadata(RATE_LIMIT_SKIP, handler) as true | string[] | undefined;
     this.checkSkipped(route, onHandler, names);
     if (onClass === true || onHandler === true) return true;
     return new Set([...(onClass ?? []), ...(onHandler ?? [])]);

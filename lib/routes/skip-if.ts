@@ -39,7 +39,7 @@ export class Unskipped {
     }
     if (skipped === undefined) return policies;
     let lists = this.lists.get(policies);
-    if (lists === undefined) this.lists.set(policies, (lists = new Map()));
+    if (lists === undefined) this.lists.set(policies, (lists = new Map<string, readonly RoutePolicy[]>()));
     const set = skipped.join(',');
     let list = lists.get(set);
     if (list === undefined) lists.set(set, (list = without(policies, skipped)));

@@ -129,7 +129,7 @@ function policyLanes(texts: readonly string[], values: Values): Lane[] {
   const policies = texts.map((text, i) => {
     let policy: RateLimitPolicy;
     try {
-      policy = JSON.parse(text);
+      policy = JSON.parse(text) as RateLimitPolicy; // checked by resolvePolicy, as a decorator's is
     } catch {
       return fail('--policy', text, `must be a policy as JSON, such as '{"rps":10,"burst":50}'`);
     }

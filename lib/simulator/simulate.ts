@@ -10,8 +10,9 @@ import { evenlySpaced, readTrace, type TraceReport } from './traffic.js';
 
 /** Where the simulator writes: the report or summary, and progress. */
 export interface Output {
-  stdout(text: string): void;
-  stderr(line: string): void;
+  // functions, not methods: `stderr` is handed on alone to the traffic readers
+  stdout: (text: string) => void;
+  stderr: (line: string) => void;
 }
 
 /**

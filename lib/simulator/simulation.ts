@@ -78,10 +78,10 @@ export class LaneRun {
     const { policies } = this.lane;
     let record = this.keys.get(key);
     if (record === undefined) {
-      record = { slots: new Array(policies.length).fill(undefined), offered: 0, refused: 0 };
+      record = { slots: new Array<Slot | undefined>(policies.length).fill(undefined), offered: 0, refused: 0 };
       this.keys.set(key, record);
     }
-    const entries: Entry[] = new Array(policies.length);
+    const entries: Entry[] = new Array<Entry>(policies.length);
     for (let i = 0; i < policies.length; i++) {
       const slot = record.slots[i];
       entries[i] = {
@@ -91,7 +91,7 @@ export class LaneRun {
       };
     }
     const verdict = decideAll(entries, time, true);
-    const decisions: RateLimitDecision[] = new Array(policies.length);
+    const decisions: RateLimitDecision[] = new Array<RateLimitDecision>(policies.length);
     for (let i = 0; i < policies.length; i++) {
       if (verdict.allowed || verdict.blocks?.[i]) {
         const state = verdict.next[i];

@@ -62,7 +62,9 @@ export interface DistinctRequests {
  * the caller's mistake, not the store's failure)
  */
 export function distinctRequests(requests: readonly RateLimitRequest[], where: string): DistinctRequests {
-  if (!Array.isArray(requests)) throw new TypeError(invalidRequests(where, requests));
+  // a JavaScript caller may pass anything: checked apart, as `Array.isArray` would narrow `requests` to `any[]`
+  const list: unknown = requests;
+  if (!Array.isArray(list)) throw new TypeError(invalidRequests(where, list));
   const n = requests.length;
   let repeated = false;
   for (let i = 0; i < n; i++) {
@@ -81,7 +83,7 @@ export function distinctRequests(requests: readonly RateLimitRequest[], where: s
   /** Index in `requests` of each distinct request, for messages. */
   const given: number[] = [];
   const at = new Map<string, number>();
-  const positions: number[] = new Array(n);
+  const positions: number[] = new Array<number>(n);
   for (let i = 0; i < n; i++) {
     const request = requests[i];
     const seen = at.get(request.key);

@@ -133,8 +133,8 @@ export class MemoryStore implements RateLimitStore {
     const now = this.now();
     const n = requests.length;
     // each bucket's row (undefined: none), looked up once for the read and the write
-    const rows: (number | undefined)[] = new Array(n);
-    const entries: Entry[] = new Array(n);
+    const rows: (number | undefined)[] = new Array<number | undefined>(n);
+    const entries: Entry[] = new Array<Entry>(n);
     for (let i = 0; i < n; i++) {
       const request = requests[i];
       rows[i] = this.table.rowOf(request.key);
@@ -149,7 +149,7 @@ export class MemoryStore implements RateLimitStore {
       for (let i = 0; i < n; i++)
         if (rows[i] !== undefined && entries[i].state === undefined && !blocks?.[i]) this.table.free(rows[i]!);
     }
-    const decisions: RateLimitDecision[] = new Array(n);
+    const decisions: RateLimitDecision[] = new Array<RateLimitDecision>(n);
     for (let i = 0; i < n; i++) decisions[i] = toDecision(requests[i], verdict.outcomes[i]);
     return decisions;
   }

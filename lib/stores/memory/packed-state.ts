@@ -1,4 +1,4 @@
-import type { Algorithm, StatePacking } from '../../algorithms/algorithm.types.js';
+import type { Algorithm, Held, StatePacking } from '../../algorithms/algorithm.types.js';
 import { ALGORITHM_DESCRIPTORS, ALGORITHMS } from '../../algorithms/registry.js';
 
 /**
@@ -7,9 +7,9 @@ import { ALGORITHM_DESCRIPTORS, ALGORITHMS } from '../../algorithms/registry.js'
  * `Float64Array`; `write` returns what does not fit in it (`undefined` for all but the log), and
  * `read` gets it back.
  */
-export const PACKED_STATES: { readonly [A in Algorithm]: StatePacking<any> } = Object.fromEntries(
+export const PACKED_STATES: { readonly [A in Algorithm]: StatePacking<Held> } = Object.fromEntries(
   ALGORITHMS.map((algorithm) => [algorithm, ALGORITHM_DESCRIPTORS[algorithm].packing]),
-) as { [A in Algorithm]: StatePacking<any> };
+) as { [A in Algorithm]: StatePacking<Held> };
 
 /** Numbers a packed state takes at most: the widest algorithm's (a sliding window counter's five). */
 export const PACKED_WIDTH = Math.max(...ALGORITHMS.map((algorithm) => ALGORITHM_DESCRIPTORS[algorithm].packing.width));

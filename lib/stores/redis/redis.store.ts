@@ -219,7 +219,7 @@ export class RedisStore implements RateLimitStore {
         ),
       ),
     );
-    const outcomes: Outcome[] = new Array(requests.length);
+    const outcomes: Outcome[] = new Array<Outcome>(requests.length);
     let allowed = true;
     let decidedAt = Infinity;
     settled.forEach((result, k) => {

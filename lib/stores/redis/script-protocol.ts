@@ -140,7 +140,7 @@ export function decodeAnswer(raw: readonly number[], start: number, count: numbe
 
 /** A decide call's reply, for requests of `counts[j]` policies each, in the order they were appended. */
 export function decodeDecideReply(raw: readonly number[], counts: readonly number[]): DecideReply {
-  const answers: (Answer | undefined)[] = new Array(counts.length);
+  const answers: (Answer | undefined)[] = new Array<Answer | undefined>(counts.length);
   let at = 0;
   for (let j = 0; j < counts.length; j++) {
     if (raw[at] === 0) {

@@ -64,7 +64,8 @@ export class RefusalGate {
     const calls = this.refused.contended(requests, this.now()) ? this.pending.drained(requests) : undefined;
     if (calls !== undefined) {
       const failure = await calls;
-      if (failure !== undefined) throw failure;
+      // passed on as it was thrown, whatever it is (`!== undefined` narrows it to `{} | null`)
+      if (failure !== undefined) throw failure as unknown;
       const outcomes = this.refused.lookupTogether(requests, this.now());
       if (outcomes !== undefined) return decisionsOf(requests, outcomes);
     }
@@ -109,7 +110,7 @@ export class RefusalGate {
 }
 
 function decisionsOf(requests: readonly RateLimitRequest[], outcomes: readonly Outcome[]): RateLimitDecision[] {
-  const decisions: RateLimitDecision[] = new Array(requests.length);
+  const decisions: RateLimitDecision[] = new Array<RateLimitDecision>(requests.length);
   for (let i = 0; i < requests.length; i++) decisions[i] = toDecision(requests[i], outcomes[i]);
   return decisions;
 }
