@@ -1,7 +1,6 @@
 import { createHash, randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { Rule } from '../../lib/algorithms/algorithm.types.js';
-import { RateLimiterService } from '../../lib/rate-limiter.service.js';
 import { resolveOptions } from '../../lib/rate-limit-options.js';
 import { RateLimitStoreError } from '../../lib/stores/rate-limit-store.error.js';
 import type { RateLimitRequest } from '../../lib/stores/rate-limit-store.interface.js';

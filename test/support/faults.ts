@@ -4,7 +4,6 @@ import { Controller, type ExecutionContext, Get, Injectable, Module, UseGuards }
 import {
   type LimitedCall,
   RateLimit,
-  type RateLimitContext,
   RateLimitGuard,
   RateLimitModule,
   type RateLimitModuleOptions,

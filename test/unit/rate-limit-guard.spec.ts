@@ -18,7 +18,6 @@ import {
   RateLimitStoreError,
   type RateLimitStore,
   type RateLimitVerdict,
-  type RoutePolicy,
 } from '../../lib/index.js';
 import { lastValueFrom, type Observable, of, throwError } from 'rxjs';
 import { RateLimitContexts } from '../../lib/contexts/rate-limit-contexts.js';

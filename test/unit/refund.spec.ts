@@ -4,7 +4,6 @@ import fc from 'fast-check';
 import { ALGORITHMS, type Held } from '../../lib/algorithms/algorithm.types.js';
 import { decideAll, MODELS } from '../../lib/algorithms/decide.js';
 import type { RateLimitPolicy } from '../../lib/policy/policy.types.js';
-import { RateLimiterService } from '../../lib/rate-limiter.service.js';
 import { resolveOptions } from '../../lib/rate-limit-options.js';
 import { MemoryStore } from '../../lib/stores/memory/memory.store.js';
 import type { RateLimitDecision, RateLimitStore } from '../../lib/stores/rate-limit-store.interface.js';
