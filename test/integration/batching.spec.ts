@@ -23,10 +23,10 @@ const PROBE = new Set([createHash('sha1').update(TIME_PROBE_LUA).digest('hex'), 
 beforeAll(async () => {
   redis = await connectTestRedis();
   const send = redis.sendCommand.bind(redis);
-  redis.sendCommand = ((command: { name: string; args: unknown[] }, ...rest: unknown[]) => {
+  redis.sendCommand = (command: { name: string; args: unknown[] }, ...rest: unknown[]) => {
     if (/^eval(sha)?$/i.test(command.name) && !PROBE.has(String(command.args[0]))) scriptCalls++;
     return (send as (...args: unknown[]) => unknown)(command, ...rest);
-  });
+  };
 });
 afterAll(async () => {
   await redis.quit();
