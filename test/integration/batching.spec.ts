@@ -1,7 +1,6 @@
 import { createHash, randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { Rule } from '../../lib/algorithms/algorithm.types.js';
-import { RateLimiterService } from '../../lib/rate-limiter.service.js';
 import { resolveOptions } from '../../lib/rate-limit-options.js';
 import { RateLimitStoreError } from '../../lib/stores/rate-limit-store.error.js';
 import type { RateLimitRequest } from '../../lib/stores/rate-limit-store.interface.js';
@@ -24,10 +23,10 @@ const PROBE = new Set([createHash('sha1').update(TIME_PROBE_LUA).digest('hex'), 
 beforeAll(async () => {
   redis = await connectTestRedis();
   const send = redis.sendCommand.bind(redis);
-  redis.sendCommand = ((command: { name: string; args: unknown[] }, ...rest: unknown[]) => {
+  redis.sendCommand = (command: { name: string; args: unknown[] }, ...rest: unknown[]) => {
     if (/^eval(sha)?$/i.test(command.name) && !PROBE.has(String(command.args[0]))) scriptCalls++;
     return (send as (...args: unknown[]) => unknown)(command, ...rest);
-  });
+  };
 });
 afterAll(async () => {
   await redis.quit();

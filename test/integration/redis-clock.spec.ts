@@ -185,10 +185,10 @@ describe('the probe, on a server of its own', () => {
     // when each script call was handed to the connection (the probe's too: its reply comes PROBE_BUSY_MS later)
     const sentAt: number[] = [];
     const send = client.sendCommand.bind(client);
-    client.sendCommand = ((command: { name: string }, ...rest: unknown[]) => {
+    client.sendCommand = (command: { name: string }, ...rest: unknown[]) => {
       if (/^eval(sha)?$/i.test(command.name)) sentAt.push(performance.now());
       return (send as (...args: unknown[]) => unknown)(command, ...rest);
-    });
+    };
     try {
       const warned = nextWarning().then(() => performance.now());
       const store = new RedisStore({ client, cacheRefusals: false });

@@ -42,8 +42,8 @@ describe('the refusal gate of RedisStore (real Redis)', () => {
   const requestOf = (identity: string): RateLimitRequest[] => [
     { key: `rl-gate-${identity}:tb`, policy: 'gate', rule: TIGHT, cost: 1 },
   ];
-  let answers: ReturnType<typeof jest.spyOn>;
-  let lookups: ReturnType<typeof jest.spyOn>;
+  let answers: jest.Spied<RefusalGate['answer']>;
+  let lookups: jest.Spied<RefusedCache['lookup']>;
   beforeEach(() => {
     answers = jest.spyOn(RefusalGate.prototype, 'answer');
     lookups = jest.spyOn(RefusedCache.prototype, 'lookup');
@@ -92,7 +92,7 @@ describe('the refusal gate of RedisStore (real Redis)', () => {
     const calls = new StoreCalls(store, { timeout: 5_000, failMode: 'closed' }, watcher);
     await calls.decide(requests, true);
     answers.mockClear();
-    const flood = await Promise.all(Array.from({ length: 20 }, () => calls.decide(requests, true)));
+    const flood = await Promise.all(Array.from({ length: 20 }, () => Promise.resolve(calls.decide(requests, true))));
     await calls.close();
     await store.close();
     expect(flood.flat().some((decision) => decision.allowed)).toBe(true);

@@ -1,5 +1,4 @@
 import { Redis } from 'ioredis';
-import { RateLimiterService } from '../../lib/rate-limiter.service.js';
 import { resolveOptions } from '../../lib/rate-limit-options.js';
 import { RateLimitStoreError } from '../../lib/stores/rate-limit-store.error.js';
 import { RedisStore } from '../../lib/stores/redis/redis.store.js';

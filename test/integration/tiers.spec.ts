@@ -120,7 +120,7 @@ describe.each(ALGORITHMS.map((a) => [a]))('a tiered policy with %s tiers', (algo
       }
       const other = await admitted('user:1', 'other', 4);
       expect(other.map((d) => [d.allowed, d.tier, d.limit])).toEqual([
-        ...Array(3).fill([true, 'other', 3]),
+        ...Array<unknown[]>(3).fill([true, 'other', 3]),
         [false, 'other', 3],
       ]);
 

@@ -167,7 +167,7 @@ describe('a Sentinel group: a primary, its replica and 3 sentinels', () => {
     let attempt = 0;
     await waitUntil('ioredis writes to reach the new primary', 15_000, async () => {
       const role = ((await redisCommand(group.replica.port, ['ROLE'])) as unknown[])[0];
-      if (role !== 'master') return `the replica is still a ${role}`;
+      if (role !== 'master') return `the replica is still a ${String(role)}`;
       // The replica is a primary now, which replicates from nobody: a value written from here on
       // shows up on it only if ioredis wrote it there.
       const value = String(++attempt);

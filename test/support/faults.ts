@@ -4,7 +4,6 @@ import { Controller, type ExecutionContext, Get, Injectable, Module, UseGuards }
 import {
   type LimitedCall,
   RateLimit,
-  type RateLimitContext,
   RateLimitGuard,
   RateLimitModule,
   type RateLimitModuleOptions,
@@ -292,7 +291,8 @@ export async function storedCount(server: RedisServer, policy: 'load' | 'probe',
     ['GET', bucketKey(PREFIX, policy, 'fixed_window', `api-key:${apiKey}`)],
     1_000,
   );
-  return raw === null ? 0 : Number(String(raw).split('|')[1]);
+  // GET replies with a bulk string, or null for a missing key
+  return raw === null ? 0 : Number((raw as string).split('|')[1]);
 }
 
 export async function storedTotal(server: RedisServer, apiKeys: readonly string[]): Promise<number> {
@@ -415,7 +415,7 @@ export function tally(outcomes: readonly Outcome[]): string {
  * The real process, for unhandled rejections: Jest's sandbox gives tests their own `process`
  * object, whose listeners never hear the real one; a function of the outer realm reaches it.
  */
-const hostProcess = (Buffer.constructor as FunctionConstructor)('return process')() as NodeJS.Process;
+const hostProcess = ((Buffer.constructor as FunctionConstructor)('return process') as () => NodeJS.Process)();
 
 /** One scenario's servers, app, client and load, all stopped by `close()`, also on failure. */
 export class Scenario {

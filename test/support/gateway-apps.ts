@@ -1,3 +1,5 @@
+import type { Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import type { INestApplication, LoggerService, Type } from '@nestjs/common';
 import { IoAdapter } from '@nestjs/platform-socket.io';
 import { WsAdapter } from '@nestjs/platform-ws';
@@ -63,7 +65,7 @@ export async function startGatewayApp(module: Type, adapter: GatewayAdapterName)
     await app.close();
     throw error;
   }
-  const { port } = app.getHttpServer().address() as { port: number };
+  const { port } = (app.getHttpServer() as Server).address() as AddressInfo;
   const clients: GatewayClient[] = [];
   return {
     app,
@@ -147,7 +149,8 @@ async function connectWs(port: number, { headers }: ConnectOptions): Promise<Gat
     socket.once('error', reject);
   });
   const inbox = new Inbox();
-  socket.on('message', (frame) => inbox.put(JSON.parse(String(frame)) as Received));
+  // a text frame, as a Buffer (the socket's binaryType is the default, 'nodebuffer')
+  socket.on('message', (frame) => inbox.put(JSON.parse((frame as Buffer).toString()) as Received));
   return {
     send: (event, data) => socket.send(JSON.stringify({ event, data })),
     sendFrame: (text) => socket.send(text),

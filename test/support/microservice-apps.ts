@@ -40,7 +40,7 @@ export const keyFunctionSaw: unknown[] = [];
 
 /** The README's key function, as an app writes it: the tenant named in the payload. */
 function tenantKey(context: ExecutionContext): string | undefined {
-  const data = context.switchToRpc().getData();
+  const data = context.switchToRpc().getData<{ tenant?: string } | null | undefined>();
   keyFunctionSaw.push(data);
   return data?.tenant;
 }
@@ -191,7 +191,8 @@ async function connected(
     connectClient,
     get,
     close: async () => {
-      await Promise.all(clients.map((each) => each.close()));
+      // ClientTCP.close() ends the socket and returns nothing to wait for
+      for (const each of clients) each.close();
       await closeApp();
     },
   };

@@ -1,4 +1,10 @@
-import { ALGORITHMS, type Algorithm, type Held, type Rule } from '../../lib/algorithms/algorithm.types.js';
+import {
+  type AlgorithmDescriptor,
+  ALGORITHMS,
+  type Algorithm,
+  type Held,
+  type Rule,
+} from '../../lib/algorithms/algorithm.types.js';
 import { ALGORITHM_DESCRIPTORS, SCALED_BY_LIMIT, WINDOW_ALGORITHMS } from '../../lib/algorithms/registry.js';
 import { PACKED_STATES, PACKED_WIDTH } from '../../lib/stores/memory/packed-state.js';
 import { LUA_MODELS, MODELS_LUA } from '../../lib/stores/redis/models.lua.js';
@@ -61,7 +67,7 @@ describe('the algorithm registry', () => {
   );
 
   it.each(ALGORITHMS.map((a) => [a]))('%s: its packing fits a row and gives back the state written', (algorithm) => {
-    const { model, packing } = ALGORITHM_DESCRIPTORS[algorithm];
+    const { model, packing } = ALGORITHM_DESCRIPTORS[algorithm] as AlgorithmDescriptor<Held>;
     expect(PACKED_STATES[algorithm]).toBe(packing);
     expect(packing.width).toBeLessThanOrEqual(PACKED_WIDTH);
     const rule: Rule = { algorithm, rps: 10, burst: 5 };

@@ -3,13 +3,18 @@ import { identityFraction, jitteredRetryAfter } from '../../lib/keys/retry-jitte
 import { ADAPTIVE_TICK_MS, ADAPTIVE_WINDOW_MS, AdaptiveRates } from '../../lib/limiter/adaptive-rates.js';
 import { type RoutePolicy, routePolicy } from '../../lib/routes/route-policy.js';
 import { Scales, scaledRule } from '../../lib/limiter/scales.js';
+import type { RateLimitPolicy } from '../../lib/policy/policy.types.js';
 import { resolvePolicy } from '../../lib/policy/resolve-policy.js';
 
 /** Pure pieces of per-client limits: the per-identity jitter, the scale factors and the adaptive controller (clock pinned). */
 
 const policy = (fields: object): RoutePolicy =>
   routePolicy(
-    resolvePolicy(JSON.parse(JSON.stringify({ name: 'api', rps: 10, burst: 20, ...fields })), 'Spec', 'api'),
+    resolvePolicy(
+      JSON.parse(JSON.stringify({ name: 'api', rps: 10, burst: 20, ...fields })) as RateLimitPolicy,
+      'Spec',
+      'api',
+    ),
     { prefix: 'rl:', key: ['ip'] },
   );
 const keyOf = (identity: string) => bucketKey('rl:', 'login', 'fixed_window', identity);

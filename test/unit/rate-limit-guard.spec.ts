@@ -18,7 +18,6 @@ import {
   RateLimitStoreError,
   type RateLimitStore,
   type RateLimitVerdict,
-  type RoutePolicy,
 } from '../../lib/index.js';
 import { lastValueFrom, type Observable, of, throwError } from 'rxjs';
 import { RateLimitContexts } from '../../lib/contexts/rate-limit-contexts.js';
@@ -138,7 +137,8 @@ function setup(
 
 /** An HTTP execution context for `controller.find` with `request`. */
 function http(controller: Type, request: Partial<LimitedRequest> = {}): ExecutionContextHost {
-  return new ExecutionContextHost([{ ip: IP, headers: {}, ...request }, {}], controller, controller.prototype.find);
+  const { find } = controller.prototype as { find: () => unknown };
+  return new ExecutionContextHost([{ ip: IP, headers: {}, ...request }, {}], controller, find);
 }
 
 /** What `act` rejects with. */
@@ -583,7 +583,7 @@ describe('RateLimitGuard: once per request, however many times it runs', () => {
 
   /** A seam whose target is the request, as the HTTP and GraphQL seams' are. */
   function byRequest(seam: FakeContext): FakeContext {
-    return Object.assign(seam, { target: (context: ExecutionContext) => context.getArgByIndex(0) });
+    return Object.assign(seam, { target: (context: ExecutionContext) => context.getArgByIndex<object>(0) });
   }
 
   it('charges a request once when it runs twice on the same context (a global guard and @UseGuards)', async () => {
@@ -646,7 +646,8 @@ describe('RateLimitGuard: once per request, however many times it runs', () => {
       aliased('a', 'z', request),
       aliased('b', 'x', request),
     ];
-    expect(await Promise.all(runs.map((context) => guard.canActivate(context)))).toEqual([true, true, true, true]);
+    const allowed = await Promise.all(runs.map((context) => Promise.resolve(guard.canActivate(context))));
+    expect(allowed).toEqual([true, true, true, true]);
     // the class's pair once for the request; b-only once for x (run twice, as by two guards) and once for y
     expect(await left(limiter, PAIR)).toBe(1);
     expect(await left(limiter, B_ONLY)).toBe(3);

@@ -24,7 +24,7 @@ describe('RedisStore and its client’s commandTimeout', () => {
     ],
   ])('warns when %s client sets one', async (_name, client) => {
     const store = new RedisStore({ client: client(), clock: 'app' });
-    expect(warn.mock.calls.map(([message]) => message)).toEqual([clientCommandTimeout(100)]);
+    expect(warn.mock.calls.map(([message]: unknown[]) => message)).toEqual([clientCommandTimeout(100)]);
     await store.close();
   });
 

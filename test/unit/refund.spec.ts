@@ -1,10 +1,12 @@
 import { jest } from '@jest/globals';
 import { Logger } from '@nestjs/common';
 import fc from 'fast-check';
-import { ALGORITHMS, type Held } from '../../lib/algorithms/algorithm.types.js';
-import { decideAll, MODELS } from '../../lib/algorithms/decide.js';
+import { ALGORITHMS, type AlgorithmModel, type Held } from '../../lib/algorithms/algorithm.types.js';
+import type { FixedWindowState } from '../../lib/algorithms/fixed-window.js';
+import type { SlidingWindowCounterState } from '../../lib/algorithms/sliding-window-counter.js';
+import type { SlidingWindowLogState } from '../../lib/algorithms/sliding-window-log.js';
+import { decideAll, MODELS, modelOf } from '../../lib/algorithms/decide.js';
 import type { RateLimitPolicy } from '../../lib/policy/policy.types.js';
-import { RateLimiterService } from '../../lib/rate-limiter.service.js';
 import { resolveOptions } from '../../lib/rate-limit-options.js';
 import { MemoryStore } from '../../lib/stores/memory/memory.store.js';
 import type { RateLimitDecision, RateLimitStore } from '../../lib/stores/rate-limit-store.interface.js';
@@ -22,9 +24,9 @@ function capacity(algorithm: (typeof ALGORITHMS)[number], state: Held, burst: nu
 }
 
 describe.each(ALGORITHMS.map((algorithm) => [algorithm]))('%s refund', (algorithm) => {
-  const model = MODELS[algorithm];
   const burst = 6;
   const rule = ruleOf(algorithm, 2, burst);
+  const model = modelOf(rule);
 
   it('given back at once, a charge leaves the bucket as it was before, after any history', () => {
     const history = fc.array(
@@ -69,7 +71,7 @@ describe.each(ALGORITHMS.map((algorithm) => [algorithm]))('%s refund', (algorith
 describe('refund of a charge whose window has ended', () => {
   it('fixed_window gives nothing back in the next window', () => {
     const rule = ruleOf('fixed_window', 2, 4); // window 2 s
-    const model = MODELS.fixed_window;
+    const model = MODELS.fixed_window as AlgorithmModel<FixedWindowState>;
     const charged = model.charge(model.current(undefined, CASE_EPOCH, rule), rule, 3);
     const later = model.current(
       model.charge(model.current(charged, CASE_EPOCH + 2_000, rule), rule, 1),
@@ -81,7 +83,7 @@ describe('refund of a charge whose window has ended', () => {
 
   it('sliding_window_counter gives it back from the previous window, then not at all', () => {
     const rule = ruleOf('sliding_window_counter', 2, 4); // window 2 s
-    const model = MODELS.sliding_window_counter;
+    const model = MODELS.sliding_window_counter as AlgorithmModel<SlidingWindowCounterState>;
     const charged = model.charge(model.current(undefined, CASE_EPOCH, rule), rule, 3);
     const next = model.current(charged, CASE_EPOCH + 2_000, rule);
     expect(next.previous).toBe(3);
@@ -92,7 +94,7 @@ describe('refund of a charge whose window has ended', () => {
 
   it('sliding_window_log drops only entries taken at the charge time', () => {
     const rule = ruleOf('sliding_window_log', 2, 4);
-    const model = MODELS.sliding_window_log;
+    const model = MODELS.sliding_window_log as AlgorithmModel<SlidingWindowLogState>;
     const first = model.charge(model.current(undefined, CASE_EPOCH, rule), rule, 1);
     const second = model.charge(model.current(first, CASE_EPOCH + 10, rule), rule, 2);
     expect(model.refund(second, rule, 2, CASE_EPOCH + 10)).toMatchObject({ times: [CASE_EPOCH] });

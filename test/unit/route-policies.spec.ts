@@ -109,9 +109,12 @@ async function compiler(
   return { moduleRef, routes: moduleRef.get(RoutePolicies) };
 }
 
+/** A handler as the compiler keys routes by it. */
+type Handler = Parameters<RoutePolicies['forRoute']>[1];
+
 /** The route policies of `controller.method`. */
 const of = (routes: RoutePolicies, controller: Type, method: string) =>
-  routes.forRoute(controller, controller.prototype[method]);
+  routes.forRoute(controller, (controller.prototype as Record<string, Handler>)[method]);
 const names = (policies: readonly RoutePolicy[]) => policies.map((policy) => policy.name);
 
 describe('RoutePolicies', () => {

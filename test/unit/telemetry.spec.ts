@@ -15,6 +15,7 @@ import {
   PeriodicExportingMetricReader,
 } from '@opentelemetry/sdk-metrics';
 import {
+  type LimitedRequest,
   MemoryStore,
   RateLimit,
   type RateLimitDecisionEvent,
@@ -46,7 +47,7 @@ class ReportController {
       limit: 100,
       window: '1d',
       key: 'ip',
-      skipIf: (context: ExecutionContext) => context.getArgByIndex(0).headers['x-internal'] === '1',
+      skipIf: (context: ExecutionContext) => context.getArgByIndex<LimitedRequest>(0).headers['x-internal'] === '1',
     },
   ])
   @Get()
@@ -109,7 +110,7 @@ async function requests(): Promise<Record<string, number>> {
   for (const scope of exporter.getMetrics().flatMap((resource) => resource.scopeMetrics)) {
     for (const metric of scope.metrics.filter((m) => m.descriptor.name === 'ratelimit.requests')) {
       for (const { attributes, value } of metric.dataPoints as DataPoint<number>[]) {
-        counts[`${attributes['ratelimit.policy']} ${attributes['ratelimit.result']}`] = value;
+        counts[`${String(attributes['ratelimit.policy'])} ${String(attributes['ratelimit.result'])}`] = value;
       }
     }
   }
@@ -146,7 +147,9 @@ describe('ratelimit.result, per policy', () => {
   });
 
   it('skipped for what a skipIf lets pass: one policy, or every one (a decision of its own, with no store decision)', async () => {
-    const guard = await guardWith({ skipIf: (context) => context.getArgByIndex(0).headers['x-health'] === '1' });
+    const guard = await guardWith({
+      skipIf: (context) => context.getArgByIndex<LimitedRequest>(0).headers['x-health'] === '1',
+    });
     const events = await decisionsDuring(async () => {
       expect(await check(guard, { 'x-internal': '1' })).toBe(true);
       expect(await check(guard, { 'x-health': '1' })).toBe(true);

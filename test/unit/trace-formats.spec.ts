@@ -266,7 +266,10 @@ describe('readTrace', () => {
   });
 
   it('reads an empty file as no requests', async () => {
-    expect(await read('')).toEqual({ times: [], report: expect.objectContaining({ format: undefined, lines: 0 }) });
+    expect(await read('')).toEqual({
+      times: [],
+      report: expect.objectContaining({ format: undefined, lines: 0 }) as unknown,
+    });
   });
 
   it('throws for a file that is not there, before reading anything', async () => {

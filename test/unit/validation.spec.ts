@@ -10,7 +10,6 @@ import {
   RateLimitModule,
   type RateLimitModuleOptions,
   RateLimiterService,
-  type RateLimitPolicy,
   RedisStore,
   SkipRateLimit,
 } from '../../lib/index.js';

@@ -23,6 +23,7 @@
  * exits 0 after SIGTERM once the app and its client are closed.
  */
 import 'reflect-metadata';
+import { inspect } from 'node:util';
 import { type ArgumentsHost, Catch, Controller, Get, HttpException, Module } from '@nestjs/common';
 import { BaseExceptionFilter, NestFactory } from '@nestjs/core';
 import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
@@ -55,7 +56,8 @@ class ReportServerErrors extends BaseExceptionFilter {
 function causes(error: unknown): string {
   const messages: string[] = [];
   for (let e: unknown = error; e !== undefined && messages.length < 5; e = (e as { cause?: unknown }).cause) {
-    messages.push(e instanceof Error ? `${e.name}: ${e.message}` : String(e));
+    // a thrown value that is no Error, shown as it is (String() would make an object '[object Object]')
+    messages.push(e instanceof Error ? `${e.name}: ${e.message}` : inspect(e));
     if (!(e instanceof Error)) break;
   }
   return messages.join(' <- ');

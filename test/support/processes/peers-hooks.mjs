@@ -1,3 +1,4 @@
+// @ts-check
 /**
  * Module hooks for `peers-app.ts` (registered with `node --import ./peers-hooks.mjs`): every
  * import of an optional peer is logged to `PEERS_LOG` as `{ specifier, parent }`, and with
@@ -9,9 +10,21 @@ import { isMainThread } from 'node:worker_threads';
 
 const PEERS = /^(graphql|@nestjs\/(graphql|apollo|mercurius|websockets|microservices)|@opentelemetry\/api)(\/|$)/;
 
+/** @typedef {import('node:module').ResolveHook} ResolveHook */
+
+/**
+ * @param {Parameters<ResolveHook>[0]} specifier
+ * @param {Parameters<ResolveHook>[1]} context
+ * @param {Parameters<ResolveHook>[2]} next
+ * @returns {Promise<import('node:module').ResolveFnOutput>}
+ */
 export async function resolve(specifier, context, next) {
   if (PEERS.test(specifier)) {
-    appendFileSync(process.env.PEERS_LOG, `${JSON.stringify({ specifier, parent: context.parentURL })}\n`);
+    // the spec that starts the app names the log
+    appendFileSync(
+      /** @type {string} */ (process.env.PEERS_LOG),
+      `${JSON.stringify({ specifier, parent: context.parentURL })}\n`,
+    );
     if (process.env.PEERS_MISSING === '1') {
       throw Object.assign(new Error(`Cannot find package '${specifier}'`), { code: 'ERR_MODULE_NOT_FOUND' });
     }
