@@ -14,7 +14,11 @@ const TIMEOUT = 50;
 
 /** A lookup of the request's tenant, answered on a later turn of the event loop (as a cache or database would). */
 const tenantOf = (context: ExecutionContext): Promise<string | undefined> =>
-  new Promise((resolve) => setImmediate(() => resolve(context.switchToHttp().getRequest().headers['x-tenant'])));
+  new Promise((resolve) =>
+    setImmediate(() =>
+      resolve(context.switchToHttp().getRequest<{ headers: Record<string, string | undefined> }>().headers['x-tenant']),
+    ),
+  );
 
 /** A lookup that never answers. */
 const hung = (): Promise<string> => new Promise(() => undefined);

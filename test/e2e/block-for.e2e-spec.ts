@@ -70,7 +70,11 @@ describe.each(ADAPTERS)('blockFor on %s', (adapter) => {
       // a second later the bucket is long full again: still refused, a second less to wait
       now = CASE_EPOCH + 1_000;
       const later = await post(apiKey);
-      expect([later.status, later.headers['retry-after'], later.body.retryAfter]).toEqual([429, '3599', 3_599]);
+      expect([later.status, later.headers['retry-after'], (later.body as { retryAfter: number }).retryAfter]).toEqual([
+        429,
+        '3599',
+        3_599,
+      ]);
 
       // retrying does not lengthen the block
       now = CASE_EPOCH + 10 * 60_000;

@@ -35,7 +35,7 @@ const rotating = (n: number, last = '') =>
   Array.from({ length: n }, (_, i) => `203.0.113.${i % 256}, 10.${i}.0.1${last}`);
 
 describe.each(ADAPTERS)('X-Forwarded-For on %s', (adapter) => {
-  let warn: ReturnType<typeof jest.spyOn>;
+  let warn: jest.Spied<Logger['warn']>;
   let http: TestApp | undefined;
   beforeEach(() => {
     warn = jest.spyOn(Logger.prototype, 'warn');
@@ -46,7 +46,7 @@ describe.each(ADAPTERS)('X-Forwarded-For on %s', (adapter) => {
     http = undefined;
   });
   const forwardedForWarnings = () =>
-    warn.mock.calls.filter((call: unknown[]) => String(call[0]).includes('X-Forwarded-For')).length;
+    warn.mock.calls.filter((call) => String(call[0]).includes('X-Forwarded-For')).length;
 
   it('without trust proxy, a client rotating X-Forwarded-For stays in one bucket, and one warning says so', async () => {
     http = await start(adapter);

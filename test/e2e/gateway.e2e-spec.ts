@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { EventEmitter } from 'node:events';
 import type { IncomingMessage } from 'node:http';
-import { jest } from '@jest/globals';
+import { expect, jest } from '@jest/globals';
 import { Module, type Type, UseGuards } from '@nestjs/common';
 import { type OnGatewayConnection, MessageBody, SubscribeMessage, WebSocketGateway } from '@nestjs/websockets';
 import { Redis } from 'ioredis';
@@ -43,8 +43,13 @@ interface TenantMessage {
   items: unknown[];
 }
 
+/** A connecting client as `signIn` sees it: a socket.io `Socket` (its handshake, its `data`), or a ws `WebSocket`. */
+type ConnectingClient =
+  | { handshake: { headers: IncomingMessage['headers'] }; data: { user?: { id: unknown } } }
+  | { handshake?: undefined; user?: { id: unknown } };
+
 /** A user as an app's own auth would set it at connection: socket.io's `client.data.user`, ws's `client.user`. */
-function signIn(client: any, request: IncomingMessage | undefined): void {
+function signIn(client: ConnectingClient, request: IncomingMessage | undefined): void {
   const id = (client.handshake?.headers ?? request?.headers)?.['x-user'];
   if (id === undefined) return;
   if (client.handshake !== undefined) client.data.user = { id };
@@ -53,10 +58,10 @@ function signIn(client: any, request: IncomingMessage | undefined): void {
 
 /** Handlers that count their runs and answer `reply` with the count. */
 @WebSocketGateway()
-class LimitedGateway implements OnGatewayConnection {
+class LimitedGateway implements OnGatewayConnection<ConnectingClient> {
   readonly ran = { limited: 0, costly: 0, tenant: 0, queued: 0, free: 0 };
 
-  handleConnection(client: unknown, request?: IncomingMessage): void {
+  handleConnection(client: ConnectingClient, request?: IncomingMessage): void {
     signIn(client, request);
   }
 
@@ -491,7 +496,7 @@ describe.each(GATEWAY_ADAPTERS)(
         /** The next `count` replies' counts, in order. */
         const replies = async (count: number) => {
           const counts = [];
-          for (let i = 0; i < count; i++) counts.push((await client.next()).data.count);
+          for (let i = 0; i < count; i++) counts.push(((await client.next()).data as { count: number }).count);
           return counts.sort((a, b) => a - b);
         };
 

@@ -26,7 +26,11 @@ describe.each(GRAPHQL_SUITES)('GraphQL over graphql-ws on %s, %s store', (driver
     gql = await startGraphqlApp(driver, storeOptions(store, redis()));
   });
   afterAll(async () => {
-    await Promise.all(clients.map((client) => client.dispose()));
+    await Promise.all(
+      clients.map(async (client) => {
+        await client.dispose();
+      }),
+    );
     await gql.close();
   });
   afterEach(() =>

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { expect } from '@jest/globals';
 import { RedisStore } from '../../lib/index.js';
 import { connectTestRedis, useTestRedis } from '../support/redis/test-redis.js';
 import {
@@ -153,9 +154,9 @@ describe.each(GRAPHQL_SUITES)('GraphQL on %s, %s store', (driver, store) => {
 
     const refused = await gql.post('{ books }', { headers });
     expectRefused(refused, ['books'], 'catalog', 'positive');
-    const [error] = refused.body.errors ?? [];
+    const [error] = refused.body.errors ?? ([] as GraphqlError[]);
     expect(error.message).toBe(
-      `Rate limit exceeded for policy "catalog". Try again in ${error.extensions?.retryAfter} seconds.`,
+      `Rate limit exceeded for policy "catalog". Try again in ${String(error.extensions?.retryAfter)} seconds.`,
     );
     expect(rateLimitHeaders(refused)).toEqual({
       'ratelimit-policy': '"catalog";q=2;w=2000',
@@ -216,7 +217,9 @@ describe.each(GRAPHQL_SUITES)('GraphQL on %s, %s store', (driver, store) => {
         const refused = await gql.post(query, { headers });
         // catalog frees 1 token in about 1,000 s, search 5 in about 5,000 s
         const retryAfters = Object.fromEntries(
-          (refused.body.errors ?? []).map(({ path, extensions }) => [path?.[0], extensions?.retryAfter as number]),
+          (refused.body.errors ?? []).map(
+            ({ path, extensions }) => [String(path?.[0]), extensions?.retryAfter as number] as const,
+          ),
         );
         expect(Object.keys(retryAfters).sort()).toEqual(['books', 'search']);
         expect(retryAfters.search).toBeGreaterThan(retryAfters.books);
@@ -239,7 +242,9 @@ describe.each(GRAPHQL_SUITES)('GraphQL on %s, %s store', (driver, store) => {
         await spend(headers);
         const refused = await gql.post(query, { headers });
         const retryAfters = Object.fromEntries(
-          (refused.body.errors ?? []).map(({ path, extensions }) => [path?.[0], extensions?.retryAfter]),
+          (refused.body.errors ?? []).map(
+            ({ path, extensions }) => [String(path?.[0]), extensions?.retryAfter] as const,
+          ),
         );
         expect(retryAfters).toEqual({ search: expect.any(Number), bulk: null });
         expect(refused.headers['retry-after']).toBeUndefined();

@@ -110,6 +110,16 @@ async function appWith(
 
 const key = () => `key-${randomUUID()}`;
 
+/** An answer as `read` gives it, its body a JSON object (the routes here answer nothing else). */
+interface Answer {
+  status: number;
+  headers: Record<string, string>;
+  body: Record<string, unknown>;
+}
+
+/** `read`, for the routes here. */
+const readAnswer = (response: Response): Promise<Answer> => read(response);
+
 describe.each(ADAPTERS)('RateLimitGuard on %s', (adapter) => {
   const apps: TestApp[] = [];
   const start = async (...args: Parameters<typeof appWith> extends [any, ...infer R] ? R : never) => {
@@ -156,7 +166,7 @@ describe.each(ADAPTERS)('RateLimitGuard on %s', (adapter) => {
     });
     const client = { 'x-api-key': key() };
     for (let i = 0; i < 2; i++) expect((await http.get('/widgets/both-refuse', client)).status).toBe(200);
-    const { status, headers, body } = await read(await http.get('/widgets/both-refuse', client));
+    const { status, headers, body } = await readAnswer(await http.get('/widgets/both-refuse', client));
     // frees-soon takes 1 s to admit again and 1 s to refill; frees-late 10 s and 20 s
     expect(status).toBe(429);
     expect(body).toMatchObject({ policy: 'frees-late', retryAfter: 10 });
@@ -187,7 +197,7 @@ describe.each(ADAPTERS)('RateLimitGuard on %s', (adapter) => {
       expect(health.headers.ratelimit).toBeUndefined();
     }
     expect((await http.get('/widgets/plain', { 'x-api-key': apiKey })).status).toBe(200);
-    const refused = await read(await http.get('/widgets/plain', { 'x-api-key': apiKey }));
+    const refused = await readAnswer(await http.get('/widgets/plain', { 'x-api-key': apiKey }));
     expect(refused.status).toBe(429);
     expect(refused.body.policy).toBe('global');
     // the module policy's bucket is shared across routes: spent above, refused here too
@@ -269,7 +279,7 @@ describe.each(ADAPTERS)('RateLimitGuard on %s', (adapter) => {
     class OwnFilter implements ExceptionFilter {
       constructor(private readonly adapterHost: HttpAdapterHost) {}
       catch(exception: HttpException, host: ArgumentsHost) {
-        const response = host.switchToHttp().getResponse();
+        const response = host.switchToHttp().getResponse<unknown>();
         this.adapterHost.httpAdapter.reply(response, { own: true }, exception.getStatus());
       }
     }

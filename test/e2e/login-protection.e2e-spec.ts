@@ -27,8 +27,11 @@ import { useTestRedis } from '../support/redis/test-redis.js';
 /** A pinned clock: nothing refills during a test, and every refusal's exact wait is known. */
 const T0 = CASE_EPOCH;
 
-const isTrusted = (context: ExecutionContext) => context.switchToHttp().getRequest().headers['x-trusted'] === 'yes';
-const isInternal = (context: ExecutionContext) => context.switchToHttp().getRequest().headers['x-internal'] === 'yes';
+/** A request header, as a `skipIf` predicate reads it. */
+const header = (context: ExecutionContext, name: string) =>
+  context.switchToHttp().getRequest<{ headers: Record<string, string | string[] | undefined> }>().headers[name];
+const isTrusted = (context: ExecutionContext) => header(context, 'x-trusted') === 'yes';
+const isInternal = (context: ExecutionContext) => header(context, 'x-internal') === 'yes';
 
 @Controller('auth')
 class AuthController {
@@ -168,11 +171,12 @@ describe.each(CASES)('login protection on the %s store, %s', (storeName, adapter
       const headers = { 'x-client': `client-${i}` };
       expect((await http.get('/auth/slow', headers)).status).toBe(200);
       const first = await read(await http.get('/auth/slow', headers));
+      const body = first.body as { retryAfter: number; message: string };
       const again = await read(await http.get('/auth/slow', headers));
       expect(first.status).toBe(429);
       const wait = Number(first.headers['retry-after']);
-      expect(first.body.retryAfter).toBe(wait);
-      expect(first.body.message).toBe(limitExceeded('slow', wait));
+      expect(body.retryAfter).toBe(wait);
+      expect(body.message).toBe(limitExceeded('slow', wait));
       expect(again.headers['retry-after']).toBe(String(wait));
       waits.push(wait);
     }
@@ -214,7 +218,7 @@ class RpcAuthController {
     limit: 2,
     window: '15m',
     count: 'failures',
-    key: (context) => context.switchToRpc().getData()?.user,
+    key: (context) => context.switchToRpc().getData<{ user?: string } | undefined>()?.user,
   })
   @MessagePattern('login')
   login(@Payload() data: { user: string; password: string }) {
@@ -245,7 +249,7 @@ describe.each(['memory', 'redis'] as const)("count: 'failures' on a TCP microser
       await login('wrong'),
     );
     expect(answers).toEqual([
-      ...Array(5).fill('welcome'),
+      ...Array<string>(5).fill('welcome'),
       'wrong password',
       'welcome',
       'wrong password',
@@ -279,8 +283,9 @@ describe.each(GATEWAY_ADAPTERS)("count: 'failures' on a gateway, %s", (adapter) 
     gateway = await startGatewayApp(GatewayModule, adapter);
     const client = await gateway.connect();
     const login = async (password: string) => {
-      const { event, data } = await client.ask('login', { password });
-      return event === 'welcome' ? 'welcome' : data.statusCode === 429 ? 429 : data.message;
+      const answer = await client.ask('login', { password });
+      const error = answer.data as { statusCode?: number; message?: string };
+      return answer.event === 'welcome' ? 'welcome' : error.statusCode === 429 ? 429 : error.message;
     };
     const answers: unknown[] = [];
     for (let i = 0; i < 4; i++) answers.push(await login('right'));

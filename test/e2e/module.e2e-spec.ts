@@ -155,20 +155,27 @@ describe.each(ADAPTERS)('RateLimitModule on %s', (adapter) => {
       ],
     ];
 
+    /** One response as `trace` keeps it. */
+    interface Seen {
+      status: number;
+      body: unknown;
+      headers: Array<[string, string]>;
+    }
+
     /** Status and rate-limit headers of five requests from one client. */
-    async function trace(module: () => any): Promise<unknown[]> {
+    async function trace(module: () => any): Promise<Seen[]> {
       @Module({ imports: [module()], controllers: [ItemsController] })
       class AppModule {}
       const http: TestApp = await startApp(AppModule, adapter);
       try {
         const apiKey = `key-${randomUUID()}`;
-        const seen = [];
+        const seen: Seen[] = [];
         for (let i = 0; i < 5; i++) {
-          const { status, headers, body } = await read(await http.get('/items', { 'x-api-key': apiKey }));
+          const response = await read(await http.get('/items', { 'x-api-key': apiKey }));
           seen.push({
-            status,
-            body,
-            headers: Object.entries(headers).filter(([h]) => /ratelimit|retry-after/.test(h)),
+            status: response.status,
+            body: response.body,
+            headers: Object.entries(response.headers).filter(([h]) => /ratelimit|retry-after/.test(h)),
           });
         }
         return seen;
@@ -179,7 +186,7 @@ describe.each(ADAPTERS)('RateLimitModule on %s', (adapter) => {
 
     it('gives the same responses whichever way the options come', async () => {
       const expected = await trace(variants[0][1]);
-      expect(expected.map((r: any) => r.status)).toEqual([200, 200, 200, 429, 429]);
+      expect(expected.map((r) => r.status)).toEqual([200, 200, 200, 429, 429]);
       for (const [name, module] of variants.slice(1)) {
         expect({ name, trace: await trace(module) }).toEqual({ name, trace: expected });
       }

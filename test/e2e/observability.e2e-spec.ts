@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { subscribe, unsubscribe } from 'node:diagnostics_channel';
+import { expect } from '@jest/globals';
 import { Controller, Get, Module } from '@nestjs/common';
 import { type Attributes, metrics } from '@opentelemetry/api';
 import {
@@ -184,8 +185,8 @@ describe.each(['memory', 'redis'] as const)('metrics and decision events on the 
 
     expect(decisions.messages).toHaveLength(8);
     expect(decisions.messages.map(({ result }) => result)).toEqual([
-      ...Array(5).fill('allowed'),
-      ...Array(3).fill('refused'),
+      ...Array<string>(5).fill('allowed'),
+      ...Array<string>(3).fill('refused'),
     ]);
     for (const message of decisions.messages) {
       expect(message).toMatchObject({ context: 'http', route: 'OrdersController.list' });
@@ -279,7 +280,10 @@ describe('store failures', () => {
       expect(error).toBeInstanceOf(RateLimitStoreError);
       expect(failMode).toBe('closed');
     }
-    expect(decisions.messages.map(({ result }) => result)).toEqual(['allowed', ...Array(4).fill('failed_closed')]);
+    expect(decisions.messages.map(({ result }) => result)).toEqual([
+      'allowed',
+      ...Array<string>(4).fill('failed_closed'),
+    ]);
     expect(decisions.messages[1].decisions).toEqual([]);
     const recorded = await sdk.read();
     expect(countsBy(recorded.get('ratelimit.requests'), 'ratelimit.result')).toEqual({ allowed: 1, failed_closed: 4 });

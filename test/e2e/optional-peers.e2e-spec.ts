@@ -12,6 +12,7 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { expect } from '@jest/globals';
 import { buildApp } from '../support/processes/build-app.js';
 
 /** Imported at start (for metrics) whatever the app limits. */
@@ -50,15 +51,15 @@ async function run(name: string, env: Record<string, string>): Promise<Run> {
   child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
   const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
   if (code !== 0) throw new Error(`peers-app exited with ${code}. stderr:\n${stderr}`);
-  const printed = Object.assign(
-    {},
-    ...stdout
-      .trim()
-      .split('\n')
-      .map((line) => JSON.parse(line) as object),
-  );
+  const printed: Run['printed'] = {};
+  for (const line of stdout.trim().split('\n')) Object.assign(printed, JSON.parse(line) as object);
   const lines = (await readFile(log, 'utf8')).trim().split('\n').filter(Boolean);
-  return { printed, log: lines.map((line) => (line.startsWith('{') ? JSON.parse(line) : line)) };
+  return {
+    printed,
+    log: lines.map((line) =>
+      line.startsWith('{') ? (JSON.parse(line) as { specifier: string; parent: string }) : line,
+    ),
+  };
 }
 
 /** The optional peers (packages, not their files) the module's own files (not Nest's, not the app's) asked for. */

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { jest } from '@jest/globals';
+import { expect, jest } from '@jest/globals';
 import { Controller, type ExecutionContext, Get, HttpException, Module } from '@nestjs/common';
 import { RpcException } from '@nestjs/microservices';
 import { GraphQLError } from 'graphql';
@@ -72,15 +72,25 @@ const mediaType = (headers: Record<string, string>) => headers['content-type']?.
 
 const apiKey = () => ({ 'x-api-key': `key-${randomUUID()}` });
 
+/** An answer as `read` gives it, its body a JSON object: a problem document, Nest's body or a factory's. */
+interface Answer {
+  status: number;
+  headers: Record<string, string>;
+  body: Record<string, unknown>;
+}
+
+/** `read`, for the routes here, which answer JSON objects. */
+const readAnswer = (response: Response): Promise<Answer> => read(response);
+
 /** A new client's third GET of `path` (burst 2), read whole, the first two checked admitted. */
-async function thirdRequest(http: TestApp, path: string): ReturnType<typeof read> {
+async function thirdRequest(http: TestApp, path: string): Promise<Answer> {
   const client = apiKey();
   for (let i = 0; i < 2; i++) expect((await http.get(path, client)).status).toBe(200);
-  return read(await http.get(path, client));
+  return readAnswer(await http.get(path, client));
 }
 
 /** Checks a 503 as the problem document of reduced capacity, with `Retry-After: 1`. */
-function expectReducedCapacity({ status, headers, body }: Awaited<ReturnType<typeof read>>): void {
+function expectReducedCapacity({ status, headers, body }: Answer): void {
   expect(status).toBe(503);
   expect(mediaType(headers)).toBe('application/problem+json');
   expect(headers['retry-after']).toBe('1');
@@ -126,7 +136,7 @@ describe.each(ADAPTERS)('errorFormat on %s', (adapter) => {
 
     it("'problem': a request that can never fit says so, with retryAfter null and no Retry-After", async () => {
       const http = await start({ store: makeStore(), errorFormat: 'problem' });
-      const { status, headers, body } = await read(await http.get('/orders', { ...apiKey(), 'x-weight': '3' }));
+      const { status, headers, body } = await readAnswer(await http.get('/orders', { ...apiKey(), 'x-weight': '3' }));
       expect(status).toBe(429);
       expect(mediaType(headers)).toBe('application/problem+json');
       expect(body).toMatchObject({
@@ -144,7 +154,7 @@ describe.each(ADAPTERS)('errorFormat on %s', (adapter) => {
         const client = apiKey();
         for (let i = 0; i < 2; i++) expect((await http.get('/orders/both', client)).status).toBe(200);
         const before = Math.floor(Date.now() / 1000);
-        const { status, headers, body } = await read(await http.get('/orders/both', client));
+        const { status, headers, body } = await readAnswer(await http.get('/orders/both', client));
         const after = Math.ceil(Date.now() / 1000);
 
         expect(status).toBe(429);

@@ -403,7 +403,7 @@ describe.each([
     const started = await Promise.allSettled(Array.from({ length: PROCESSES }, () => startApp(entry, topology.env)));
     for (const outcome of started) if (outcome.status === 'fulfilled') apps.push(outcome.value);
     const failure = started.find((outcome) => outcome.status === 'rejected');
-    if (failure) throw (failure).reason;
+    if (failure) throw failure.reason;
   }, 60_000);
 
   afterAll(async () => {

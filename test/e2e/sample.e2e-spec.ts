@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { expect } from '@jest/globals';
 import type { INestApplication } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { MemoryStore, RateLimitStore, RedisStore } from 'nestjs-ratelimit';
@@ -61,7 +62,7 @@ function echo(socket: Socket, text: string): Promise<Answer> {
   });
 }
 
-const stores: Array<[string, (() => string) | undefined, Function]> = [
+const stores: Array<[string, (() => string) | undefined, typeof MemoryStore | typeof RedisStore]> = [
   ['memory store', undefined, MemoryStore],
   ['Redis store (REDIS_URL)', testRedisUrl, RedisStore],
 ];

@@ -12,6 +12,7 @@ import { once } from 'node:events';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { expect } from '@jest/globals';
 import type { Summary } from '../../lib/simulator/summary.js';
 import { buildApp } from '../support/processes/build-app.js';
 

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { expect } from '@jest/globals';
 import { Controller, Get, Module } from '@nestjs/common';
 import { SubscribeMessage, WebSocketGateway } from '@nestjs/websockets';
 import {
