@@ -5,14 +5,7 @@ import { Controller, Get, Module, Query } from '@nestjs/common';
 import type { Redis } from 'ioredis';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
 import { RateLimiter } from '../../lib/limiter/rate-limiter.js';
-import {
-  MemoryStore,
-  RateLimit,
-  RateLimiterService,
-  RateLimitModule,
-  type RateLimitStore,
-  RedisStore,
-} from '../../lib/index.js';
+import { MemoryStore, RateLimit, RateLimitModule, type RateLimitStore, RedisStore } from '../../lib/index.js';
 import { connectTestRedis } from '../support/redis/test-redis.js';
 import { ADAPTERS, read, startApp, type TestApp } from '../support/app.js';
 

@@ -9,7 +9,6 @@ import {
   MemoryStore,
   RateLimit,
   type RateLimitDecision,
-  RateLimiterService,
   RateLimitModule,
   type RateLimitModuleOptions,
   type RateLimitStore,
