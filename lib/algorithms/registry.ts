@@ -8,9 +8,9 @@ import { TOKEN_BUCKET } from './token-bucket.js';
 
 /**
  * The one list of algorithms: each by the name a policy gives it, in the order the contract lists
- * them. `Algorithm` is its keys, so every record keyed by `Algorithm` elsewhere (the Lua models in
- * `models.lua.ts` beside it, the tables of cases) fails to compile until it has an entry for a
- * new one, and refuses one for a name not here.
+ * them. `Algorithm` is its keys, so every record keyed by `Algorithm` elsewhere (the tables of
+ * cases, their TTLs) fails to compile until it has an entry for a new one, and refuses one for a
+ * name not here; the Redis store's Lua models are generated from it (`models.lua.ts`).
  */
 const DESCRIPTORS = {
   token_bucket: TOKEN_BUCKET,
@@ -25,8 +25,8 @@ const DESCRIPTORS = {
 export type Algorithm = keyof typeof DESCRIPTORS;
 
 /**
- * Each algorithm's descriptor, by name: its model, its packing, its key tag, how its quota comes
- * back and what a factor scales. A plain object with a handful of fixed keys, so a lookup per
+ * Each algorithm's descriptor, by name: its model, its packing, its Lua mirror, its key tag, how
+ * its quota comes back and what a factor scales. A plain object with a handful of fixed keys, so a lookup per
  * decision costs what a property read does.
  *
  * @example ALGORITHM_DESCRIPTORS[rule.algorithm].regain  // 'rps' for token_bucket
