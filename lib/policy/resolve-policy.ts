@@ -10,15 +10,10 @@ import type {
   TierLimits,
 } from './policy.types.js';
 import { OUTCOME_FIELDS, resolveOutcomeFields } from './resolve-outcome-fields.js';
-import { resolveTiers, TIER_FIELDS } from './resolve-tiers.js';
+import { LIMIT_FIELDS, resolveTiers, TIER_FIELDS } from './resolve-tiers.js';
 
 const FIELDS = new Set<string>([
-  'algorithm',
-  'rps',
-  'tokensPerSecond',
-  'burst',
-  'limit',
-  'window',
+  ...LIMIT_FIELDS,
   'cost',
   'defaultCost',
   'key',

@@ -4,8 +4,8 @@ type Fail = (field: string, value: unknown, expected: string) => never;
 
 /** The policy fields of a tiered policy. */
 export const TIER_FIELDS = ['tiers', 'tier', 'defaultTier'] as const;
-/** What a tier sets; a tiered policy gives none of them itself. */
-const LIMIT_FIELDS: ReadonlyArray<keyof TierLimits> = [
+/** What a tier sets; a tiered policy gives none of them itself. The first fields of any policy. */
+export const LIMIT_FIELDS: ReadonlyArray<keyof TierLimits> = [
   'algorithm',
   'rps',
   'tokensPerSecond',
