@@ -238,6 +238,17 @@ export function clientCommandTimeout(ms: number): string {
   );
 }
 
+/**
+ * A decide call's verdict that the app, reading the buckets as the call read them, does not come to
+ * (a bug: the script and the model it mirrors differ).
+ */
+export function storeReplyDisagrees(policies: readonly string[], redisAllowed: boolean): string {
+  return (
+    `Redis ${redisAllowed ? 'admitted' : 'refused'} a request (policies ${policies.join(', ')}) that the app, ` +
+    `reading the buckets Redis read, ${redisAllowed ? 'refuses' : 'admits'}: the store's script and its model differ`
+  );
+}
+
 /** A call Redis ran after its caller had stopped waiting: it decided and charged nothing. */
 export function staleStoreCall(timeoutMs: number): string {
   return `Redis ran the call more than ${timeoutMs} ms after it was sent, when its caller had stopped waiting; it was dropped`;

@@ -80,6 +80,29 @@ export function decideAll(entries: readonly Entry[], now: number, charge: boolea
   return { allowed, outcomes, next, blocks };
 }
 
+/**
+ * One policy's part of a request another decided (a Redis call, which answers whether every
+ * policy admitted it): what `decideAll` works out for this policy from its stored state, given
+ * whether the request was `allowed`. `next` is what the policy stores (`undefined`: nothing, as
+ * for a refusal without a block).
+ */
+export function settle(
+  entry: Entry,
+  now: number,
+  allowed: boolean,
+  charge: boolean,
+): { admits: boolean; next: Held | undefined; outcome: Outcome } {
+  const { rule, cost } = entry;
+  const model = modelOf(rule);
+  const current = model.current(entry.state, now, rule);
+  const admits = admitted(model, current, rule, cost);
+  const delayMs = allowed ? (model.delayMs?.(current, rule) ?? 0) : 0;
+  let next: Held | undefined;
+  if (allowed && charge) next = model.charge(current, rule, cost);
+  else if (charge && startsBlock(current, entry, admits)) next = block(current, rule);
+  return { admits, next, outcome: report(model, next ?? current, entry, admits, delayMs) };
+}
+
 /** Whether `cost` fits in `state` now: never during a block, nor for a cost above burst. */
 function admitted<S extends Held>(model: AlgorithmModel<S>, state: S, rule: Rule, cost: number): boolean {
   return cost <= rule.burst && blockLeftMs(state, rule) === 0 && model.waitMs(state, rule, cost) === 0;

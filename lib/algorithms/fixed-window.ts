@@ -1,6 +1,7 @@
 import type { AlgorithmDescriptor, AlgorithmModel } from './model.types.js';
 import { windowLimit, windowMs } from './conversions.js';
 import { FIXED_WINDOW_LUA } from './fixed-window.lua.js';
+import { storedFields } from './stored-fields.js';
 
 /** A fixed window's stored state. */
 export interface FixedWindowState {
@@ -60,6 +61,13 @@ export const fixedWindow: AlgorithmModel<FixedWindowState> = {
   },
 };
 
+/** The state a value `fixed-window.lua.ts` stores holds (its `decode`), read in the app. */
+export function decodeStoredFixedWindow(raw: string): FixedWindowState {
+  const [start, count, blockedUntil = 0] = storedFields(raw);
+  // `at` is not stored, and `current` does not read it
+  return { start, count, at: start, blockedUntil };
+}
+
 /** The fixed window, for the registry: counts per window, scaled by its limit. */
 export const FIXED_WINDOW: AlgorithmDescriptor<FixedWindowState> = {
   model: fixedWindow,
@@ -74,6 +82,7 @@ export const FIXED_WINDOW: AlgorithmDescriptor<FixedWindowState> = {
     read: (row, o) => ({ start: row[o], count: row[o + 1], at: row[o + 2], blockedUntil: row[o + 3] }),
   },
   lua: FIXED_WINDOW_LUA,
+  decodeStored: decodeStoredFixedWindow,
   tag: 'fw',
   regain: 'window',
   scaledBy: 'limit',

@@ -1,6 +1,7 @@
 import type { AlgorithmDescriptor, AlgorithmModel } from './model.types.js';
 import { durationMs, wholeIfNear } from './conversions.js';
 import { GCRA_LUA } from './gcra.lua.js';
+import { storedFields } from './stored-fields.js';
 
 /** GCRA's stored state: its theoretical arrival time, as `at + backlog / rps`. */
 export interface GcraState {
@@ -65,6 +66,12 @@ export const gcra: AlgorithmModel<GcraState> = {
   },
 };
 
+/** The state a value `gcra.lua.ts` stores holds (its `decode`), read in the app. */
+export function decodeStoredGcra(raw: string): GcraState {
+  const [backlog, at, blockedUntil = 0] = storedFields(raw);
+  return { backlog, at, blockedUntil };
+}
+
 /** GCRA, for the registry: its backlog drains at `rps`, scaled by its rate. */
 export const GCRA: AlgorithmDescriptor<GcraState> = {
   model: gcra,
@@ -78,6 +85,7 @@ export const GCRA: AlgorithmDescriptor<GcraState> = {
     read: (row, o) => ({ backlog: row[o], at: row[o + 1], blockedUntil: row[o + 2] }),
   },
   lua: GCRA_LUA,
+  decodeStored: decodeStoredGcra,
   tag: 'gcra',
   regain: 'rps',
   scaledBy: 'rps',

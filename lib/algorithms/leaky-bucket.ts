@@ -27,6 +27,7 @@ export const LEAKY_BUCKET: AlgorithmDescriptor<LeakyBucketState> = {
   model: leakyBucket,
   packing: GCRA.packing,
   lua: GCRA_LUA,
+  decodeStored: GCRA.decodeStored,
   tag: 'lb',
   regain: 'rps',
   scaledBy: 'rps',

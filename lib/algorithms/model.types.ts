@@ -160,6 +160,13 @@ export interface AlgorithmDescriptor<State extends Held = any> {
    */
   lua: string;
   /**
+   * The state its Lua mirror stores as a string, read back in the app (the Redis store derives a
+   * decision's figures from the values its call read: see `stores/redis/script-protocol.ts`).
+   * Absent for a mirror that keeps its state otherwise (the sliding window log's sorted set),
+   * whose script reports its figures itself.
+   */
+  decodeStored?: (raw: string) => State;
+  /**
    * A short tag for its bucket keys (see `bucketKey`), unique among the algorithms: a policy whose
    * algorithm changes gets fresh keys. Never change it: every bucket kept under it would be lost.
    */

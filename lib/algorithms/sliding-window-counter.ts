@@ -1,6 +1,7 @@
 import type { AlgorithmDescriptor, AlgorithmModel } from './model.types.js';
 import { windowLimit, windowMs } from './conversions.js';
 import { SLIDING_WINDOW_COUNTER_LUA } from './sliding-window-counter.lua.js';
+import { storedFields } from './stored-fields.js';
 
 /** A sliding window counter's stored state. */
 export interface SlidingWindowCounterState {
@@ -95,6 +96,13 @@ export const slidingWindowCounter: AlgorithmModel<SlidingWindowCounterState> = {
   },
 };
 
+/** The state a value `sliding-window-counter.lua.ts` stores holds (its `decode`), read in the app. */
+export function decodeStoredSlidingWindowCounter(raw: string): SlidingWindowCounterState {
+  const [start, previous, count = 0, blockedUntil = 0] = storedFields(raw);
+  // `at` is not stored, and `current` does not read it
+  return { start, previous, count, at: start, blockedUntil };
+}
+
 /** The sliding window counter, for the registry: counts per window, scaled by its limit. */
 export const SLIDING_WINDOW_COUNTER: AlgorithmDescriptor<SlidingWindowCounterState> = {
   model: slidingWindowCounter,
@@ -116,6 +124,7 @@ export const SLIDING_WINDOW_COUNTER: AlgorithmDescriptor<SlidingWindowCounterSta
     }),
   },
   lua: SLIDING_WINDOW_COUNTER_LUA,
+  decodeStored: decodeStoredSlidingWindowCounter,
   tag: 'swc',
   regain: 'window',
   scaledBy: 'limit',

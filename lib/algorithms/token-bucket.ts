@@ -1,6 +1,7 @@
 import type { AlgorithmDescriptor, AlgorithmModel } from './model.types.js';
 import { durationMs, wholeIfNear } from './conversions.js';
 import { TOKEN_BUCKET_LUA } from './token-bucket.lua.js';
+import { storedFields } from './stored-fields.js';
 
 /** A token bucket's stored state. */
 export interface TokenBucketState {
@@ -54,6 +55,12 @@ export const tokenBucket: AlgorithmModel<TokenBucketState> = {
   },
 };
 
+/** The state a value `token-bucket.lua.ts` stores holds (its `decode`), read in the app. */
+export function decodeStoredTokenBucket(raw: string): TokenBucketState {
+  const [tokens, at, blockedUntil = 0] = storedFields(raw);
+  return { tokens, at, blockedUntil };
+}
+
 /** The token bucket, for the registry: refills at `rps`, scaled by its rate. */
 export const TOKEN_BUCKET: AlgorithmDescriptor<TokenBucketState> = {
   model: tokenBucket,
@@ -67,6 +74,7 @@ export const TOKEN_BUCKET: AlgorithmDescriptor<TokenBucketState> = {
     read: (row, o) => ({ tokens: row[o], at: row[o + 1], blockedUntil: row[o + 2] }),
   },
   lua: TOKEN_BUCKET_LUA,
+  decodeStored: decodeStoredTokenBucket,
   tag: 'tb',
   regain: 'rps',
   scaledBy: 'rps',

@@ -1,4 +1,4 @@
-import { DECIDE_LUA, REFUND_LUA } from '../../lib/stores/redis/decide.lua.js';
+import { DECIDE_LUA, LIBRARY as FUNCTIONS, LIBRARY_LUA, REFUND_LUA } from '../../lib/stores/redis/decide.lua.js';
 import { TIME_PROBE_LUA } from '../../lib/stores/redis/time-probe.js';
 
 /**
@@ -156,6 +156,23 @@ describe('the Redis scripts', () => {
 
   it.each(SCRIPTS)('%s: uses only Lua 5.1 functions and syntax that later versions kept', (_name, lua) => {
     expect(outsideCore(lua)).toEqual([]);
+  });
+
+  it("the library of functions defines the scripts' calls, under names of its own", () => {
+    const calls = DECIDE_LUA.replace(/local decide_call = define_calls\(\)\nreturn decide_call\(KEYS, ARGV\)\n$/, '');
+    expect(REFUND_LUA.replace(/local _, refund_call = define_calls\(\)\nreturn refund_call\(KEYS, ARGV\)\n$/, '')).toBe(
+      calls,
+    );
+    expect(LIBRARY_LUA.startsWith(`#!lua name=${FUNCTIONS.name}\n${calls}`)).toBe(true);
+    const registered = [
+      ...LIBRARY_LUA.matchAll(
+        /redis\.register_function\('(\w+)', function\(keys, args\) defined\(\) return (\w+)\(keys, args\) end\)/g,
+      ),
+    ];
+    expect(registered.map(([, name, call]) => [name, call])).toEqual([
+      [FUNCTIONS.decide, 'decide_call'],
+      [FUNCTIONS.refund, 'refund_call'],
+    ]);
   });
 
   it('the checks find what they look for', () => {

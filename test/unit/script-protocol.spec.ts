@@ -1,5 +1,12 @@
 import type { RateLimitRequest } from '../../lib/stores/rate-limit-store.interface.js';
-import { appendRequest, decodeDecideReply, encodeRefund, REPLY_WIDTH } from '../../lib/stores/redis/script-protocol.js';
+import { RateLimitStoreError } from '../../lib/stores/rate-limit-store.error.js';
+import {
+  type CallRequest,
+  decodeDecideReply,
+  encodeDecide,
+  encodeRefund,
+  REPLY_WIDTH,
+} from '../../lib/stores/redis/script-protocol.js';
 
 const tokens: RateLimitRequest = {
   key: 'rl:a',
@@ -13,44 +20,36 @@ const window: RateLimitRequest = {
   rule: { algorithm: 'fixed_window', rps: 2, burst: 4, blockMs: 3_000, limit: 2.5 },
   cost: 1,
 };
+const log: RateLimitRequest = {
+  key: 'rl:c',
+  policy: 'c',
+  rule: { algorithm: 'sliding_window_log', rps: 1, burst: 5 },
+  cost: 1,
+};
 
-/** A policy's numbers in a reply: allowed, remaining, retryMs, fullMs, nextMs, delayMs, blockedMs, at. */
-const policyReply = (allowed: number, at: number) => [allowed, 3, 0, 4_000, 0, 0, 0, at];
+const charging = (requests: RateLimitRequest[], deadline = ''): CallRequest => ({ requests, charge: true, deadline });
 
-describe("the scripts' call protocol", () => {
-  it('lays out a decide call request after request, each deadline left for the sender', () => {
-    const keys: string[] = [];
-    const args: string[] = [];
-    expect(appendRequest(keys, args, [tokens, window], true)).toBe(2);
-    expect(appendRequest(keys, args, [window], false)).toBe(2 + 3 + 2 * 6);
-    expect(keys).toEqual(['rl:a', 'rl:b', 'rl:b']);
-    // ARGV[2] on: n, charge, deadline; then per policy algorithm, rps, burst, block, limit, cost
-    expect(args).toEqual([
+describe("the calls' protocol", () => {
+  it('names each key and rule once, and a policy only what the call does not take for granted', () => {
+    const call = encodeDecide([charging([tokens, window], '123'), { requests: [window], charge: false, deadline: '' }]);
+    expect(call.keys).toEqual(['rl:a', 'rl:b']);
+    expect(call.keyIndexes).toEqual([0, 1, 1]);
+    // R, keyed; the rules; then per request: head (n * 4 + 2 peek + 1 costs), deadline, per policy key, rule, cost
+    expect(call.args).toEqual([
       '2',
       '1',
-      '',
-      'token_bucket',
-      '0.5',
-      '10',
-      '0',
-      '',
-      '1.5',
-      'fixed_window',
-      '2',
-      '4',
-      '3000',
-      '2.5',
-      '1',
-      '1',
-      '0',
-      '',
-      'fixed_window',
-      '2',
-      '4',
-      '3000',
-      '2.5',
-      '1',
+      ...['token_bucket', '0.5', '10', '0', ''],
+      ...['fixed_window', '2', '4', '3000', '2.5'],
+      ...[String(2 * 4 + 1), '123', '1', '1', '1.5', '2', '2', '1'],
+      ...[String(1 * 4 + 2), '', '2', '2'],
     ]);
+  });
+
+  it('sends a call of one rule on distinct keys at cost 1 as a head and a deadline per request', () => {
+    const other = { ...window, key: 'rl:d' };
+    const call = encodeDecide([charging([window]), charging([other])]);
+    expect(call.keys).toEqual(['rl:b', 'rl:d']);
+    expect(call.args).toEqual(['1', '0', 'fixed_window', '2', '4', '3000', '2.5', '4', '', '4', '']);
   });
 
   it('lays out a refund policy after policy, with the time each charge was', () => {
@@ -60,21 +59,38 @@ describe("the scripts' call protocol", () => {
     });
   });
 
-  it('reads a decide reply: a request past its deadline has no answer, the others their policies', () => {
-    const raw = [1, ...policyReply(1, 10), ...policyReply(0, 11), 0, 1, ...policyReply(1, 12), 99];
-    const { answers, now } = decodeDecideReply(raw, [2, 1, 1]);
-    expect(now).toBe(99);
-    expect(answers.map((answer) => answer?.at)).toEqual([[10, 11], undefined, [12]]);
-    expect(answers[0]?.outcomes[1]).toEqual({
-      allowed: false,
-      remaining: 3,
-      retryMs: 0,
-      fullMs: 4_000,
-      nextMs: 0,
-      delayMs: 0,
-      blockedMs: 0,
-      at: 11,
-    });
-    expect(raw).toHaveLength(1 + 2 * REPLY_WIDTH + 1 + 1 + REPLY_WIDTH + 1);
+  it('derives the figures from the values read, request after request, and takes a log report as the script gave it', () => {
+    const calls = [charging([tokens, log]), charging([tokens]), charging([tokens])];
+    const call = encodeDecide(calls);
+    const logReport = [1, 4, 0, 1_000, 0, 0, 0, 5_000];
+    // the bucket held 2 tokens at 4000; at 5000 it holds 2.5: the first request takes 1.5, the
+    // second is past its deadline, the third is refused (1 token left)
+    const raw = [5_000, [2, ...logReport, 0, 1], ['2|4000', null]];
+    const { answers, now } = decodeDecideReply(raw, calls, call);
+    expect(now).toBe(5_000);
+    expect(answers[1]).toBeUndefined();
+    expect(answers[0]!.outcomes).toEqual([
+      { allowed: true, remaining: 1, retryMs: 0, fullMs: 18_000, nextMs: 2_000, delayMs: 0, blockedMs: 0, at: 5_000 },
+      { allowed: true, remaining: 4, retryMs: 0, fullMs: 1_000, nextMs: 0, delayMs: 0, blockedMs: 0, at: 5_000 },
+    ]);
+    expect(answers[2]!.outcomes).toEqual([
+      {
+        allowed: false,
+        remaining: 1,
+        retryMs: 1_000,
+        fullMs: 18_000,
+        nextMs: 2_000,
+        delayMs: 0,
+        blockedMs: 0,
+        at: 5_000,
+      },
+    ]);
+    expect(logReport).toHaveLength(REPLY_WIDTH);
+  });
+
+  it('fails a reply whose verdict the values do not give', () => {
+    const calls = [charging([tokens])];
+    const raw = [5_000, [2], ['0|4000']];
+    expect(() => decodeDecideReply(raw, calls, encodeDecide(calls))).toThrow(RateLimitStoreError);
   });
 });

@@ -1,12 +1,14 @@
+import { createHash } from 'node:crypto';
 import { BLOCK_LUA } from './block.lua.js';
 import { BUCKET_IO_LUA } from './bucket-io.lua.js';
 import { MODELS_LUA } from './models.lua.js';
-import { DECIDE_ARGS, DECIDE_HEAD, REFUND_ARGS, REPLY_WIDTH } from './script-protocol.js';
+import { REFUND_ARGS, REPLY_WIDTH, RULE_ARGS } from './script-protocol.js';
 
 /**
- * What both scripts share: the algorithms (each a Lua table mirroring its pure model;
+ * What both calls share: the algorithms (each a Lua table mirroring its pure model;
  * string-valued ones have `decode`/`encode` for the call's one MGET and its SET of each key,
  * the sorted-set log has its own `load` and `add`), and reading, reporting and saving a bucket.
+ * It defines functions only, inside `define_calls` (see `CALLS_LUA`).
  */
 const SHARED_LUA = `
 -- the math the algorithms call most, as locals: a global's lookup costs about 20 ns a call
@@ -35,7 +37,7 @@ local function window_ms(rps, burst)
   return max(1, floor((burst * 1000) / rps + 0.5))
 end
 
--- algorithms/conversions.ts windowLimit (rule.limit is burst for a rule without one: see rule_at)
+-- algorithms/conversions.ts windowLimit (rule.limit is burst for a rule without one: see read_rule)
 local function window_limit(rule, need)
   return max(rule.limit, need)
 end
@@ -52,8 +54,9 @@ local function admitted(m, s, rule, cost)
   return cost <= rule.burst and block_left_ms(s, rule) == 0 and m.wait_ms(s, rule, cost) == 0
 end
 
--- algorithms/decide.ts report, plus the state's time (a refund needs to know when a charge was),
--- appended to the reply; returns fullMs, the later of waitMs(burst) and the block's end
+-- algorithms/decide.ts report (what a sorted-set log and a refund answer: the app derives every
+-- other policy's report from the state), plus the state's time (a refund needs to know when a
+-- charge was), appended to the reply; returns fullMs, the later of waitMs(burst) and the block's end
 local function report(m, s, rule, cost, admits, delay_ms, reply)
   local block_ms = block_left_ms(s, rule)
   local remaining = 0
@@ -78,21 +81,122 @@ local function append(reply, value)
   reply[reply.n] = value
 end
 
--- the rules this call has read, by their arguments: a batch's policies mostly share a few, and
--- a lookup costs a sixth of three tonumber and a table (no rule is ever changed once read)
-local rules_read = {}
+-- the rule whose arguments start at ARGV[at]: its algorithm's model, rps, burst, block and a
+-- window's scaled limit ('' for none: burst)
+local function read_rule(ARGV, at)
+  local burst = tonumber(ARGV[at + 2])
+  return {
+    model = MODELS[ARGV[at]], rps = tonumber(ARGV[at + 1]), burst = burst, block_ms = tonumber(ARGV[at + 3]),
+    limit = tonumber(ARGV[at + 4]) or burst,
+  }
+end
 
--- the rule of the policy whose arguments follow ARGV[base]: rps, burst, block and a window's
--- scaled limit ('' for none: burst) (its algorithm picks the model)
-local function rule_at(base)
-  local rps, burst, block_ms, limit = ARGV[base + 2], ARGV[base + 3], ARGV[base + 4], ARGV[base + 5]
-  local id = rps .. '|' .. burst .. '|' .. block_ms .. '|' .. limit
-  local rule = rules_read[id]
-  if rule == nil then
-    rule = { rps = tonumber(rps), burst = tonumber(burst), block_ms = tonumber(block_ms), limit = tonumber(limit) or tonumber(burst) }
-    rules_read[id] = rule
+-- one request's policies, filled for the first n of each by the request being decided: the index
+-- of each one's key in KEYS, its rule, its cost, its state and whether it admits the request
+local indexes_of, rules_of, costs_of, states, admits = {}, {}, {}, {}, {}
+
+-- algorithms/decide.ts decideAll, for the request's n policies (indexes_of ... costs_of): appends
+-- 2 when every policy admits it, else 1, then the report of each policy that is a sorted-set log
+local function decide(call, KEYS, n, charge, reply)
+  local allowed = true
+  for i = 1, n do
+    local rule, k = rules_of[i], indexes_of[i]
+    states[i] = load(call, rule.model, KEYS[k], k, rule)
+    admits[i] = admitted(rule.model, states[i], rule, costs_of[i])
+    allowed = allowed and admits[i]
   end
-  return rule
+  append(reply, allowed and 2 or 1)
+
+  local charged = allowed and charge
+  for i = 1, n do
+    local rule, k = rules_of[i], indexes_of[i]
+    local m = rule.model
+    local delay_ms = 0
+    if allowed and m.delay_ms then delay_ms = m.delay_ms(states[i], rule) end
+    local saves = charged
+    if charged then
+      states[i] = m.charge(states[i], rule, costs_of[i])
+      if m.add then m.add(KEYS[k], states[i]) end
+    elseif charge and starts_block(states[i], rule, costs_of[i], admits[i]) then
+      states[i] = block(states[i], rule)
+      saves = true
+    end
+    if m.load then
+      local full_ms = report(m, states[i], rule, costs_of[i], admits[i], delay_ms, reply)
+      if saves then save(call, m, KEYS[k], states[i], full_ms) end
+    elseif saves then
+      save(call, m, KEYS[k], states[i], max(block_left_ms(states[i], rule), m.wait_ms(states[i], rule, rule.burst)))
+    end
+  end
+end
+
+-- requests one after another, each against all of its policies (see DECIDE_LUA)
+local function decide_call(KEYS, ARGV)
+  local call = begin_call(KEYS, ARGV[1])
+  local rule_count, keyed = tonumber(ARGV[2]), ARGV[3] == '1'
+  local rules = {}
+  for r = 1, rule_count do rules[r] = read_rule(ARGV, 4 + (r - 1) * ${RULE_ARGS}) end
+  local reply = { n = 0 }
+  local next_key = 1
+  local at = 4 + rule_count * ${RULE_ARGS}
+  while at <= #ARGV do
+    local head, deadline = tonumber(ARGV[at]), ARGV[at + 1]
+    local n, costs, charge = floor(head / 4), head % 2 == 1, head % 4 < 2
+    at = at + 2
+    -- a request that runs after its caller stopped waiting (it sat in the socket of a frozen or
+    -- busy Redis) is not decided and charges nothing: it has had its failMode outcome already, or
+    -- is about to
+    if deadline ~= '' and call.now > tonumber(deadline) then
+      append(reply, 0)
+      local width = 0
+      if keyed then width = width + 1 else next_key = next_key + n end
+      if rule_count > 1 then width = width + 1 end
+      if costs then width = width + 1 end
+      at = at + n * width
+    else
+      for i = 1, n do
+        local k = next_key
+        if keyed then k = tonumber(ARGV[at]); at = at + 1 else next_key = next_key + 1 end
+        local rule = rules[1]
+        if rule_count > 1 then rule = rules[tonumber(ARGV[at])]; at = at + 1 end
+        local cost = 1
+        if costs then cost = tonumber(ARGV[at]); at = at + 1 end
+        indexes_of[i], rules_of[i], costs_of[i] = k, rule, cost
+      end
+      decide(call, KEYS, n, charge, reply)
+    end
+  end
+  flush(call)
+  reply.n = nil
+  return { call.now, reply, call.values }
+end
+
+-- gives back what a decide call charged, policy after policy (see REFUND_LUA)
+local function refund_call(KEYS, ARGV)
+  local call = begin_call(KEYS, ARGV[1])
+  local reply = { n = 0 }
+  for i = 1, #KEYS do
+    local at = 2 + (i - 1) * ${REFUND_ARGS}
+    local rule = read_rule(ARGV, at)
+    local m = rule.model
+    local cost = tonumber(ARGV[at + ${RULE_ARGS}])
+    local s = m.refund(load(call, m, KEYS[i], i, rule), rule, cost, tonumber(ARGV[at + ${RULE_ARGS} + 1]))
+    save(call, m, KEYS[i], s, report(m, s, rule, cost, true, 0, reply))
+  end
+  flush(call)
+  append(reply, call.now)
+  reply.n = nil
+  return reply
+end
+`;
+
+/**
+ * `define_calls`, which defines everything the calls need and returns the two (`decide_call`,
+ * `refund_call`): a script runs it on every call; a library, on its first call. A library's body
+ * runs with no globals at all (no `math`, no `string`), so nothing can be defined as it loads.
+ */
+const CALLS_LUA = `local function define_calls()${SHARED_LUA}
+return decide_call, refund_call
 end
 `;
 
@@ -102,94 +206,51 @@ end
  * of the request and asks whether it admits it; pass 2 charges and writes every bucket only when
  * all of them do. A later request of the call sees what an earlier one charged, exactly as if
  * each had a call of its own; batching them saves Redis the cost of a script call per request.
+ * Redis only reads, checks and writes: the figures of each decision (what is left, when to retry)
+ * the app derives from the values the call read (see `script-protocol.ts`).
  *
- * KEYS, ARGV and the reply: see `script-protocol.ts`, which encodes and decodes them (ARGV[1] the
- * clock; per request n, charge, deadline, then per policy algorithm, rps, burst, block, limit, cost;
- * per request 0 past its deadline, else 1 and `REPLY_WIDTH` numbers per policy; then now).
+ * KEYS, ARGV and the reply: see `script-protocol.ts`, which encodes and decodes them.
  *
  * A key expires (on the script's clock) when its bucket is full again and no block
  * holds. A refused request writes only the blocks it starts.
  */
-export const DECIDE_LUA = `${SHARED_LUA}
--- every request's policies, one request at a time (each fills the first n of each)
-local models, rules, costs, states, admits = {}, {}, {}, {}, {}
-
--- algorithms/decide.ts decideAll, for the n policies whose keys follow KEYS[first] and whose
--- arguments follow ARGV[base]
-local function decide(first, base, n, charge, now, reply)
-  local allowed = true
-  for i = 1, n do
-    local at = base + (i - 1) * ${DECIDE_ARGS}
-    models[i] = MODELS[ARGV[at + 1]]
-    rules[i] = rule_at(at)
-    costs[i] = tonumber(ARGV[at + 6])
-    states[i] = load(models[i], first + i, now, rules[i])
-    admits[i] = admitted(models[i], states[i], rules[i], costs[i])
-    allowed = allowed and admits[i]
-  end
-
-  local charged = allowed and charge
-  for i = 1, n do
-    local delay_ms = 0
-    if allowed and models[i].delay_ms then delay_ms = models[i].delay_ms(states[i], rules[i]) end
-    local blocks = false
-    if charged then
-      states[i] = models[i].charge(states[i], rules[i], costs[i])
-      if models[i].add then models[i].add(KEYS[first + i], states[i]) end
-    elseif charge and starts_block(states[i], rules[i], costs[i], admits[i]) then
-      states[i] = block(states[i], rules[i])
-      blocks = true
-    end
-    local full_ms = report(models[i], states[i], rules[i], costs[i], admits[i], delay_ms, reply)
-    if charged or blocks then save(models[i], KEYS[first + i], states[i], full_ms) end
-  end
-end
-
-local now = clock(ARGV[1])
-local reply = { n = 0 }
-local first, base = 0, 1
-while base < #ARGV do
-  local n = tonumber(ARGV[base + 1])
-  local deadline = ARGV[base + 3]
-  -- a request that runs after its caller stopped waiting (it sat in the socket of a frozen or
-  -- busy Redis) is not decided and charges nothing: it has had its failMode outcome already, or
-  -- is about to
-  if deadline ~= '' and now > tonumber(deadline) then
-    append(reply, 0)
-  else
-    append(reply, 1)
-    decide(first, base + ${DECIDE_HEAD}, n, ARGV[base + 2] == '1', now, reply)
-  end
-  first = first + n
-  base = base + ${DECIDE_HEAD} + n * ${DECIDE_ARGS}
-end
-flush()
-append(reply, now)
-reply.n = nil
-return reply
+export const DECIDE_LUA = `${CALLS_LUA}local decide_call = define_calls()
+return decide_call(KEYS, ARGV)
 `;
 
 /**
  * Gives back what a decide call charged, when another hash slot of a Redis Cluster refused the
  * same request: each algorithm's `refund` (`algorithms/*.ts`) in Lua, for every policy.
  *
- * KEYS, ARGV and the reply: see `script-protocol.ts` (ARGV[1] the clock; per policy algorithm,
- * rps, burst, block, limit, cost and the charge's at; per policy `REPLY_WIDTH` numbers as the
- * decide script's, for the buckets after the refund; then now).
+ * KEYS, ARGV and the reply: see `script-protocol.ts`.
  */
-export const REFUND_LUA = `${SHARED_LUA}
-local now = clock(ARGV[1])
-local reply = { n = 0 }
-for i = 1, #KEYS do
-  local base = 1 + (i - 1) * ${REFUND_ARGS}
-  local m = MODELS[ARGV[base + 1]]
-  local rule = rule_at(base)
-  local cost = tonumber(ARGV[base + 6])
-  local s = m.refund(load(m, i, now, rule), rule, cost, tonumber(ARGV[base + 7]))
-  save(m, KEYS[i], s, report(m, s, rule, cost, true, 0, reply))
+export const REFUND_LUA = `${CALLS_LUA}local _, refund_call = define_calls()
+return refund_call(KEYS, ARGV)
+`;
+
+/** What names the library and its functions: the text's own digest, so two builds never share a name. */
+const VERSION = createHash('sha1').update(CALLS_LUA).digest('hex').slice(0, 12);
+
+/** The library's name, and the two functions it registers (`FCALL` names them). */
+export const LIBRARY = {
+  name: `nestjs_ratelimit_${VERSION}`,
+  decide: `nestjs_ratelimit_decide_${VERSION}`,
+  refund: `nestjs_ratelimit_refund_${VERSION}`,
+} as const;
+
+/**
+ * The decide and refund calls as a Redis Functions library (Redis 7.0 on): the library's first call
+ * defines them, and every call after runs only its function, where a script defines every function
+ * above anew on every call. Its names carry the digest of its text: instances of two builds sharing
+ * a Redis (a rolling deploy) each call their own.
+ */
+export const LIBRARY_LUA = `#!lua name=${LIBRARY.name}
+${CALLS_LUA}
+-- the calls, once the first has defined them
+local decide_call, refund_call
+local function defined()
+  if decide_call == nil then decide_call, refund_call = define_calls() end
 end
-flush()
-append(reply, now)
-reply.n = nil
-return reply
+redis.register_function('${LIBRARY.decide}', function(keys, args) defined() return decide_call(keys, args) end)
+redis.register_function('${LIBRARY.refund}', function(keys, args) defined() return refund_call(keys, args) end)
 `;

@@ -1,59 +1,69 @@
-import type { Outcome } from '../../algorithms/algorithm.types.js';
+import type { Held, Outcome } from '../../algorithms/algorithm.types.js';
+import { settle } from '../../algorithms/decide.js';
+import { ALGORITHM_DESCRIPTORS } from '../../algorithms/registry.js';
+import type { Rule } from '../../algorithms/algorithm.types.js';
+import { storeReplyDisagrees } from '../../rate-limit.messages.js';
+import { RateLimitStoreError } from '../rate-limit-store.error.js';
 import type { RateLimitRequest } from '../rate-limit-store.interface.js';
 
 /**
- * How the store talks to its two scripts (`DECIDE_LUA` and `REFUND_LUA` in `decide.lua.ts`): what
- * a call's KEYS and ARGV carry, and what its reply holds. The scripts read exactly this; they
- * point back here.
+ * How the store talks to its two calls (`decide_call` and `refund_call` in `decide.lua.ts`, run as
+ * scripts or as the functions of a library): what a call's KEYS and ARGV carry, and what its reply
+ * holds. The Lua reads exactly this; it points back here.
  *
  * Every call: ARGV[1] is the clock, integer ms, or '' to use Redis `TIME` (the only clock outside
  * tests; see `RedisClock.scriptNow` and `clock` in `bucket-io.lua.ts`). `RedisScripts` puts it in
  * front of the arguments encoded here, which start at ARGV[2].
  *
- * Decide call (`appendRequest`, request after request):
+ * A rule takes `RULE_ARGS` arguments: its algorithm ('token_bucket', 'fixed_window', ...), rps
+ * (tokens per second, a decimal string, may be fractional), burst (tokens), block (integer ms a
+ * refusal blocks for; '0' for none), and a window's scaled limit (`Rule.limit`, tokens, may be
+ * fractional; '' for none).
  *
- * KEYS                 bucket keys of every request's policies, request after request
- * then per request, from b = 1 (then b moves past the request's arguments):
- * ARGV[b + 1]          n, its number of policies (its keys are the next n of KEYS)
- * ARGV[b + 2]          '1' to charge when every policy admits, '0' to only look (peek)
- * ARGV[b + 3]          deadline, integer ms on the script's clock: when the caller stops waiting
- *                      (see `RedisClock.deadline`); past it the request is not decided and
- *                      charges nothing; '' for none
- * ARGV[b + 4 + 6(i-1)] algorithm of policy i ('token_bucket', 'fixed_window', ...)
- * ARGV[b + 5 + 6(i-1)] rps, tokens per second, as a decimal string (may be fractional)
- * ARGV[b + 6 + 6(i-1)] burst, tokens
- * ARGV[b + 7 + 6(i-1)] block, integer ms a refusal blocks for; '0' for none
- * ARGV[b + 8 + 6(i-1)] a window's scaled limit (`Rule.limit`), tokens (may be fractional); '' for none
- * ARGV[b + 9 + 6(i-1)] cost, tokens (may be fractional)
+ * Decide call (`encodeDecide`): a call names each key and each rule once, and each request only
+ * what it does not share with the others.
  *
- * Its reply (`decodeDecideReply`): per request 0 when it was past its deadline, else 1 and then
- * `REPLY_WIDTH` integers per policy: allowed (0/1), remaining (tokens), retryMs (-1: never),
- * fullMs (until full), nextMs (until one more token), delayMs, blockedMs (until the block ends,
- * 0: none), at (ms, the time the state is as of: what a refund names). Then the script's now (ms).
+ * KEYS                 the bucket keys of the call, each once, in the order first named
+ * ARGV[2]              R, the number of rules
+ * ARGV[3]              '1' when each policy names its key (a key is named more than once in the
+ *                      call), '0' when the policies take KEYS in order, one each
+ * ARGV[4 + 5(r-1)] ... rule r, its `RULE_ARGS` arguments
+ * then per request:
+ *   head               n * 4 + 2 (only looks: a peek) + 1 (its policies' costs follow), n its
+ *                      number of policies
+ *   deadline           integer ms on the call's clock: when the caller stops waiting (see
+ *                      `RedisClock.deadline`); past it the request is not decided and charges
+ *                      nothing; '' for none
+ *   then per policy:   its key's index in KEYS (from 1; only when ARGV[3] is '1'), its rule's
+ *                      index (from 1; only when R > 1), its cost (only when the head says so;
+ *                      else 1)
+ *
+ * Its reply (`decodeDecideReply`): `{ now, answers, values }`. now: the call's clock, ms. answers:
+ * per request 0 when it was past its deadline, else 2 when every policy admitted it (1 when one
+ * refused), then for each of its policies whose algorithm has no `decodeStored` (the sliding window
+ * log) `REPLY_WIDTH` integers: allowed (0/1), remaining (tokens), retryMs (-1: never), fullMs
+ * (until full), nextMs (until one more token), delayMs, blockedMs (until the block ends, 0: none),
+ * at (ms, the time the state is as of: what a refund names). values: each key's value as the call
+ * read it when it started (nil: none). Every other policy's figures the app derives from those
+ * values as the script did (`settle`, request after request): Redis, which does not scale out,
+ * only reads, checks and writes.
  *
  * Refund call (`encodeRefund`), giving back what a decide call charged, policy after policy:
  *
  * KEYS[i]              bucket key of policy i
- * ARGV[2 + 7(i-1)]     algorithm of policy i
- * ARGV[3 + 7(i-1)]     rps, tokens per second
- * ARGV[4 + 7(i-1)]     burst, tokens
- * ARGV[5 + 7(i-1)]     block, integer ms a refusal blocks for; '0' for none
- * ARGV[6 + 7(i-1)]     a window's scaled limit, tokens; '' for none
- * ARGV[7 + 7(i-1)]     cost the charge took, tokens
- * ARGV[8 + 7(i-1)]     at of the charged state (from the decide reply), integer ms
+ * ARGV[2 + 7(i-1)] ... its rule's `RULE_ARGS` arguments, the cost the charge took (tokens), and
+ *                      the `at` of the charged state (from the decide reply, integer ms)
  *
  * Its reply (`decodeAnswer`): `REPLY_WIDTH` integers per policy as a decide reply's, for the
  * buckets as they are after the refund (allowed 1, no delay); then the script's now.
  */
 
-/** Numbers a reply holds per policy (see above). */
+/** Numbers a reply holds per policy the script reports itself (see above). */
 export const REPLY_WIDTH = 8;
-/** Arguments a decide call takes per request before its policies': n, charge, deadline. */
-export const DECIDE_HEAD = 3;
-/** Arguments a decide call takes per policy, after its request's `DECIDE_HEAD`. */
-export const DECIDE_ARGS = 6;
-/** Arguments a refund call takes per policy. */
-export const REFUND_ARGS = 7;
+/** Arguments a rule takes. */
+export const RULE_ARGS = 5;
+/** Arguments a refund call takes per policy: its rule's, its cost and its charge's time. */
+export const REFUND_ARGS = RULE_ARGS + 2;
 
 /** A script's answer for one request: per policy, an outcome and the time its state is as of. */
 export interface Answer {
@@ -69,30 +79,63 @@ export interface DecideReply {
   now: number;
 }
 
-/**
- * Appends a request to a decide call's `keys` and `args` (ARGV from 2 on). Returns where in
- * `args` its deadline goes, which is left '' (none) until the call is sent.
- */
-export function appendRequest(
-  keys: string[],
-  args: string[],
-  requests: readonly RateLimitRequest[],
-  charge: boolean,
-): number {
-  const deadlineAt = args.length + 2;
-  args.push(String(requests.length), charge ? '1' : '0', '');
-  for (const { key, rule, cost } of requests) {
-    keys.push(key);
-    args.push(
-      rule.algorithm,
-      String(rule.rps),
-      String(rule.burst),
-      rule.blockMs === undefined ? '0' : String(rule.blockMs),
-      rule.limit === undefined ? '' : String(rule.limit),
-      String(cost),
-    );
+/** One request of a decide call: its policies, whether it charges, its deadline ('' for none). */
+export interface CallRequest {
+  requests: readonly RateLimitRequest[];
+  charge: boolean;
+  deadline: string;
+}
+
+/** A decide call as it is sent, and where each policy's key is among its KEYS (request after request, from 0). */
+export interface DecideCall {
+  keys: string[];
+  args: string[];
+  keyIndexes: number[];
+}
+
+/** A rule's arguments (see `RULE_ARGS`). */
+function ruleArgs(rule: Rule): string[] {
+  return [
+    rule.algorithm,
+    String(rule.rps),
+    String(rule.burst),
+    rule.blockMs === undefined ? '0' : String(rule.blockMs),
+    rule.limit === undefined ? '' : String(rule.limit),
+  ];
+}
+
+/** The keys and arguments (ARGV from 2 on) of a decide call for `calls`, request after request. */
+export function encodeDecide(calls: readonly CallRequest[]): DecideCall {
+  const keys: string[] = [];
+  const keyIndex = new Map<string, number>();
+  const keyIndexes: number[] = [];
+  const rules = new Map<Rule, number>();
+  const rulesArgs: string[] = [];
+  for (const { requests } of calls) {
+    for (const { key, rule } of requests) {
+      let k = keyIndex.get(key);
+      if (k === undefined) keyIndex.set(key, (k = keys.push(key) - 1));
+      keyIndexes.push(k);
+      if (!rules.has(rule)) {
+        rules.set(rule, rules.size + 1);
+        rulesArgs.push(...ruleArgs(rule));
+      }
+    }
   }
-  return deadlineAt;
+  const keyed = keyIndexes.length > keys.length;
+  const args = [String(rules.size), keyed ? '1' : '0', ...rulesArgs];
+  let p = 0;
+  for (const { requests, charge, deadline } of calls) {
+    const costs = requests.some((request) => request.cost !== 1);
+    args.push(String(requests.length * 4 + (charge ? 0 : 2) + (costs ? 1 : 0)), deadline);
+    for (const { rule, cost } of requests) {
+      if (keyed) args.push(String(keyIndexes[p] + 1));
+      if (rules.size > 1) args.push(String(rules.get(rule)));
+      if (costs) args.push(String(cost));
+      p++;
+    }
+  }
+  return { keys, args, keyIndexes };
 }
 
 /** A refund call's keys and arguments (ARGV from 2 on), for requests of one hash slot charged at `at` (from their decide reply). */
@@ -104,17 +147,23 @@ export function encodeRefund(
   const args: string[] = [];
   requests.forEach(({ key, rule, cost }, i) => {
     keys.push(key);
-    args.push(
-      rule.algorithm,
-      String(rule.rps),
-      String(rule.burst),
-      String(rule.blockMs ?? 0),
-      rule.limit === undefined ? '' : String(rule.limit),
-      String(cost),
-      String(at[i]),
-    );
+    args.push(...ruleArgs(rule), String(cost), String(at[i]));
   });
   return { keys, args };
+}
+
+/** The outcome of `REPLY_WIDTH` numbers of a reply from `start`. */
+function outcomeAt(raw: readonly number[], start: number): Outcome {
+  return {
+    allowed: raw[start] === 1,
+    remaining: raw[start + 1],
+    retryMs: raw[start + 2],
+    fullMs: raw[start + 3],
+    nextMs: raw[start + 4],
+    delayMs: raw[start + 5],
+    blockedMs: raw[start + 6],
+    at: raw[start + 7],
+  };
 }
 
 /** `count` policies' outcomes from a script reply, `REPLY_WIDTH` numbers each from `start`. */
@@ -122,34 +171,63 @@ export function decodeAnswer(raw: readonly number[], start: number, count: numbe
   const outcomes: Outcome[] = [];
   const at: number[] = [];
   for (let i = 0; i < count; i++) {
-    const base = start + i * REPLY_WIDTH;
-    outcomes.push({
-      allowed: raw[base] === 1,
-      remaining: raw[base + 1],
-      retryMs: raw[base + 2],
-      fullMs: raw[base + 3],
-      nextMs: raw[base + 4],
-      delayMs: raw[base + 5],
-      blockedMs: raw[base + 6],
-      at: raw[base + 7],
-    });
-    at.push(raw[base + 7]);
+    const outcome = outcomeAt(raw, start + i * REPLY_WIDTH);
+    outcomes.push(outcome);
+    at.push(outcome.at!);
   }
   return { outcomes, at };
 }
 
-/** A decide call's reply, for requests of `counts[j]` policies each, in the order they were appended. */
-export function decodeDecideReply(raw: readonly number[], counts: readonly number[]): DecideReply {
-  const answers: (Answer | undefined)[] = new Array<Answer | undefined>(counts.length);
-  let at = 0;
-  for (let j = 0; j < counts.length; j++) {
-    if (raw[at] === 0) {
-      answers[j] = undefined;
-      at += 1;
-      continue;
+/**
+ * A decide call's reply (`[now, answers, values]`, see above) for the call `encodeDecide` made of
+ * `calls`: each request's verdict as Redis gave it, its figures derived here from the values the
+ * call read, request after request, as the script went (a state a request stored is what the next
+ * one on its key reads).
+ *
+ * @throws RateLimitStoreError when a verdict is not the one the values give (a bug of the script)
+ */
+export function decodeDecideReply(raw: unknown, calls: readonly CallRequest[], call: DecideCall): DecideReply {
+  const [now, codes, values] = raw as [number, number[], (string | null)[]];
+  /** What the call stored by key index so far (`null`: deleted); a key not here reads its value. */
+  const stored = new Map<number, Held | null>();
+  const answers: (Answer | undefined)[] = new Array<Answer | undefined>(calls.length);
+  let c = 0;
+  let p = 0;
+  calls.forEach(({ requests, charge }, j) => {
+    const code = codes[c++];
+    if (code === 0) {
+      p += requests.length;
+      return;
     }
-    answers[j] = decodeAnswer(raw, at + 1, counts[j]);
-    at += 1 + counts[j] * REPLY_WIDTH;
-  }
-  return { answers, now: raw[raw.length - 1] };
+    const allowed = code === 2;
+    const outcomes: Outcome[] = new Array<Outcome>(requests.length);
+    const at: number[] = new Array<number>(requests.length);
+    let admitsAll = true;
+    requests.forEach((request, i) => {
+      const k = call.keyIndexes[p++];
+      const decode: ((raw: string) => Held) | undefined = ALGORITHM_DESCRIPTORS[request.rule.algorithm].decodeStored;
+      if (decode === undefined) {
+        outcomes[i] = outcomeAt(codes, c);
+        c += REPLY_WIDTH;
+      } else {
+        const before = stored.get(k);
+        const value = values[k];
+        const state = before === undefined ? (value === null ? undefined : decode(value)) : (before ?? undefined);
+        const settled = settle({ state, rule: request.rule, cost: request.cost }, now, allowed, charge);
+        if (settled.next !== undefined) stored.set(k, settled.outcome.fullMs === 0 ? null : settled.next);
+        outcomes[i] = settled.outcome;
+      }
+      admitsAll &&= outcomes[i].allowed;
+      at[i] = outcomes[i].at!;
+    });
+    if (allowed !== admitsAll) {
+      const message = storeReplyDisagrees(
+        requests.map((request) => request.policy),
+        allowed,
+      );
+      throw new RateLimitStoreError(message, { reason: 'error' });
+    }
+    answers[j] = { outcomes, at };
+  });
+  return { answers, now };
 }

@@ -4,7 +4,7 @@ import { RateLimitStoreError, storeTimeout } from '../rate-limit-store.error.js'
 import type { RateLimitRequest } from '../rate-limit-store.interface.js';
 import type { RedisClock } from './redis-clock.js';
 import type { RedisScripts } from './redis-scripts.js';
-import { type Answer, appendRequest, decodeDecideReply } from './script-protocol.js';
+import { type Answer, type CallRequest, type DecideReply, decodeDecideReply, encodeDecide } from './script-protocol.js';
 
 /**
  * Most bucket keys one decide call carries; a batch that reaches it is sent at once. Bounds how
@@ -18,26 +18,18 @@ export interface Reply extends Answer {
   decidedAt: number;
 }
 
-/** A request of a batch, waiting for its answer. */
-interface Waiting {
-  /** Its number of policies. */
-  count: number;
+/** A request of a batch, waiting for its answer: its part of the call (its deadline set when the batch is sent). */
+interface Waiting extends CallRequest {
   /** How long its caller waits once the call is sent, ms; `undefined`: as long as it takes. */
   timeoutMs: number | undefined;
-  /** Where its deadline goes in the batch's arguments (set when the batch is sent). */
-  deadlineAt: number;
   resolve: (reply: Reply) => void;
   reject: (error: unknown) => void;
 }
 
-/**
- * Requests of one hash slot waiting to go to Redis in one decide call: their keys, and the
- * script's arguments after its clock (see `script-protocol.ts`).
- */
+/** Requests of one hash slot waiting to go to Redis in one decide call, and how many keys they name. */
 interface Batch {
-  keys: string[];
-  args: string[];
   waiting: Waiting[];
+  keys: number;
 }
 
 /**
@@ -78,16 +70,16 @@ export class SlotBatches {
   ): Promise<Reply> {
     let batch = this.batches.get(slot);
     if (batch === undefined) {
-      const opened: Batch = (batch = { keys: [], args: [], waiting: [] });
+      const opened: Batch = (batch = { waiting: [], keys: 0 });
       this.batches.set(slot, opened);
       setImmediate(() => this.send(slot, opened));
     }
-    const deadlineAt = appendRequest(batch.keys, batch.args, requests, charge);
     const opened = batch;
     const reply = new Promise<Reply>((resolve, reject) =>
-      opened.waiting.push({ count: requests.length, timeoutMs, deadlineAt, resolve, reject }),
+      opened.waiting.push({ requests, charge, deadline: '', timeoutMs, resolve, reject }),
     );
-    if (batch.keys.length >= MAX_BATCH_KEYS) this.send(slot, batch);
+    batch.keys += requests.length;
+    if (batch.keys >= MAX_BATCH_KEYS) this.send(slot, batch);
     return reply;
   }
 
@@ -96,10 +88,12 @@ export class SlotBatches {
     if (this.batches.get(slot) !== batch) return;
     this.batches.delete(slot);
     const sentAt = this.clock.localNow();
-    for (const waiting of batch.waiting)
-      batch.args[waiting.deadlineAt] = this.clock.deadline(slot, sentAt, waiting.timeoutMs);
+    for (const waiting of batch.waiting) waiting.deadline = this.clock.deadline(slot, sentAt, waiting.timeoutMs);
+    const call = encodeDecide(batch.waiting);
     // on the client's socket from here: each caller's time starts now
-    const answers = this.scripts.decide(batch.keys, batch.args).then((raw) => this.answers(slot, batch, raw, sentAt));
+    const answers = this.scripts
+      .decide(call.keys, call.args)
+      .then((raw) => this.answers(slot, batch, decodeDecideReply(raw, batch.waiting, call), sentAt));
     batch.waiting.forEach((waiting, i) => {
       const answer = answers.then((all) => {
         if (all[i] instanceof RateLimitStoreError) throw all[i];
@@ -120,11 +114,12 @@ export class SlotBatches {
    * to be read since (Redis held up before writing it, this process busy) is taken off: requests of
    * one queue decided in different calls keep their spacing whichever reply is read late.
    */
-  private answers(slot: number, batch: Batch, raw: number[], sentAt: number): (Reply | RateLimitStoreError)[] {
-    const { answers, now: redisNow } = decodeDecideReply(
-      raw,
-      batch.waiting.map((waiting) => waiting.count),
-    );
+  private answers(
+    slot: number,
+    batch: Batch,
+    { answers, now: redisNow }: DecideReply,
+    sentAt: number,
+  ): (Reply | RateLimitStoreError)[] {
     const readAt = this.clock.localNow();
     const decidedAt = this.clock.learn(slot, redisNow, sentAt, readAt);
     const late = this.clock.sinceDecided(slot, redisNow, readAt);
