@@ -15,7 +15,7 @@ import { StandaloneLimiter } from '../support/standalone-limiter.js';
  * still decided alone, in turn, all-or-nothing.
  */
 let redis: Redis;
-/** Script calls the store sent (EVALSHA, or EVAL after NOSCRIPT), but the `TIME` probe it runs once. */
+/** Calls the store sent (FCALL, EVALSHA, or EVAL after NOSCRIPT), but the `TIME` probe it runs once. */
 let scriptCalls = 0;
 /** What names the probe in an EVALSHA or an EVAL: its SHA1 or its text. */
 const PROBE = new Set([createHash('sha1').update(TIME_PROBE_LUA).digest('hex'), TIME_PROBE_LUA]);
@@ -24,7 +24,7 @@ beforeAll(async () => {
   redis = await connectTestRedis();
   const send = redis.sendCommand.bind(redis);
   redis.sendCommand = (command: { name: string; args: unknown[] }, ...rest: unknown[]) => {
-    if (/^eval(sha)?$/i.test(command.name) && !PROBE.has(String(command.args[0]))) scriptCalls++;
+    if (/^(eval(sha)?|fcall)$/i.test(command.name) && !PROBE.has(String(command.args[0]))) scriptCalls++;
     return (send as (...args: unknown[]) => unknown)(command, ...rest);
   };
 });

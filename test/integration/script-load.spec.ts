@@ -2,7 +2,7 @@ import { createHash, randomUUID } from 'node:crypto';
 import { Cluster, Redis } from 'ioredis';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
 import type { RateLimitRequest } from '../../lib/stores/rate-limit-store.interface.js';
-import { DECIDE_LUA, REFUND_LUA } from '../../lib/stores/redis/decide.lua.js';
+import { DECIDE_LUA, LIBRARY, REFUND_LUA } from '../../lib/stores/redis/decide.lua.js';
 import { RedisStore } from '../../lib/stores/redis/redis.store.js';
 import { ruleOf } from '../cases/index.js';
 import { parseInfo } from '../support/redis/client.js';
@@ -17,7 +17,7 @@ const request = (): RateLimitRequest => {
   return { key: bucketKey('rl-load:', 'load', rule, `ip:${randomUUID()}`), policy: 'load', rule, cost: 1 };
 };
 
-/** How often the server ran a command (`eval`, `evalsha`, `script|load`) and answered an error (`NOSCRIPT`). */
+/** How often the server ran a command (`eval`, `evalsha`, `fcall`, `script|load`) and answered an error (`NOSCRIPT`). */
 async function stats(client: Redis): Promise<{ calls: (command: string) => number; errors: (code: string) => number }> {
   const commands = parseInfo(await client.info('commandstats'));
   const errors = parseInfo(await client.info('errorstats'));
@@ -29,14 +29,28 @@ async function stats(client: Redis): Promise<{ calls: (command: string) => numbe
   };
 }
 
-/** Once what `client` was sent before has been answered (replies come in order). */
-const answered = async (client: Redis) => void (await client.ping());
+/** Once what `client` was sent before has been answered (replies come in order), and what reads those answers has run. */
+const answered = async (client: Redis) => {
+  await client.ping();
+  await new Promise((resolve) => setImmediate(resolve));
+};
+
+/** Whether the server has the library of the store's calls. */
+const hasLibrary = async (client: Redis) => (await client.function('LIST', 'LIBRARYNAME', LIBRARY.name)).length === 1;
+
+/** The calls a server ran and the errors it answered, as `[fcall, evalsha, eval, NOSCRIPT]`. */
+async function callCounts(client: Redis): Promise<number[]> {
+  const { calls, errors } = await stats(client);
+  return [calls('fcall'), calls('evalsha'), calls('eval'), errors('NOSCRIPT')];
+}
 
 /**
- * The scripts are loaded into Redis when the store starts (every master of a Cluster) and when its
+ * The calls are loaded into Redis when the store starts (every master of a Cluster) and when its
  * client is ready again after a reconnect, so that no decision pays for sending and compiling them:
- * each is an EVALSHA that finds its script. A Redis that lost them anyway (SCRIPT FLUSH) is still
- * served, by sending the script whole (see stores.spec.ts).
+ * as a library of functions (Redis 7.0 on), each call an FCALL, and as scripts, for a server
+ * without functions (or while the library is on its way), each call an EVALSHA that finds its
+ * script. A Redis that lost them anyway (SCRIPT FLUSH, FUNCTION FLUSH) is still served: by the
+ * script, sent whole if need be (see stores.spec.ts).
  */
 describe('loading the scripts (own redis-server)', () => {
   let server: RedisServer;
@@ -53,14 +67,27 @@ describe('loading the scripts (own redis-server)', () => {
     stopRedisServer(server.pid);
   });
 
-  it('loads them when the store is made: the first decision is one EVALSHA, never a NOSCRIPT or an EVAL', async () => {
+  it('loads them when the store is made: the first decision is one FCALL, never an EVAL', async () => {
     // clock 'app': no probe of TIME, whose one-line script ioredis sends by EVAL
     const store = new RedisStore({ client, clock: 'app' });
     await answered(client);
     expect(await client.script('EXISTS', ...SCRIPTS)).toEqual([1, 1]);
+    expect(await hasLibrary(client)).toBe(true);
     expect(await store.consume([request()])).toMatchObject([{ allowed: true, remaining: 4 }]);
-    const { calls, errors } = await stats(client);
-    expect([calls('evalsha'), calls('eval'), errors('NOSCRIPT')]).toEqual([1, 0, 0]);
+    expect(await callCounts(client)).toEqual([1, 0, 0, 0]);
+    await store.close();
+  });
+
+  it('runs a call as its script where the library is gone, and loads the library again', async () => {
+    const store = new RedisStore({ client, clock: 'app' });
+    await answered(client);
+    await client.function('FLUSH');
+    expect(await store.consume([request()])).toMatchObject([{ allowed: true, remaining: 4 }]);
+    await answered(client);
+    expect(await hasLibrary(client)).toBe(true);
+    expect(await store.consume([request()])).toMatchObject([{ allowed: true, remaining: 4 }]);
+    // the FCALL that found no function, then its EVALSHA; then an FCALL again
+    expect(await callCounts(client)).toEqual([2, 1, 0, 0]);
     await store.close();
   });
 
@@ -75,9 +102,9 @@ describe('loading the scripts (own redis-server)', () => {
     await readyAgain;
     await answered(client);
     expect(await client.script('EXISTS', ...SCRIPTS)).toEqual([1, 1]);
+    expect(await hasLibrary(client)).toBe(true);
     expect(await store.consume([request()])).toMatchObject([{ allowed: true, remaining: 4 }]);
-    const { calls, errors } = await stats(client);
-    expect([calls('evalsha'), calls('eval'), errors('NOSCRIPT')]).toEqual([1, 0, 0]);
+    expect(await callCounts(client)).toEqual([1, 0, 0, 0]);
     await store.close();
   });
 
@@ -86,10 +113,29 @@ describe('loading the scripts (own redis-server)', () => {
     const store = new RedisStore({ client: lazy, clock: 'app' });
     expect(lazy.status).toBe('wait');
     expect(await store.consume([request()])).toMatchObject([{ allowed: true, remaining: 4 }]);
-    const { calls, errors } = await stats(client);
-    expect([calls('evalsha'), calls('eval'), errors('NOSCRIPT')]).toEqual([1, 0, 0]);
+    // sent right behind the loads, before the library's answer: the script
+    expect(await callCounts(client)).toEqual([0, 1, 0, 0]);
     await store.close();
     lazy.disconnect();
+  });
+});
+
+describe('a Redis without functions (own redis-server, FUNCTION renamed away)', () => {
+  it('runs every call as its script', async () => {
+    const server = await startRedisServer(['--rename-command', 'FUNCTION', '']);
+    const client = new Redis(server.url);
+    try {
+      const store = new RedisStore({ client, clock: 'app' });
+      await answered(client);
+      expect(await client.script('EXISTS', ...SCRIPTS)).toEqual([1, 1]);
+      for (let i = 0; i < 3; i++)
+        expect(await store.consume([request()])).toMatchObject([{ allowed: true, remaining: 4 }]);
+      expect(await callCounts(client)).toEqual([0, 3, 0, 0]);
+      await store.close();
+    } finally {
+      client.disconnect();
+      stopRedisServer(server.pid);
+    }
   });
 });
 
@@ -105,6 +151,7 @@ describe('loading the scripts on a Redis Cluster (own cluster)', () => {
       for (const master of masters) {
         await answered(master);
         expect(await master.script('EXISTS', ...SCRIPTS)).toEqual([1, 1]);
+        expect(await hasLibrary(master)).toBe(true);
       }
       expect(await store.consume([request()])).toMatchObject([{ allowed: true, remaining: 4 }]);
       await store.close();

@@ -36,7 +36,8 @@ async function rejection(promise: Promise<unknown>): Promise<unknown> {
 /**
  * A decision asked for now, and how it ended: its error (none: Redis decided), `ms` after it was
  * asked, and `lateMs` after a timer of `timeout` fired that started as its call left the process
- * (was handed to the client, when the batch it joined was sent; NaN for a call that never left).
+ * (was handed to the client as an FCALL or EVALSHA, when the batch it joined was sent; NaN for a call
+ * that never left).
  */
 async function timedDecision(
   limiter: RateLimiterService,
@@ -45,11 +46,15 @@ async function timedDecision(
 ): Promise<{ error: unknown; ms: number; lateMs: number }> {
   const asked = performance.now();
   let timer: Promise<number> | undefined;
-  const evalsha = client.evalsha;
-  client.evalsha = ((...args: Parameters<Redis['evalsha']>) => {
-    timer ??= new Promise<number>((resolve) => setTimeout(() => resolve(performance.now()), TIMEOUT_MS));
-    return evalsha.apply(client, args);
-  }) as Redis['evalsha'];
+  // the call leaves as an FCALL (the library loaded) or an EVALSHA
+  const { fcall, evalsha } = client;
+  const leaving = <Send extends (...args: never[]) => unknown>(send: Send) =>
+    ((...args: Parameters<Send>) => {
+      timer ??= new Promise<number>((resolve) => setTimeout(() => resolve(performance.now()), TIMEOUT_MS));
+      return send.apply(client, args);
+    }) as Send;
+  client.fcall = leaving(fcall);
+  client.evalsha = leaving(evalsha);
   try {
     const error = await rejection(limiter.consume(identity, POLICY));
     const ended = performance.now();
@@ -57,6 +62,7 @@ async function timedDecision(
     const timerFired = timer === undefined ? NaN : await timer;
     return { error, ms: ended - asked, lateMs: ended - timerFired };
   } finally {
+    client.fcall = fcall;
     client.evalsha = evalsha;
   }
 }

@@ -4,43 +4,68 @@ import type { Cluster, Redis } from 'ioredis';
 import { storeFailed } from '../../rate-limit.messages.js';
 import { RateLimitStoreError } from '../rate-limit-store.error.js';
 import type { RateLimitRequest } from '../rate-limit-store.interface.js';
-import { DECIDE_LUA, REFUND_LUA } from './decide.lua.js';
+import { DECIDE_LUA, LIBRARY, LIBRARY_LUA, REFUND_LUA } from './decide.lua.js';
 import type { RedisClock } from './redis-clock.js';
 import { type Answer, decodeAnswer, encodeRefund } from './script-protocol.js';
 import { redisTimeUnusable, TIME_PROBE, TIME_PROBE_LUA, timeUnusable } from './time-probe.js';
 
-/** A script as the store runs it: its text, and the SHA-1 that EVALSHA names it by. */
+/** A call as the store runs it: the function of the library that is it, and the same as a script (its text, and the SHA-1 that EVALSHA names it by). */
 interface Script {
+  readonly fn: string;
   readonly lua: string;
   readonly sha: string;
 }
 
-function script(lua: string): Script {
-  return { lua, sha: createHash('sha1').update(lua).digest('hex') };
+function script(fn: string, lua: string): Script {
+  return { fn, lua, sha: createHash('sha1').update(lua).digest('hex') };
 }
 
-const DECIDE = script(DECIDE_LUA);
-const REFUND = script(REFUND_LUA);
+const DECIDE = script(LIBRARY.decide, DECIDE_LUA);
+const REFUND = script(LIBRARY.refund, REFUND_LUA);
 
 type ScriptCommand = (numKeys: number, ...args: string[]) => Promise<unknown>;
 
 /**
- * Per client, the one `ready` listener that loads the scripts again after a reconnect, and how
- * many open stores use it: a client that many stores share (one per test, say) gets one.
+ * Per client: the one `ready` listener that loads the calls again after a reconnect, how many open
+ * stores use it (a client that many stores share, one per test say, gets one), and whether the
+ * library is loaded on every master the client knows, so that calls can be `FCALL`s.
  */
-const reloaders = new WeakMap<Redis | Cluster, { stores: number; load: () => void }>();
+interface Loader {
+  stores: number;
+  load: () => void;
+  functions: boolean;
+}
+
+const loaders = new WeakMap<Redis | Cluster, Loader>();
+
+/** How a server that has the library already answers `FUNCTION LOAD` of it (Redis 7.0 on). */
+const LIBRARY_EXISTS = /^ERR Library '[^']*' already exists/;
+/** How a server that lacks a called function answers `FCALL` (restarted without it, a new master). */
+const FUNCTION_NOT_FOUND = /^ERR Function not found/;
 
 /**
- * Loads both scripts into Redis (on a Cluster, into every master it knows), so that calls find
- * them. Nothing waits for it; where it fails (Redis down, the Cluster not ready yet), the next
- * `ready` loads them, and until then a call that meets `NOSCRIPT` sends its script whole.
+ * Loads the calls into Redis (on a Cluster, into every master it knows) so that no call sends or
+ * compiles them: both scripts, and the library where the server has Redis Functions (7.0 on). Once
+ * every master has the library, calls are `FCALL`s; until then, and on servers without functions
+ * (6.x, or a compatible server without them), `EVALSHA`s. Nothing waits for it; where it fails
+ * (Redis down, the Cluster not ready yet), the next `ready` loads them again, and until then a call
+ * that meets `NOSCRIPT` sends its script whole.
  */
-function loadScripts(client: Redis | Cluster): void {
+function loadCalls(client: Redis | Cluster, loader: Loader): void {
   const nodes: (Redis | Cluster)[] =
     (client as Cluster).isCluster === true ? (client as Cluster).nodes('master') : [client];
   for (const node of nodes) {
     for (const { lua } of [DECIDE, REFUND]) node.script('LOAD', lua).catch(() => undefined);
   }
+  const loaded = nodes.map((node) =>
+    node.function('LOAD', LIBRARY_LUA).then(
+      () => true,
+      (error: unknown) => error instanceof Error && LIBRARY_EXISTS.test(error.message),
+    ),
+  );
+  void Promise.all(loaded).then((all) => {
+    if (nodes.length > 0 && all.every(Boolean)) loader.functions = true;
+  });
 }
 
 /**
@@ -59,6 +84,7 @@ export class RedisScripts {
   /** Whether the store has started talking to Redis (a lazyConnect client is left alone until its first call). */
   private started = false;
   private closed = false;
+  private readonly loader: Loader;
   private readonly logger = new Logger('RedisStore');
 
   constructor(
@@ -66,52 +92,64 @@ export class RedisScripts {
     private readonly clock: RedisClock,
   ) {
     this.timeChecked = !clock.redisTime;
-    let reloader = reloaders.get(client);
-    if (reloader === undefined) {
-      reloaders.set(client, (reloader = { stores: 0, load: () => loadScripts(client) }));
-      client.on('ready', reloader.load);
+    let loader = loaders.get(client);
+    if (loader === undefined) {
+      const created: Loader = { stores: 0, load: () => loadCalls(client, created), functions: false };
+      loaders.set(client, (loader = created));
+      client.on('ready', loader.load);
     }
-    reloader.stores++;
+    this.loader = loader;
+    loader.stores++;
     // a client that is to connect only when used (lazyConnect) is left alone until then
     if (client.status !== 'wait') this.start();
   }
 
-  /** Runs `DECIDE_LUA` on `keys`, with `args` after its clock (ARGV[2] on; see `script-protocol.ts`): its raw reply. */
-  decide(keys: readonly string[], args: readonly string[]): Promise<number[]> {
+  /** Runs the decide call on `keys`, with `args` after its clock (ARGV[2] on; see `script-protocol.ts`): its raw reply. */
+  decide(keys: readonly string[], args: readonly string[]): Promise<unknown> {
     return this.run(DECIDE, keys, args);
   }
 
   /** Gives back what a decide call charged for requests of one hash slot (`at` from its reply). */
   async refund(requests: readonly RateLimitRequest[], at: readonly number[]): Promise<Answer> {
     const { keys, args } = encodeRefund(requests, at);
-    return decodeAnswer(await this.run(REFUND, keys, args), 0, requests.length);
+    return decodeAnswer((await this.run(REFUND, keys, args)) as number[], 0, requests.length);
   }
 
   /** The store is closed: the last store of its client stops reloading the scripts on its reconnections. */
   close(): void {
     if (this.closed) return;
     this.closed = true;
-    const reloader = reloaders.get(this.client);
-    if (reloader === undefined || --reloader.stores > 0) return;
-    this.client.off('ready', reloader.load);
-    reloaders.delete(this.client);
+    if (--this.loader.stores > 0) return;
+    this.client.off('ready', this.loader.load);
+    loaders.delete(this.client);
   }
 
   /**
-   * Runs a script by its SHA (sent on the client's socket before this returns), and whole when
-   * Redis does not have it. A failure is a `RateLimitStoreError`: `'unavailable'` when Redis could
-   * not be reached, `'error'` when it answered one.
+   * Runs a call (sent on the client's socket before this returns): its function where the library
+   * is loaded, else its script by SHA, and the script whole when Redis has neither. A server that
+   * lost the library (restarted, a new master) has the calls loaded again, and this one runs as a
+   * script. A failure is a `RateLimitStoreError`: `'unavailable'` when Redis could not be reached,
+   * `'error'` when it answered one.
    */
-  private async run({ lua, sha }: Script, keys: readonly string[], args: readonly string[]): Promise<number[]> {
+  private async run({ fn, lua, sha }: Script, keys: readonly string[], args: readonly string[]): Promise<unknown> {
     if (!this.started) this.start();
     if (!this.timeChecked) this.timeCheck ??= this.checkTime();
     const now = this.clock.scriptNow();
     try {
+      if (this.loader.functions) {
+        try {
+          return await this.client.fcall(fn, keys.length, ...keys, now, ...args);
+        } catch (error) {
+          if (!(error instanceof Error) || !FUNCTION_NOT_FOUND.test(error.message)) throw error;
+          this.loader.functions = false;
+          this.loader.load();
+        }
+      }
       try {
-        return (await this.client.evalsha(sha, keys.length, ...keys, now, ...args)) as number[];
+        return await this.client.evalsha(sha, keys.length, ...keys, now, ...args);
       } catch (error) {
         if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT')) throw error;
-        return (await this.client.eval(lua, keys.length, ...keys, now, ...args)) as number[];
+        return await this.client.eval(lua, keys.length, ...keys, now, ...args);
       }
     } catch (error) {
       // a reply error is Redis's answer; anything else (closed, not writable, refused) is Redis out of reach
@@ -123,7 +161,7 @@ export class RedisScripts {
   /** The store's first talk with Redis: the scripts loaded, and `TIME` probed unless a clock is given. */
   private start(): void {
     this.started = true;
-    loadScripts(this.client);
+    this.loader.load();
     if (!this.timeChecked) this.timeCheck ??= this.checkTime();
   }
 
