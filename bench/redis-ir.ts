@@ -157,6 +157,11 @@ interface Figure extends Measurement {
   ir: number;
 }
 
+/**
+ * The redis-ir comparison: records every contender's call, counts each under callgrind (and one
+ * twice, for the spread), and reports Ir per decision (per call at one a call) against targets.
+ * Installs valgrind first when it is missing.
+ */
 export async function redisIr(context: BenchContext): Promise<ComparisonReport> {
   ensureValgrind(context);
   const started = performance.now();
