@@ -39,5 +39,7 @@ export interface Comparison {
   name: string;
   /** Timed runs it makes per round, for the time estimate. */
   runsPerRound: number;
+  /** Seconds it takes besides its timed runs, whatever the rounds (redis-ir counts once), for the time estimate. */
+  fixedSeconds?: number;
   run(context: BenchContext): Promise<ComparisonReport>;
 }

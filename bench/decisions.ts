@@ -73,10 +73,10 @@ function randomKey(): string {
 }
 
 /**
- * Decides for `seconds` with `IN_FLIGHT` calls outstanding, and reports decisions per second
+ * Decides for `seconds` with `inFlight` calls outstanding, and reports decisions per second
  * (admitted or refused; a call that fails is counted apart, as an error) and their number.
  */
-export async function drive(decide: Decide, seconds: number): Promise<Sample> {
+export async function drive(decide: Decide, seconds: number, inFlight = IN_FLIGHT): Promise<Sample> {
   let decisions = 0;
   let refused = 0;
   let errors = 0;
@@ -95,7 +95,7 @@ export async function drive(decide: Decide, seconds: number): Promise<Sample> {
       if (i % YIELD_EVERY === 0) await nextTurn();
     }
   };
-  await Promise.all(Array.from({ length: IN_FLIGHT }, chain));
+  await Promise.all(Array.from({ length: inFlight }, chain));
   clearTimeout(timer);
   return { perSecond: decisions / ((performance.now() - started) / 1000), counts: { decisions, refused, errors } };
 }

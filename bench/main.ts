@@ -6,6 +6,9 @@
  *   in memory, with the driver's own cost measured apart.
  * - redis-cost (bench/redis-cost.ts): Redis's CPU per decision inside our scripts, per algorithm,
  *   and inside rate-limiter-flexible's.
+ * - redis-ir (bench/redis-ir.ts): the instructions redis-server runs per decision (valgrind
+ *   callgrind, installed when missing), for the very calls our store and the others send; counts,
+ *   not times, so it runs once whatever BENCH_ROUNDS says.
  * - http-express, http-fastify, refused-flood-express, refused-flood-fastify (bench/http.ts):
  *   the app process's CPU per request (and requests per second) without a guard, with a guard
  *   that only sets the headers, with ours and with @nestjs/throttler, and of a refused request
@@ -43,12 +46,14 @@ import { memoryDecisions, redisDecisions } from './decisions.js';
 import { guardMetrics } from './guard-metrics.js';
 import { httpThroughput, refusedFlood } from './http.js';
 import { redisCost } from './redis-cost.js';
+import { redisIr } from './redis-ir.js';
 import { regression } from './regression.js';
 import { alternate, type Contender, formatRate, type RatioRow, ratioTable, verdict } from './stats.js';
 
 const COMPARISONS: readonly Comparison[] = [
   { name: 'redis-decisions', runsPerRound: 4, run: (context) => redisDecisions(context) },
-  { name: 'redis-cost', runsPerRound: 7, run: (context) => redisCost(context) },
+  { name: 'redis-cost', runsPerRound: 9, run: (context) => redisCost(context) },
+  { name: 'redis-ir', runsPerRound: 0, fixedSeconds: 180, run: (context) => redisIr(context) },
   { name: 'memory-decisions', runsPerRound: 3, run: (context) => memoryDecisions(context) },
   { name: 'http-express', runsPerRound: 10, run: (context) => httpThroughput(context, 'express') },
   { name: 'http-fastify', runsPerRound: 10, run: (context) => httpThroughput(context, 'fastify') },
@@ -122,7 +127,8 @@ async function main(): Promise<void> {
   try {
     const machine = await describeMachine(admin, rounds, seconds);
     log(machine.join('\n'));
-    const estimate = Math.ceil((runs * (seconds + WARMUP_SECONDS + START_SECONDS)) / 60);
+    const fixedSeconds = comparisons.reduce((sum, c) => sum + (c.fixedSeconds ?? 0), 0);
+    const estimate = Math.ceil((runs * (seconds + WARMUP_SECONDS + START_SECONDS) + fixedSeconds) / 60);
     log(
       `\n${comparisons.length} comparisons, ${runs} timed runs of ${seconds} s (+ ${WARMUP_SECONDS} s warm-up each): about ${estimate} min\n`,
     );

@@ -9,9 +9,10 @@
  *
  * One contender per algorithm, each our `RedisStore` driven as in redis-decisions (256 calls in
  * flight on random keys of a million, so the store batches up to 64 decisions per call), under a
- * limit every call fits in (1000 per second, burst 1000: each decision writes its state); and
- * rate-limiter-flexible's `RateLimiterRedis` (its own script, one call per decision), for
- * comparison. Runs are short (at most 2 s): the figure is a ratio of two counts, not a rate.
+ * limit every call fits in (1000 per second, burst 1000: each decision writes its state); the
+ * token bucket again at 1 and at 16 calls in flight (smaller batches: more of each call's fixed
+ * cost per decision), for information; and rate-limiter-flexible's `RateLimiterRedis` (its own
+ * script, one call per decision), for comparison. Runs are short (at most 2 s): the figure is a ratio of two counts, not a rate.
  */
 import { Redis } from 'ioredis';
 import { type Algorithm, ALGORITHMS, RedisStore } from 'nestjs-ratelimit';
@@ -25,25 +26,33 @@ const SECONDS = 2;
 /** Redis µs per token-bucket decision, at most. */
 const TOKEN_BUCKET_TARGET: Target = { op: '<=', value: 4 };
 const RLF_NAME = 'rate-limiter-flexible (RateLimiterRedis)';
+/** Calls in flight of the token bucket's extra contenders, beside the usual `IN_FLIGHT`. */
+const FEWER_IN_FLIGHT = [1, 16];
 
 export async function redisCost(context: BenchContext): Promise<ComparisonReport> {
   const ourClient = new Redis(context.redis.url);
   const theirClient = new Redis(context.redis.url);
   const store = new RedisStore({ client: ourClient });
   const seconds = Math.min(SECONDS, context.seconds);
-  const contenders: Array<{ name: string; decide: Decide }> = ALGORITHMS.map((algorithm: Algorithm) => ({
-    name: algorithm,
-    decide: ours(store, { algorithm, rps: 1000, burst: 1000 }),
-  }));
+  const contenders: Array<{ name: string; decide: Decide; inFlight?: number }> = ALGORITHMS.map(
+    (algorithm: Algorithm) => ({ name: algorithm, decide: ours(store, { algorithm, rps: 1000, burst: 1000 }) }),
+  );
+  for (const inFlight of FEWER_IN_FLIGHT) {
+    contenders.push({
+      name: `token_bucket, ${inFlight} in flight`,
+      decide: ours(store, { algorithm: 'token_bucket', rps: 1000, burst: 1000 }),
+      inFlight,
+    });
+  }
   contenders.push({
     name: RLF_NAME,
     decide: rateLimiterFlexible(new RateLimiterRedis({ storeClient: theirClient, points: 1000, duration: 1 })),
   });
   try {
     context.log(`warming up ${context.warmupSeconds} s each`);
-    for (const { decide } of contenders) await drive(decide, context.warmupSeconds);
+    for (const { decide, inFlight } of contenders) await drive(decide, context.warmupSeconds, inFlight);
     const samples = await context.alternate(
-      contenders.map(({ name, decide }) => ({ name, run: () => costOf(context, decide, seconds) })),
+      contenders.map(({ name, decide, inFlight }) => ({ name, run: () => costOf(context, decide, seconds, inFlight) })),
     );
     const ratios: RatioRow[] = [...samples].flatMap(([name, runs]): RatioRow[] => [
       {
@@ -71,12 +80,15 @@ export async function redisCost(context: BenchContext): Promise<ComparisonReport
   }
 }
 
-/** One run on an empty Redis with fresh statistics: its decisions, and Redis's script µs over them. */
-async function costOf(context: BenchContext, decide: Decide, seconds: number): Promise<Sample> {
+/**
+ * One run on an empty Redis with fresh statistics: its decisions, and Redis's script µs over them.
+ * `inFlight`: calls outstanding (`drive`'s default when absent).
+ */
+async function costOf(context: BenchContext, decide: Decide, seconds: number, inFlight?: number): Promise<Sample> {
   await context.admin.flushall();
   await context.admin.config('RESETSTAT');
   const cpuBefore = cpuMicros(context.redis.pid);
-  const sample = await drive(decide, seconds);
+  const sample = await drive(decide, seconds, inFlight);
   const cpuAfter = cpuMicros(context.redis.pid);
   const { calls, usec } = scriptStats(await context.admin.info('commandstats'));
   const counts = sample.counts!;
