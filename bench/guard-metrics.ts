@@ -55,7 +55,9 @@ const RESPONSE = { set: () => undefined };
  * `@RateLimit` (rps and burst 1e6, keyed by IP): a limit nobody reaches. bench/in-process.ts
  * drives it too.
  */
-export async function guardOf(options: RateLimitModuleOptions): Promise<{ guard: RateLimitGuard; app: INestApplication }> {
+export async function guardOf(
+  options: RateLimitModuleOptions,
+): Promise<{ guard: RateLimitGuard; app: INestApplication }> {
   @Module({ imports: [RateLimitModule.forRoot(options)], controllers: [BenchController] })
   class BenchModule {}
   const app = await NestFactory.create(BenchModule, new ExpressAdapter(), { logger: false });
