@@ -11,7 +11,7 @@
  */
 import { performance } from 'node:perf_hooks';
 import { setImmediate as nextTurn } from 'node:timers/promises';
-import { Controller, Get, type INestApplication, Module } from '@nestjs/common';
+import { type CanActivate, Controller, Get, type INestApplication, Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { ExecutionContextHost } from '@nestjs/core/helpers/execution-context-host.js';
 import { ExpressAdapter } from '@nestjs/platform-express';
@@ -50,8 +50,14 @@ class BenchController {
 
 const RESPONSE = { set: () => undefined };
 
-/** The module's guard in an initialised app (not listening). */
-async function guardOf(options: RateLimitModuleOptions): Promise<{ guard: RateLimitGuard; app: INestApplication }> {
+/**
+ * The module's guard in an initialised app (not listening), on one route limited by
+ * `@RateLimit` (rps and burst 1e6, keyed by IP): a limit nobody reaches. bench/in-process.ts
+ * drives it too.
+ */
+export async function guardOf(
+  options: RateLimitModuleOptions,
+): Promise<{ guard: RateLimitGuard; app: INestApplication }> {
   @Module({ imports: [RateLimitModule.forRoot(options)], controllers: [BenchController] })
   class BenchModule {}
   const app = await NestFactory.create(BenchModule, new ExpressAdapter(), { logger: false });
@@ -59,8 +65,13 @@ async function guardOf(options: RateLimitModuleOptions): Promise<{ guard: RateLi
   return { guard: app.get(RateLimitGuard), app };
 }
 
-/** Decides for `seconds`; a fresh request each time, as each would be charged once. */
-async function loop(guard: RateLimitGuard, seconds: number): Promise<Sample> {
+/**
+ * Calls `guard.canActivate` for `seconds` on that route, in this process: a fresh request and
+ * `ExecutionContextHost` each time, as each would be charged once, and a response object with
+ * the `set` Express's adapter writes headers with. Any guard that writes through the HTTP
+ * adapter can be driven (bench/in-process.ts drives the headers-only one of bench/server.ts).
+ */
+export async function loop(guard: CanActivate, seconds: number): Promise<Sample> {
   const handler = BenchController.prototype.find;
   let decisions = 0;
   let refused = 0;

@@ -15,6 +15,9 @@
  *   against an admitted one.
  * - guard-metrics (bench/guard-metrics.ts): µs per decision of the guard itself, in this process,
  *   with metrics off, on without an OpenTelemetry SDK, and on with one.
+ * - in-process (bench/in-process.ts): µs per decision of the guard's own JavaScript over a guard
+ *   that only sets the headers, and of the memory store over a bare Map + Float64Array GCRA
+ *   loop at 10,000 and 1,000,000 keys, with the bytes each allocates per decision.
  * - baseline-memory, baseline-redis (bench/regression.ts): µs per decision of the guard of this
  *   build against an older commit's build, alternating in this process; `BENCH_ONLY=baseline`
  *   runs only these two.
@@ -45,6 +48,7 @@ import type { BenchContext, Comparison } from './comparison.js';
 import { memoryDecisions, redisDecisions } from './decisions.js';
 import { guardMetrics } from './guard-metrics.js';
 import { httpThroughput, refusedFlood } from './http.js';
+import { inProcess } from './in-process.js';
 import { redisCost } from './redis-cost.js';
 import { redisIr } from './redis-ir.js';
 import { regression } from './regression.js';
@@ -60,6 +64,7 @@ const COMPARISONS: readonly Comparison[] = [
   { name: 'refused-flood-express', runsPerRound: 6, run: (context) => refusedFlood(context, 'express') },
   { name: 'refused-flood-fastify', runsPerRound: 6, run: (context) => refusedFlood(context, 'fastify') },
   { name: 'guard-metrics', runsPerRound: 3, run: (context) => guardMetrics(context) },
+  { name: 'in-process', runsPerRound: 6, run: (context) => inProcess(context) },
   { name: 'baseline-memory', runsPerRound: 2, run: (context) => regression(context, 'memory') },
   { name: 'baseline-redis', runsPerRound: 2, run: (context) => regression(context, 'redis') },
 ];

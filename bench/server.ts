@@ -22,6 +22,7 @@
  */
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { pathToFileURL } from 'node:url';
 import 'reflect-metadata';
 import {
   type CanActivate,
@@ -85,7 +86,7 @@ class ApiKeyThrottlerGuard extends ThrottlerGuard {
  * a counter for the remaining: the headers' cost and nothing else.
  */
 @Injectable()
-class HeadersOnlyGuard implements CanActivate {
+export class HeadersOnlyGuard implements CanActivate {
   private static readonly POLICY = `"${ADMIT.name}";q=${ADMIT.burst};w=1`;
   private static readonly LIMIT = String(ADMIT.burst);
   private served = 0;
@@ -164,12 +165,17 @@ async function serve(adapter: Adapter, variant: Variant, redisUrl: string): Prom
   process.send?.(`ready ${port}`);
 }
 
-const [adapter, variant] = process.argv.slice(2) as [Adapter, Variant];
-if (!ADAPTERS.includes(adapter) || !VARIANTS.includes(variant)) {
-  console.error(`usage: node server.js <${ADAPTERS.join('|')}> <${VARIANTS.join('|')}>`);
-  process.exit(2);
+/** Run as a script (as bench/http.ts forks it), not imported (as bench/in-process.ts imports `HeadersOnlyGuard`). */
+const isScript = process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href;
+
+if (isScript) {
+  const [adapter, variant] = process.argv.slice(2) as [Adapter, Variant];
+  if (!ADAPTERS.includes(adapter) || !VARIANTS.includes(variant)) {
+    console.error(`usage: node server.js <${ADAPTERS.join('|')}> <${VARIANTS.join('|')}>`);
+    process.exit(2);
+  }
+  serve(adapter, variant, process.env.BENCH_REDIS_URL ?? '').catch((error: unknown) => {
+    console.error(error);
+    process.exit(1);
+  });
 }
-serve(adapter, variant, process.env.BENCH_REDIS_URL ?? '').catch((error: unknown) => {
-  console.error(error);
-  process.exit(1);
-});
