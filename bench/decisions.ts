@@ -36,6 +36,7 @@ import {
   type RateLimiterStoreAbstract,
 } from 'rate-limiter-flexible';
 import type { BenchContext, ComparisonReport } from './comparison.js';
+import { RULE_ARGS } from '../lib/stores/redis/script-protocol.js';
 import { MAX_BATCH_KEYS } from '../lib/stores/redis/slot-batches.js';
 import {
   contenderTable,
@@ -196,26 +197,29 @@ export async function redisDecisions(context: BenchContext): Promise<ComparisonR
 }
 
 /**
- * The script call our store sends Redis for one decision, seen with MONITOR, with its key made
- * `rl:bench:__rand_int__` (redis-benchmark draws a random one per call). Seeing it rather than
- * rebuilding it from DECIDE_LUA's doc comment keeps the ceiling on exactly the script and the
- * arguments the store uses, whatever their layout becomes. A call sent whole (EVAL) is turned into
- * the EVALSHA of its script: the store's steady state.
+ * The call our store sends Redis for one decision, seen with MONITOR, with its key made
+ * `rl:bench:__rand_int__` (redis-benchmark draws a random one per call): an FCALL of its library,
+ * or on a server without functions an EVALSHA. Seeing it rather than rebuilding it from the
+ * protocol keeps the ceiling on exactly the code and the arguments the store uses. A call sent
+ * whole (EVAL) is turned into the EVALSHA of its script: the store's steady state.
  */
 async function storeCommand(context: BenchContext, decide: Decide): Promise<string[]> {
   const key = 'rl:bench:monitored';
-  await decide(key); // the first call may load the script
+  await decide(key); // the first calls may load the scripts and the library
+  await context.admin.ping();
+  await decide(key);
   const monitor = await context.admin.monitor();
   try {
     const seen = new Promise<string[]>((resolve) => {
       monitor.on('monitor', (_time: string, args: string[]) => {
-        if (/^eval(sha)?$/i.test(args[0]) && args.includes(key)) resolve(args);
+        if (/^(eval(sha)?|fcall)$/i.test(args[0]) && args.includes(key)) resolve(args);
       });
     });
     await decide(key);
     const [name, script, ...rest] = await seen;
     const sha = name.toLowerCase() === 'eval' ? String(await context.admin.script('LOAD', script)) : script;
-    return ['EVALSHA', sha, ...rest.map((arg) => (arg === key ? 'rl:bench:__rand_int__' : arg))];
+    const command = name.toLowerCase() === 'fcall' ? 'FCALL' : 'EVALSHA';
+    return [command, sha, ...rest.map((arg) => (arg === key ? 'rl:bench:__rand_int__' : arg))];
   } finally {
     monitor.disconnect();
   }
@@ -223,18 +227,23 @@ async function storeCommand(context: BenchContext, decide: Decide): Promise<stri
 
 /**
  * The store's one-decision call made a call of `count` decisions on as many random keys, as the
- * store sends when requests arrive together: EVALSHA sha numkeys keys... clock, then the
- * decision's arguments once per key.
+ * store sends when requests arrive together (see `script-protocol.ts`): the call's keys, its
+ * clock and its rule, then the request's head and deadline once per key.
  */
 function batchOf(command: readonly string[], count: number): string[] {
-  const [evalsha, sha, , key, clock, ...decision] = command;
+  const [call, name, , key, clock, rules, keyed, ...rest] = command;
+  const rule = rest.slice(0, RULE_ARGS * Number(rules));
+  const request = rest.slice(RULE_ARGS * Number(rules));
   return [
-    evalsha,
-    sha,
+    call,
+    name,
     String(count),
     ...Array<string>(count).fill(key),
     clock,
-    ...Array.from({ length: count }, () => decision).flat(),
+    rules,
+    keyed,
+    ...rule,
+    ...Array.from({ length: count }, () => request).flat(),
   ];
 }
 

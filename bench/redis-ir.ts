@@ -35,6 +35,7 @@ import {
   type RedisStoreOptions,
 } from 'nestjs-ratelimit';
 import { RateLimiterRedis } from 'rate-limiter-flexible';
+import { DECIDE_LUA } from '../lib/stores/redis/decide.lua.js';
 import { freePort } from '../test/support/redis/process.js';
 import type { BenchContext, ComparisonReport } from './comparison.js';
 import { formatRate, markdownTable, type RatioRow, type Target } from './stats.js';
@@ -94,6 +95,8 @@ const TARGETS = new Map<Shape, Target>([
   [EIGHT_KEYS, { op: '<=', value: 10_000 }],
   [FOUR_A_CALL, { op: '<=', value: 25_000 }],
 ]);
+/** The shapes our FCALL is also measured as the EVALSHA of the decide script, as a server without functions gets it. */
+const EVALSHA_SHAPES: ReadonlySet<Shape> = new Set([FRESH_64, ONE_A_CALL]);
 /** Ir per call at one decision a call, at most, by how the store calls its script. */
 const ONE_A_CALL_TARGETS: Record<string, Target> = {
   evalsha: { op: '<=', value: 75_000 },
@@ -130,11 +133,9 @@ const LEAN_ARGS = ['1', '999'];
 type Setup = 'ours' | 'lean' | 'rate-limiter-flexible';
 
 /**
- * Our store as it is built for a variant: the options beside `client`.
- *
- * TODO: when `RedisStore` gets its internal option that forces EVALSHA over Redis Functions,
- * add a second variant here, `{ name: 'ours via EVALSHA', options: { <that option>: true } }`,
- * so both one-decision-a-call targets (Functions and EVALSHA) are measured in one run.
+ * Our store as it is built for a variant: the options beside `client`. On a Redis with functions
+ * the store calls its library (FCALL); what it sends a server without them, the EVALSHA of its
+ * decide script with the same keys and arguments, is measured beside it (see `EVALSHA_SHAPES`).
  */
 const OUR_VARIANTS: ReadonlyArray<{ name: string; options: Omit<RedisStoreOptions, 'client'> }> = [
   { name: 'ours', options: {} },
@@ -259,7 +260,10 @@ async function recordCalls(context: BenchContext, notes: string[]): Promise<Meas
     const recorder = recordScriptCalls(client);
     const store = new RedisStore({ client, ...options });
     try {
-      // the store's first call may wait for its scripts or its clock probe: not the one recorded
+      // the store's first calls may wait for its scripts, its library or its clock probe: not the ones recorded
+      await consumeAll(store, ['rl:bench:warmup'], 'token_bucket');
+      await client.ping();
+      await new Promise((resolve) => setImmediate(resolve));
       await consumeAll(store, ['rl:bench:warmup'], 'token_bucket');
       const record = async (shape: Shape, algorithm: Algorithm) => {
         // the same keys serve every algorithm: a sorted set left by one is the wrong type for another
@@ -275,6 +279,16 @@ async function recordCalls(context: BenchContext, notes: string[]): Promise<Meas
         const call = command[0].toLowerCase();
         const contender = OUR_VARIANTS.length > 1 ? `${name} (${call})` : name;
         measurements.push({ contender, shape, setup: 'ours', storeOptions: options, command });
+        if (call === 'fcall' && EVALSHA_SHAPES.has(shape)) {
+          const evalsha = ['EVALSHA', sha1(DECIDE_LUA), ...command.slice(2)];
+          measurements.push({
+            contender: `${contender} via EVALSHA`,
+            shape,
+            setup: 'ours',
+            storeOptions: options,
+            command: evalsha,
+          });
+        }
       }
       for (const algorithm of ALGORITHMS.filter((algorithm) => algorithm !== 'token_bucket')) {
         const command = await record(FRESH_64, algorithm);
@@ -382,15 +396,17 @@ function recordScriptCalls(client: Redis): { only(what: string, act: () => Promi
 }
 
 /**
- * Checks that a recorded script call carries `keys` as they were given, in order, with
- * `__rand_int__` untouched (a store that hashed or prefixed its keys would defeat the meter).
+ * Checks that a recorded script call carries `keys` as they were given, each once, in the order
+ * first named, with `__rand_int__` untouched (a store that hashed or prefixed its keys would defeat the meter).
  */
 function checkKeys(command: readonly string[], keys: readonly string[], what: string): void {
+  // a call names each key once
+  const distinct = [...new Set(keys)];
   const numKeys = Number(command[2]);
   const sent = command.slice(3, 3 + numKeys);
-  if (numKeys !== keys.length || sent.some((key, i) => key !== keys[i])) {
+  if (numKeys !== distinct.length || sent.some((key, i) => key !== distinct[i])) {
     throw new Error(
-      `${what}: the store's call does not carry the ${keys.length} keys as given (it sent ${numKeys}: ` +
+      `${what}: the store's call does not carry the ${distinct.length} keys as given (it sent ${numKeys}: ` +
         `${sent.slice(0, 3).join(' ')} ...); was it batched, hashed or prefixed?`,
     );
   }
