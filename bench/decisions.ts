@@ -228,11 +228,12 @@ async function storeCommand(context: BenchContext, decide: Decide): Promise<stri
 /**
  * The store's one-decision call made a call of `count` decisions on as many random keys, as the
  * store sends when requests arrive together (see `script-protocol.ts`): the call's keys, its
- * clock and its rule, then the request's head and deadline once per key.
+ * clock, its head (rules, keyed, deadline, plain, requests: made `count`) and its rule, then what
+ * the one request carries (nothing, when it is plain) once per key.
  */
 function batchOf(command: readonly string[], count: number): string[] {
-  const [call, name, , key, clock, rules, keyed, ...rest] = command;
-  const rule = rest.slice(0, RULE_ARGS * Number(rules));
+  const [call, name, , key, clock, rules, keyed, deadline, plain, , ...rest] = command;
+  const head = [rules, keyed, deadline, plain, String(count), ...rest.slice(0, RULE_ARGS * Number(rules))];
   const request = rest.slice(RULE_ARGS * Number(rules));
   return [
     call,
@@ -240,9 +241,7 @@ function batchOf(command: readonly string[], count: number): string[] {
     String(count),
     ...Array<string>(count).fill(key),
     clock,
-    rules,
-    keyed,
-    ...rule,
+    ...head,
     ...Array.from({ length: count }, () => request).flat(),
   ];
 }

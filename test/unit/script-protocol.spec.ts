@@ -30,26 +30,39 @@ const log: RateLimitRequest = {
 const charging = (requests: RateLimitRequest[], deadline = ''): CallRequest => ({ requests, charge: true, deadline });
 
 describe("the calls' protocol", () => {
-  it('names each key and rule once, and a policy only what the call does not take for granted', () => {
-    const call = encodeDecide([charging([tokens, window], '123'), { requests: [window], charge: false, deadline: '' }]);
+  it('names each key and rule once, and a request only what the call does not take for granted', () => {
+    const call = encodeDecide([
+      charging([tokens, window], '123'),
+      { requests: [window], charge: false, deadline: '456' },
+    ]);
     expect(call.keys).toEqual(['rl:a', 'rl:b']);
     expect(call.keyIndexes).toEqual([0, 1, 1]);
-    // R, keyed; the rules; then per request: head (n * 4 + 2 peek + 1 costs), deadline, per policy key, rule, cost
+    // R, keyed, the call's deadline, plain, requests; the rules; then per request: head (n * 8 + 4 own deadline
+    // + 2 peek + 1 costs), its own deadline, per policy key, rule, cost
     expect(call.args).toEqual([
       '2',
       '1',
+      '123',
+      '0',
+      '2',
       ...['token_bucket', '0.5', '10', '0', ''],
       ...['fixed_window', '2', '4', '3000', '2.5'],
-      ...[String(2 * 4 + 1), '123', '1', '1', '1.5', '2', '2', '1'],
-      ...[String(1 * 4 + 2), '', '2', '2'],
+      ...[String(2 * 8 + 1), '1', '1', '1.5', '2', '2', '1'],
+      ...[String(1 * 8 + 4 + 2), '456', '2', '2'],
     ]);
   });
 
-  it('sends a call of one rule on distinct keys at cost 1 as a head and a deadline per request', () => {
+  it('sends a call of plain requests (one policy at cost 1, one rule, distinct keys) as its keys alone', () => {
     const other = { ...window, key: 'rl:d' };
-    const call = encodeDecide([charging([window]), charging([other])]);
+    const call = encodeDecide([charging([window], '9'), charging([other], '9')]);
     expect(call.keys).toEqual(['rl:b', 'rl:d']);
-    expect(call.args).toEqual(['1', '0', 'fixed_window', '2', '4', '3000', '2.5', '4', '', '4', '']);
+    expect(call.args).toEqual(['1', '0', '9', '1', '2', 'fixed_window', '2', '4', '3000', '2.5']);
+  });
+
+  it('names a key in each plain request where the call repeats keys', () => {
+    const call = encodeDecide([charging([window]), charging([window])]);
+    expect(call.keys).toEqual(['rl:b']);
+    expect(call.args).toEqual(['1', '1', '', '1', '2', 'fixed_window', '2', '4', '3000', '2.5', '1', '1']);
   });
 
   it('lays out a refund policy after policy, with the time each charge was', () => {

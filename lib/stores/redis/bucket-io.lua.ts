@@ -33,7 +33,8 @@ local function clock(call, given)
     call.expiry_base = tonumber(real) or call.now
   else
     local time = redis.call('TIME')
-    call.now = tonumber(time[1]) * 1000 + floor(tonumber(time[2]) / 1000)
+    -- arithmetic reads a number from a text with one strtod, tonumber with two
+    call.now = time[1] * 1000 + floor(time[2] / 1000)
     call.expiry_base = call.now
   end
 end

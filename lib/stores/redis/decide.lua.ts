@@ -81,13 +81,27 @@ local function append(reply, value)
   reply[reply.n] = value
 end
 
+-- the numbers of the arguments that repeat (heads, indexes, costs, a rule's fields) by their text:
+-- tonumber of a text runs strtod twice, a lookup only hashes; a library keeps them from call to
+-- call, never more than 4096
+local numbers, numbers_kept = {}, 0
+local function number(text)
+  local value = numbers[text]
+  if value == nil then
+    value = tonumber(text)
+    if numbers_kept >= 4096 then numbers, numbers_kept = {}, 0 end
+    numbers[text], numbers_kept = value, numbers_kept + 1
+  end
+  return value
+end
+
 -- the rule whose arguments start at ARGV[at]: its algorithm's model, rps, burst, block and a
 -- window's scaled limit ('' for none: burst)
 local function read_rule(ARGV, at)
-  local burst = tonumber(ARGV[at + 2])
+  local burst = number(ARGV[at + 2])
   return {
-    model = MODELS[ARGV[at]], rps = tonumber(ARGV[at + 1]), burst = burst, block_ms = tonumber(ARGV[at + 3]),
-    limit = tonumber(ARGV[at + 4]) or burst,
+    model = MODELS[ARGV[at]], rps = number(ARGV[at + 1]), burst = burst, block_ms = number(ARGV[at + 3]),
+    limit = number(ARGV[at + 4]) or burst,
   }
 end
 
@@ -133,20 +147,30 @@ end
 -- requests one after another, each against all of its policies (see DECIDE_LUA)
 local function decide_call(KEYS, ARGV)
   local call = begin_call(KEYS, ARGV[1])
-  local rule_count, keyed = tonumber(ARGV[2]), ARGV[3] == '1'
+  local rule_count, keyed, plain, requests = number(ARGV[2]), ARGV[3] == '1', ARGV[5] == '1', number(ARGV[6])
+  -- a request that runs after its caller stopped waiting (it sat in the socket of a frozen or busy
+  -- Redis) is not decided and charges nothing: it has had its failMode outcome already, or is about to
+  local function past(deadline)
+    return deadline ~= '' and call.now > tonumber(deadline)
+  end
+  local late = past(ARGV[4])
   local rules = {}
-  for r = 1, rule_count do rules[r] = read_rule(ARGV, 4 + (r - 1) * ${RULE_ARGS}) end
+  for r = 1, rule_count do rules[r] = read_rule(ARGV, 7 + (r - 1) * ${RULE_ARGS}) end
   local reply = { n = 0 }
   local next_key = 1
-  local at = 4 + rule_count * ${RULE_ARGS}
-  while at <= #ARGV do
-    local head, deadline = tonumber(ARGV[at]), ARGV[at + 1]
-    local n, costs, charge = floor(head / 4), head % 2 == 1, head % 4 < 2
-    at = at + 2
-    -- a request that runs after its caller stopped waiting (it sat in the socket of a frozen or
-    -- busy Redis) is not decided and charges nothing: it has had its failMode outcome already, or
-    -- is about to
-    if deadline ~= '' and call.now > tonumber(deadline) then
+  local at = 7 + rule_count * ${RULE_ARGS}
+  for _ = 1, requests do
+    local n, costs, charge, skipped = 1, false, true, late
+    if not plain then
+      local head = number(ARGV[at])
+      n, costs, charge = floor(head / 8), head % 2 == 1, head % 4 < 2
+      at = at + 1
+      if head % 8 >= 4 then
+        skipped = past(ARGV[at])
+        at = at + 1
+      end
+    end
+    if skipped then
       append(reply, 0)
       local width = 0
       if keyed then width = width + 1 else next_key = next_key + n end
@@ -156,11 +180,11 @@ local function decide_call(KEYS, ARGV)
     else
       for i = 1, n do
         local k = next_key
-        if keyed then k = tonumber(ARGV[at]); at = at + 1 else next_key = next_key + 1 end
+        if keyed then k = number(ARGV[at]); at = at + 1 else next_key = next_key + 1 end
         local rule = rules[1]
-        if rule_count > 1 then rule = rules[tonumber(ARGV[at])]; at = at + 1 end
+        if rule_count > 1 then rule = rules[number(ARGV[at])]; at = at + 1 end
         local cost = 1
-        if costs then cost = tonumber(ARGV[at]); at = at + 1 end
+        if costs then cost = number(ARGV[at]); at = at + 1 end
         indexes_of[i], rules_of[i], costs_of[i] = k, rule, cost
       end
       decide(call, KEYS, n, charge, reply)
@@ -179,7 +203,7 @@ local function refund_call(KEYS, ARGV)
     local at = 2 + (i - 1) * ${REFUND_ARGS}
     local rule = read_rule(ARGV, at)
     local m = rule.model
-    local cost = tonumber(ARGV[at + ${RULE_ARGS}])
+    local cost = number(ARGV[at + ${RULE_ARGS}])
     local s = m.refund(load(call, m, KEYS[i], i, rule), rule, cost, tonumber(ARGV[at + ${RULE_ARGS} + 1]))
     save(call, m, KEYS[i], s, report(m, s, rule, cost, true, 0, reply))
   end

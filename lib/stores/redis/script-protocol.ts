@@ -27,13 +27,17 @@ import type { RateLimitRequest } from '../rate-limit-store.interface.js';
  * ARGV[2]              R, the number of rules
  * ARGV[3]              '1' when each policy names its key (a key is named more than once in the
  *                      call), '0' when the policies take KEYS in order, one each
- * ARGV[4 + 5(r-1)] ... rule r, its `RULE_ARGS` arguments
+ * ARGV[4]              the call's deadline, integer ms on its clock: when the callers stop waiting
+ *                      (see `RedisClock.deadline`); a request past its deadline is not decided and
+ *                      charges nothing; '' for none
+ * ARGV[5]              '1' when every request is plain: one policy, charged at cost 1, by the
+ *                      call's deadline (no heads follow); else '0'
+ * ARGV[6]              the number of requests
+ * ARGV[7 + 5(r-1)] ... rule r, its `RULE_ARGS` arguments
  * then per request:
- *   head               n * 4 + 2 (only looks: a peek) + 1 (its policies' costs follow), n its
- *                      number of policies
- *   deadline           integer ms on the call's clock: when the caller stops waiting (see
- *                      `RedisClock.deadline`); past it the request is not decided and charges
- *                      nothing; '' for none
+ *   head               (unless plain) n * 8 + 4 (its own deadline follows) + 2 (only looks: a
+ *                      peek) + 1 (its policies' costs follow), n its number of policies
+ *   deadline           (when the head says so) as the call's, for this request
  *   then per policy:   its key's index in KEYS (from 1; only when ARGV[3] is '1'), its rule's
  *                      index (from 1; only when R > 1), its cost (only when the head says so;
  *                      else 1)
@@ -123,11 +127,19 @@ export function encodeDecide(calls: readonly CallRequest[]): DecideCall {
     }
   }
   const keyed = keyIndexes.length > keys.length;
-  const args = [String(rules.size), keyed ? '1' : '0', ...rulesArgs];
+  const deadline = calls.length === 0 ? '' : calls[0].deadline;
+  const plain = calls.every(
+    (call) => call.charge && call.deadline === deadline && call.requests.length === 1 && call.requests[0].cost === 1,
+  );
+  const args = [String(rules.size), keyed ? '1' : '0', deadline, plain ? '1' : '0', String(calls.length), ...rulesArgs];
   let p = 0;
-  for (const { requests, charge, deadline } of calls) {
+  for (const call of calls) {
+    const { requests } = call;
     const costs = requests.some((request) => request.cost !== 1);
-    args.push(String(requests.length * 4 + (charge ? 0 : 2) + (costs ? 1 : 0)), deadline);
+    const ownDeadline = call.deadline !== deadline;
+    if (!plain)
+      args.push(String(requests.length * 8 + (ownDeadline ? 4 : 0) + (call.charge ? 0 : 2) + (costs ? 1 : 0)));
+    if (ownDeadline) args.push(call.deadline);
     for (const { rule, cost } of requests) {
       if (keyed) args.push(String(keyIndexes[p] + 1));
       if (rules.size > 1) args.push(String(rules.get(rule)));
