@@ -78,7 +78,7 @@ describe("the calls' protocol", () => {
     const logReport = [1, 4, 0, 1_000, 0, 0, 0, 5_000];
     // the bucket held 2 tokens at 4000; at 5000 it holds 2.5: the first request takes 1.5, the
     // second is past its deadline, the third is refused (1 token left)
-    const raw = [5_000, [2, ...logReport, 0, 1], ['2|4000', null]];
+    const raw = [5_000, ['2|4000', null], 2, ...logReport, 0, 1];
     const { answers, now } = decodeDecideReply(raw, calls, call);
     expect(now).toBe(5_000);
     expect(answers[1]).toBeUndefined();
@@ -103,7 +103,7 @@ describe("the calls' protocol", () => {
 
   it('fails a reply whose verdict the values do not give', () => {
     const calls = [charging([tokens])];
-    const raw = [5_000, [2], ['0|4000']];
+    const raw = [5_000, ['0|4000'], 2];
     expect(() => decodeDecideReply(raw, calls, encodeDecide(calls))).toThrow(RateLimitStoreError);
   });
 });

@@ -95,14 +95,31 @@ local function number(text)
   return value
 end
 
+-- the rules read so far, by their arguments: a library keeps them from call to call (never more
+-- than 1024), where reading one costs a table and four numbers
+local rules_read, rules_kept = {}, 0
+
 -- the rule whose arguments start at ARGV[at]: its algorithm's model, rps, burst, block and a
 -- window's scaled limit ('' for none: burst)
 local function read_rule(ARGV, at)
-  local burst = number(ARGV[at + 2])
-  return {
-    model = MODELS[ARGV[at]], rps = number(ARGV[at + 1]), burst = burst, block_ms = number(ARGV[at + 3]),
-    limit = number(ARGV[at + 4]) or burst,
-  }
+  local id = ARGV[at] .. ' ' .. ARGV[at + 1] .. ' ' .. ARGV[at + 2] .. ' ' .. ARGV[at + 3] .. ' ' .. ARGV[at + 4]
+  local rule = rules_read[id]
+  if rule == nil then
+    local burst = number(ARGV[at + 2])
+    rule = {
+      model = MODELS[ARGV[at]], rps = number(ARGV[at + 1]), burst = burst, block_ms = number(ARGV[at + 3]),
+      limit = number(ARGV[at + 4]) or burst,
+    }
+    if rules_kept >= 1024 then rules_read, rules_kept = {}, 0 end
+    rules_read[id], rules_kept = rule, rules_kept + 1
+  end
+  return rule
+end
+
+-- a request that runs after its caller stopped waiting (it sat in the socket of a frozen or busy
+-- Redis) is not decided and charges nothing: it has had its failMode outcome already, or is about to
+local function past(now, deadline)
+  return deadline ~= '' and now > tonumber(deadline)
 end
 
 -- one request's policies, filled for the first n of each by the request being decided: the index
@@ -148,15 +165,10 @@ end
 local function decide_call(KEYS, ARGV)
   local call = begin_call(KEYS, ARGV[1])
   local rule_count, keyed, plain, requests = number(ARGV[2]), ARGV[3] == '1', ARGV[5] == '1', number(ARGV[6])
-  -- a request that runs after its caller stopped waiting (it sat in the socket of a frozen or busy
-  -- Redis) is not decided and charges nothing: it has had its failMode outcome already, or is about to
-  local function past(deadline)
-    return deadline ~= '' and call.now > tonumber(deadline)
-  end
-  local late = past(ARGV[4])
+  local late = past(call.now, ARGV[4])
   local rules = {}
   for r = 1, rule_count do rules[r] = read_rule(ARGV, 7 + (r - 1) * ${RULE_ARGS}) end
-  local reply = { n = 0 }
+  local reply = { call.now, call.values, n = 2 }
   local next_key = 1
   local at = 7 + rule_count * ${RULE_ARGS}
   for _ = 1, requests do
@@ -166,7 +178,7 @@ local function decide_call(KEYS, ARGV)
       n, costs, charge = floor(head / 8), head % 2 == 1, head % 4 < 2
       at = at + 1
       if head % 8 >= 4 then
-        skipped = past(ARGV[at])
+        skipped = past(call.now, ARGV[at])
         at = at + 1
       end
     end
@@ -192,7 +204,7 @@ local function decide_call(KEYS, ARGV)
   end
   flush(call)
   reply.n = nil
-  return { call.now, reply, call.values }
+  return reply
 end
 
 -- gives back what a decide call charged, policy after policy (see REFUND_LUA)

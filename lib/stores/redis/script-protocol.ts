@@ -42,13 +42,13 @@ import type { RateLimitRequest } from '../rate-limit-store.interface.js';
  *                      index (from 1; only when R > 1), its cost (only when the head says so;
  *                      else 1)
  *
- * Its reply (`decodeDecideReply`): `{ now, answers, values }`. now: the call's clock, ms. answers:
- * per request 0 when it was past its deadline, else 2 when every policy admitted it (1 when one
- * refused), then for each of its policies whose algorithm has no `decodeStored` (the sliding window
- * log) `REPLY_WIDTH` integers: allowed (0/1), remaining (tokens), retryMs (-1: never), fullMs
- * (until full), nextMs (until one more token), delayMs, blockedMs (until the block ends, 0: none),
- * at (ms, the time the state is as of: what a refund names). values: each key's value as the call
- * read it when it started (nil: none). Every other policy's figures the app derives from those
+ * Its reply (`decodeDecideReply`): `{ now, values, answers... }`. now: the call's clock, ms. values:
+ * each key's value as the call read it when it started (nil: none). Then the answers: per request
+ * 0 when it was past its deadline, else 2 when every policy admitted it (1 when one refused), then
+ * for each of its policies whose algorithm has no `decodeStored` (the sliding window log)
+ * `REPLY_WIDTH` integers: allowed (0/1), remaining (tokens), retryMs (-1: never), fullMs (until
+ * full), nextMs (until one more token), delayMs, blockedMs (until the block ends, 0: none), at (ms,
+ * the time the state is as of: what a refund names). Every other policy's figures the app derives from those
  * values as the script did (`settle`, request after request): Redis, which does not scale out,
  * only reads, checks and writes.
  *
@@ -191,7 +191,7 @@ export function decodeAnswer(raw: readonly number[], start: number, count: numbe
 }
 
 /**
- * A decide call's reply (`[now, answers, values]`, see above) for the call `encodeDecide` made of
+ * A decide call's reply (`[now, values, answers...]`, see above) for the call `encodeDecide` made of
  * `calls`: each request's verdict as Redis gave it, its figures derived here from the values the
  * call read, request after request, as the script went (a state a request stored is what the next
  * one on its key reads).
@@ -199,11 +199,12 @@ export function decodeAnswer(raw: readonly number[], start: number, count: numbe
  * @throws RateLimitStoreError when a verdict is not the one the values give (a bug of the script)
  */
 export function decodeDecideReply(raw: unknown, calls: readonly CallRequest[], call: DecideCall): DecideReply {
-  const [now, codes, values] = raw as [number, number[], (string | null)[]];
+  const codes = raw as number[];
+  const [now, values] = raw as [number, (string | null)[]];
   /** What the call stored by key index so far (`null`: deleted); a key not here reads its value. */
   const stored = new Map<number, Held | null>();
   const answers: (Answer | undefined)[] = new Array<Answer | undefined>(calls.length);
-  let c = 0;
+  let c = 2;
   let p = 0;
   calls.forEach(({ requests, charge }, j) => {
     const code = codes[c++];
