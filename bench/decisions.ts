@@ -282,7 +282,7 @@ async function ceiling(
     child.once('exit', resolve);
   }).finally(() => context.children.delete(child));
   // --csv prints a header line, then "<command>","<requests per second>",<latencies>...
-  const line = output.split('\n').find((row) => row.startsWith('"EVALSHA'));
+  const line = output.split('\n').find((row) => row.startsWith(`"${command[0]}`));
   const perSecond = Number(line?.split('","')[1]);
   if (code !== 0 || !Number.isFinite(perSecond) || perSecond <= 0 || /error/i.test(output)) {
     throw new Error(`redis-benchmark ${args.join(' ')} failed (exit ${code}): ${output.trim()}`);
