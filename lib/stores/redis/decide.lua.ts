@@ -89,6 +89,8 @@ local function number(text)
   local value = numbers[text]
   if value == nil then
     value = tonumber(text)
+    -- an empty text ('' for none) has no number: nothing to keep
+    if value == nil then return nil end
     if numbers_kept >= 4096 then numbers, numbers_kept = {}, 0 end
     numbers[text], numbers_kept = value, numbers_kept + 1
   end

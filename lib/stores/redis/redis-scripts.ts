@@ -9,7 +9,10 @@ import type { RedisClock } from './redis-clock.js';
 import { type Answer, decodeAnswer, encodeRefund } from './script-protocol.js';
 import { redisTimeUnusable, TIME_PROBE, TIME_PROBE_LUA, timeUnusable } from './time-probe.js';
 
-/** A call as the store runs it: the function of the library that is it, and the same as a script (its text, and the SHA-1 that EVALSHA names it by). */
+/**
+ * A call as the store runs it: its function in the library (what FCALL names), and the same call
+ * as a script, its text and the SHA-1 that EVALSHA names it by.
+ */
 interface Script {
   readonly fn: string;
   readonly lua: string;
