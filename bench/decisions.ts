@@ -17,7 +17,6 @@
  * Our policy is a token bucket of 1000 tokens refilled at 1000/s; rate-limiter-flexible's is
  * 1000 points per 1 s window: the same 1000 a second per key, and no key nears it.
  */
-import { spawn } from 'node:child_process';
 import { performance } from 'node:perf_hooks';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { Redis } from 'ioredis';
@@ -36,6 +35,7 @@ import {
   type RateLimiterStoreAbstract,
 } from 'rate-limiter-flexible';
 import type { BenchContext, ComparisonReport } from './comparison.js';
+import { redisBenchmark } from './redis-benchmark.js';
 import { RULE_ARGS } from '../lib/stores/redis/script-protocol.js';
 import { MAX_BATCH_KEYS } from '../lib/stores/redis/slot-batches.js';
 import {
@@ -272,15 +272,7 @@ async function ceiling(
     '--csv',
     ...command,
   ];
-  const child = spawn('redis-benchmark', args, { stdio: ['ignore', 'pipe', 'pipe'] });
-  context.children.add(child);
-  let output = '';
-  child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  const code = await new Promise<number | null>((resolve, reject) => {
-    child.once('error', reject);
-    child.once('exit', resolve);
-  }).finally(() => context.children.delete(child));
+  const { code, output } = await redisBenchmark(context, args);
   // --csv prints a header line, then "<command>","<requests per second>",<latencies>...
   const line = output.split('\n').find((row) => row.startsWith(`"${command[0]}`));
   const perSecond = Number(line?.split('","')[1]);

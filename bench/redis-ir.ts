@@ -38,6 +38,7 @@ import { RateLimiterRedis } from 'rate-limiter-flexible';
 import { DECIDE_LUA } from '../lib/stores/redis/decide.lua.js';
 import { freePort } from '../test/support/redis/process.js';
 import type { BenchContext, ComparisonReport } from './comparison.js';
+import { redisBenchmark } from './redis-benchmark.js';
 import { formatRate, markdownTable, type RatioRow, type Target } from './stats.js';
 
 const COMPARISON = 'redis-ir';
@@ -516,15 +517,7 @@ async function runBenchmark(context: BenchContext, port: number, { shape, comman
     ...['-r', String(KEY_SPACE), '--csv'],
     ...command,
   ];
-  const child = spawn('redis-benchmark', args, { stdio: ['ignore', 'pipe', 'pipe'] });
-  context.children.add(child);
-  let output = '';
-  child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  const code = await new Promise<number | null>((resolve, reject) => {
-    child.once('error', reject);
-    child.once('exit', resolve);
-  }).finally(() => context.children.delete(child));
+  const { code, output } = await redisBenchmark(context, args);
   if (code !== 0 || /error/i.test(output))
     throw new Error(`redis-benchmark ${args.slice(0, 12).join(' ')} ... failed (exit ${code}): ${output.trim()}`);
 }
