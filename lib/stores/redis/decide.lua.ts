@@ -109,8 +109,8 @@ local function read_rule(ARGV, at)
   if rule == nil then
     local burst = number(ARGV[at + 2])
     rule = {
-      model = MODELS[ARGV[at]], rps = number(ARGV[at + 1]), burst = burst, block_ms = number(ARGV[at + 3]),
-      limit = number(ARGV[at + 4]) or burst,
+      algorithm = ARGV[at], model = MODELS[ARGV[at]], rps = number(ARGV[at + 1]), burst = burst,
+      block_ms = number(ARGV[at + 3]), limit = number(ARGV[at + 4]) or burst,
     }
     if rules_kept >= 1024 then rules_read, rules_kept = {}, 0 end
     rules_read[id], rules_kept = rule, rules_kept + 1
@@ -122,6 +122,93 @@ end
 -- Redis) is not decided and charges nothing: it has had its failMode outcome already, or is about to
 local function past(now, deadline)
   return deadline ~= '' and now > tonumber(deadline)
+end
+
+-- the algorithms decide_plain decides, and whether each counts a backlog (else tokens)
+local PLAIN_PATHS = { token_bucket = false, gcra = true, leaky_bucket = true }
+
+-- the states decide_plain has written, by key index, as levels (a token bucket's tokens, a GCRA
+-- backlog), times and block ends: an entry counts only for the call whose generation it carries,
+-- so no call clears them (one that failed midway leaves nothing the next one reads)
+local plain_levels, plain_times, plain_blocks, plain_generations, plain_written = {}, {}, {}, {}, {}
+local generation = 0
+
+-- A plain call (every request one policy at cost 1, by the call's deadline) of one rule of the
+-- GCRA family (token_bucket, gcra, leaky_bucket) without a block: decide's verdicts, with the
+-- model's arithmetic (current, admitted, charge, and the expiry save works out) inline on locals,
+-- a table per key it writes and none per decision. Mirrors token_bucket and gcra line for line:
+-- change them together. backlog: the rule counts a backlog (gcra, leaky_bucket), not tokens.
+local function decide_plain(call, KEYS, ARGV, rule, backlog, keyed, requests, at, reply)
+  local now, values, burst, rps = call.now, call.values, rule.burst, rule.rps
+  generation = generation + 1
+  local written = 0
+  local next_key = 1
+  for _ = 1, requests do
+    local k = next_key
+    if keyed then k = number(ARGV[at]); at = at + 1 else next_key = next_key + 1 end
+    -- the bucket as stored: as this call wrote it, else as it was read (nil: none)
+    local level, time, blocked_until
+    if plain_generations[k] == generation then
+      level, time, blocked_until = plain_levels[k], plain_times[k], plain_blocks[k]
+    elseif values[k] then
+      level, time, blocked_until = fields(values[k])
+      blocked_until = blocked_until or 0
+    end
+    local since, admits = now, false
+    if backlog then
+      -- gcra.current, then admitted at cost 1 (wait_ms(1) == 0: the backlog leaves room for 1)
+      local left = 0
+      if level ~= nil then
+        local elapsed = max(0, now - time)
+        local stored = min(burst, level)
+        left = whole_if_near(max(0, stored - (elapsed * rps) / 1000), burst)
+        if elapsed >= duration_ms(stored, rps) then left = 0 end
+        since = max(time, now)
+      end
+      admits = 1 <= burst and left <= burst - 1
+      -- gcra.charge
+      level = left + 1
+    else
+      -- tokenBucket.current, then admitted at cost 1 (wait_ms(1) == 0: a whole token is there)
+      local tokens = burst
+      if level ~= nil then
+        local elapsed = max(0, now - time)
+        tokens = whole_if_near(min(burst, level + (elapsed * rps) / 1000), burst)
+        if elapsed >= duration_ms(burst - level, rps) then tokens = burst end
+        since = max(time, now)
+      end
+      admits = 1 <= burst and tokens >= 1
+      -- tokenBucket.charge
+      level = tokens - 1
+    end
+    if admits then
+      if plain_generations[k] ~= generation then
+        plain_generations[k] = generation
+        written = written + 1
+        plain_written[written] = k
+      end
+      plain_levels[k], plain_times[k], plain_blocks[k] = level, since, blocked_until or 0
+      append(reply, 2)
+    else
+      append(reply, 1)
+    end
+  end
+  -- save, for each key written: expires when full again (waitMs(burst): a charge of 1 always
+  -- leaves it short of full, so never at once)
+  local m = rule.model
+  for j = 1, written do
+    local k = plain_written[j]
+    local level, since = plain_levels[k], plain_times[k]
+    local s, full_ms
+    if backlog then
+      s = { backlog = level, at = since, blocked_until = plain_blocks[k] }
+      full_ms = duration_ms(level, rps)
+    else
+      s = { tokens = level, at = since, blocked_until = plain_blocks[k] }
+      full_ms = duration_ms(burst - level, rps)
+    end
+    save(call, m, KEYS[k], s, full_ms)
+  end
 end
 
 -- one request's policies, filled for the first n of each by the request being decided: the index
@@ -173,6 +260,11 @@ local function decide_call(KEYS, ARGV)
   local reply = { call.now, call.values, n = 2 }
   local next_key = 1
   local at = 7 + rule_count * ${RULE_ARGS}
+  local only = rules[1]
+  if plain and not late and rule_count == 1 and only.block_ms == 0 and PLAIN_PATHS[only.algorithm] ~= nil then
+    decide_plain(call, KEYS, ARGV, only, PLAIN_PATHS[only.algorithm], keyed, requests, at, reply)
+    requests = 0
+  end
   for _ = 1, requests do
     local n, costs, charge, skipped = 1, false, true, late
     if not plain then
