@@ -263,37 +263,37 @@ local function decide_call(KEYS, ARGV)
   local only = rules[1]
   if plain and not late and rule_count == 1 and only.block_ms == 0 and PLAIN_PATHS[only.algorithm] ~= nil then
     decide_plain(call, KEYS, ARGV, only, PLAIN_PATHS[only.algorithm], keyed, requests, at, reply)
-    requests = 0
-  end
-  for _ = 1, requests do
-    local n, costs, charge, skipped = 1, false, true, late
-    if not plain then
-      local head = number(ARGV[at])
-      n, costs, charge = floor(head / 8), head % 2 == 1, head % 4 < 2
-      at = at + 1
-      if head % 8 >= 4 then
-        skipped = past(call.now, ARGV[at])
+  else
+    for _ = 1, requests do
+      local n, costs, charge, skipped = 1, false, true, late
+      if not plain then
+        local head = number(ARGV[at])
+        n, costs, charge = floor(head / 8), head % 2 == 1, head % 4 < 2
         at = at + 1
+        if head % 8 >= 4 then
+          skipped = past(call.now, ARGV[at])
+          at = at + 1
+        end
       end
-    end
-    if skipped then
-      append(reply, 0)
-      local width = 0
-      if keyed then width = width + 1 else next_key = next_key + n end
-      if rule_count > 1 then width = width + 1 end
-      if costs then width = width + 1 end
-      at = at + n * width
-    else
-      for i = 1, n do
-        local k = next_key
-        if keyed then k = number(ARGV[at]); at = at + 1 else next_key = next_key + 1 end
-        local rule = rules[1]
-        if rule_count > 1 then rule = rules[number(ARGV[at])]; at = at + 1 end
-        local cost = 1
-        if costs then cost = number(ARGV[at]); at = at + 1 end
-        indexes_of[i], rules_of[i], costs_of[i] = k, rule, cost
+      if skipped then
+        append(reply, 0)
+        local width = 0
+        if keyed then width = width + 1 else next_key = next_key + n end
+        if rule_count > 1 then width = width + 1 end
+        if costs then width = width + 1 end
+        at = at + n * width
+      else
+        for i = 1, n do
+          local k = next_key
+          if keyed then k = number(ARGV[at]); at = at + 1 else next_key = next_key + 1 end
+          local rule = rules[1]
+          if rule_count > 1 then rule = rules[number(ARGV[at])]; at = at + 1 end
+          local cost = 1
+          if costs then cost = number(ARGV[at]); at = at + 1 end
+          indexes_of[i], rules_of[i], costs_of[i] = k, rule, cost
+        end
+        decide(call, KEYS, n, charge, reply)
       end
-      decide(call, KEYS, n, charge, reply)
     end
   end
   flush(call)
