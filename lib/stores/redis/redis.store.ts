@@ -20,8 +20,9 @@ export type { RedisStoreClock, RedisStoreOptions } from './redis-store-options.j
 
 /**
  * Buckets in Redis, shared by every instance of the app, with Redis `TIME` as the clock and
- * one atomic Lua script call per request covering all of its policies (an EVALSHA of a script
- * loaded when the store starts; see `RedisScripts`). Under load the requests that arrive
+ * one atomic Lua call per request covering all of its policies (an FCALL of a function library
+ * loaded when the store starts, or the EVALSHA of a script where the server has no functions; see
+ * `RedisScripts`). Under load the requests that arrive
  * in one event-loop turn share a call, which decides them in turn (see `SlotBatches`). Every key
  * expires when its bucket is full again (or its window has passed), no later.
  *
