@@ -30,11 +30,11 @@ import { freePort, stopRedisServer } from '../support/redis/process.js';
 
 /**
  * Faults under load, one test per fault: Redis killed and restarted on its port, Redis frozen
- * (SIGSTOP) in each failMode, SCRIPT FLUSH while requests flow, and the app started while Redis
+ * (SIGSTOP) in each failMode, SCRIPT FLUSH and FUNCTION FLUSH while requests flow, and the app started while Redis
  * is down. A steady stream of requests runs through each. Every request must get the failMode
  * outcome (or Redis's decision) with limiter-added latency, timed inside the guard from when its
  * store call left the process, at most timeout + 50 ms; none hung; no unhandled rejection; limiting correct again (decided by Redis,
- * seen in Redis) within 1 s of Redis answering; no NOSCRIPT reaching a request; and no command
+ * seen in Redis) within 1 s of Redis answering; no NOSCRIPT or missing function reaching a request; and no command
  * that Redis gets to run late (after the fault) charging anything.
  *
  * The OS's run-queue wait is not the limiter's time: the latency and recovery bounds are checked
@@ -70,7 +70,8 @@ function expectCommon(scenario: Scenario, outcomes: readonly Outcome[], statuses
   expect(outcomes.filter((o) => o.status === -1)).toHaveLength(0); // connection errors
   expect(outcomes.filter((o) => !statuses.includes(o.status)).map((o) => o.status)).toEqual([]);
   expect(outcomes.filter((o) => o.status === 503 && o.retryAfter !== '1').map((o) => o.retryAfter)).toEqual([]);
-  // no error Redis answered (NOSCRIPT above all: a restarted or flushed Redis gets the script whole)
+  // no error Redis answered (NOSCRIPT and a missing function above all: a restarted or flushed
+  // Redis gets the call as its script, whole if need be)
   expect(outcomes.filter((o) => o.reason === 'error').map((o) => o.failure)).toEqual([]);
   // A call whose reply came back before the timeout ran in Redis well within its deadline
   // (2 x timeout after it was sent): dropping it as late means the deadline was wrong.
@@ -225,7 +226,7 @@ describe('faults under load (timeout 100 ms, the module makes the client from a 
     });
   });
 
-  it('SCRIPT FLUSH every 20 ms for 1 s under load: failMode closed, Fastify', async () => {
+  it('SCRIPT FLUSH and FUNCTION FLUSH every 20 ms for 1 s under load: failMode closed, Fastify', async () => {
     const server = await scenario.startServer();
     const client = await scenario.startApp('fastify', { redis: server.url, failMode: 'closed' });
     const loadKeys = keyGroup('flush');
@@ -237,6 +238,7 @@ describe('faults under load (timeout 100 ms, the module makes the client from a 
     // ten flushes at least: on a loaded machine a round of flush and pause can take 100 ms
     while (performance.now() - flushFrom < 1_000 || flushes < 10) {
       await redisCommand(server.port, ['SCRIPT', 'FLUSH'], 1_000);
+      await redisCommand(server.port, ['FUNCTION', 'FLUSH'], 1_000);
       flushes++;
       await pause(20);
     }
@@ -250,13 +252,15 @@ describe('faults under load (timeout 100 ms, the module makes the client from a 
     const flushLedger = await ledger(server, outcomes, loadKeys);
     const errors = String(await redisCommand(server.port, ['INFO', 'errorstats'], 1_000));
     const noscript = Number(/errorstat_NOSCRIPT:count=(\d+)/.exec(errors)?.[1] ?? 0);
+    // ERR is what an FCALL of a flushed function gets ('ERR Function not found'): no other ERR reaches a request
+    const missing = Number(/errorstat_ERR:count=(\d+)/.exec(errors)?.[1] ?? 0);
     const commands = String(await redisCommand(server.port, ['INFO', 'commandstats'], 1_000));
     const evals = Number(/cmdstat_eval:calls=(\d+)/.exec(commands)?.[1] ?? 0);
     await scenario.stopApp();
 
-    report('SCRIPT FLUSH every 20 ms for 1 s (closed, fastify)', scenario, outcomes, [
-      `${flushes} flushes; requests started meanwhile: ${tally(whileFlushing)}`,
-      `Redis answered NOSCRIPT ${noscript} times and ran EVAL ${evals} times; no request saw it`,
+    report('SCRIPT FLUSH and FUNCTION FLUSH every 20 ms for 1 s (closed, fastify)', scenario, outcomes, [
+      `${flushes} flushes of each; requests started meanwhile: ${tally(whileFlushing)}`,
+      `Redis answered 'Function not found' ${missing} times, NOSCRIPT ${noscript} times, and ran EVAL ${evals} times; no request saw it`,
       `correct limiting ${showRecovery(recovery)} after the last flush`,
       showLedger('load keys', flushLedger),
     ]);
@@ -267,7 +271,7 @@ describe('faults under load (timeout 100 ms, the module makes the client from a 
       (o) => o.reason !== undefined && o.reason !== 'timeout' && o.reason !== 'breaker_open',
     );
     expect(notTimeouts.map((o) => o.failure)).toEqual([]);
-    expect(noscript).toBeGreaterThan(0); // the flushes did hit the limiter's EVALSHA
+    expect(missing + noscript).toBeGreaterThan(0); // the flushes did hit the limiter's calls
     expect(recovery.ms - recovery.stolenMs).toBeLessThan(RECOVERY_BOUND_MS);
     expectLedger(flushLedger);
   });

@@ -356,7 +356,7 @@ async function redisCluster(): Promise<Topology> {
 }
 
 /**
- * Script calls and CROSSSLOT errors, summed over the masters (INFO commandstats, errorstats):
+ * Calls of the store (FCALL, EVALSHA, EVAL) and CROSSSLOT errors, summed over the masters (INFO commandstats, errorstats):
  * for the summary. Server-wide, so other suites running at the same time count too; the
  * assertions rely on the apps' answers and stderr instead.
  */
@@ -366,7 +366,7 @@ async function serverStats(redis: Redis | Cluster): Promise<{ scriptCalls: numbe
   let crossSlot = 0;
   for (const node of nodes) {
     const info = `${await node.info('commandstats')}\n${await node.info('errorstats')}`;
-    for (const [, calls] of info.matchAll(/^cmdstat_eval(?:sha)?:calls=(\d+)/gm)) scriptCalls += Number(calls);
+    for (const [, calls] of info.matchAll(/^cmdstat_(?:fcall|evalsha|eval):calls=(\d+)/gm)) scriptCalls += Number(calls);
     crossSlot += Number(/^errorstat_CROSSSLOT:count=(\d+)/m.exec(info)?.[1] ?? 0);
   }
   return { scriptCalls, crossSlot };

@@ -17,11 +17,11 @@ class FloodController {
 const FLOOD = 4_000;
 const IN_FLIGHT = 64;
 
-/** Script calls Redis has run (EVALSHA, and EVAL after a NOSCRIPT). */
+/** Calls of the store Redis has run (FCALL, EVALSHA, and EVAL after a NOSCRIPT). */
 async function scriptCalls(client: Redis): Promise<number> {
   const stats = await client.info('commandstats');
   let calls = 0;
-  for (const match of stats.matchAll(/^cmdstat_(?:evalsha|eval):calls=(\d+)/gm)) calls += Number(match[1]);
+  for (const match of stats.matchAll(/^cmdstat_(?:fcall|evalsha|eval):calls=(\d+)/gm)) calls += Number(match[1]);
   return calls;
 }
 
