@@ -366,7 +366,8 @@ async function serverStats(redis: Redis | Cluster): Promise<{ scriptCalls: numbe
   let crossSlot = 0;
   for (const node of nodes) {
     const info = `${await node.info('commandstats')}\n${await node.info('errorstats')}`;
-    for (const [, calls] of info.matchAll(/^cmdstat_(?:fcall|evalsha|eval):calls=(\d+)/gm)) scriptCalls += Number(calls);
+    for (const [, calls] of info.matchAll(/^cmdstat_(?:fcall|evalsha|eval):calls=(\d+)/gm))
+      scriptCalls += Number(calls);
     crossSlot += Number(/^errorstat_CROSSSLOT:count=(\d+)/m.exec(info)?.[1] ?? 0);
   }
   return { scriptCalls, crossSlot };
