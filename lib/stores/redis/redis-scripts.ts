@@ -37,6 +37,8 @@ interface Loader {
   stores: number;
   load: () => void;
   functions: boolean;
+  /** Whether a store of the client has loaded the calls: the next store made on it leaves that to `ready`. */
+  started: boolean;
 }
 
 const loaders = new WeakMap<Redis | Cluster, Loader>();
@@ -97,7 +99,7 @@ export class RedisScripts {
     this.timeChecked = !clock.redisTime;
     let loader = loaders.get(client);
     if (loader === undefined) {
-      const created: Loader = { stores: 0, load: () => loadCalls(client, created), functions: false };
+      const created: Loader = { stores: 0, load: () => loadCalls(client, created), functions: false, started: false };
       loaders.set(client, (loader = created));
       client.on('ready', loader.load);
     }
@@ -161,10 +163,17 @@ export class RedisScripts {
     }
   }
 
-  /** The store's first talk with Redis: the scripts loaded, and `TIME` probed unless a clock is given. */
+  /**
+   * The store's first talk with Redis: the calls loaded (by the first store of its client: a store
+   * made later on the same client finds them there, or loaded again by the client's `ready`), and
+   * `TIME` probed unless a clock is given.
+   */
   private start(): void {
     this.started = true;
-    this.loader.load();
+    if (!this.loader.started) {
+      this.loader.started = true;
+      this.loader.load();
+    }
     if (!this.timeChecked) this.timeCheck ??= this.checkTime();
   }
 
