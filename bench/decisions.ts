@@ -228,11 +228,15 @@ async function storeCommand(context: BenchContext, decide: Decide): Promise<stri
 /**
  * The store's one-decision call made a call of `count` decisions on as many random keys, as the
  * store sends when requests arrive together (see `script-protocol.ts`): the call's keys, its
- * clock, its head (rules, keyed, deadline, plain, requests: made `count`) and its rule, then what
- * the one request carries (nothing, when it is plain) once per key.
+ * clock, then a flat call's deadline and rule as they were; else its head (rules, keyed,
+ * deadline, plain, requests: made `count`) and its rule, then what the one request carries
+ * (nothing, when it is plain) once per key.
  */
 function batchOf(command: readonly string[], count: number): string[] {
-  const [call, name, , key, clock, rules, keyed, deadline, plain, , ...rest] = command;
+  const [call, name, , key, clock, ...args] = command;
+  // a flat call's arguments: its deadline and its rule's algorithm, rps and burst
+  if (args.length === 4) return [call, name, String(count), ...Array<string>(count).fill(key), clock, ...args];
+  const [rules, keyed, deadline, plain, , ...rest] = args;
   const head = [rules, keyed, deadline, plain, String(count), ...rest.slice(0, RULE_ARGS * Number(rules))];
   const request = rest.slice(RULE_ARGS * Number(rules));
   return [

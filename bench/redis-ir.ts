@@ -35,7 +35,8 @@ import {
   type RedisStoreOptions,
 } from 'nestjs-ratelimit';
 import { RateLimiterRedis } from 'rate-limiter-flexible';
-import { DECIDE_LUA } from '../lib/stores/redis/decide.lua.js';
+import { DECIDE_LUA, LIBRARY } from '../lib/stores/redis/decide.lua.js';
+import { FLAT_LUA } from '../lib/stores/redis/flat.lua.js';
 import { freePort } from '../test/support/redis/process.js';
 import type { BenchContext, ComparisonReport } from './comparison.js';
 import { redisBenchmark } from './redis-benchmark.js';
@@ -96,7 +97,10 @@ const TARGETS = new Map<Shape, Target>([
   [EIGHT_KEYS, { op: '<=', value: 10_000 }],
   [FOUR_A_CALL, { op: '<=', value: 25_000 }],
 ]);
-/** The shapes our FCALL is also measured as the EVALSHA of the decide script, as a server without functions gets it. */
+/**
+ * The shapes our FCALL is also measured as the EVALSHA of the same call's script (flat or
+ * decide), as a server without functions gets it.
+ */
 const EVALSHA_SHAPES: ReadonlySet<Shape> = new Set([FRESH_64, ONE_A_CALL]);
 /** Ir per call at one decision a call, at most, by how the store calls its script. */
 const ONE_A_CALL_TARGETS: Record<string, Target> = {
@@ -136,7 +140,8 @@ type Setup = 'ours' | 'lean' | 'rate-limiter-flexible';
 /**
  * Our store as it is built for a variant: the options beside `client`. On a Redis with functions
  * the store calls its library (FCALL); what it sends a server without them, the EVALSHA of its
- * decide script with the same keys and arguments, is measured beside it (see `EVALSHA_SHAPES`).
+ * script (the flat call's or the decide call's) with the same keys and arguments, is measured
+ * beside it (see `EVALSHA_SHAPES`).
  */
 const OUR_VARIANTS: ReadonlyArray<{ name: string; options: Omit<RedisStoreOptions, 'client'> }> = [
   { name: 'ours', options: {} },
@@ -281,7 +286,8 @@ async function recordCalls(context: BenchContext, notes: string[]): Promise<Meas
         const contender = OUR_VARIANTS.length > 1 ? `${name} (${call})` : name;
         measurements.push({ contender, shape, setup: 'ours', storeOptions: options, command });
         if (call === 'fcall' && EVALSHA_SHAPES.has(shape)) {
-          const evalsha = ['EVALSHA', sha1(DECIDE_LUA), ...command.slice(2)];
+          const script = command[1] === LIBRARY.flat ? FLAT_LUA : DECIDE_LUA;
+          const evalsha = ['EVALSHA', sha1(script), ...command.slice(2)];
           measurements.push({
             contender: `${contender} via EVALSHA`,
             shape,

@@ -1,4 +1,5 @@
 import { DECIDE_LUA, LIBRARY as FUNCTIONS, LIBRARY_LUA, REFUND_LUA } from '../../lib/stores/redis/decide.lua.js';
+import { FLAT_CALL_LUA, FLAT_LUA } from '../../lib/stores/redis/flat.lua.js';
 import { TIME_PROBE_LUA } from '../../lib/stores/redis/time-probe.js';
 
 /**
@@ -11,6 +12,7 @@ import { TIME_PROBE_LUA } from '../../lib/stores/redis/time-probe.js';
 
 const SCRIPTS: ReadonlyArray<[string, string]> = [
   ['decide', DECIDE_LUA],
+  ['flat', FLAT_LUA],
   ['refund', REFUND_LUA],
   ['TIME probe', TIME_PROBE_LUA],
 ];
@@ -122,7 +124,11 @@ function undeclaredKeys(lua: string): string[] {
 function outsideCore(lua: string): string[] {
   const text = code(lua);
   const problems: string[] = [];
-  const own = new Set([...text.matchAll(/local\s+function\s+(\w+)|local\s+(\w+)\s*=/g)].map(([, f, v]) => f ?? v));
+  const own = new Set(
+    [...text.matchAll(/local\s+function\s+(\w+)|local\s+(\w+(?:\s*,\s*\w+)*)/g)].flatMap(([, f, v]) =>
+      f === undefined ? v.split(/\s*,\s*/) : [f],
+    ),
+  );
   for (const [member] of text.matchAll(
     /\b(string|math|table|os|io|coroutine|debug|package|bit|bit32|utf8|cjson|cmsgpack|struct|redis)\.\w+/g,
   )) {
@@ -173,6 +179,12 @@ describe('the Redis scripts', () => {
       [FUNCTIONS.decide, 'decide_call'],
       [FUNCTIONS.refund, 'refund_call'],
     ]);
+    // the flat call: the script's text, its numbers kept by the library
+    expect(LIBRARY_LUA).toContain(FLAT_CALL_LUA);
+    expect(LIBRARY_LUA).toContain(`redis.register_function('${FUNCTIONS.flat}', flat_call)`);
+    expect(FLAT_CALL_LUA.replace(/\(flat_numbers\[([^\]]*\])\] or flat_number\(\1\)\)/g, '($1 + 0)')).toContain(
+      FLAT_LUA.replace(/return flat_call\(KEYS, ARGV\)\n$/, ''),
+    );
   });
 
   it('the checks find what they look for', () => {

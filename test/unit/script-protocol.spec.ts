@@ -65,6 +65,26 @@ describe("the calls' protocol", () => {
     expect(call.args).toEqual(['1', '1', '', '1', '2', 'fixed_window', '2', '4', '3000', '2.5', '1', '1']);
   });
 
+  it('sends plain requests of one GCRA-family rule without a block as a flat call: deadline, rule, key indexes if any', () => {
+    const plainTokens = { ...tokens, cost: 1 };
+    const other = { ...plainTokens, key: 'rl:d' };
+    const distinct = encodeDecide([charging([plainTokens], '9'), charging([other], '9')]);
+    expect(distinct).toMatchObject({ keys: ['rl:a', 'rl:d'], flat: true });
+    expect(distinct.args).toEqual(['9', 'token_bucket', '0.5', '10']);
+    const repeated = encodeDecide([charging([plainTokens]), charging([other]), charging([plainTokens])]);
+    expect(repeated).toMatchObject({ keys: ['rl:a', 'rl:d'], flat: true });
+    expect(repeated.args).toEqual(['', 'token_bucket', '0.5', '10', '1', '2', '1']);
+    const gcra = { ...plainTokens, rule: { algorithm: 'gcra' as const, rps: 3, burst: 4 } };
+    expect(encodeDecide([charging([gcra])]).args).toEqual(['', 'gcra', '3', '4']);
+    // a block, a cost, a peek, two rules or another algorithm take the general call
+    const blocking = { ...plainTokens, rule: { ...plainTokens.rule, blockMs: 1_000 } };
+    expect(encodeDecide([charging([blocking])]).flat).toBe(false);
+    expect(encodeDecide([charging([tokens])]).flat).toBe(false);
+    expect(encodeDecide([{ requests: [plainTokens], charge: false, deadline: '' }]).flat).toBe(false);
+    expect(encodeDecide([charging([plainTokens]), charging([gcra])]).flat).toBe(false);
+    expect(encodeDecide([charging([window])]).flat).toBe(false);
+  });
+
   it('lays out a refund policy after policy, with the time each charge was', () => {
     expect(encodeRefund([tokens, window], [1_000, 2_000])).toEqual({
       keys: ['rl:a', 'rl:b'],
@@ -78,7 +98,7 @@ describe("the calls' protocol", () => {
     const logReport = [1, 4, 0, 1_000, 0, 0, 0, 5_000];
     // the bucket held 2 tokens at 4000; at 5000 it holds 2.5: the first request takes 1.5, the
     // second is past its deadline, the third is refused (1 token left)
-    const raw = [5_000, ['2|4000', null], 2, ...logReport, 0, 1];
+    const raw = ['2|4000', null, 2, ...logReport, 0, 1, 5_000];
     const { answers, now } = decodeDecideReply(raw, calls, call);
     expect(now).toBe(5_000);
     expect(answers[1]).toBeUndefined();
@@ -103,7 +123,7 @@ describe("the calls' protocol", () => {
 
   it('fails a reply whose verdict the values do not give', () => {
     const calls = [charging([tokens])];
-    const raw = [5_000, ['0|4000'], 2];
+    const raw = ['0|4000', 2, 5_000];
     expect(() => decodeDecideReply(raw, calls, encodeDecide(calls))).toThrow(RateLimitStoreError);
   });
 });

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { BLOCK_LUA } from './block.lua.js';
 import { BUCKET_IO_LUA } from './bucket-io.lua.js';
+import { FLAT_CALL_LUA } from './flat.lua.js';
 import { MODELS_LUA } from './models.lua.js';
 import { REFUND_ARGS, REPLY_WIDTH, RULE_ARGS } from './script-protocol.js';
 
@@ -124,93 +125,6 @@ local function past(now, deadline)
   return deadline ~= '' and now > tonumber(deadline)
 end
 
--- the algorithms decide_plain decides, and whether each counts a backlog (else tokens)
-local PLAIN_PATHS = { token_bucket = false, gcra = true, leaky_bucket = true }
-
--- the states decide_plain has written, by key index, as levels (a token bucket's tokens, a GCRA
--- backlog), times and block ends: an entry counts only for the call whose generation it carries,
--- so no call clears them (one that failed midway leaves nothing the next one reads)
-local plain_levels, plain_times, plain_blocks, plain_generations, plain_written = {}, {}, {}, {}, {}
-local generation = 0
-
--- A plain call (every request one policy at cost 1, by the call's deadline) of one rule of the
--- GCRA family (token_bucket, gcra, leaky_bucket) without a block: decide's verdicts, with the
--- model's arithmetic (current, admitted, charge, and the expiry save works out) inline on locals,
--- a table per key it writes and none per decision. Mirrors token_bucket and gcra line for line:
--- change them together. backlog: the rule counts a backlog (gcra, leaky_bucket), not tokens.
-local function decide_plain(call, KEYS, ARGV, rule, backlog, keyed, requests, at, reply)
-  local now, values, burst, rps = call.now, call.values, rule.burst, rule.rps
-  generation = generation + 1
-  local written = 0
-  local next_key = 1
-  for _ = 1, requests do
-    local k = next_key
-    if keyed then k = number(ARGV[at]); at = at + 1 else next_key = next_key + 1 end
-    -- the bucket as stored: as this call wrote it, else as it was read (nil: none)
-    local level, time, blocked_until
-    if plain_generations[k] == generation then
-      level, time, blocked_until = plain_levels[k], plain_times[k], plain_blocks[k]
-    elseif values[k] then
-      level, time, blocked_until = fields(values[k])
-      blocked_until = blocked_until or 0
-    end
-    local since, admits = now, false
-    if backlog then
-      -- gcra.current, then admitted at cost 1 (wait_ms(1) == 0: the backlog leaves room for 1)
-      local left = 0
-      if level ~= nil then
-        local elapsed = max(0, now - time)
-        local stored = min(burst, level)
-        left = whole_if_near(max(0, stored - (elapsed * rps) / 1000), burst)
-        if elapsed >= duration_ms(stored, rps) then left = 0 end
-        since = max(time, now)
-      end
-      admits = 1 <= burst and left <= burst - 1
-      -- gcra.charge
-      level = left + 1
-    else
-      -- tokenBucket.current, then admitted at cost 1 (wait_ms(1) == 0: a whole token is there)
-      local tokens = burst
-      if level ~= nil then
-        local elapsed = max(0, now - time)
-        tokens = whole_if_near(min(burst, level + (elapsed * rps) / 1000), burst)
-        if elapsed >= duration_ms(burst - level, rps) then tokens = burst end
-        since = max(time, now)
-      end
-      admits = 1 <= burst and tokens >= 1
-      -- tokenBucket.charge
-      level = tokens - 1
-    end
-    if admits then
-      if plain_generations[k] ~= generation then
-        plain_generations[k] = generation
-        written = written + 1
-        plain_written[written] = k
-      end
-      plain_levels[k], plain_times[k], plain_blocks[k] = level, since, blocked_until or 0
-      append(reply, 2)
-    else
-      append(reply, 1)
-    end
-  end
-  -- save, for each key written: expires when full again (waitMs(burst): a charge of 1 always
-  -- leaves it short of full, so never at once)
-  local m = rule.model
-  for j = 1, written do
-    local k = plain_written[j]
-    local level, since = plain_levels[k], plain_times[k]
-    local s, full_ms
-    if backlog then
-      s = { backlog = level, at = since, blocked_until = plain_blocks[k] }
-      full_ms = duration_ms(level, rps)
-    else
-      s = { tokens = level, at = since, blocked_until = plain_blocks[k] }
-      full_ms = duration_ms(burst - level, rps)
-    end
-    save(call, m, KEYS[k], s, full_ms)
-  end
-end
-
 -- one request's policies, filled for the first n of each by the request being decided: the index
 -- of each one's key in KEYS, its rule, its cost, its state and whether it admits the request
 local indexes_of, rules_of, costs_of, states, admits = {}, {}, {}, {}, {}
@@ -257,46 +171,44 @@ local function decide_call(KEYS, ARGV)
   local late = past(call.now, ARGV[4])
   local rules = {}
   for r = 1, rule_count do rules[r] = read_rule(ARGV, 7 + (r - 1) * ${RULE_ARGS}) end
-  local reply = { call.now, call.values, n = 2 }
+  -- the reply starts with the values read: the table MGET gave, grown
+  local reply = call.values
+  reply.n = #KEYS
   local next_key = 1
   local at = 7 + rule_count * ${RULE_ARGS}
-  local only = rules[1]
-  if plain and not late and rule_count == 1 and only.block_ms == 0 and PLAIN_PATHS[only.algorithm] ~= nil then
-    decide_plain(call, KEYS, ARGV, only, PLAIN_PATHS[only.algorithm], keyed, requests, at, reply)
-  else
-    for _ = 1, requests do
-      local n, costs, charge, skipped = 1, false, true, late
-      if not plain then
-        local head = number(ARGV[at])
-        n, costs, charge = floor(head / 8), head % 2 == 1, head % 4 < 2
+  for _ = 1, requests do
+    local n, costs, charge, skipped = 1, false, true, late
+    if not plain then
+      local head = number(ARGV[at])
+      n, costs, charge = floor(head / 8), head % 2 == 1, head % 4 < 2
+      at = at + 1
+      if head % 8 >= 4 then
+        skipped = past(call.now, ARGV[at])
         at = at + 1
-        if head % 8 >= 4 then
-          skipped = past(call.now, ARGV[at])
-          at = at + 1
-        end
       end
-      if skipped then
-        append(reply, 0)
-        local width = 0
-        if keyed then width = width + 1 else next_key = next_key + n end
-        if rule_count > 1 then width = width + 1 end
-        if costs then width = width + 1 end
-        at = at + n * width
-      else
-        for i = 1, n do
-          local k = next_key
-          if keyed then k = number(ARGV[at]); at = at + 1 else next_key = next_key + 1 end
-          local rule = rules[1]
-          if rule_count > 1 then rule = rules[number(ARGV[at])]; at = at + 1 end
-          local cost = 1
-          if costs then cost = number(ARGV[at]); at = at + 1 end
-          indexes_of[i], rules_of[i], costs_of[i] = k, rule, cost
-        end
-        decide(call, KEYS, n, charge, reply)
+    end
+    if skipped then
+      append(reply, 0)
+      local width = 0
+      if keyed then width = width + 1 else next_key = next_key + n end
+      if rule_count > 1 then width = width + 1 end
+      if costs then width = width + 1 end
+      at = at + n * width
+    else
+      for i = 1, n do
+        local k = next_key
+        if keyed then k = number(ARGV[at]); at = at + 1 else next_key = next_key + 1 end
+        local rule = rules[1]
+        if rule_count > 1 then rule = rules[number(ARGV[at])]; at = at + 1 end
+        local cost = 1
+        if costs then cost = number(ARGV[at]); at = at + 1 end
+        indexes_of[i], rules_of[i], costs_of[i] = k, rule, cost
       end
+      decide(call, KEYS, n, charge, reply)
     end
   end
   flush(call)
+  append(reply, call.now)
   reply.n = nil
   return reply
 end
@@ -359,28 +271,30 @@ return refund_call(KEYS, ARGV)
 `;
 
 /** What names the library and its functions: the text's own digest, so two builds never share a name. */
-const VERSION = createHash('sha1').update(CALLS_LUA).digest('hex').slice(0, 12);
+const VERSION = createHash('sha1').update(CALLS_LUA).update(FLAT_CALL_LUA).digest('hex').slice(0, 12);
 
 /** The library's name, and the two functions it registers (`FCALL` names them). */
 export const LIBRARY = {
   name: `nestjs_ratelimit_${VERSION}`,
   decide: `nestjs_ratelimit_decide_${VERSION}`,
   refund: `nestjs_ratelimit_refund_${VERSION}`,
+  flat: `nestjs_ratelimit_flat_${VERSION}`,
 } as const;
 
 /**
- * The decide and refund calls as a Redis Functions library (Redis 7.0 on): the library's first call
+ * The decide, refund and flat calls as a Redis Functions library (Redis 7.0 on): the library's first call
  * defines them, and every call after runs only its function, where a script defines every function
  * above anew on every call. Its names carry the digest of its text: instances of two builds sharing
  * a Redis (a rolling deploy) each call their own.
  */
 export const LIBRARY_LUA = `#!lua name=${LIBRARY.name}
-${CALLS_LUA}
--- the calls, once the first has defined them
+${CALLS_LUA}${FLAT_CALL_LUA}
+-- the calls, once the first has defined them (the flat call needs nothing defined first)
 local decide_call, refund_call
 local function defined()
   if decide_call == nil then decide_call, refund_call = define_calls() end
 end
 redis.register_function('${LIBRARY.decide}', function(keys, args) defined() return decide_call(keys, args) end)
 redis.register_function('${LIBRARY.refund}', function(keys, args) defined() return refund_call(keys, args) end)
+redis.register_function('${LIBRARY.flat}', flat_call)
 `;

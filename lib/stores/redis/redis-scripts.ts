@@ -5,8 +5,9 @@ import { storeFailed } from '../../rate-limit.messages.js';
 import { RateLimitStoreError } from '../rate-limit-store.error.js';
 import type { RateLimitRequest } from '../rate-limit-store.interface.js';
 import { DECIDE_LUA, LIBRARY, LIBRARY_LUA, REFUND_LUA } from './decide.lua.js';
+import { FLAT_LUA } from './flat.lua.js';
 import type { RedisClock } from './redis-clock.js';
-import { type Answer, decodeAnswer, encodeRefund } from './script-protocol.js';
+import { type Answer, type DecideCall, decodeAnswer, encodeRefund } from './script-protocol.js';
 import { redisTimeUnusable, TIME_PROBE, TIME_PROBE_LUA, timeUnusable } from './time-probe.js';
 
 /**
@@ -25,6 +26,7 @@ function script(fn: string, lua: string): Script {
 
 const DECIDE = script(LIBRARY.decide, DECIDE_LUA);
 const REFUND = script(LIBRARY.refund, REFUND_LUA);
+const FLAT = script(LIBRARY.flat, FLAT_LUA);
 
 type ScriptCommand = (numKeys: number, ...args: string[]) => Promise<unknown>;
 
@@ -60,7 +62,7 @@ function loadCalls(client: Redis | Cluster, loader: Loader): void {
   const nodes: (Redis | Cluster)[] =
     (client as Cluster).isCluster === true ? (client as Cluster).nodes('master') : [client];
   for (const node of nodes) {
-    for (const { lua } of [DECIDE, REFUND]) node.script('LOAD', lua).catch(() => undefined);
+    for (const { lua } of [DECIDE, FLAT, REFUND]) node.script('LOAD', lua).catch(() => undefined);
   }
   const loaded = nodes.map((node) =>
     node.function('LOAD', LIBRARY_LUA).then(
@@ -109,9 +111,9 @@ export class RedisScripts {
     if (client.status !== 'wait') this.start();
   }
 
-  /** Runs the decide call on `keys`, with `args` after its clock (ARGV[2] on; see `script-protocol.ts`): its raw reply. */
-  decide(keys: readonly string[], args: readonly string[]): Promise<unknown> {
-    return this.run(DECIDE, keys, args);
+  /** Runs a decide call as `encodeDecide` made it (the flat call, or the general one; see `script-protocol.ts`): its raw reply. */
+  decide({ keys, args, flat }: DecideCall): Promise<unknown> {
+    return this.run(flat ? FLAT : DECIDE, keys, args);
   }
 
   /** Gives back what a decide call charged for requests of one hash slot (`at` from its reply). */

@@ -42,15 +42,26 @@ import type { RateLimitRequest } from '../rate-limit-store.interface.js';
  *                      index (from 1; only when R > 1), its cost (only when the head says so;
  *                      else 1)
  *
- * Its reply (`decodeDecideReply`): `{ now, values, answers... }`. now: the call's clock, ms. values:
- * each key's value as the call read it when it started (nil: none). Then the answers: per request
+ * The flat call (`DecideCall.flat`): a call of plain requests of one rule of the GCRA family
+ * (token_bucket, gcra, leaky_bucket) without a block, which `flat_call` (`flat.lua.ts`) decides,
+ * takes only what such a call needs:
+ *
+ * KEYS                 the bucket keys of the call, each once, in the order first named
+ * ARGV[2]              the call's deadline, as above
+ * ARGV[3]              the rule's algorithm
+ * ARGV[4], ARGV[5]     its rps and burst
+ * ARGV[6 ...]          when the call names a key more than once: each request's key index (from
+ *                      1); else request i takes KEYS[i]
+ *
+ * Both replies (`decodeDecideReply`): `{ values..., answers..., now }`. values: each key's value as
+ * the call read it when it started (nil: none), one per key. Then the answers: per request
  * 0 when it was past its deadline, else 2 when every policy admitted it (1 when one refused), then
  * for each of its policies whose algorithm has no `decodeStored` (the sliding window log)
  * `REPLY_WIDTH` integers: allowed (0/1), remaining (tokens), retryMs (-1: never), fullMs (until
  * full), nextMs (until one more token), delayMs, blockedMs (until the block ends, 0: none), at (ms,
  * the time the state is as of: what a refund names). Every other policy's figures the app derives from those
  * values as the script did (`settle`, request after request): Redis, which does not scale out,
- * only reads, checks and writes.
+ * only reads, checks and writes. Last, now: the call's clock, ms.
  *
  * Refund call (`encodeRefund`), giving back what a decide call charged, policy after policy:
  *
@@ -95,7 +106,12 @@ export interface DecideCall {
   keys: string[];
   args: string[];
   keyIndexes: number[];
+  /** Whether it is a flat call (see above), which `flat_call` decides, else `decide_call`. */
+  flat: boolean;
 }
+
+/** The algorithms a flat call decides. */
+const FLAT_ALGORITHMS: ReadonlySet<string> = new Set(['token_bucket', 'gcra', 'leaky_bucket']);
 
 /** A rule's arguments (see `RULE_ARGS`). */
 function ruleArgs(rule: Rule): string[] {
@@ -131,6 +147,12 @@ export function encodeDecide(calls: readonly CallRequest[]): DecideCall {
   const plain = calls.every(
     (call) => call.charge && call.deadline === deadline && call.requests.length === 1 && call.requests[0].cost === 1,
   );
+  const [rule] = rules.keys();
+  if (plain && rules.size === 1 && FLAT_ALGORITHMS.has(rule.algorithm) && rule.blockMs === undefined) {
+    const args = [deadline, rule.algorithm, String(rule.rps), String(rule.burst)];
+    if (keyed) for (const k of keyIndexes) args.push(String(k + 1));
+    return { keys, args, keyIndexes, flat: true };
+  }
   const args = [String(rules.size), keyed ? '1' : '0', deadline, plain ? '1' : '0', String(calls.length), ...rulesArgs];
   let p = 0;
   for (const call of calls) {
@@ -147,7 +169,7 @@ export function encodeDecide(calls: readonly CallRequest[]): DecideCall {
       p++;
     }
   }
-  return { keys, args, keyIndexes };
+  return { keys, args, keyIndexes, flat: false };
 }
 
 /** A refund call's keys and arguments (ARGV from 2 on), for requests of one hash slot charged at `at` (from their decide reply). */
@@ -191,7 +213,7 @@ export function decodeAnswer(raw: readonly number[], start: number, count: numbe
 }
 
 /**
- * A decide call's reply (`[now, values, answers...]`, see above) for the call `encodeDecide` made of
+ * A decide call's reply (`[values..., answers..., now]`, see above) for the call `encodeDecide` made of
  * `calls`: each request's verdict as Redis gave it, its figures derived here from the values the
  * call read, request after request, as the script went (a state a request stored is what the next
  * one on its key reads).
@@ -200,11 +222,12 @@ export function decodeAnswer(raw: readonly number[], start: number, count: numbe
  */
 export function decodeDecideReply(raw: unknown, calls: readonly CallRequest[], call: DecideCall): DecideReply {
   const codes = raw as number[];
-  const [now, values] = raw as [number, (string | null)[]];
+  const values = raw as (string | null)[];
+  const now = codes[codes.length - 1];
   /** What the call stored by key index so far (`null`: deleted); a key not here reads its value. */
   const stored = new Map<number, Held | null>();
   const answers: (Answer | undefined)[] = new Array<Answer | undefined>(calls.length);
-  let c = 2;
+  let c = call.keys.length;
   let p = 0;
   calls.forEach(({ requests, charge }, j) => {
     const code = codes[c++];

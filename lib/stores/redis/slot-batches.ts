@@ -92,7 +92,7 @@ export class SlotBatches {
     const call = encodeDecide(batch.waiting);
     // on the client's socket from here: each caller's time starts now
     const answers = this.scripts
-      .decide(call.keys, call.args)
+      .decide(call)
       .then((raw) => this.answers(slot, batch, decodeDecideReply(raw, batch.waiting, call), sentAt));
     batch.waiting.forEach((waiting, i) => {
       const answer = answers.then((all) => {
