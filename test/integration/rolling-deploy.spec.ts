@@ -62,7 +62,7 @@ async function write(key: string, algorithm: Algorithm, before: string[]): Promi
 }
 
 async function read(key: string, algorithm: Algorithm): Promise<string | string[] | null> {
-  return algorithm === 'sliding_window_log' ? redis.zrange(key, 0, -1) : redis.get(key);
+  return algorithm === 'sliding_window_log' ? redis.zrange(key, '0', '-1') : redis.get(key);
 }
 
 describe('a rolling deploy: buckets an older version wrote', () => {
