@@ -65,7 +65,7 @@ describe("the calls' protocol", () => {
     expect(call.args).toEqual(['1', '1', '', '1', '2', 'fixed_window', '2', '4', '3000', '2.5', '1', '1']);
   });
 
-  it('sends plain requests of one GCRA-family rule without a block as a flat call: deadline, rule, key indexes if any', () => {
+  it('sends plain requests of one rule without a block, the log aside, as a flat call: deadline, rule, key indexes if any', () => {
     const plainTokens = { ...tokens, cost: 1 };
     const other = { ...plainTokens, key: 'rl:d' };
     const distinct = encodeDecide([charging([plainTokens], '9'), charging([other], '9')]);
@@ -76,13 +76,27 @@ describe("the calls' protocol", () => {
     expect(repeated.args).toEqual(['', 'token_bucket', '0.5', '10', '1', '2', '1']);
     const gcra = { ...plainTokens, rule: { algorithm: 'gcra' as const, rps: 3, burst: 4 } };
     expect(encodeDecide([charging([gcra])]).args).toEqual(['', 'gcra', '3', '4']);
-    // a block, a cost, a peek, two rules or another algorithm take the general call
+    // a window's scaled limit follows its rule ('' for none)
+    const fixed = { ...plainTokens, rule: { algorithm: 'fixed_window' as const, rps: 2, burst: 4, limit: 2.5 } };
+    expect(encodeDecide([charging([fixed]), charging([fixed])]).args).toEqual([
+      '',
+      'fixed_window',
+      '2',
+      '4',
+      '2.5',
+      '1',
+      '1',
+    ]);
+    const counter = { ...plainTokens, rule: { algorithm: 'sliding_window_counter' as const, rps: 2, burst: 4 } };
+    expect(encodeDecide([charging([counter])]).args).toEqual(['', 'sliding_window_counter', '2', '4', '']);
+    // a block, a cost, a peek, two rules or the log take the general call
     const blocking = { ...plainTokens, rule: { ...plainTokens.rule, blockMs: 1_000 } };
     expect(encodeDecide([charging([blocking])]).flat).toBe(false);
     expect(encodeDecide([charging([tokens])]).flat).toBe(false);
     expect(encodeDecide([{ requests: [plainTokens], charge: false, deadline: '' }]).flat).toBe(false);
     expect(encodeDecide([charging([plainTokens]), charging([gcra])]).flat).toBe(false);
     expect(encodeDecide([charging([window])]).flat).toBe(false);
+    expect(encodeDecide([charging([log])]).flat).toBe(false);
   });
 
   it('lays out a refund policy after policy, with the time each charge was', () => {

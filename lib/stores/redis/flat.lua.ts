@@ -1,17 +1,17 @@
 /**
  * The flat call: a decide call of plain requests (one policy each, charged at cost 1, by the
- * call's deadline) of one rule of the GCRA family (token_bucket, gcra, leaky_bucket) without a
- * block, which is what most calls are. It gives the general decide call's verdicts and reply from a
- * body small enough to run whole on every call: no table per decision, none per key unless the
- * call repeats keys, each admitted bucket written with one `SET ... PX`. A script's body runs on
- * every `EVALSHA`: the general call's (every algorithm's model, blocks, costs, peeks) made a
- * one-decision call cost Redis about 200,000 instructions, this one about 74,000 (BENCHMARKS.md,
- * redis-ir).
+ * call's deadline) of one rule without a block, of an algorithm whose state is one string (token
+ * bucket, GCRA, leaky bucket, fixed window, sliding window counter), which is what most calls are.
+ * It gives the general decide call's verdicts and reply from a body small enough to run whole on
+ * every call: no table per decision, none per key unless the call repeats keys, each admitted
+ * bucket written with one `SET ... PX`. A script's body runs on every `EVALSHA`: the general
+ * call's (every algorithm's model, blocks, costs, peeks) made a one-decision call cost Redis about
+ * 200,000 instructions, this one about 74,000 (BENCHMARKS.md, redis-ir).
  *
- * It mirrors `tokenBucket` and `gcra` (`algorithms/token-bucket.ts`, `algorithms/gcra.ts`) and
- * their Lua (`token-bucket.lua.ts`, `gcra.lua.ts`) line for line: current, admitted at cost 1,
- * charge, and the expiry `save` works out; change them together. KEYS, ARGV and the reply: see
- * `script-protocol.ts` (`encodeDecide`, the flat call).
+ * It mirrors the models (`algorithms/token-bucket.ts`, `gcra.ts`, `fixed-window.ts`,
+ * `sliding-window-counter.ts`) and their Lua (`*.lua.ts`) line for line: current, admitted at
+ * cost 1, charge, and the expiry `save` works out; change them together. KEYS, ARGV and the
+ * reply: see `script-protocol.ts` (`encodeDecide`, the flat call).
  *
  * `number` names how an argument that repeats from call to call is read: the library keeps what
  * it has read (a lookup hashes, `tonumber` runs `strtod`), a script cannot keep anything.
@@ -22,18 +22,35 @@ function flatCall(number: (text: string) => string): string {
 -- library's every call but its first; a script's every call)
 local floor, ceil, max, min, format, match
 
--- save and flush (bucket-io.lua.ts) of a bucket charged to level as of since: one SET, the value as
--- encode in token-bucket.lua.ts and gcra.lua.ts writes it (a whole level as %d, which writes what
--- %.17g would for a fraction of the work), to expire when the bucket is full again (a charge of 1
--- always leaves it short of full, so never at once), its TTL from base, the clock the state is on
-local function save(key, backlog, level, since, blocked_until, burst, rps, base)
-  local value
-  if level % 1 == 0 then value = format('%d|%d', level, since) else value = format('%.17g|%d', level, since) end
+-- the call's algorithm, as a number the loop compares cheaply
+local TOKENS, BACKLOG, FIXED, COUNTER = 1, 2, 3, 4
+
+-- save and flush (bucket-io.lua.ts) of a bucket charged by a request: one SET of the value encode
+-- writes (a whole number as %d, which writes what %.17g would for a fraction of the work), to
+-- expire when the bucket is full again, waitMs(burst) after its at (a charge of 1 always leaves
+-- it short of full, so never at once), its TTL from base, the clock the state is dated on. a, b, c:
+-- the state's fields in the order its value stores them; at: its time
+local function save(key, kind, a, b, c, blocked_until, at, burst, rps, w, base)
+  local value, full_ms
+  if kind == TOKENS or kind == BACKLOG then
+    -- <tokens or backlog>|<at>: until the tokens are back, or the backlog has drained
+    if a % 1 == 0 then value = format('%d|%d', a, b) else value = format('%.17g|%d', a, b) end
+    if kind == TOKENS then full_ms = ceil(((burst - a) * 1000) / rps) else full_ms = ceil((a * 1000) / rps) end
+  elseif kind == FIXED then
+    -- <start>|<count>: until the window ends
+    if b % 1 == 0 then value = format('%d|%d', a, b) else value = format('%d|%.17g', a, b) end
+    full_ms = a + w - at
+  else
+    -- <start>|<previous>|<count>: until the next window ends (this one's count, >= 1, fills it)
+    if b % 1 == 0 and c % 1 == 0 then
+      value = format('%d|%d|%d', a, b, c)
+    else
+      value = format('%d|%.17g|%.17g', a, b, c)
+    end
+    full_ms = 2 * w - (at - a)
+  end
   if blocked_until > 0 then value = value .. format('|%d', blocked_until) end
-  -- waitMs(burst): until the backlog has drained, or the tokens are back
-  local full_ms
-  if backlog then full_ms = ceil((level * 1000) / rps) else full_ms = ceil(((burst - level) * 1000) / rps) end
-  local ttl = format('%d', max(1, since + max(1, full_ms) - base))
+  local ttl = format('%d', max(1, at + max(1, full_ms) - base))
   redis.call('SET', key, value, 'PX', ttl)
 end
 
@@ -66,83 +83,131 @@ local function flat_call(KEYS, ARGV)
     base = tonumber(real) or now
   end
   local values, answers = reply, #KEYS
-  -- request i takes KEYS[i], unless key indexes follow the rule
-  local keyed = #ARGV > 5
+  local kind = TOKENS
+  if ARGV[3] == 'gcra' or ARGV[3] == 'leaky_bucket' then
+    kind = BACKLOG
+  elseif ARGV[3] == 'fixed_window' then
+    kind = FIXED
+  elseif ARGV[3] == 'sliding_window_counter' then
+    kind = COUNTER
+  end
+  local rps, burst = ${number('ARGV[4]')}, ${number('ARGV[5]')}
+  -- algorithms/conversions.ts WHOLE_TOLERANCE (wholeIfNear) times burst
+  local near = burst * 256 * 2 ^ (-52)
+  -- a window's length (windowMs) and what it admits a request of 1 under (windowLimit(rule, 1))
+  local w, limit = 0, burst
+  if kind >= FIXED then
+    w = floor((burst * 1000) / rps + 0.5)
+    if w < 1 then w = 1 end
+    if ARGV[6] ~= '' then limit = ${number('ARGV[6]')} end
+    if limit < 1 then limit = 1 end
+  end
+  -- request i takes KEYS[i], unless key indexes follow the rule's arguments
+  local first = 6
+  if kind >= FIXED then first = 7 end
+  local keyed = #ARGV >= first
   local requests = #KEYS
-  if keyed then requests = #ARGV - 5 end
+  if keyed then requests = #ARGV - first + 1 end
   -- a call past its deadline decides nothing (see past() in decide.lua.ts)
   if ARGV[2] ~= '' and now > ARGV[2] + 0 then
     for i = 1, requests do reply[answers + i] = 0 end
     reply[answers + requests + 1] = now
     return reply
   end
-  local backlog = ARGV[3] ~= 'token_bucket'
-  local rps, burst = ${number('ARGV[4]')}, ${number('ARGV[5]')}
-  -- algorithms/conversions.ts WHOLE_TOLERANCE (wholeIfNear) times burst
-  local near = burst * 256 * 2 ^ (-52)
-  -- the buckets this call wrote, by key index, where keys repeat
-  local levels, times, blocks, written, count
-  if keyed then levels, times, blocks, written, count = {}, {}, {}, {}, 0 end
+  -- the buckets this call wrote, by key index, where keys repeat: fields, times and block ends
+  local as, bs, cs, ats, blocks, written, count
+  if keyed then as, bs, cs, ats, blocks, written, count = {}, {}, {}, {}, {}, {}, 0 end
   for i = 1, requests do
     local k = i
-    if keyed then k = ${number('ARGV[5 + i]')} end
-    -- the bucket as stored: as this call wrote it, else as it was read (nil: none)
-    local level, time, blocked_until = nil, nil, 0
-    if keyed and times[k] then
-      level, time, blocked_until = levels[k], times[k], blocks[k]
+    if keyed then k = ${number('ARGV[first + i - 1]')} end
+    -- the bucket as stored (a, b, c: its fields in the order its value stores them): as this call
+    -- wrote it, else as it was read (a nil: none)
+    local a, b, c, blocked_until = nil, nil, nil, 0
+    if keyed and ats[k] then
+      a, b, c, blocked_until = as[k], bs[k], cs[k], blocks[k]
     elseif values[k] then
-      -- fields() in decide.lua.ts
-      local a, b, c = match(values[k], '^([^|]*)|([^|]*)|?([^|]*)|?[^|]*$')
-      level, time, blocked_until = tonumber(a), tonumber(b), tonumber(c) or 0
+      -- fields() in decide.lua.ts; the block's end follows the algorithm's fields
+      local ta, tb, tc, td = match(values[k], '^([^|]*)|([^|]*)|?([^|]*)|?([^|]*)$')
+      a, b, c = tonumber(ta), tonumber(tb), tonumber(tc)
+      if kind == COUNTER then blocked_until = tonumber(td) or 0 else blocked_until = c or 0 end
     end
-    -- (max, min and abs written out: a call of one costs more than the arithmetic; and where no
-    -- time has passed, neither full-again test can change the level, so the ceil is skipped)
-    local since, admits = now, false
-    if backlog then
-      -- gcra.current, then admitted at cost 1 (waitMs(1) == 0: the backlog leaves room for 1)
+    -- each algorithm's current, admitted at cost 1 (its waitMs(1) == 0) and charge, with max, min
+    -- and abs written out (a call of one costs more than the arithmetic); where no time has
+    -- passed, neither full-again test of the buckets can change the level, so the ceil is skipped
+    local at, admits = now, false
+    if kind == BACKLOG then
+      -- gcra (a: the backlog, b: its time): admitted while the backlog leaves room for 1
       local left = 0
-      if level ~= nil then
-        local elapsed = now - time
+      if a ~= nil then
+        local elapsed = now - b
         if elapsed < 0 then elapsed = 0 end
-        local stored = level
+        local stored = a
         if stored > burst then stored = burst end
         left = stored - (elapsed * rps) / 1000
         if left < 0 then left = 0 end
         local whole = floor(left + 0.5)
         if left - whole <= near and whole - left <= near then left = whole end
         if elapsed > 0 and elapsed >= ceil((stored * 1000) / rps) then left = 0 end
-        if time > now then since = time end
+        if b > now then at = b end
       end
       admits = 1 <= burst and left <= burst - 1
-      -- gcra.charge
-      level = left + 1
-    else
-      -- tokenBucket.current, then admitted at cost 1 (waitMs(1) == 0: a whole token is there)
+      a, b = left + 1, at
+    elseif kind == TOKENS then
+      -- tokenBucket (a: the tokens, b: their time): admitted while a whole token is there
       local tokens = burst
-      if level ~= nil then
-        local elapsed = now - time
+      if a ~= nil then
+        local elapsed = now - b
         if elapsed < 0 then elapsed = 0 end
-        tokens = level + (elapsed * rps) / 1000
+        tokens = a + (elapsed * rps) / 1000
         if tokens > burst then tokens = burst end
         local whole = floor(tokens + 0.5)
         if tokens - whole <= near and whole - tokens <= near then tokens = whole end
-        if elapsed > 0 and elapsed >= ceil(((burst - level) * 1000) / rps) then tokens = burst end
-        if time > now then since = time end
+        if elapsed > 0 and elapsed >= ceil(((burst - a) * 1000) / rps) then tokens = burst end
+        if b > now then at = b end
       end
       admits = 1 <= burst and tokens >= 1
-      -- tokenBucket.charge
-      level = tokens - 1
+      a, b = tokens - 1, at
+    else
+      -- the windows (a: the window's start; a clock that goes back into an earlier window stays
+      -- in the stored one), counts written under a larger limit taken as the whole burst
+      if a ~= nil and a > now then at = a end
+      local start = floor(at / w) * w
+      if kind == FIXED then
+        -- fixedWindow (b: the count)
+        local counted = 0
+        if a == start then
+          counted = b
+          if counted > burst then counted = burst end
+        end
+        admits = 1 <= burst and counted + 1 <= limit
+        a, b = start, counted + 1
+      else
+        -- slidingWindowCounter (b: the previous window's count, c: this one's), admitted while
+        -- this window's count leaves room for the previous one's weight (previousScaled)
+        local previous, counted = 0, 0
+        if a == start then
+          previous, counted = b, c
+          if previous > burst then previous = burst end
+          if counted > burst then counted = burst end
+        elseif a ~= nil and a + w == start then
+          previous = c
+          if previous > burst then previous = burst end
+        end
+        local room = limit - counted - 1
+        admits = 1 <= burst and room >= 0 and previous * (w - (at - start)) <= room * w
+        a, b, c = start, previous, counted + 1
+      end
     end
     if admits then
       reply[answers + i] = 2
       if keyed then
-        if times[k] == nil then
+        if ats[k] == nil then
           count = count + 1
           written[count] = k
         end
-        levels[k], times[k], blocks[k] = level, since, blocked_until
+        as[k], bs[k], cs[k], ats[k], blocks[k] = a, b, c, at, blocked_until
       else
-        save(KEYS[k], backlog, level, since, blocked_until, burst, rps, base)
+        save(KEYS[k], kind, a, b, c, blocked_until, at, burst, rps, w, base)
       end
     else
       reply[answers + i] = 1
@@ -151,7 +216,7 @@ local function flat_call(KEYS, ARGV)
   if keyed then
     for j = 1, count do
       local k = written[j]
-      save(KEYS[k], backlog, levels[k], times[k], blocks[k], burst, rps, base)
+      save(KEYS[k], kind, as[k], bs[k], cs[k], blocks[k], ats[k], burst, rps, w, base)
     end
   end
   reply[answers + requests + 1] = now

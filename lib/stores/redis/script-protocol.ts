@@ -42,15 +42,17 @@ import type { RateLimitRequest } from '../rate-limit-store.interface.js';
  *                      index (from 1; only when R > 1), its cost (only when the head says so;
  *                      else 1)
  *
- * The flat call (`DecideCall.flat`): a call of plain requests of one rule of the GCRA family
- * (token_bucket, gcra, leaky_bucket) without a block, which `flat_call` (`flat.lua.ts`) decides,
- * takes only what such a call needs:
+ * The flat call (`DecideCall.flat`): a call of plain requests of one rule without a block, of
+ * any algorithm whose state is one string (all but the sliding window log), which `flat_call`
+ * (`flat.lua.ts`) decides, takes only what such a call needs:
  *
  * KEYS                 the bucket keys of the call, each once, in the order first named
  * ARGV[2]              the call's deadline, as above
  * ARGV[3]              the rule's algorithm
  * ARGV[4], ARGV[5]     its rps and burst
- * ARGV[6 ...]          when the call names a key more than once: each request's key index (from
+ * ARGV[6]              (a window only: fixed_window, sliding_window_counter) its scaled limit,
+ *                      '' for none
+ * then                 when the call names a key more than once: each request's key index (from
  *                      1); else request i takes KEYS[i]
  *
  * Both replies (`decodeDecideReply`): `{ values..., answers..., now }`. values: each key's value as
@@ -110,8 +112,14 @@ export interface DecideCall {
   flat: boolean;
 }
 
-/** The algorithms a flat call decides. */
-const FLAT_ALGORITHMS: ReadonlySet<string> = new Set(['token_bucket', 'gcra', 'leaky_bucket']);
+/** The algorithms a flat call decides, and whether each is a window (its rule's limit follows). */
+const FLAT_ALGORITHMS: ReadonlyMap<string, boolean> = new Map([
+  ['token_bucket', false],
+  ['gcra', false],
+  ['leaky_bucket', false],
+  ['fixed_window', true],
+  ['sliding_window_counter', true],
+]);
 
 /** A rule's arguments (see `RULE_ARGS`). */
 function ruleArgs(rule: Rule): string[] {
@@ -150,6 +158,7 @@ export function encodeDecide(calls: readonly CallRequest[]): DecideCall {
   const [rule] = rules.keys();
   if (plain && rules.size === 1 && FLAT_ALGORITHMS.has(rule.algorithm) && rule.blockMs === undefined) {
     const args = [deadline, rule.algorithm, String(rule.rps), String(rule.burst)];
+    if (FLAT_ALGORITHMS.get(rule.algorithm)) args.push(rule.limit === undefined ? '' : String(rule.limit));
     if (keyed) for (const k of keyIndexes) args.push(String(k + 1));
     return { keys, args, keyIndexes, flat: true };
   }
