@@ -20,27 +20,20 @@ function flatCall(number: (text: string) => string): string {
   return `
 -- the library and string functions the call uses: looked up on a call that finds them unset (a
 -- library's every call but its first; a script's every call)
-local floor, ceil, max, min, format, match
-
--- the call's algorithm, as a number the loop compares cheaply
-local TOKENS, BACKLOG, FIXED, COUNTER = 1, 2, 3, 4
+local floor, ceil, max, format, match
 
 -- save and flush (bucket-io.lua.ts) of a bucket charged by a request: one SET of the value encode
 -- writes (a whole number as %d, which writes what %.17g would for a fraction of the work), to
 -- expire when the bucket is full again, waitMs(burst) after its at (a charge of 1 always leaves
 -- it short of full, so never at once), its TTL from base, the clock the state is dated on. a, b, c:
 -- the state's fields in the order its value stores them; at: its time
-local function save(key, kind, a, b, c, blocked_until, at, burst, rps, w, base)
+local function save(key, algorithm, a, b, c, blocked_until, at, burst, rps, w, base)
   local value, full_ms
-  if kind == TOKENS or kind == BACKLOG then
-    -- <tokens or backlog>|<at>: until the tokens are back, or the backlog has drained
-    if a % 1 == 0 then value = format('%d|%d', a, b) else value = format('%.17g|%d', a, b) end
-    if kind == TOKENS then full_ms = ceil(((burst - a) * 1000) / rps) else full_ms = ceil((a * 1000) / rps) end
-  elseif kind == FIXED then
+  if algorithm == 'fixed_window' then
     -- <start>|<count>: until the window ends
     if b % 1 == 0 then value = format('%d|%d', a, b) else value = format('%d|%.17g', a, b) end
     full_ms = a + w - at
-  else
+  elseif algorithm == 'sliding_window_counter' then
     -- <start>|<previous>|<count>: until the next window ends (this one's count, >= 1, fills it)
     if b % 1 == 0 and c % 1 == 0 then
       value = format('%d|%d|%d', a, b, c)
@@ -48,6 +41,14 @@ local function save(key, kind, a, b, c, blocked_until, at, burst, rps, w, base)
       value = format('%d|%.17g|%.17g', a, b, c)
     end
     full_ms = 2 * w - (at - a)
+  else
+    -- <tokens or backlog>|<at>: until the tokens are back, or the backlog has drained
+    if a % 1 == 0 then value = format('%d|%d', a, b) else value = format('%.17g|%d', a, b) end
+    if algorithm == 'token_bucket' then
+      full_ms = ceil(((burst - a) * 1000) / rps)
+    else
+      full_ms = ceil((a * 1000) / rps)
+    end
   end
   if blocked_until > 0 then value = value .. format('|%d', blocked_until) end
   local ttl = format('%d', max(1, at + max(1, full_ms) - base))
@@ -56,8 +57,9 @@ end
 
 local function flat_call(KEYS, ARGV)
   if floor == nil then
-    floor, ceil, max, min = math.floor, math.ceil, math.max, math.min
-    format, match = string.format, string.match
+    local maths, strings = math, string
+    floor, ceil, max = maths.floor, maths.ceil, maths.max
+    format, match = strings.format, strings.match
   end
   -- the reply starts with the values read: the table MGET gives, grown
   local reply
@@ -67,7 +69,7 @@ local function flat_call(KEYS, ARGV)
     -- unpack passes a few thousand values at most
     reply = {}
     for from = 1, #KEYS, 1000 do
-      local got = redis.call('MGET', unpack(KEYS, from, min(#KEYS, from + 999)))
+      local got = redis.call('MGET', unpack(KEYS, from, math.min(#KEYS, from + 999)))
       for j = 1, #got do reply[from + j - 1] = got[j] end
     end
   end
@@ -83,20 +85,16 @@ local function flat_call(KEYS, ARGV)
     base = tonumber(real) or now
   end
   local values, answers = reply, #KEYS
-  local kind = TOKENS
-  if ARGV[3] == 'gcra' or ARGV[3] == 'leaky_bucket' then
-    kind = BACKLOG
-  elseif ARGV[3] == 'fixed_window' then
-    kind = FIXED
-  elseif ARGV[3] == 'sliding_window_counter' then
-    kind = COUNTER
-  end
+  local algorithm = ARGV[3]
+  local backlog = algorithm == 'gcra' or algorithm == 'leaky_bucket'
+  local fixed, counter = algorithm == 'fixed_window', algorithm == 'sliding_window_counter'
+  local windowed = fixed or counter
   local rps, burst = ${number('ARGV[4]')}, ${number('ARGV[5]')}
   -- algorithms/conversions.ts WHOLE_TOLERANCE (wholeIfNear) times burst
   local near = burst * 256 * 2 ^ (-52)
   -- a window's length (windowMs) and what it admits a request of 1 under (windowLimit(rule, 1))
   local w, limit = 0, burst
-  if kind >= FIXED then
+  if windowed then
     w = floor((burst * 1000) / rps + 0.5)
     if w < 1 then w = 1 end
     if ARGV[6] ~= '' then limit = ${number('ARGV[6]')} end
@@ -104,17 +102,21 @@ local function flat_call(KEYS, ARGV)
   end
   -- request i takes KEYS[i], unless key indexes follow the rule's arguments
   local first = 6
-  if kind >= FIXED then first = 7 end
+  if windowed then first = 7 end
   local keyed = #ARGV >= first
   local requests = #KEYS
   if keyed then requests = #ARGV - first + 1 end
+  -- one request: a table made for its three numbers costs Redis less than growing MGET's twice
+  if requests == 1 then reply = { values[1], 0, 0 } end
   -- a call past its deadline decides nothing (see past() in decide.lua.ts)
   if ARGV[2] ~= '' and now > ARGV[2] + 0 then
     for i = 1, requests do reply[answers + i] = 0 end
     reply[answers + requests + 1] = now
     return reply
   end
-  -- the buckets this call wrote, by key index, where keys repeat: fields, times and block ends
+  -- the buckets this call wrote, by key index, where keys repeat: their fields, and only where
+  -- they carry one, a window's time and a block's end (a bucket's time is its second field; a
+  -- nil written to a key a table lacks adds the key, so none is)
   local as, bs, cs, ats, blocks, written, count
   if keyed then as, bs, cs, ats, blocks, written, count = {}, {}, {}, {}, {}, {}, 0 end
   for i = 1, requests do
@@ -123,19 +125,28 @@ local function flat_call(KEYS, ARGV)
     -- the bucket as stored (a, b, c: its fields in the order its value stores them): as this call
     -- wrote it, else as it was read (a nil: none)
     local a, b, c, blocked_until = nil, nil, nil, 0
-    if keyed and ats[k] then
-      a, b, c, blocked_until = as[k], bs[k], cs[k], blocks[k]
+    if keyed and as[k] ~= nil then
+      a, b, c, blocked_until = as[k], bs[k], cs[k], blocks[k] or 0
     elseif values[k] then
-      -- fields() in decide.lua.ts; the block's end follows the algorithm's fields
+      -- fields() in decide.lua.ts, each number read by arithmetic (one strtod; tonumber runs two:
+      -- a third of the cost); the block's end follows the algorithm's fields
       local ta, tb, tc, td = match(values[k], '^([^|]*)|([^|]*)|?([^|]*)|?([^|]*)$')
-      a, b, c = tonumber(ta), tonumber(tb), tonumber(tc)
-      if kind == COUNTER then blocked_until = tonumber(td) or 0 else blocked_until = c or 0 end
+      if ta ~= nil then
+        a, b = ta + 0, tb + 0
+        if tc ~= '' then c = tc + 0 end
+        if counter then
+          if td ~= '' then blocked_until = td + 0 end
+        elseif c ~= nil then
+          blocked_until = c
+        end
+      end
     end
-    -- each algorithm's current, admitted at cost 1 (its waitMs(1) == 0) and charge, with max, min
-    -- and abs written out (a call of one costs more than the arithmetic); where no time has
-    -- passed, neither full-again test of the buckets can change the level, so the ceil is skipped
+    -- each algorithm's current, admitted at cost 1 (its waitMs(1) == 0) and charge, with max, min,
+    -- abs and wholeIfNear's floor written out (a call of one costs more than the arithmetic; x - x %
+    -- 1 is floor(x) exactly); where no time has passed, neither full-again test of the buckets can
+    -- change the level, so the ceil is skipped
     local at, admits = now, false
-    if kind == BACKLOG then
+    if backlog then
       -- gcra (a: the backlog, b: its time): admitted while the backlog leaves room for 1
       local left = 0
       if a ~= nil then
@@ -145,14 +156,15 @@ local function flat_call(KEYS, ARGV)
         if stored > burst then stored = burst end
         left = stored - (elapsed * rps) / 1000
         if left < 0 then left = 0 end
-        local whole = floor(left + 0.5)
+        local whole = left + 0.5
+        whole = whole - whole % 1
         if left - whole <= near and whole - left <= near then left = whole end
         if elapsed > 0 and elapsed >= ceil((stored * 1000) / rps) then left = 0 end
         if b > now then at = b end
       end
       admits = 1 <= burst and left <= burst - 1
       a, b = left + 1, at
-    elseif kind == TOKENS then
+    elseif not windowed then
       -- tokenBucket (a: the tokens, b: their time): admitted while a whole token is there
       local tokens = burst
       if a ~= nil then
@@ -160,7 +172,8 @@ local function flat_call(KEYS, ARGV)
         if elapsed < 0 then elapsed = 0 end
         tokens = a + (elapsed * rps) / 1000
         if tokens > burst then tokens = burst end
-        local whole = floor(tokens + 0.5)
+        local whole = tokens + 0.5
+        whole = whole - whole % 1
         if tokens - whole <= near and whole - tokens <= near then tokens = whole end
         if elapsed > 0 and elapsed >= ceil(((burst - a) * 1000) / rps) then tokens = burst end
         if b > now then at = b end
@@ -172,7 +185,7 @@ local function flat_call(KEYS, ARGV)
       -- in the stored one), counts written under a larger limit taken as the whole burst
       if a ~= nil and a > now then at = a end
       local start = floor(at / w) * w
-      if kind == FIXED then
+      if fixed then
         -- fixedWindow (b: the count)
         local counted = 0
         if a == start then
@@ -201,13 +214,16 @@ local function flat_call(KEYS, ARGV)
     if admits then
       reply[answers + i] = 2
       if keyed then
-        if ats[k] == nil then
+        if as[k] == nil then
           count = count + 1
           written[count] = k
         end
-        as[k], bs[k], cs[k], ats[k], blocks[k] = a, b, c, at, blocked_until
+        as[k], bs[k] = a, b
+        if counter then cs[k] = c end
+        if windowed then ats[k] = at end
+        if blocked_until > 0 then blocks[k] = blocked_until end
       else
-        save(KEYS[k], kind, a, b, c, blocked_until, at, burst, rps, w, base)
+        save(KEYS[k], algorithm, a, b, c, blocked_until, at, burst, rps, w, base)
       end
     else
       reply[answers + i] = 1
@@ -216,7 +232,7 @@ local function flat_call(KEYS, ARGV)
   if keyed then
     for j = 1, count do
       local k = written[j]
-      save(KEYS[k], kind, as[k], bs[k], cs[k], blocks[k], ats[k], burst, rps, w, base)
+      save(KEYS[k], algorithm, as[k], bs[k], cs[k], blocks[k] or 0, ats[k] or bs[k], burst, rps, w, base)
     end
   end
   reply[answers + requests + 1] = now
