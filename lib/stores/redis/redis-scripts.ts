@@ -76,10 +76,10 @@ function loadCalls(client: Redis | Cluster, loader: Loader): void {
 }
 
 /**
- * The decide and refund scripts on one ioredis client. They are loaded into Redis when the store
- * starts (`SCRIPT LOAD`, on every master of a Cluster) and again whenever the client is ready after
- * a reconnect, so no decision pays for sending and compiling them; each call is an `EVALSHA`, and
- * one that meets a Redis without them (`NOSCRIPT`: restarted, flushed, failed over) is sent whole.
+ * The store's calls (decide, flat, refund) on one ioredis client. They are loaded into Redis when
+ * the store starts (on every master of a Cluster) and again whenever the client is ready after a
+ * reconnect, so no decision pays for sending and compiling them; each call is an `FCALL` of the
+ * library, or an `EVALSHA` (see `loadCalls` and `run`).
  * Every call's ARGV[1] is the clock (see `RedisClock.scriptNow`); with Redis `TIME`, a probe that
  * it works inside a script starts with the store, and no call waits for it (see `checkTime`).
  */

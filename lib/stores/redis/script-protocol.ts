@@ -7,9 +7,9 @@ import { RateLimitStoreError } from '../rate-limit-store.error.js';
 import type { RateLimitRequest } from '../rate-limit-store.interface.js';
 
 /**
- * How the store talks to its two calls (`decide_call` and `refund_call` in `decide.lua.ts`, run as
- * scripts or as the functions of a library): what a call's KEYS and ARGV carry, and what its reply
- * holds. The Lua reads exactly this; it points back here.
+ * How the store talks to its calls (`decide_call` and `refund_call` in `decide.lua.ts`, `flat_call`
+ * in `flat.lua.ts`, run as scripts or as the functions of a library): what a call's KEYS and ARGV
+ * carry, and what its reply holds. The Lua reads exactly this; it points back here.
  *
  * Every call: ARGV[1] is the clock, integer ms, or '' to use Redis `TIME` (the only clock outside
  * tests; see `RedisClock.scriptNow` and `clock` in `bucket-io.lua.ts`). `RedisScripts` puts it in
