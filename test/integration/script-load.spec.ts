@@ -3,6 +3,7 @@ import { Cluster, Redis } from 'ioredis';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
 import type { RateLimitRequest } from '../../lib/stores/rate-limit-store.interface.js';
 import { DECIDE_LUA, LIBRARY, REFUND_LUA } from '../../lib/stores/redis/decide.lua.js';
+import { FLAT_LUA } from '../../lib/stores/redis/flat.lua.js';
 import { RedisStore } from '../../lib/stores/redis/redis.store.js';
 import { ruleOf } from '../cases/index.js';
 import { parseInfo } from '../support/redis/client.js';
@@ -10,7 +11,7 @@ import { startRedisCluster } from '../support/redis/cluster.js';
 import { type RedisServer, startRedisServer, stopRedisGroup, stopRedisServer } from '../support/redis/process.js';
 
 const sha = (lua: string) => createHash('sha1').update(lua).digest('hex');
-const SCRIPTS = [sha(DECIDE_LUA), sha(REFUND_LUA)];
+const SCRIPTS = [sha(DECIDE_LUA), sha(FLAT_LUA), sha(REFUND_LUA)];
 
 const request = (): RateLimitRequest => {
   const rule = ruleOf('token_bucket', 1, 5);
@@ -71,7 +72,7 @@ describe('loading the scripts (own redis-server)', () => {
     // clock 'app': no probe of TIME, whose one-line script ioredis sends by EVAL
     const store = new RedisStore({ client, clock: 'app' });
     await answered(client);
-    expect(await client.script('EXISTS', ...SCRIPTS)).toEqual([1, 1]);
+    expect(await client.script('EXISTS', ...SCRIPTS)).toEqual([1, 1, 1]);
     expect(await hasLibrary(client)).toBe(true);
     expect(await store.consume([request()])).toMatchObject([{ allowed: true, remaining: 4 }]);
     expect(await callCounts(client)).toEqual([1, 0, 0, 0]);
@@ -101,7 +102,7 @@ describe('loading the scripts (own redis-server)', () => {
     server = await startRedisServer([], { port });
     await readyAgain;
     await answered(client);
-    expect(await client.script('EXISTS', ...SCRIPTS)).toEqual([1, 1]);
+    expect(await client.script('EXISTS', ...SCRIPTS)).toEqual([1, 1, 1]);
     expect(await hasLibrary(client)).toBe(true);
     expect(await store.consume([request()])).toMatchObject([{ allowed: true, remaining: 4 }]);
     expect(await callCounts(client)).toEqual([1, 0, 0, 0]);
@@ -127,7 +128,7 @@ describe('a Redis without functions (own redis-server, FUNCTION renamed away)', 
     try {
       const store = new RedisStore({ client, clock: 'app' });
       await answered(client);
-      expect(await client.script('EXISTS', ...SCRIPTS)).toEqual([1, 1]);
+      expect(await client.script('EXISTS', ...SCRIPTS)).toEqual([1, 1, 1]);
       for (let i = 0; i < 3; i++)
         expect(await store.consume([request()])).toMatchObject([{ allowed: true, remaining: 4 }]);
       expect(await callCounts(client)).toEqual([0, 3, 0, 0]);
@@ -150,7 +151,7 @@ describe('loading the scripts on a Redis Cluster (own cluster)', () => {
       expect(masters).toHaveLength(3);
       for (const master of masters) {
         await answered(master);
-        expect(await master.script('EXISTS', ...SCRIPTS)).toEqual([1, 1]);
+        expect(await master.script('EXISTS', ...SCRIPTS)).toEqual([1, 1, 1]);
         expect(await hasLibrary(master)).toBe(true);
       }
       expect(await store.consume([request()])).toMatchObject([{ allowed: true, remaining: 4 }]);

@@ -273,7 +273,7 @@ return refund_call(KEYS, ARGV)
 /** What names the library and its functions: the text's own digest, so two builds never share a name. */
 const VERSION = createHash('sha1').update(CALLS_LUA).update(FLAT_CALL_LUA).digest('hex').slice(0, 12);
 
-/** The library's name, and the two functions it registers (`FCALL` names them). */
+/** The library's name, and the three functions it registers (`FCALL` names them). */
 export const LIBRARY = {
   name: `nestjs_ratelimit_${VERSION}`,
   decide: `nestjs_ratelimit_decide_${VERSION}`,
@@ -282,10 +282,11 @@ export const LIBRARY = {
 } as const;
 
 /**
- * The decide, refund and flat calls as a Redis Functions library (Redis 7.0 on): the library's first call
- * defines them, and every call after runs only its function, where a script defines every function
- * above anew on every call. Its names carry the digest of its text: instances of two builds sharing
- * a Redis (a rolling deploy) each call their own.
+ * The decide, refund and flat calls as a Redis Functions library (Redis 7.0 on): the library's
+ * first call defines the first two, and every call after runs only its function, where a script
+ * defines every function above anew on every call (the flat call is defined as the library loads:
+ * it touches no global until it runs). Its names carry the digest of its text: instances of two
+ * builds sharing a Redis (a rolling deploy) each call their own.
  */
 export const LIBRARY_LUA = `#!lua name=${LIBRARY.name}
 ${CALLS_LUA}${FLAT_CALL_LUA}
