@@ -234,8 +234,10 @@ async function storeCommand(context: BenchContext, decide: Decide): Promise<stri
  */
 function batchOf(command: readonly string[], count: number): string[] {
   const [call, name, , key, clock, ...args] = command;
-  // a flat call's arguments: its deadline and its rule's algorithm, rps and burst
-  if (args.length === 4) return [call, name, String(count), ...Array<string>(count).fill(key), clock, ...args];
+  // a flat call's arguments: its deadline and its rule's algorithm, rps, burst (and a window's
+  // limit); a general call's head and rule alone take 5 + RULE_ARGS
+  if (args.length < 5 + RULE_ARGS)
+    return [call, name, String(count), ...Array<string>(count).fill(key), clock, ...args];
   const [rules, keyed, deadline, plain, , ...rest] = args;
   const head = [rules, keyed, deadline, plain, String(count), ...rest.slice(0, RULE_ARGS * Number(rules))];
   const request = rest.slice(RULE_ARGS * Number(rules));
