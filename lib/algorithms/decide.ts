@@ -85,17 +85,22 @@ export function decideAll(entries: readonly Entry[], now: number, charge: boolea
  * policy admitted it): what `decideAll` works out for this policy from its stored state, given
  * whether the request was `allowed`. `next` is what the policy stores (`undefined`: nothing, as
  * for a refusal without a block).
+ *
+ * With `allowed` undefined, the request has no other policy: this one's verdict is the
+ * request's, and the result is `decideAll` of this entry alone, without its arrays (what the
+ * memory store runs for a request of one policy, most of them).
  */
 export function settle(
   entry: Entry,
   now: number,
-  allowed: boolean,
+  allowed: boolean | undefined,
   charge: boolean,
 ): { admits: boolean; next: Held | undefined; outcome: Outcome } {
   const { rule, cost } = entry;
   const model = modelOf(rule);
   const current = model.current(entry.state, now, rule);
   const admits = admitted(model, current, rule, cost);
+  allowed ??= admits;
   const delayMs = allowed ? (model.delayMs?.(current, rule) ?? 0) : 0;
   let next: Held | undefined;
   if (allowed && charge) next = model.charge(current, rule, cost);

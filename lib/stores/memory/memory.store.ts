@@ -1,4 +1,13 @@
-import { decideAll, type Entry, expiresAt, expiryAfter, modelOf, type Verdict } from '../../algorithms/decide.js';
+import type { Held, Outcome, Rule } from '../../algorithms/algorithm.types.js';
+import {
+  decideAll,
+  type Entry,
+  expiresAt,
+  expiryAfter,
+  modelOf,
+  settle,
+  type Verdict,
+} from '../../algorithms/decide.js';
 import { invalidMaxKeys, invalidStoreClock } from '../../rate-limit.messages.js';
 import { takeCharge, toDecision } from '../decision.js';
 import { distinctRequests, spreadDecisions } from '../distinct-requests.js';
@@ -124,8 +133,34 @@ export class MemoryStore implements RateLimitStore {
    */
   decide(given: readonly RateLimitRequest[], charge: boolean): RateLimitDecision[] {
     const { requests, positions } = distinctRequests(given, charge ? 'MemoryStore.consume' : 'MemoryStore.peek');
+    if (requests.length === 1) {
+      const decision = this.decideOne(requests[0], charge);
+      return positions === undefined ? [decision] : spreadDecisions([decision], given, positions);
+    }
     const decisions = this.decideDistinct(requests, charge);
     return positions === undefined ? decisions : spreadDecisions(decisions, given, positions);
+  }
+
+  /**
+   * `decideDistinct` of one request, which is what most calls are (a route with one policy):
+   * the same reads, verdict and writes, without a list of anything.
+   */
+  private decideOne(request: RateLimitRequest, charge: boolean): RateLimitDecision {
+    const now = this.now();
+    const { key, rule } = request;
+    const row = this.table.rowOf(key);
+    const state = this.table.read(row, rule, now);
+    const { next, outcome } = settle({ state, rule, cost: request.cost }, now, undefined, charge);
+    if (next !== undefined) {
+      // room is made around the request's own row, as in `write`
+      if (row === undefined && this.table.size >= this.maxKeys) makeRoom(this.table, this.maxKeys, 1, [], now);
+      this.put(key, row, rule, next, outcome);
+      if (this.sweepTimer === undefined) this.scheduleSweep();
+    } else if (row !== undefined && state === undefined) {
+      // nothing to store: the row of a bucket that expired goes
+      this.table.free(row);
+    }
+    return toDecision(request, outcome);
   }
 
   /** Decides requests whose keys are all different: each has one row at most. */
@@ -169,12 +204,15 @@ export class MemoryStore implements RateLimitStore {
     for (let i = 0; i < requests.length; i++) {
       if (only !== undefined && !only[i]) continue;
       const { key, rule } = requests[i];
-      const row = rows[i] ?? this.table.allocate(key);
-      const state = verdict.next[i];
-      // the report's fullMs is waitMs(burst) of the charged state: expiresAt without working it out again
-      this.table.write(row, rule, state, expiryAfter(state.at, verdict.outcomes[i].fullMs));
+      this.put(key, rows[i], rule, verdict.next[i], verdict.outcomes[i]);
     }
     if (this.sweepTimer === undefined) this.scheduleSweep();
+  }
+
+  /** Stores a bucket's state after a decision, in its row or a new one (room made already). */
+  private put(key: string, row: number | undefined, rule: Rule, state: Held, outcome: Outcome): void {
+    // the report's fullMs is waitMs(burst) of the stored state: expiresAt without working it out again
+    this.table.write(row ?? this.table.allocate(key), rule, state, expiryAfter(state.at, outcome.fullMs));
   }
 
   private scheduleSweep(): void {
