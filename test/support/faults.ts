@@ -82,38 +82,63 @@ export const runQueue = new RunQueueWait();
  * from when its store call left (the event loop's next check phase, where a batch is sent: before
  * it, the app's own work on other requests holds it, which `timeout` does not count), and the
  * OS's run-queue wait over each.
+ *
+ * `lateMs`: how late a timer set when the call left, due when its timeout is, fired (0 until it
+ * does). The product's own timer waits on the same event loop: what held the loop then (a
+ * collection whose helper threads wait for a CPU, the app's work on other requests) held both, and
+ * the run-queue wait does not count it, as the JS thread was not runnable.
  */
 export interface TimedDecision {
   ms: number;
   stolenMs: number;
   leftMs: number;
   leftStolenMs: number;
+  lateMs: number;
+}
+
+/**
+ * What the limiter added to a decision after its call left: `leftMs` less the time that was
+ * not the limiter's, the larger of the run-queue wait and the event loop's lateness at the
+ * timeout. Each is a part of the interval that was not the limiter's; they may be the same
+ * stall, so only the larger is taken off: never more than was not the limiter's.
+ */
+export function limiterAddedMs({ leftMs, leftStolenMs, lateMs }: TimedDecision): number {
+  return Math.max(0, leftMs - Math.max(leftStolenMs, lateMs));
 }
 
 /** canActivate's own time: what the limiter adds to a request, without HTTP noise. */
 @Injectable()
 export class TimedGuard extends RateLimitGuard {
   static samples: TimedDecision[] = [];
+  /** The lateness timers not yet fired: cleared when the app stops. */
+  static readonly probes = new Set<NodeJS.Timeout>();
 
   override async canActivate(context: ExecutionContext): Promise<boolean> {
     const started = performance.now();
     const waited = runQueue.ms();
     let left = { at: started, waited };
+    const sample: TimedDecision = { ms: 0, stolenMs: 0, leftMs: 0, leftStolenMs: 0, lateMs: 0 };
     try {
       const verdict = super.canActivate(context);
       // set after the store's batch was (in the guard's synchronous part): runs right after it is sent
-      setImmediate(() => (left = { at: performance.now(), waited: runQueue.ms() }));
+      setImmediate(() => {
+        left = { at: performance.now(), waited: runQueue.ms() };
+        const due = left.at + TIMEOUT;
+        const probe = setTimeout(() => {
+          TimedGuard.probes.delete(probe);
+          sample.lateMs = Math.max(0, performance.now() - due);
+        }, TIMEOUT);
+        TimedGuard.probes.add(probe);
+      });
       return await verdict;
     } finally {
       const ended = performance.now();
-      const ms = ended - started;
-      const leftMs = Math.max(0, ended - left.at);
-      TimedGuard.samples.push({
-        ms,
-        stolenMs: runQueue.ms() - waited,
-        leftMs,
-        leftStolenMs: leftMs === 0 ? 0 : runQueue.ms() - left.waited,
-      });
+      sample.ms = ended - started;
+      sample.stolenMs = runQueue.ms() - waited;
+      sample.leftMs = Math.max(0, ended - left.at);
+      sample.leftStolenMs = sample.leftMs === 0 ? 0 : runQueue.ms() - left.waited;
+      TimedGuard.samples.push(sample);
+      const ms = sample.ms;
       const seam = this.contexts.for('http')!;
       seam.setHeader(context, 'x-limiter-ms', ms.toFixed(1));
       // the app runs in the test's process: its clock is the client's
@@ -471,6 +496,8 @@ export class Scenario {
     const http = this.http;
     this.http = undefined;
     await http?.close();
+    for (const probe of TimedGuard.probes) clearTimeout(probe);
+    TimedGuard.probes.clear();
   }
 
   async close(): Promise<void> {
@@ -504,6 +531,8 @@ export function report(name: string, scenario: Scenario, outcomes: readonly Outc
           ` (that wait: max ${Math.max(0, ...stolen).toFixed(1)} ms)`
         : '  (run-queue wait not readable here: the raw latency is checked)',
       `  of it from when the store call left, less that wait: ${latency(samples.map((s) => s.leftMs - s.leftStolenMs))}`,
+      `  same, less the larger of that wait and the event loop's lateness at the timeout: ${latency(samples.map(limiterAddedMs))}` +
+        ` (that lateness: max ${Math.max(0, ...samples.map((s) => s.lateMs)).toFixed(1)} ms)`,
       `  client latency: ${latency(outcomes.filter((o) => o.status > 0).map((o) => o.ended - o.started))}`,
       `  why failMode decided: ${reasons(outcomes)}`,
       `  dropped as late although answered within the timeout: ${droppedInTime(outcomes).length}`,
