@@ -138,9 +138,8 @@ export class TimedGuard extends RateLimitGuard {
       sample.leftMs = Math.max(0, ended - left.at);
       sample.leftStolenMs = sample.leftMs === 0 ? 0 : runQueue.ms() - left.waited;
       TimedGuard.samples.push(sample);
-      const ms = sample.ms;
       const seam = this.contexts.for('http')!;
-      seam.setHeader(context, 'x-limiter-ms', ms.toFixed(1));
+      seam.setHeader(context, 'x-limiter-ms', sample.ms.toFixed(1));
       // the app runs in the test's process: its clock is the client's
       seam.setHeader(context, 'x-limiter-left', left.at.toFixed(1));
     }
