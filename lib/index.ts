@@ -6,7 +6,7 @@ export type { LimitedRequest } from './keys/identity.js';
 export type { LimitedCall } from './limiter/limited-call.js';
 export type { RateLimitVerdict } from './limiter/rate-limiter.js';
 export type { CostSource, KeySource, RateLimitPolicy, TierLimits, TierSource } from './policy/policy.types.js';
-export type { AdaptiveRate, SkipIf } from './policy/policy.types.js';
+export type { AdaptiveRate, BlockFor, SkipIf } from './policy/policy.types.js';
 export type {
   RateLimitDecisionEvent,
   RateLimitResult,

@@ -57,7 +57,7 @@ export function decideAll(entries: readonly Entry[], now: number, charge: boolea
   for (let i = 0; i < n; i++) {
     const { state, rule, cost } = entries[i];
     const model = modelOf(rule);
-    current[i] = model.current(state, now, rule);
+    current[i] = currentOf(model, state, now, rule);
     admits[i] = admitted(model, current[i], rule, cost);
     allowed &&= admits[i];
   }
@@ -98,7 +98,7 @@ export function settle(
 ): { admits: boolean; next: Held | undefined; outcome: Outcome } {
   const { rule, cost } = entry;
   const model = modelOf(rule);
-  const current = model.current(entry.state, now, rule);
+  const current = currentOf(model, entry.state, now, rule);
   const admits = admitted(model, current, rule, cost);
   allowed ??= admits;
   const delayMs = allowed ? (model.delayMs?.(current, rule) ?? 0) : 0;
@@ -106,6 +106,19 @@ export function settle(
   if (allowed && charge) next = model.charge(current, rule, cost);
   else if (charge && startsBlock(current, entry, admits)) next = block(current, rule);
   return { admits, next, outcome: report(model, next ?? current, entry, admits, delayMs) };
+}
+
+/**
+ * The state as of `now` (the model's `current`), or, for a rule whose block's end resets the
+ * bucket (`Rule.blockResets`) and a state whose block has ended, a fresh one: as if the key had
+ * never been seen. A block ends at the state's own time (`at`, which a clock that went back keeps).
+ * Lua: `after_block` (the sliding window log's mirror then deletes its set when it charges).
+ */
+export function currentOf<S extends Held>(model: AlgorithmModel<S>, state: S | undefined, now: number, rule: Rule): S {
+  const current = model.current(state, now, rule);
+  if (rule.blockResets === true && current.blockedUntil > 0 && current.blockedUntil <= current.at)
+    return model.current(undefined, now, rule);
+  return current;
 }
 
 /** Whether `cost` fits in `state` now: never during a block, nor for a cost above burst. */
@@ -132,9 +145,20 @@ function block<S extends Held>(state: S, rule: Rule): S {
 }
 
 /**
+ * Milliseconds until `state`'s bucket is full again and no block holds (the time a key must live):
+ * the later of `waitMs(burst)` and the block's end; the block's end itself for a rule whose block
+ * resets the bucket (`Rule.blockResets`), which is full the moment it ends. Lua: `full_ms`.
+ */
+function fullMsOf<S extends Held>(model: AlgorithmModel<S>, state: S, rule: Rule, blockMs: number): number {
+  if (blockMs > 0 && rule.blockResets === true) return blockMs;
+  return Math.max(blockMs, model.waitMs(state, rule, rule.burst));
+}
+
+/**
  * The verdict `state` (charged or not) gives, every time derived from `waitMs`. During a block
  * nothing is left, and every time is at least the block's: a request is admitted, another token
- * comes, and the bucket is full (so the key lives) no sooner than the block ends.
+ * comes, and the bucket is full (so the key lives) no sooner than the block ends; for a rule whose
+ * block resets the bucket, exactly when it ends (all of it comes back then).
  */
 function report<S extends Held>(
   model: AlgorithmModel<S>,
@@ -145,12 +169,20 @@ function report<S extends Held>(
 ): Outcome {
   const blockMs = blockLeftMs(state, rule);
   const remaining = blockMs > 0 ? 0 : model.remaining(state, rule);
+  const resets = blockMs > 0 && rule.blockResets === true;
   return {
     allowed: admits,
     remaining,
-    retryMs: admits ? 0 : cost > rule.burst ? -1 : Math.max(blockMs, model.waitMs(state, rule, cost)),
-    fullMs: Math.max(blockMs, model.waitMs(state, rule, rule.burst)),
-    nextMs: remaining >= rule.burst ? 0 : Math.max(blockMs, model.waitMs(state, rule, remaining + 1)),
+    retryMs: admits
+      ? 0
+      : cost > rule.burst
+        ? -1
+        : resets
+          ? blockMs
+          : Math.max(blockMs, model.waitMs(state, rule, cost)),
+    fullMs: fullMsOf(model, state, rule, blockMs),
+    nextMs:
+      remaining >= rule.burst ? 0 : resets ? blockMs : Math.max(blockMs, model.waitMs(state, rule, remaining + 1)),
     delayMs,
     blockedMs: blockMs,
     at: state.at,
@@ -164,7 +196,7 @@ function report<S extends Held>(
  * every key's TTL stays within the later of the time from empty to full and the block's end.
  */
 export function expiresAt<S extends Held>(model: AlgorithmModel<S>, state: S, rule: Rule): number {
-  return expiryAfter(state.at, Math.max(blockLeftMs(state, rule), model.waitMs(state, rule, rule.burst)));
+  return expiryAfter(state.at, fullMsOf(model, state, rule, blockLeftMs(state, rule)));
 }
 
 /**

@@ -3,7 +3,9 @@
  * line. Change both together; the table of cases runs against both.
  *
  * Stored value (a string): `<start>|<count>[|<blocked until>]`: window start in integer ms, count
- * as `%.17g`, the end of a block (once one was set) in integer ms.
+ * as `%.17g`, the end of a block (once one was set) in integer ms. A rule anchored at a key's first
+ * request (`Rule.anchor`) has `rule.anchored` (see `read_rule` in `decide.lua.ts`); its windows
+ * start where that request was, stored the same way.
  */
 export const FIXED_WINDOW_LUA = `
 local fixed_window = {}
@@ -24,7 +26,15 @@ function fixed_window.current(state, now, rule)
   -- a clock that goes back into an earlier window stays in the stored one: no fresh quota
   local at = now
   if state ~= nil then at = max(now, state.start) end
-  local start = floor(at / w) * w
+  -- anchored: the stored window while it lasts, else one that starts now
+  local start
+  if not rule.anchored then
+    start = floor(at / w) * w
+  elseif state ~= nil and at < state.start + w then
+    start = state.start
+  else
+    start = at
+  end
   -- a count written under a larger limit (the limit was lowered) is the whole limit now
   local count = 0
   if state ~= nil and state.start == start then count = min(rule.burst, state.count) end
@@ -56,9 +66,14 @@ end
 
 -- fixedWindow.refund
 function fixed_window.refund(s, rule, cost, charged_at)
-  -- a charge in a window that has ended no longer counts: nothing to give back
+  -- a charge in a window that has ended no longer counts: nothing to give back (an anchored
+  -- window holds every time from its start to its end: no window of the key starts within it)
   local w = window_ms(rule.rps, rule.burst)
-  if s.start ~= floor(charged_at / w) * w then return s end
+  if not rule.anchored then
+    if s.start ~= floor(charged_at / w) * w then return s end
+  elseif charged_at < s.start or charged_at >= s.start + w then
+    return s
+  end
   return { start = s.start, count = max(0, s.count - cost), at = s.at, blocked_until = s.blocked_until }
 end
 `;

@@ -5,7 +5,10 @@ import { storedFields } from './stored-fields.js';
 
 /** A fixed window's stored state. */
 export interface FixedWindowState {
-  /** Start of the window the count belongs to, ms, a multiple of the window. */
+  /**
+   * Start of the window the count belongs to, ms: a multiple of the window, or for a rule anchored
+   * at a key's first request (`Rule.anchor`), the time of the request that started it.
+   */
   start: number;
   /** Tokens taken in that window, 0 <= count <= burst. */
   count: number;
@@ -17,18 +20,22 @@ export interface FixedWindowState {
 
 /**
  * Fixed window: at most `limit` (= burst) tokens per window of `burst / rps` seconds, the
- * windows aligned to the clock (`floor(now / window)`). Up to twice the limit can pass across
- * a window boundary. Under a factor (`Rule.limit`) the window admits its scaled limit, or one
- * request of a larger cost while it holds nothing (`windowLimit`); its window stays the same.
+ * windows aligned to the clock (`floor(now / window)`), or under `anchor: 'first-request'` each
+ * started by a key's first request while none of its windows is live. Up to twice the limit can
+ * pass across a window boundary. Under a factor (`Rule.limit`) the window admits its scaled
+ * limit, or one request of a larger cost while it holds nothing (`windowLimit`); its window stays
+ * the same.
  *
  * Mirrored line for line by `fixed-window.lua.ts` beside it: change both together.
  */
 export const fixedWindow: AlgorithmModel<FixedWindowState> = {
-  current(state, now, { rps, burst }) {
+  current(state, now, { rps, burst, anchor }) {
     const w = windowMs(rps, burst);
     // A clock that goes back into an earlier window stays in the stored one: no fresh quota.
     const at = state === undefined ? now : Math.max(now, state.start);
-    const start = Math.floor(at / w) * w;
+    // Anchored: the stored window while it lasts, else one that starts now.
+    const start =
+      anchor === undefined ? Math.floor(at / w) * w : state !== undefined && at < state.start + w ? state.start : at;
     // A count written under a larger limit (the limit was lowered) is the whole limit now.
     const count = state !== undefined && state.start === start ? Math.min(burst, state.count) : 0;
     return { start, count, at, blockedUntil: state === undefined ? 0 : state.blockedUntil };
@@ -48,10 +55,16 @@ export const fixedWindow: AlgorithmModel<FixedWindowState> = {
     return { start: state.start, count: state.count + cost, at: state.at, blockedUntil: state.blockedUntil };
   },
 
-  refund(state, { rps, burst }, cost, chargedAt) {
-    // A charge in a window that has ended no longer counts: nothing to give back.
+  refund(state, { rps, burst, anchor }, cost, chargedAt) {
+    // A charge in a window that has ended no longer counts: nothing to give back. (An anchored
+    // window holds every time from its start to its end: no window of the key starts within it.)
     const w = windowMs(rps, burst);
-    if (state.start !== Math.floor(chargedAt / w) * w) return state;
+    if (
+      anchor === undefined
+        ? state.start !== Math.floor(chargedAt / w) * w
+        : chargedAt < state.start || chargedAt >= state.start + w
+    )
+      return state;
     return {
       start: state.start,
       count: Math.max(0, state.count - cost),

@@ -30,6 +30,23 @@ export interface ModelRule {
    * their own (see `keyPrefix`), so no bucket is ever read under both kinds of rule.
    */
   blockMs?: number;
+  /**
+   * With `blockMs`: when a block ends, the bucket starts full again, its state forgotten (a key
+   * read with a block that has ended, `blockedUntil <= at`, is decided as a key never seen);
+   * absent: the bucket is as the charges and refusals before the block left it. Its buckets share
+   * the keys of a rule that keeps them (see `keyPrefix`): both store the same state, and read a
+   * block alike while it holds; they differ only in what its end leaves.
+   */
+  blockResets?: true;
+  /**
+   * `fixed_window` only: `'first-request'`, a window starts at a key's first request while none of
+   * that key is live, and lasts the window; the first request after it ends starts the next (as
+   * `@nestjs/throttler`'s Redis storages, express-rate-limit and rate-limiter-flexible count).
+   * Absent: windows aligned to the clock (`floor(now / window)`). Its buckets have keys of their
+   * own (see `keyPrefix`): a clock-aligned rule (or an older build) would read a window that does
+   * not start on its grid as over, and count afresh.
+   */
+  anchor?: 'first-request';
 }
 
 /**

@@ -11,6 +11,10 @@
  * A block's end (`blockedUntil`) is the member `block`, scored by minus that end in ms: below
  * every entry, so it is always the first member skipped as expired, and `add` drops it with
  * them (a charge is only ever admitted once a block has ended). Only a rule with a block reads it.
+ *
+ * A rule whose block's end resets the bucket (`Rule.blockResets`) forgets a log whose block has
+ * ended (`forget`, see `after_block`): the fresh state it decides with deletes the whole set when
+ * it is written, where a charge otherwise trims only the expired entries.
  */
 export const SLIDING_WINDOW_LOG_LUA = `
 local sliding_window_log = {}
@@ -44,6 +48,12 @@ function sliding_window_log.load(key, now, rule)
   return { key = key, count = total - expired, expired = expired, at = at, newest = newest, added = 0, blocked_until = blocked_until }
 end
 
+-- slidingWindowLog.current(undefined) at now, for a log whose block has ended and whose rule's
+-- block resets it (after_block): nothing logged; add (or save_block) deletes the set as stored first
+function sliding_window_log.forget(s, now)
+  return { key = s.key, count = 0, expired = 0, at = now, newest = nil, added = 0, blocked_until = 0, forgotten = true }
+end
+
 -- slidingWindowLog.remaining
 function sliding_window_log.remaining(s, rule)
   return rule.burst - s.count
@@ -75,7 +85,12 @@ end
 -- drops the expired entries (the oldest, those load skipped) and writes those charge took (the
 -- script then sets the expiry)
 function sliding_window_log.add(key, s)
-  if s.expired > 0 then redis.call('ZREMRANGEBYRANK', key, 0, s.expired - 1) end
+  if s.forgotten then
+    redis.call('DEL', key)
+    s.forgotten = false
+  elseif s.expired > 0 then
+    redis.call('ZREMRANGEBYRANK', key, 0, s.expired - 1)
+  end
   s.expired = 0
   local at = string.format('%d', s.at)
   -- entries already at this ms (only when the newest is: at is never before it)
@@ -98,6 +113,10 @@ end
 -- stores a block that holds as its member (the entries are in the set already)
 function sliding_window_log.save_block(key, s)
   if s.blocked_until <= s.at then return end
+  if s.forgotten then
+    redis.call('DEL', key)
+    s.forgotten = false
+  end
   local score = string.format('%d', -s.blocked_until)
   redis.call('ZADD', key, score, BLOCK_MEMBER)
 end

@@ -3,16 +3,19 @@ import type { Algorithm, Rule } from '../algorithms/algorithm.types.js';
 import { ALGORITHM_DESCRIPTORS } from '../algorithms/registry.js';
 
 /**
- * The tag of a rule's buckets: its algorithm's (`AlgorithmDescriptor.tag`), and `.b` after it for a
- * rule with a block, whose state holds a block's end. A policy whose algorithm changes between
- * deploys gets fresh keys instead of reading another algorithm's state (or a sorted set as a
- * string); adding or dropping `blockFor` starts fresh buckets, so a block is only ever read under
- * a rule that has one, and an older deploy never rewrites (and loses) it.
+ * The tag of a rule's buckets: its algorithm's (`AlgorithmDescriptor.tag`), then `.a` for a fixed
+ * window anchored at a key's first request (`Rule.anchor`) and `.b` for a rule with a block, whose
+ * state holds a block's end. A policy whose algorithm changes between deploys gets fresh keys
+ * instead of reading another algorithm's state (or a sorted set as a string); adding or dropping
+ * `blockFor` starts fresh buckets, so a block is only ever read under a rule that has one, and an
+ * older deploy never rewrites (and loses) it. So does changing `anchor`: a clock-aligned rule (or
+ * an older build) reading an anchored window, whose start is off its grid, would take it for over
+ * and count afresh, admitting up to a whole limit more, on every read.
  */
-function tagOf(rule: Algorithm | Pick<Rule, 'algorithm' | 'blockMs'>): string {
-  return typeof rule === 'string'
-    ? ALGORITHM_DESCRIPTORS[rule].tag
-    : `${ALGORITHM_DESCRIPTORS[rule.algorithm].tag}${rule.blockMs === undefined ? '' : '.b'}`;
+function tagOf(rule: Algorithm | Pick<Rule, 'algorithm' | 'blockMs' | 'anchor'>): string {
+  if (typeof rule === 'string') return ALGORITHM_DESCRIPTORS[rule].tag;
+  const anchored = rule.anchor === undefined ? '' : '.a';
+  return `${ALGORITHM_DESCRIPTORS[rule.algorithm].tag}${anchored}${rule.blockMs === undefined ? '' : '.b'}`;
 }
 
 /**
@@ -30,7 +33,7 @@ function tagOf(rule: Algorithm | Pick<Rule, 'algorithm' | 'blockMs'>): string {
 export function bucketKey(
   prefix: string,
   policyName: string,
-  rule: Algorithm | Pick<Rule, 'algorithm' | 'blockMs'>,
+  rule: Algorithm | Pick<Rule, 'algorithm' | 'blockMs' | 'anchor'>,
   identity: string,
 ): string {
   return keyOf(keyPrefix(prefix, policyName, rule), identity);
@@ -39,17 +42,21 @@ export function bucketKey(
 /**
  * What every bucket key of one policy starts with, `<prefix><policy name>:<algorithm tag>:{`, and
  * for one tier of a tiered policy `<prefix><policy name>:<algorithm tag>:<tier>:{`: worked out
- * once per policy, so a request only adds its digest.
+ * once per policy, so a request only adds its digest. A policy scoped to the route
+ * (`scope: 'route'`) has the route after its name, `<prefix><policy name>@<route>:...`, so each
+ * route has its own buckets (`route`: `Controller.handler`, fit for keys as a default policy name is).
+ *
+ * @example keyPrefix('rl:', 'default', 'token_bucket', undefined, 'CatsController.findAll') // 'rl:default@CatsController.findAll:tb:{'
  */
 export function keyPrefix(
   prefix: string,
   policyName: string,
-  rule: Algorithm | Pick<Rule, 'algorithm' | 'blockMs'>,
+  rule: Algorithm | Pick<Rule, 'algorithm' | 'blockMs' | 'anchor'>,
   tier?: string,
+  route?: string,
 ): string {
-  return tier === undefined
-    ? `${prefix}${policyName}:${tagOf(rule)}:{`
-    : `${prefix}${policyName}:${tagOf(rule)}:${tier}:{`;
+  const name = route === undefined ? policyName : `${policyName}@${route}`;
+  return tier === undefined ? `${prefix}${name}:${tagOf(rule)}:{` : `${prefix}${name}:${tagOf(rule)}:${tier}:{`;
 }
 
 /** The bucket key of `identity` under a policy's `keyPrefix`. */

@@ -1,6 +1,6 @@
 import type { RateLimitPolicy } from '../policy/policy.types.js';
 import { InvalidPolicyError, resolvePolicy } from '../policy/resolve-policy.js';
-import { duplicatePolicyName, invalidArgument, invalidPolicy } from '../rate-limit.messages.js';
+import { duplicatePolicyName, invalidArgument, invalidPolicy, invalidPolicyField } from '../rate-limit.messages.js';
 import { checkCost } from '../stores/distinct-requests.js';
 import type { RateLimitRequest } from '../stores/rate-limit-store.interface.js';
 import { type RouteDefaults, type RoutePolicy, routePolicy, storeRequest } from '../routes/route-policy.js';
@@ -40,11 +40,20 @@ export class GivenPolicies {
     checkCost(cost, where, 'cost');
     const requests = (Array.isArray(policies) ? policies : [policies]).map((policy) => {
       let compiled = this.compiled.get(policy);
-      if (!compiled)
-        this.compiled.set(
-          policy,
-          (compiled = routePolicy(resolvePolicy(policy, 'RateLimiterService', 'default'), this.defaults)),
-        );
+      if (!compiled) {
+        const resolved = resolvePolicy(policy, 'RateLimiterService', 'default');
+        // a call here names no route, so it could reach none of a route-scoped policy's buckets
+        if (resolved.scope === 'route')
+          throw new InvalidPolicyError(
+            invalidPolicyField(
+              'RateLimiterService',
+              'scope',
+              resolved.scope,
+              `cannot be 'route' here: RateLimiterService has no route, only an identity; use 'client' (the default)`,
+            ),
+          );
+        this.compiled.set(policy, (compiled = routePolicy(resolved, this.defaults)));
+      }
       return storeRequest(this.scales.scaled(compiled), identity, cost, tier);
     });
     // a policy's name is its bucket: two of one name would be one bucket under two rules, as a route refuses

@@ -62,7 +62,26 @@ export type TierSource =
   `user:${string}` | ((context: ExecutionContext) => string | undefined | Promise<string | undefined>);
 
 /** The limit fields one tier sets, as a policy says them. */
-export type TierLimits = Pick<RateLimitPolicy, 'algorithm' | 'rps' | 'tokensPerSecond' | 'burst' | 'limit' | 'window'>;
+export type TierLimits = Pick<
+  RateLimitPolicy,
+  'algorithm' | 'rps' | 'tokensPerSecond' | 'burst' | 'limit' | 'window' | 'anchor'
+>;
+
+/**
+ * A block (`RateLimitPolicy.blockFor`) with what its end does to the bucket.
+ *
+ * @example { duration: '15m', then: 'reset' } // 15 minutes refused, then the whole limit again
+ */
+export interface BlockFor {
+  /** How long a block lasts: seconds, or a string such as `'30s'`, `'15m'`, `'1h'` (as the plain form). */
+  duration: number | string;
+  /**
+   * What the bucket is when the block ends: `'keep'`, as the charges and refusals before the block
+   * left it (the plain form's behaviour); `'reset'`, full again, its count started from nothing
+   * (as `@nestjs/throttler` counts after a `blockDuration`). Default `'keep'`.
+   */
+  then?: 'keep' | 'reset';
+}
 
 /**
  * One rate limit, as written in `@RateLimit(...)` or the module's `policies`.
@@ -84,12 +103,36 @@ export interface RateLimitPolicy {
   limit?: number;
   /** Seconds, or a string such as `'10s'`, `'1m'`, `'1h'`, `'1d'`. */
   window?: number | string;
+  /**
+   * `fixed_window` only: where its windows start. `'clock'` (default): on the clock's grid,
+   * `floor(now / window)`, the same for every client. `'first-request'`: at a client's first request
+   * while no window of its bucket is live, lasting `window`; the first request after it ends starts
+   * the next (as `@nestjs/throttler`'s Redis storages, express-rate-limit and rate-limiter-flexible
+   * count). Either way headers count `t` and `X-RateLimit-Reset` to the window's end. On a tiered
+   * policy, each tier says its own. Changing it starts fresh buckets.
+   *
+   * @example { algorithm: 'fixed_window', limit: 100, window: '1m', anchor: 'first-request' }
+   */
+  anchor?: 'clock' | 'first-request';
   /** Tokens one request takes. Default 1. */
   cost?: CostSource;
   /** Cost used when a header/query cost is unusable. Default 1. */
   defaultCost?: number;
   /** Identity source or fallback chain. Default: the module's `key`. */
   key?: KeySource | KeySource[];
+  /**
+   * Whose bucket a request of a route takes, for a policy of the module's `policies` or on a
+   * controller class: `'client'` (default), one bucket per client, shared by every route the
+   * policy covers; `'route'`, one per client per route (the bucket key carries the route,
+   * `Controller.handler`), as `@nestjs/throttler` keys every limit. A route is a handler in every
+   * context: an HTTP route, a GraphQL resolver's field (charged once per operation, as a module or
+   * class policy always is), a gateway's message, a microservice's pattern. On a handler's own
+   * policy, `'route'` changes something only for a name several handlers share (each then has
+   * its own buckets). `RateLimiterService` has no route: it refuses `'route'`.
+   *
+   * @example RateLimitModule.forRoot({ policies: [{ limit: 100, window: '1m', scope: 'route' }] })
+   */
+  scope?: 'client' | 'route';
   /**
    * Name used in headers and in the bucket key. Default: `Controller.handler` on a handler,
    * `Controller` on a class (one bucket shared by its routes), `'default'` in the module options.
@@ -111,9 +154,13 @@ export interface RateLimitPolicy {
    * refills meanwhile (`Retry-After` says when the block ends): seconds, or a string such as
    * `'15m'`, `'1h'`. Retrying during a block does not lengthen it. Default: no block.
    *
+   * When the block ends, the bucket is as the charges and refusals before it left it; as
+   * `{ duration, then: 'reset' }` the bucket starts full again instead (see `BlockFor`).
+   *
    * @example { name: 'login', limit: 5, window: '15m', key: 'ip', count: 'failures', blockFor: '1h' }
+   * @example { name: 'login', limit: 5, window: '15m', key: 'ip', blockFor: { duration: '1h', then: 'reset' } }
    */
-  blockFor?: number | string;
+  blockFor?: number | string | BlockFor;
   /**
    * `'failures'`: the cost is taken on entry and given back when the request succeeds (HTTP status
    * < 400; elsewhere, its handler ends without an error), so only failures stay counted (failed
@@ -156,6 +203,8 @@ export interface ResolvedPolicy {
   defaultCost: number;
   /** `undefined`: use the module's `key`. */
   key: readonly KeySource[] | undefined;
+  /** Whether its buckets are per route (`'route'`) or shared by the routes it covers. */
+  scope: 'client' | 'route';
   /** With `tiers`: each tier's rule (`rule` is the default tier's). */
   tiers?: ResolvedTiers;
   count: 'all' | 'failures';

@@ -17,6 +17,7 @@ const FIELDS = new Set<string>([
   'cost',
   'defaultCost',
   'key',
+  'scope',
   'name',
   ...TIER_FIELDS,
   'blockFor',
@@ -108,7 +109,7 @@ export function resolveKeySources(key: unknown, fail: Fail): readonly KeySource[
  * identifier can make start fail: what is not visible ASCII (a non-ASCII letter, a space or a
  * brace in a computed method name) is percent-encoded as UTF-8.
  */
-function defaultPolicyName(name: string): string {
+export function defaultPolicyName(name: string): string {
   const encoded = name.replace(/[^\x21-\x7a|~]/gu, (char) =>
     Buffer.from(char).toString('hex').toUpperCase().replace(/../g, '%$&'),
   );
@@ -163,7 +164,7 @@ export function resolvePolicy(policy: RateLimitPolicy, where: string, defaultNam
   if (!isPositive(defaultCost)) fail('defaultCost', defaultCost, 'must be a positive number');
 
   // a block applies to every tier's rule alike
-  const blockMs = resolveBlock(policy.blockFor, fail);
+  const block = resolveBlock(policy.blockFor, fail);
   // a tiered policy has a rule per tier, each checked as a policy's own, in messages that name the tier
   const tiered = resolveTiers(policy, fail, conflict);
   const tiers: ResolvedTiers | undefined = tiered && {
@@ -172,7 +173,7 @@ export function resolvePolicy(policy: RateLimitPolicy, where: string, defaultNam
         const failIn: Fail = (field, value, expected) => fail(`tiers.${tier}.${field}`, value, expected);
         return [
           tier,
-          resolveRule(limits, cost, defaultCost, blockMs, failIn, (problem) => conflict(`tier "${tier}": ${problem}`)),
+          resolveRule(limits, cost, defaultCost, block, failIn, (problem) => conflict(`tier "${tier}": ${problem}`)),
         ];
       }),
     ),
@@ -181,10 +182,17 @@ export function resolvePolicy(policy: RateLimitPolicy, where: string, defaultNam
   };
   const rule =
     tiers === undefined
-      ? resolveRule(policy, cost, defaultCost, blockMs, fail, conflict)
+      ? resolveRule(policy, cost, defaultCost, block, fail, conflict)
       : tiers.rules.get(tiers.defaultTier)!;
 
   const key = policy.key === undefined ? undefined : resolveKeySources(policy.key, fail);
+  const scope = policy.scope === undefined ? 'client' : policy.scope;
+  if (scope !== 'client' && scope !== 'route')
+    fail(
+      'scope',
+      scope,
+      `must be 'client' (one bucket per client across the routes it covers) or 'route' (one per client per route)`,
+    );
 
   if (
     policy.name !== undefined &&
@@ -206,8 +214,8 @@ export function resolvePolicy(policy: RateLimitPolicy, where: string, defaultNam
       fail('adaptive.min', min, factorAtLeast(each, tier === undefined ? 'the policy' : `tier "${tier}"`));
   }
   return tiers === undefined
-    ? { name, rule, cost, defaultCost, key, ...outcome }
-    : { name, rule, cost, defaultCost, key, tiers, ...outcome };
+    ? { name, rule, cost, defaultCost, key, scope, ...outcome }
+    : { name, rule, cost, defaultCost, key, scope, tiers, ...outcome };
 }
 
 /**
@@ -219,7 +227,7 @@ function resolveRule(
   limits: TierLimits,
   cost: CostSource,
   defaultCost: number,
-  blockMs: number | undefined,
+  block: Pick<Rule, 'blockMs' | 'blockResets'> | undefined,
   fail: Fail,
   conflict: (problem: string) => never,
 ): Rule {
@@ -246,21 +254,71 @@ function resolveRule(
       `"defaultCost" ${defaultCost} is more than "${capacity}" ${burst}, so every request without a usable cost would be refused; lower "defaultCost" or raise "${capacity}"`,
     );
   }
-  return blockMs === undefined ? { algorithm, rps, burst } : { algorithm, rps, burst, blockMs };
+  const anchor = resolveAnchor(limits.anchor, algorithm, fail);
+  const rule: Rule = block === undefined ? { algorithm, rps, burst } : { algorithm, rps, burst, ...block };
+  return anchor === undefined ? rule : { ...rule, anchor };
 }
 
-/** `blockFor` in whole milliseconds (`undefined`: no block), parsed as a window is and bounded alike. */
-function resolveBlock(blockFor: RateLimitPolicy['blockFor'], fail: Fail): number | undefined {
+/** `anchor` as a rule's (`undefined`: the clock's windows), for `fixed_window` only. */
+function resolveAnchor(anchor: unknown, algorithm: Algorithm, fail: Fail): 'first-request' | undefined {
+  if (anchor === undefined) return undefined;
+  if (anchor !== 'clock' && anchor !== 'first-request')
+    fail(
+      'anchor',
+      anchor,
+      `must be 'clock' (windows on the clock's grid) or 'first-request' (a window starts at a client's first request)`,
+    );
+  if (algorithm !== 'fixed_window')
+    fail('anchor', anchor, `applies to 'fixed_window' only, and the algorithm is '${algorithm}'`);
+  return anchor === 'first-request' ? anchor : undefined;
+}
+
+/** The fields of `blockFor` as an object (`BlockFor`). */
+const BLOCK_FIELDS = ['duration', 'then'];
+
+/**
+ * `blockFor` as a rule's fields: `blockMs` in whole milliseconds, parsed as a window is and bounded
+ * alike, and `blockResets` for `then: 'reset'` (`undefined`: no block).
+ */
+function resolveBlock(
+  blockFor: RateLimitPolicy['blockFor'],
+  fail: Fail,
+): Pick<Rule, 'blockMs' | 'blockResets'> | undefined {
   if (blockFor === undefined) return undefined;
-  const seconds = parseWindow(blockFor);
+  if (typeof blockFor !== 'object' || blockFor === null || Array.isArray(blockFor))
+    return { blockMs: resolveBlockMs('blockFor', blockFor, fail) };
+  for (const field of Object.keys(blockFor)) {
+    if (!BLOCK_FIELDS.includes(field))
+      fail(
+        `blockFor.${field}`,
+        (blockFor as unknown as Record<string, unknown>)[field],
+        `is not a field of blockFor (the fields are ${BLOCK_FIELDS.join(', ')})`,
+      );
+  }
+  const { duration, then = 'keep' } = blockFor;
+  if (duration === undefined)
+    fail('blockFor.duration', duration, `is required: seconds, or a string such as '30s', '15m', '1h', '1d'`);
+  const blockMs = resolveBlockMs('blockFor.duration', duration, fail);
+  if (then !== 'keep' && then !== 'reset')
+    fail(
+      'blockFor.then',
+      then,
+      `must be 'keep' (the bucket as the refusals left it when the block ends) or 'reset' (full again)`,
+    );
+  return then === 'reset' ? { blockMs, blockResets: true } : { blockMs };
+}
+
+/** A block's duration in whole milliseconds, parsed as a window is and bounded alike. */
+function resolveBlockMs(field: string, duration: unknown, fail: Fail): number {
+  const seconds = typeof duration === 'number' || typeof duration === 'string' ? parseWindow(duration) : undefined;
   const blockMs = seconds === undefined ? 0 : Math.round(seconds * 1000);
   if (blockMs < 1)
     fail(
-      'blockFor',
-      blockFor,
-      `must be a duration of at least 1 ms: seconds, or a string such as '30s', '15m', '1h', '1d'`,
+      field,
+      duration,
+      `must be a duration of at least 1 ms: seconds, or a string such as '30s', '15m', '1h', '1d'${field === 'blockFor' ? `, or { duration, then: 'keep' | 'reset' }` : ''}`,
     );
-  if (blockMs > MAX_REFILL_DAYS * 86_400_000) fail('blockFor', blockFor, `must be at most ${MAX_REFILL_DAYS} days`);
+  if (blockMs > MAX_REFILL_DAYS * 86_400_000) fail(field, duration, `must be at most ${MAX_REFILL_DAYS} days`);
   return blockMs;
 }
 

@@ -12,6 +12,7 @@ export const LIMIT_FIELDS: ReadonlyArray<keyof TierLimits> = [
   'burst',
   'limit',
   'window',
+  'anchor',
 ];
 /** As a policy name (see `resolvePolicy`): a tier name is in the bucket key too, where braces would make a Cluster hash tag. */
 const TIER_NAME = /^[\x21-\x7a|~]{1,64}$/;

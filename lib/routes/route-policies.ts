@@ -1,7 +1,7 @@
 import { type ExecutionContext, Inject, Injectable, Logger, type Type } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import type { RateLimitPolicy, ResolvedPolicy } from '../policy/policy.types.js';
-import { InvalidPolicyError, resolvePolicy } from '../policy/resolve-policy.js';
+import { defaultPolicyName, InvalidPolicyError, resolvePolicy } from '../policy/resolve-policy.js';
 import { RATE_LIMIT_OPTIONS, RATE_LIMIT_POLICIES, RATE_LIMIT_SKIP } from '../rate-limit.constants.js';
 import { duplicatePolicyName, invalidPolicy, invalidSkip, unknownSkip } from '../rate-limit.messages.js';
 import type { ResolvedOptions } from '../rate-limit-options.js';
@@ -137,12 +137,14 @@ export class RoutePolicies {
 
     const skip = this.skipped(controller, handler, route, new Set(byName.keys()));
     if (skip === true) return [];
+    // what a policy scoped to the route (`scope: 'route'`) puts in its bucket keys
+    const keyed = defaultPolicyName(route);
     return [...byName.values()]
       .filter((policy) => !skip.has(policy.name))
       .map((policy) =>
         onHandler.has(policy.name)
-          ? { ...routePolicy(policy, this.options), onHandler: true }
-          : routePolicy(policy, this.options),
+          ? { ...routePolicy(policy, this.options, keyed), onHandler: true }
+          : routePolicy(policy, this.options, keyed),
       );
   }
 

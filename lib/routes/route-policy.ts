@@ -67,11 +67,17 @@ export interface RouteDefaults {
   key: readonly KeySource[];
 }
 
-/** A validated policy as it applies to requests under the module's `prefix` and `key`. */
+/**
+ * A validated policy as it applies to requests under the module's `prefix` and `key`, on `route`
+ * (`Controller.handler`, fit for keys: see `defaultPolicyName`) when it has one: a policy scoped to
+ * the route (`scope: 'route'`) has buckets of that route's own (see `keyPrefix`).
+ */
 export function routePolicy(
-  { name, rule, cost, defaultCost, key, tiers, ...outcome }: ResolvedPolicy,
+  { name, rule, cost, defaultCost, key, tiers, scope, ...outcome }: ResolvedPolicy,
   defaults: RouteDefaults,
+  route?: string,
 ): RoutePolicy {
+  const on = scope === 'route' ? route : undefined;
   const watched = { refundsSuccess: outcome.count === 'failures', skipIf: outcome.skipIf, adaptive: outcome.adaptive };
   if (tiers === undefined) {
     return {
@@ -80,14 +86,14 @@ export function routePolicy(
       cost,
       defaultCost,
       keys: key ?? defaults.key,
-      keyPrefix: keyPrefix(defaults.prefix, name, rule),
+      keyPrefix: keyPrefix(defaults.prefix, name, rule, undefined, on),
       tiers: undefined,
       ...watched,
     };
   }
   const byName = new Map<string, RouteTier>();
   for (const [tier, rule] of tiers.rules) {
-    byName.set(tier, { name: tier, rule, keyPrefix: keyPrefix(defaults.prefix, name, rule, tier) });
+    byName.set(tier, { name: tier, rule, keyPrefix: keyPrefix(defaults.prefix, name, rule, tier, on) });
   }
   const byDefault = byName.get(tiers.defaultTier)!;
   return {

@@ -29,13 +29,16 @@ export interface Binned {
   bins: Bin[];
 }
 
-/** A policy's numbers as its owner wrote them: `rps 10, burst 50`, or `limit 100 per 10 s` for a window. */
-export function describeRule({ algorithm, rps, burst, blockMs }: Rule): string {
+/**
+ * A policy's numbers as its owner wrote them: `rps 10, burst 50`, or `limit 100 per 10 s` for a
+ * window, then its block (`, block 60 s`, and `, then reset` when its end resets the bucket).
+ */
+export function describeRule({ algorithm, rps, burst, blockMs, blockResets, anchor }: Rule): string {
   const seconds = burst / rps;
   const numbers = WINDOW_ALGORITHMS.has(algorithm)
-    ? `limit ${burst} per ${+seconds.toPrecision(6)} s`
+    ? `limit ${burst} per ${+seconds.toPrecision(6)} s${anchor === undefined ? '' : ' from the first request'}`
     : `rps ${+rps.toPrecision(6)}, burst ${burst}`;
-  return `${numbers}${blockMs === undefined ? '' : `, block ${blockMs / 1000} s`}`;
+  return `${numbers}${blockMs === undefined ? '' : `, block ${blockMs / 1000} s${blockResets === true ? ', then reset' : ''}`}`;
 }
 
 /** A policy's algorithm, rule and cost, without what the panel's title already says (its name, its algorithm). */

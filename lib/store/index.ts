@@ -32,8 +32,8 @@
 export { type RateLimitDecision, type RateLimitRequest, RateLimitStore } from '../stores/rate-limit-store.interface.js';
 
 /**
- * The rule a bucket follows (`rps` tokens per second, `burst` tokens, optional `limit` and
- * `blockMs`), the algorithm names, and what `decideAll` reports per policy (`Outcome`, integer
+ * The rule a bucket follows (`rps` tokens per second, `burst` tokens, optional `limit`, `blockMs`
+ * and `blockResets`, which `decideAll` applies: a store only stores what it returns), the algorithm names, and what `decideAll` reports per policy (`Outcome`, integer
  * ms). A store keeps the rule with a bucket only if it needs it to read the state back.
  */
 export {

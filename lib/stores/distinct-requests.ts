@@ -35,6 +35,8 @@ export function sameRule(a: Rule, b: Rule): boolean {
     a.rps === b.rps &&
     a.burst === b.burst &&
     a.blockMs === b.blockMs &&
+    a.blockResets === b.blockResets &&
+    a.anchor === b.anchor &&
     a.limit === b.limit
   );
 }

@@ -79,3 +79,23 @@ export function monthlyBillionSteps(): Step[] {
   }
   return steps;
 }
+
+/** A step of `keepAndReset`: `expect` under a block that keeps the bucket, `reset` (where it differs) under one that resets it. */
+export type KeepOrResetStep = Step & { reset?: Step['expect'] };
+
+/**
+ * The same requests under `rule` (which has a block) twice: as its block's end keeps the bucket
+ * (`then: 'keep'`, the plain `blockFor`) and as it resets it (`Rule.blockResets`). Each step
+ * expects `expect` under keep and `reset` under reset (the same where none is given), so a table
+ * shows side by side what a block's end leaves under each.
+ */
+export function keepAndReset(name: string, rule: Rule, steps: readonly KeepOrResetStep[]): Case[] {
+  return [
+    { name: `${name}: then 'keep'`, rule, steps: steps.map(({ reset: _, ...step }) => step) },
+    {
+      name: `${name}: then 'reset'`,
+      rule: { ...rule, blockResets: true },
+      steps: steps.map(({ reset, ...step }) => (reset === undefined ? step : { ...step, expect: reset })),
+    },
+  ];
+}

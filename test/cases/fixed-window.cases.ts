@@ -1,9 +1,11 @@
 import type { Rule } from '../../lib/algorithms/algorithm.types.js';
-import type { Case } from './cases.js';
+import { type Case, keepAndReset } from './cases.js';
 
 const fw = (rps: number, burst: number): Rule => ({ algorithm: 'fixed_window', rps, burst });
 /** 10 per 10 s under a factor (`RateLimiterService.setScale`): its limit scaled, its window the same. */
 const scaled = (limit: number): Rule => ({ ...fw(1, 10), limit });
+/** A fixed window anchored at a key's first request (`anchor: 'first-request'`). */
+const anchored = (rps: number, burst: number): Rule => ({ ...fw(rps, burst), anchor: 'first-request' });
 
 /** 100000 tokens a day (a window of 86400 s). */
 const PER_DAY = 100_000 / 86_400;
@@ -206,4 +208,108 @@ export const FIXED_WINDOW_CASES: Case[] = [
       { at: 5_600, expect: { allowed: false, remaining: 0, retryAfter: 5 } },
     ],
   },
+  // windows of 10 s, a block of 2 s: the block ends long before the window does
+  ...keepAndReset('blockFor: what a block leaves when it ends', { ...fw(0.2, 2), blockMs: 2_000 }, [
+    { at: 0, expect: { allowed: true, remaining: 1 } },
+    { at: 0, expect: { allowed: true, remaining: 0 } },
+    {
+      at: 0,
+      expect: { allowed: false, remaining: 0, retryAfter: 10, fullAfter: 10 },
+      reset: { allowed: false, remaining: 0, retryAfter: 2, resetAfter: 2, fullAfter: 2 },
+    },
+    {
+      // kept: the window's count is 2 still: refused, and that refusal blocks again
+      at: 2_000,
+      expect: { allowed: false, remaining: 0, retryAfter: 8 },
+      // reset: a count of nothing, in the window the clock is in
+      reset: { allowed: true, remaining: 1, fullAfter: 8 },
+    },
+    {
+      at: 2_000,
+      expect: { allowed: false, remaining: 0, retryAfter: 8 },
+      reset: { allowed: true, remaining: 0 },
+    },
+  ]),
+  {
+    name: "anchor 'first-request': a window starts at the first request and lasts the window",
+    // 3 per 3 s, the first request at 1.5 s: [1.5 s, 4.5 s), where the clock's would end at 3 s
+    rule: anchored(1, 3),
+    steps: [
+      { at: 1_500, expect: { allowed: true, remaining: 2, retryAfter: 0, resetAfter: 3, fullAfter: 3, delay: 0 } },
+      { at: 3_000, expect: { allowed: true, remaining: 1, resetAfter: 2, fullAfter: 2 } },
+      { at: 4_000, expect: { allowed: true, remaining: 0, resetAfter: 1, fullAfter: 1 } },
+      { at: 4_000, expect: { allowed: false, remaining: 0, retryAfter: 1, resetAfter: 1, fullAfter: 1 } },
+      // 1 ms before the window ends
+      { at: 4_499, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
+      // the first request after it starts the next, [4.5 s, 7.5 s)
+      { at: 4_500, expect: { allowed: true, remaining: 2, resetAfter: 3, fullAfter: 3 } },
+    ],
+  },
+  {
+    name: "anchor 'first-request': the first request after a window ends starts the next, however late",
+    // 10 per 10 s
+    rule: anchored(1, 10),
+    steps: [
+      // the clock's window [0 s, 10 s) would end 2.5 s later; this one, [7.5 s, 17.5 s), in 10 s
+      { at: 7_500, expect: { allowed: true, remaining: 9, resetAfter: 10, fullAfter: 10 } },
+      { at: 17_499, cost: 9, expect: { allowed: true, remaining: 0, resetAfter: 1, fullAfter: 1 } },
+      { at: 17_499, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
+      { at: 17_500, expect: { allowed: true, remaining: 9, resetAfter: 10, fullAfter: 10 } },
+      // idle past [17.5 s, 27.5 s): no window is live until this request starts [40 s, 50 s)
+      { at: 40_000, expect: { allowed: true, remaining: 9, resetAfter: 10, fullAfter: 10 } },
+      { at: 49_999, expect: { allowed: true, remaining: 8, resetAfter: 1 } },
+      { at: 50_000, expect: { allowed: true, remaining: 9, resetAfter: 10 } },
+    ],
+  },
+  {
+    name: "anchor 'first-request': a clock that goes back stays in the stored window",
+    // 2 per 2 s
+    rule: anchored(1, 2),
+    steps: [
+      { at: 10_500, cost: 2, expect: { allowed: true, remaining: 0, fullAfter: 2 } },
+      // held at the start of [10.5 s, 12.5 s): its end is 2 s away
+      { at: 9_000, expect: { allowed: false, remaining: 0, retryAfter: 2 } },
+      { at: 12_499, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
+      { at: 12_500, expect: { allowed: true, remaining: 1, fullAfter: 2 } },
+      // back before [12.5 s, 14.5 s): counted in it, held at its start, 2 s from its end
+      { at: 11_000, expect: { allowed: true, remaining: 0, fullAfter: 2 } },
+      { at: 13_500, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
+      { at: 14_500, expect: { allowed: true, remaining: 1 } },
+    ],
+  },
+  {
+    name: "anchor 'first-request' under a factor: the scaled limit per window, the window where the first request put it",
+    rule: anchored(1, 10),
+    steps: [
+      // 5 of 10 per window: [2 s, 12 s)
+      { at: 2_000, rule: { ...anchored(1, 10), limit: 5 }, expect: { allowed: true, remaining: 4, resetAfter: 10 } },
+      { at: 3_000, cost: 4, rule: { ...anchored(1, 10), limit: 5 }, expect: { allowed: true, remaining: 0 } },
+      { at: 4_000, rule: { ...anchored(1, 10), limit: 5 }, expect: { allowed: false, remaining: 0, retryAfter: 8 } },
+      // an instance without the factor counts in the same window
+      { at: 4_000, expect: { allowed: true, remaining: 4, resetAfter: 8, fullAfter: 8 } },
+      { at: 12_000, rule: { ...anchored(1, 10), limit: 5 }, expect: { allowed: true, remaining: 4, resetAfter: 10 } },
+    ],
+  },
+  // windows of 10 s from the first request, a block of 2 s
+  ...keepAndReset("anchor 'first-request' and blockFor", { ...anchored(0.2, 2), blockMs: 2_000 }, [
+    { at: 1_000, expect: { allowed: true, remaining: 1, fullAfter: 10 } },
+    { at: 1_000, expect: { allowed: true, remaining: 0 } },
+    {
+      at: 1_000,
+      expect: { allowed: false, remaining: 0, retryAfter: 10, fullAfter: 10 },
+      reset: { allowed: false, remaining: 0, retryAfter: 2, resetAfter: 2, fullAfter: 2 },
+    },
+    {
+      // kept: [1 s, 11 s) holds 2 still: refused, and that refusal blocks again
+      at: 3_000,
+      expect: { allowed: false, remaining: 0, retryAfter: 8 },
+      // reset: a window of nothing that this request starts, [3 s, 13 s) (as @nestjs/throttler counts)
+      reset: { allowed: true, remaining: 1, fullAfter: 10 },
+    },
+    {
+      at: 3_000,
+      expect: { allowed: false, remaining: 0, retryAfter: 8 },
+      reset: { allowed: true, remaining: 0 },
+    },
+  ]),
 ];

@@ -1,5 +1,5 @@
 import type { Rule } from '../../lib/algorithms/algorithm.types.js';
-import { type Case, monthlyBillionSteps, MONTHLY_BILLION_RPS, type Step } from './cases.js';
+import { type Case, keepAndReset, monthlyBillionSteps, MONTHLY_BILLION_RPS, type Step } from './cases.js';
 
 const gc = (rps: number, burst: number): Rule => ({ algorithm: 'gcra', rps, burst });
 
@@ -189,4 +189,26 @@ export const GCRA_CASES: Case[] = [
       { at: 20_500, expect: { allowed: true, remaining: 1 } },
     ],
   },
+  // a request every 10 s, a block of 2 s: the block ends long before the backlog has drained
+  ...keepAndReset('blockFor: what a block leaves when it ends', { ...gc(0.1, 2), blockMs: 2_000 }, [
+    { at: 0, expect: { allowed: true, remaining: 1 } },
+    { at: 0, expect: { allowed: true, remaining: 0 } },
+    {
+      at: 0,
+      expect: { allowed: false, remaining: 0, retryAfter: 10, fullAfter: 20 },
+      reset: { allowed: false, remaining: 0, retryAfter: 2, resetAfter: 2, fullAfter: 2 },
+    },
+    {
+      // kept: the backlog has drained by 0.2 only: refused, and that refusal blocks again
+      at: 2_000,
+      expect: { allowed: false, remaining: 0, retryAfter: 8 },
+      // reset: an empty backlog, as if the key were new
+      reset: { allowed: true, remaining: 1 },
+    },
+    {
+      at: 2_000,
+      expect: { allowed: false, remaining: 0, retryAfter: 8 },
+      reset: { allowed: true, remaining: 0 },
+    },
+  ]),
 ];

@@ -1,5 +1,5 @@
 import type { Rule } from '../../lib/algorithms/algorithm.types.js';
-import { type Case, monthlyBillionSteps, MONTHLY_BILLION_RPS } from './cases.js';
+import { type Case, keepAndReset, monthlyBillionSteps, MONTHLY_BILLION_RPS } from './cases.js';
 
 const lb = (rps: number, burst: number): Rule => ({ algorithm: 'leaky_bucket', rps, burst });
 
@@ -182,4 +182,26 @@ export const LEAKY_BUCKET_CASES: Case[] = [
       { at: 10_000, expect: { allowed: true, remaining: 0, delay: 1 } },
     ],
   },
+  // a request drains every 10 s, a block of 2 s: the block ends long before the queue has drained
+  ...keepAndReset('blockFor: what a block leaves when it ends', { ...lb(0.1, 2), blockMs: 2_000 }, [
+    { at: 0, expect: { allowed: true, remaining: 1 } },
+    { at: 0, expect: { allowed: true, remaining: 0 } },
+    {
+      at: 0,
+      expect: { allowed: false, remaining: 0, retryAfter: 10, fullAfter: 20 },
+      reset: { allowed: false, remaining: 0, retryAfter: 2, resetAfter: 2, fullAfter: 2 },
+    },
+    {
+      // kept: the backlog has drained by 0.2 only: refused, and that refusal blocks again
+      at: 2_000,
+      expect: { allowed: false, remaining: 0, retryAfter: 8 },
+      // reset: an empty backlog, as if the key were new
+      reset: { allowed: true, remaining: 1 },
+    },
+    {
+      at: 2_000,
+      expect: { allowed: false, remaining: 0, retryAfter: 8 },
+      reset: { allowed: true, remaining: 0 },
+    },
+  ]),
 ];

@@ -1,5 +1,5 @@
 import type { Rule } from '../../lib/algorithms/algorithm.types.js';
-import type { Case } from './cases.js';
+import { type Case, keepAndReset } from './cases.js';
 
 const swc = (rps: number, burst: number): Rule => ({ algorithm: 'sliding_window_counter', rps, burst });
 /** 10 per 10 s under a factor (`RateLimiterService.setScale`): its limit scaled, its window the same. */
@@ -253,4 +253,26 @@ export const SLIDING_WINDOW_COUNTER_CASES: Case[] = [
       { at: 10_500, expect: { allowed: true } },
     ],
   },
+  // windows of 10 s, a block of 2 s: the block ends long before the counts weigh less
+  ...keepAndReset('blockFor: what a block leaves when it ends', { ...swc(0.2, 2), blockMs: 2_000 }, [
+    { at: 0, expect: { allowed: true, remaining: 1 } },
+    { at: 0, expect: { allowed: true, remaining: 0 } },
+    {
+      at: 0,
+      expect: { allowed: false, remaining: 0, retryAfter: 15, fullAfter: 20 },
+      reset: { allowed: false, remaining: 0, retryAfter: 2, resetAfter: 2, fullAfter: 2 },
+    },
+    {
+      // kept: the window's count is 2 still: refused, and that refusal blocks again
+      at: 2_000,
+      expect: { allowed: false, remaining: 0, retryAfter: 13 },
+      // reset: counts of nothing, in the window the clock is in
+      reset: { allowed: true, remaining: 1 },
+    },
+    {
+      at: 2_000,
+      expect: { allowed: false, remaining: 0, retryAfter: 13 },
+      reset: { allowed: true, remaining: 0 },
+    },
+  ]),
 ];

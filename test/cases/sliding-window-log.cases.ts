@@ -1,5 +1,5 @@
 import type { Rule } from '../../lib/algorithms/algorithm.types.js';
-import type { Case } from './cases.js';
+import { type Case, keepAndReset } from './cases.js';
 
 const swl = (rps: number, burst: number): Rule => ({ algorithm: 'sliding_window_log', rps, burst });
 
@@ -185,6 +185,56 @@ export const SLIDING_WINDOW_LOG_CASES: Case[] = [
       { at: 5_500, expect: { allowed: false, remaining: 0, retryAfter: 5 } },
       { at: 10_499, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
       { at: 10_500, expect: { allowed: true, remaining: 1 } },
+    ],
+  },
+  // windows of 10 s, a block of 2 s: the block ends long before the entries leave the window
+  ...keepAndReset('blockFor: what a block leaves when it ends', { ...swl(0.2, 2), blockMs: 2_000 }, [
+    { at: 0, expect: { allowed: true, remaining: 1 } },
+    { at: 100, expect: { allowed: true, remaining: 0 } },
+    {
+      at: 200,
+      expect: { allowed: false, remaining: 0, retryAfter: 10, fullAfter: 10 },
+      reset: { allowed: false, remaining: 0, retryAfter: 2, resetAfter: 2, fullAfter: 2 },
+    },
+    {
+      // kept: both entries are in the window: refused, and that refusal blocks again (until 4.2 s)
+      at: 2_200,
+      expect: { allowed: false, remaining: 0, retryAfter: 8 },
+      // reset: the log is deleted, as if the key were new
+      reset: { allowed: true, remaining: 1, fullAfter: 10 },
+    },
+    {
+      at: 2_300,
+      expect: { allowed: false, remaining: 0, retryAfter: 8 },
+      reset: { allowed: true, remaining: 0, fullAfter: 10 },
+    },
+    {
+      // kept: the first entry has left the window, the block of 2.2 s has ended
+      at: 10_000,
+      expect: { allowed: true, remaining: 0 },
+      // reset: the entries of 2.2 s and 2.3 s are the log's only ones
+      reset: { allowed: false, remaining: 0, retryAfter: 2 },
+    },
+  ]),
+  {
+    // @nestjs/throttler's count (RateLimitThrottlerStorage): limit 3 per ttl of 10 s, blockDuration
+    // 5 s. The 4th hit within ttl is refused and blocks; during the block every hit is refused and
+    // nothing is counted; the first hit after it is admitted and counts as the 1st
+    name: "blockFor then 'reset': @nestjs/throttler's blockDuration",
+    rule: { ...swl(0.3, 3), blockMs: 5_000, blockResets: true },
+    steps: [
+      { at: 0, expect: { allowed: true, remaining: 2 } },
+      { at: 100, expect: { allowed: true, remaining: 1 } },
+      { at: 200, expect: { allowed: true, remaining: 0, fullAfter: 10 } },
+      { at: 300, expect: { allowed: false, remaining: 0, retryAfter: 5, resetAfter: 5, fullAfter: 5 } },
+      { at: 2_000, expect: { allowed: false, remaining: 0, retryAfter: 4, fullAfter: 4 } },
+      { at: 5_299, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
+      { at: 5_300, expect: { allowed: true, remaining: 2, fullAfter: 10 } },
+      { at: 5_400, expect: { allowed: true, remaining: 1 } },
+      { at: 5_500, expect: { allowed: true, remaining: 0 } },
+      { at: 5_600, expect: { allowed: false, remaining: 0, retryAfter: 5 } },
+      { at: 10_599, expect: { allowed: false, remaining: 0, retryAfter: 1 } },
+      { at: 10_600, expect: { allowed: true, remaining: 2 } },
     ],
   },
 ];

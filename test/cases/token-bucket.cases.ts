@@ -1,5 +1,5 @@
 import type { Rule } from '../../lib/algorithms/algorithm.types.js';
-import { type Case, monthlyBillionSteps, MONTHLY_BILLION_RPS, type Step } from './cases.js';
+import { type Case, keepAndReset, monthlyBillionSteps, MONTHLY_BILLION_RPS, type Step } from './cases.js';
 
 const tb = (rps: number, burst: number): Rule => ({ algorithm: 'token_bucket', rps, burst });
 
@@ -162,4 +162,32 @@ export const TOKEN_BUCKET_CASES: Case[] = [
       { at: 15_000, cost: 0.5, expect: { allowed: true, remaining: 0 } },
     ],
   },
+  // a token every 10 s, a block of 2 s: the block ends long before the refusal's tokens are back
+  ...keepAndReset('blockFor: what a block leaves when it ends', { ...tb(0.1, 2), blockMs: 2_000 }, [
+    { at: 0, expect: { allowed: true, remaining: 1 } },
+    { at: 0, expect: { allowed: true, remaining: 0 } },
+    {
+      at: 0,
+      expect: { allowed: false, remaining: 0, retryAfter: 10, resetAfter: 10, fullAfter: 20 },
+      // the bucket is full the moment the block ends: every time is the block's
+      reset: { allowed: false, remaining: 0, retryAfter: 2, resetAfter: 2, fullAfter: 2 },
+    },
+    {
+      at: 1_999,
+      expect: { allowed: false, remaining: 0, retryAfter: 9 },
+      reset: { allowed: false, remaining: 0, retryAfter: 1, fullAfter: 1 },
+    },
+    {
+      // kept: 0.2 tokens, refused, and that refusal blocks again (until 4 s)
+      at: 2_000,
+      expect: { allowed: false, remaining: 0, retryAfter: 8 },
+      // reset: a full bucket, as if the key were new
+      reset: { allowed: true, remaining: 1, fullAfter: 10 },
+    },
+    {
+      at: 2_000,
+      expect: { allowed: false, remaining: 0, retryAfter: 8 },
+      reset: { allowed: true, remaining: 0, fullAfter: 20 },
+    },
+  ]),
 ];

@@ -382,6 +382,34 @@ describe.each(GRAPHQL_SUITES)('GraphQL on %s, %s store, under a module-wide poli
   });
 });
 
+describe.each(GRAPHQL_SUITES)(
+  "GraphQL on %s, %s store, under a module-wide policy with scope: 'route'",
+  (driver, store) => {
+    it('charges each resolver (route) its own bucket once per operation, however many aliases select it', async () => {
+      const gql = await startGraphqlApp(driver, {
+        ...storeOptions(store, redis()),
+        policies: [{ name: 'per-route', rps: 0.001, burst: 3, scope: 'route' }],
+      });
+      try {
+        const headers = apiKey();
+        // search's bucket once (two aliases), books' once
+        const one = await gql.post('{ a: search(first: 1) b: search(first: 1) books }', { headers });
+        expect(one.body.errors).toBeUndefined();
+        for (const request of [1, 2]) {
+          const admitted = await gql.post('{ search(first: 1) }', { headers });
+          expect({ request, errors: admitted.body.errors }).toEqual({ request, errors: undefined });
+        }
+        // search's bucket of 3 is spent; books' has 2 left
+        expectRefused(await gql.post('{ search(first: 1) }', { headers }), ['search'], 'per-route', 'positive');
+        const books = await gql.post('{ books }', { headers });
+        expect(books.body).toEqual({ data: { books: 'books' } });
+      } finally {
+        await gql.close();
+      }
+    });
+  },
+);
+
 describe.each(DRIVERS)('GraphQL on %s when the store cannot decide', (driver) => {
   it("failMode 'closed': each field gets RATE_LIMIT_UNAVAILABLE, the answer Retry-After: 1", async () => {
     // a client that has quit: every command fails at once ("Connection is closed")

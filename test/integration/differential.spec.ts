@@ -39,6 +39,10 @@ interface Policy {
   burst: number;
   /** Milliseconds a refusal of it blocks for; absent: no block. */
   blockMs?: number;
+  /** With a block: its end starts the bucket full again (`blockFor: { duration, then: 'reset' }`). */
+  blockResets?: true;
+  /** A fixed window's windows start at a key's first request (`anchor: 'first-request'`). */
+  anchor?: 'first-request';
 }
 
 /** One request of a trace. */
@@ -119,8 +123,10 @@ function requestsOf(
   prefix: string,
 ): RateLimitRequest[] {
   return names.map((name) => {
-    const { algorithm, rps, burst, blockMs } = policies.find((p) => p.name === name)!;
-    const rule = blockMs === undefined ? ruleOf(algorithm, rps, burst) : { ...ruleOf(algorithm, rps, burst), blockMs };
+    const { algorithm, rps, burst, blockMs, blockResets, anchor } = policies.find((p) => p.name === name)!;
+    const block = blockResets === true ? { blockMs, blockResets } : { blockMs };
+    const plain = anchor === undefined ? ruleOf(algorithm, rps, burst) : { ...ruleOf(algorithm, rps, burst), anchor };
+    const rule = blockMs === undefined ? plain : { ...plain, ...block };
     const scaled = factor === undefined || !SCALED_BY_LIMIT.has(algorithm) ? rule : scaledRule(rule, factor);
     return { key: bucketKey(prefix, name, rule, identity), policy: name, rule: scaled, cost };
   });
@@ -156,7 +162,8 @@ const rpsSeed = fc.oneof(
 
 /**
  * A policy's block: none (most policies), a block of a few ms or seconds up to a day, or one
- * about as long as the time its bucket takes to fill (where the two meet is where they may clash).
+ * about as long as the time its bucket takes to fill (where the two meet is where they may clash);
+ * half of them reset the bucket when they end (`then: 'reset'`), where a sliding log's set goes.
  */
 const blockSeed = fc.oneof(
   { weight: 3, arbitrary: fc.constant(undefined) },
@@ -166,15 +173,20 @@ const blockSeed = fc.oneof(
 
 function ruleArbitrary(algorithm: fc.Arbitrary<Algorithm>): fc.Arbitrary<Omit<Policy, 'name'>> {
   return fc
-    .record({ algorithm, burst: burstSeed, rps: rpsSeed, block: blockSeed })
-    .map(({ algorithm, burst: b, rps: r, block }) => {
+    .record({ algorithm, burst: burstSeed, rps: rpsSeed, block: blockSeed, resets: fc.boolean(), first: fc.boolean() })
+    .map(({ algorithm, burst: b, rps: r, block, resets, first }): Omit<Policy, 'name'> => {
       const most = Math.min(b.most, algorithm === 'sliding_window_log' ? LARGEST_LOG_BURST : LARGEST_BURST);
       const burst = Math.round(logScale(1, most, b.u));
       const [lo, hi] = rpsRange(algorithm, burst);
       const rps = Math.min(hi, Math.max(lo, 'u' in r ? logScale(lo, hi, r.u) : 'rps' in r ? r.rps : burst / r.seconds));
-      if (block === undefined) return { algorithm, rps, burst };
+      // half the fixed windows are anchored at a key's first request
+      const anchor = algorithm === 'fixed_window' && first ? { anchor: 'first-request' as const } : {};
+      if (block === undefined) return { algorithm, rps, burst, ...anchor };
       const full = WINDOW_ALGORITHMS.has(algorithm) ? windowMs(rps, burst) : durationMs(burst, rps);
-      return { algorithm, rps, burst, blockMs: 'ms' in block ? block.ms : Math.max(1, Math.round(full * block.times)) };
+      const blockMs = 'ms' in block ? block.ms : Math.max(1, Math.round(full * block.times));
+      return resets
+        ? { algorithm, rps, burst, blockMs, blockResets: true, ...anchor }
+        : { algorithm, rps, burst, blockMs, ...anchor };
     });
 }
 

@@ -92,6 +92,25 @@ export function describeRefundCases(
       expect((await store.peek([window]))[0].remaining).toBe(3);
     });
 
+    it('gives an anchored fixed window charge back only to the window it was taken from', async () => {
+      const { store, setNow } = makeStore();
+      const rule = { ...ruleOf('fixed_window', 2, 4), anchor: 'first-request' as const }; // 2 s windows
+      const window = request('wa', rule, `user:${randomUUID()}`);
+      // [500 ms, 2500 ms)
+      setNow(500);
+      await store.consume([{ ...window, cost: 2 }]);
+      setNow(2_000);
+      const late = await store.consume([window]);
+      await store.refund!(late);
+      expect((await store.peek([window]))[0].remaining).toBe(2);
+      const kept = await store.consume([window]);
+      // the next window, [3000 ms, 5000 ms), starts at its first request: the charge at 2000 ms is not in it
+      setNow(3_000);
+      await store.consume([window]);
+      await store.refund!(kept);
+      expect((await store.peek([window]))[0]).toMatchObject({ remaining: 3, resetAfter: 2 });
+    });
+
     it('gives a sliding_window_log charge back from the ms it was taken, leaving the entries of other times', async () => {
       const { store, setNow } = makeStore();
       const log = request('log', ruleOf('sliding_window_log', 1, 4), `user:${randomUUID()}`); // a 4 s window

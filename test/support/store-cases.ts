@@ -161,6 +161,33 @@ export function describeStoreCases(stores: ReadonlyArray<readonly [string, () =>
     );
 
     it.each(ALGORITHMS.map((a) => [a]))(
+      "%s with blockFor then 'reset': the block's end starts the bucket full, and the key lives no longer",
+      async (algorithm) => {
+        const { setNow, consume, keys } = makeStore();
+        setNow(0);
+        // 2 per 2 hours, a block of 60 s: kept, the bucket would be empty for hours after the block
+        const rule = { ...ruleOf(algorithm, 1 / 3600, 2), blockMs: 60_000, blockResets: true as const };
+        const blocking = request('reset-block', rule, randomUUID());
+        expect(await consume([blocking])).toMatchObject([{ allowed: true, remaining: 1 }]);
+        expect(await consume([blocking])).toMatchObject([{ allowed: true, remaining: 0 }]);
+        // every time is the block's: the bucket is full the moment it ends
+        expect(await consume([blocking])).toMatchObject([
+          { allowed: false, remaining: 0, retryAfter: 60, resetAfter: 60, fullAfter: 60 },
+        ]);
+        if (keys !== undefined) {
+          const late = (await keys.expiresAt(blocking.key)) - (CASE_EPOCH + 60_000);
+          expect(late >= 0 && late <= keys.lateByMs(blocking.key)).toBe(true);
+        }
+        setNow(59_999);
+        expect(await consume([blocking])).toMatchObject([{ allowed: false, retryAfter: 1 }]);
+        setNow(60_000);
+        expect(await consume([blocking])).toMatchObject([{ allowed: true, remaining: 1 }]);
+        expect(await consume([blocking])).toMatchObject([{ allowed: true, remaining: 0 }]);
+        expect(await consume([blocking])).toMatchObject([{ allowed: false, retryAfter: 60 }]);
+      },
+    );
+
+    it.each(ALGORITHMS.map((a) => [a]))(
       '%s with blockFor: a block keeps its key alive until it ends',
       async (algorithm) => {
         const { setNow, consume, keys } = makeStore();

@@ -33,6 +33,25 @@ describe('bucketKey', () => {
     expect(keyPrefix('rl:', 'api', { algorithm: 'gcra', blockMs: 1 }, 'pro')).toBe('rl:api:gcra.b:pro:{');
   });
 
+  it("tags an anchored fixed window's keys apart, so no clock-aligned rule (nor an older build) reads its windows", () => {
+    const anchored = { algorithm: 'fixed_window', anchor: 'first-request' } as const;
+    expect(bucketKey('rl:', 'api', anchored, 'ip:1.2.3.4')).toMatch(/^rl:api:fw\.a:\{[A-Za-z0-9_-]{16}\}$/);
+    expect(bucketKey('rl:', 'api', anchored, 'ip:1.2.3.4')).not.toBe(
+      bucketKey('rl:', 'api', 'fixed_window', 'ip:1.2.3.4'),
+    );
+    expect(keyPrefix('rl:', 'login', { ...anchored, blockMs: 1_000 }, 'pro')).toBe('rl:login:fw.a.b:pro:{');
+  });
+
+  it('puts the route after the name for a policy scoped to the route, before the tag and the tier', () => {
+    expect(keyPrefix('rl:', 'default', 'token_bucket', undefined, 'CatsController.find')).toBe(
+      'rl:default@CatsController.find:tb:{',
+    );
+    expect(keyPrefix('rl:', 'api', 'gcra', 'pro', 'CatsController.find')).toBe('rl:api@CatsController.find:gcra:pro:{');
+    expect(keyPrefix('rl:', 'api', 'gcra', 'pro', 'CatsController.find')).not.toBe(
+      keyPrefix('rl:', 'api', 'gcra', 'pro', 'CatsController.findOne'),
+    );
+  });
+
   it('gives distinct identities distinct keys', () => {
     fc.assert(
       fc.property(fc.uniqueArray(fc.string(), { minLength: 2, maxLength: 200 }), (identities) => {

@@ -81,6 +81,17 @@ describe('refund of a charge whose window has ended', () => {
     expect(model.remaining(model.refund(later, rule, 3, charged.at), rule)).toBe(3);
   });
 
+  it('an anchored fixed_window gives nothing back to a window that started after the charge', () => {
+    const rule = { ...ruleOf('fixed_window', 2, 4), anchor: 'first-request' as const }; // windows of 2 s
+    const model = MODELS.fixed_window as AlgorithmModel<FixedWindowState>;
+    // [epoch + 1.9 s, epoch + 3.9 s), off the clock's 2 s grid: the charge comes back while it lasts
+    const charged = model.charge(model.current(undefined, CASE_EPOCH + 1_900, rule), rule, 3);
+    expect(model.remaining(model.refund(charged, rule, 3, charged.at), rule)).toBe(4);
+    const next = model.charge(model.current(charged, CASE_EPOCH + 3_900, rule), rule, 1);
+    expect(next.start).toBe(CASE_EPOCH + 3_900);
+    expect(model.remaining(model.refund(next, rule, 3, charged.at), rule)).toBe(3);
+  });
+
   it('sliding_window_counter gives it back from the previous window, then not at all', () => {
     const rule = ruleOf('sliding_window_counter', 2, 4); // window 2 s
     const model = MODELS.sliding_window_counter as AlgorithmModel<SlidingWindowCounterState>;

@@ -30,6 +30,7 @@ describe('resolvePolicy', () => {
       cost: 1,
       defaultCost: 1,
       key: undefined,
+      scope: 'client',
       count: 'all',
       skipIf: undefined,
       adaptive: undefined,
@@ -74,6 +75,40 @@ describe('resolvePolicy', () => {
     expect(windowSeconds(resolve({ limit: 100, window: '1m' }).rule)).toBe(60);
   });
 
+  it("puts anchor 'first-request' into a fixed window's rule, a tier's too, and nothing for 'clock'", () => {
+    expect(resolve({ algorithm: 'fixed_window', limit: 10, window: '1m', anchor: 'first-request' }).rule).toEqual({
+      algorithm: 'fixed_window',
+      rps: 10 / 60,
+      burst: 10,
+      anchor: 'first-request',
+    });
+    expect(resolve({ algorithm: 'fixed_window', limit: 10, window: '1m', anchor: 'clock' }).rule).toEqual({
+      algorithm: 'fixed_window',
+      rps: 10 / 60,
+      burst: 10,
+    });
+    const tiered = resolve({
+      tiers: { free: { algorithm: 'fixed_window', limit: 5, window: '1m', anchor: 'first-request' }, pro: { rps: 5 } },
+      tier: 'user:plan',
+      defaultTier: 'pro',
+      blockFor: { duration: '1m', then: 'reset' },
+    });
+    expect(tiered.tiers!.rules.get('free')).toEqual({
+      algorithm: 'fixed_window',
+      rps: 5 / 60,
+      burst: 5,
+      blockMs: 60_000,
+      blockResets: true,
+      anchor: 'first-request',
+    });
+  });
+
+  it("reads scope: 'client' by default, or 'route'", () => {
+    expect(resolve({ rps: 1 }).scope).toBe('client');
+    expect(resolve({ rps: 1, scope: 'client' }).scope).toBe('client');
+    expect(resolve({ rps: 1, scope: 'route' }).scope).toBe('route');
+  });
+
   it("resolves each tier to its rule, as a policy's own, and takes the default tier's as the policy's rule", () => {
     const planOf = () => 'pro';
     const resolved = resolve({
@@ -93,6 +128,7 @@ describe('resolvePolicy', () => {
       cost: 1,
       defaultCost: 1,
       key: ['api-key'],
+      scope: 'client',
       tiers: {
         rules: new Map([
           ['free', { algorithm: 'token_bucket', rps: 10, burst: 20 }],
@@ -107,6 +143,35 @@ describe('resolvePolicy', () => {
       adaptive: undefined,
     });
     expect(resolve({ rps: 1 })).not.toHaveProperty('tiers');
+  });
+
+  it.each([
+    [{ duration: '15m' }, { blockMs: 900_000 }],
+    [{ duration: 90, then: 'keep' }, { blockMs: 90_000 }],
+    [
+      { duration: '1h', then: 'reset' },
+      { blockMs: 3_600_000, blockResets: true },
+    ],
+  ] as const)('puts blockFor %p into the rule as %p', (blockFor, block) => {
+    expect(resolve({ limit: 5, window: '15m', blockFor }).rule).toEqual({
+      algorithm: 'token_bucket',
+      rps: 5 / 900,
+      burst: 5,
+      ...block,
+    });
+  });
+
+  it("gives every tier of a tiered policy its blockFor's reset", () => {
+    const resolved = resolve({
+      tier: 'user:plan',
+      tiers: { free: { rps: 1 }, pro: { algorithm: 'sliding_window_log', limit: 10, window: '1m' } },
+      defaultTier: 'free',
+      blockFor: { duration: '10m', then: 'reset' },
+    });
+    expect([...resolved.tiers!.rules.values()].map(({ blockMs, blockResets }) => [blockMs, blockResets])).toEqual([
+      [600_000, true],
+      [600_000, true],
+    ]);
   });
 
   it('gives every tier of a tiered policy its blockFor', () => {

@@ -317,3 +317,91 @@ describe('routePolicy and storeRequest', () => {
     );
   });
 });
+
+describe("scope: 'route'", () => {
+  @RateLimit([
+    { name: 'class-shared', rps: 5 },
+    { name: 'class-per-route', rps: 5, scope: 'route' },
+  ])
+  @Controller('birds')
+  class BirdsController {
+    @Get()
+    find() {
+      return [];
+    }
+
+    @RateLimit({ name: 'writes', rps: 1, scope: 'route' })
+    @Get('one')
+    findOne() {
+      return {};
+    }
+
+    @RateLimit({ name: 'writes', rps: 1, scope: 'route' })
+    @Get('two')
+    findTwo() {
+      return {};
+    }
+  }
+
+  let moduleRef: TestingModule;
+  let routes: RoutePolicies;
+  const prefixes = (method: string) =>
+    routes
+      .forRoute(BirdsController, (BirdsController.prototype as unknown as Record<string, Handler>)[method])
+      .map((policy) => policy.keyPrefix);
+
+  beforeAll(async () => {
+    moduleRef = await Test.createTestingModule({
+      imports: [
+        RateLimitModule.forRoot({
+          store: new MemoryStore({ clock: () => 0 }),
+          policies: [
+            { name: 'module-shared', rps: 100 },
+            { name: 'module-per-route', rps: 100, scope: 'route' },
+            {
+              name: 'tiered',
+              tiers: { free: { rps: 1 }, pro: { rps: 10 } },
+              tier: 'user:plan',
+              defaultTier: 'free',
+              scope: 'route',
+            },
+          ],
+        }),
+      ],
+      controllers: [BirdsController],
+    }).compile();
+    await moduleRef.init();
+    routes = moduleRef.get(RoutePolicies);
+  });
+  afterAll(() => moduleRef.close());
+
+  it("gives a module or class policy scoped to the route buckets of each route's own, and one scoped to the client one bucket across routes", () => {
+    expect(prefixes('find')).toEqual([
+      'rl:module-shared:tb:{',
+      'rl:module-per-route@BirdsController.find:tb:{',
+      'rl:tiered@BirdsController.find:tb:free:{',
+      'rl:class-shared:tb:{',
+      'rl:class-per-route@BirdsController.find:tb:{',
+    ]);
+    expect(prefixes('findOne').slice(0, 5)).toEqual([
+      'rl:module-shared:tb:{',
+      'rl:module-per-route@BirdsController.findOne:tb:{',
+      'rl:tiered@BirdsController.findOne:tb:free:{',
+      'rl:class-shared:tb:{',
+      'rl:class-per-route@BirdsController.findOne:tb:{',
+    ]);
+  });
+
+  it("gives each tier of a tiered policy scoped to the route the route's own buckets", () => {
+    const tiered = routes.forRoute(BirdsController, BirdsController.prototype.findTwo)[2];
+    expect([...tiered.tiers!.byName.values()].map((tier) => tier.keyPrefix)).toEqual([
+      'rl:tiered@BirdsController.findTwo:tb:free:{',
+      'rl:tiered@BirdsController.findTwo:tb:pro:{',
+    ]);
+  });
+
+  it('separates the buckets of a named handler policy several handlers share', () => {
+    expect(prefixes('findOne')[5]).toBe('rl:writes@BirdsController.findOne:tb:{');
+    expect(prefixes('findTwo')[5]).toBe('rl:writes@BirdsController.findTwo:tb:{');
+  });
+});

@@ -180,6 +180,48 @@ describe('simulate: blocks, comparisons and long traffic', () => {
     expect(stdout).toContain('default: fixed_window, limit 2 per 1 s, block 10 s');
   });
 
+  it("starts the bucket full again when a block with then: 'reset' ends", async () => {
+    const csv = join(dir, 'block-reset.csv');
+    // 2 per 10 s, blocked for 1 s once refused: 5 requests/s for 3 s. As the refusals left it, the
+    // log would refuse until 10 s; reset, each block's end admits 2 more
+    const { stdout } = await run(
+      '--policy',
+      '{"algorithm":"sliding_window_log","limit":2,"window":"10s","blockFor":{"duration":"1s","then":"reset"}}',
+      '--rate',
+      '5',
+      '--duration',
+      '3s',
+      '--csv',
+      csv,
+    );
+    const [, ...rows] = await csvRows(csv);
+    expect(rows.filter(([, , allowed]) => allowed === 'true').map(([time]) => time)).toEqual([
+      '0',
+      '200',
+      '1400',
+      '1600',
+      '2800',
+    ]);
+    expect(stdout).toContain('default: sliding_window_log, limit 2 per 10 s, block 1 s, then reset');
+  });
+
+  it("starts a fixed window at a key's first request with anchor 'first-request'", async () => {
+    const trace = join(dir, 'anchored.csv');
+    await writeFile(trace, 'time,key\n500,a\n600,a\n700,a\n1100,a\n1400,a\n1600,a\n');
+    const admitted = async (anchor: string) => {
+      const csv = join(dir, `anchored-${anchor}.csv`);
+      const policy = { algorithm: 'fixed_window', limit: 2, window: '1s', anchor };
+      const { stdout } = await run('--policy', JSON.stringify(policy), '--trace', trace, '--csv', csv);
+      const [, ...rows] = await csvRows(csv);
+      return { stdout, times: rows.filter(([, , allowed]) => allowed === 'true').map(([time]) => time) };
+    };
+    // the clock's windows [0, 1 s) and [1 s, 2 s); anchored, [0.5 s, 1.5 s) and [1.6 s, 2.6 s)
+    expect((await admitted('clock')).times).toEqual(['500', '600', '1100', '1400']);
+    const anchored = await admitted('first-request');
+    expect(anchored.times).toEqual(['500', '600', '1600']);
+    expect(anchored.stdout).toContain('default: fixed_window, limit 2 per 1 s from the first request');
+  });
+
   it('writes one CSV row per request and algorithm with --compare, the algorithm in its own column', async () => {
     const csv = join(dir, 'compare.csv');
     await run(

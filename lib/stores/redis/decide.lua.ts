@@ -57,18 +57,29 @@ end
 
 -- algorithms/decide.ts report (what a sorted-set log and a refund answer: the app derives every
 -- other policy's report from the state), plus the state's time (a refund needs to know when a
--- charge was), appended to the reply; returns fullMs, the later of waitMs(burst) and the block's end
+-- charge was), appended to the reply; returns fullMs (fullMsOf): the later of waitMs(burst) and the
+-- block's end, or the block's end alone when the rule's block resets the bucket (so are every time)
 local function report(m, s, rule, cost, admits, delay_ms, reply)
   local block_ms = block_left_ms(s, rule)
+  local resets = block_ms > 0 and rule.block_resets
   local remaining = 0
   if block_ms == 0 then remaining = m.remaining(s, rule) end
   local retry_ms = 0
   if not admits then
-    if cost > rule.burst then retry_ms = -1 else retry_ms = max(block_ms, m.wait_ms(s, rule, cost)) end
+    if cost > rule.burst then
+      retry_ms = -1
+    elseif resets then
+      retry_ms = block_ms
+    else
+      retry_ms = max(block_ms, m.wait_ms(s, rule, cost))
+    end
   end
-  local full_ms = max(block_ms, m.wait_ms(s, rule, rule.burst))
+  local full_ms = block_ms
+  if not resets then full_ms = max(block_ms, m.wait_ms(s, rule, rule.burst)) end
   local next_ms = 0
-  if remaining < rule.burst then next_ms = max(block_ms, m.wait_ms(s, rule, remaining + 1)) end
+  if remaining < rule.burst then
+    if resets then next_ms = block_ms else next_ms = max(block_ms, m.wait_ms(s, rule, remaining + 1)) end
+  end
   local k = reply.n
   reply[k + 1], reply[k + 2], reply[k + 3], reply[k + 4] = admits and 1 or 0, remaining, retry_ms, full_ms
   reply[k + 5], reply[k + 6], reply[k + 7], reply[k + 8] = next_ms, delay_ms, block_ms, s.at
@@ -102,8 +113,9 @@ end
 -- than 1024), where reading one costs a table and four numbers
 local rules_read, rules_kept = {}, 0
 
--- the rule whose arguments start at ARGV[at]: its algorithm's model, rps, burst, block and a
--- window's scaled limit ('' for none: burst)
+-- the rule whose arguments start at ARGV[at]: its algorithm's model, rps, burst, block (negative:
+-- a block whose end resets the bucket, block_resets) and a window's scaled limit ('' for none: burst;
+-- negative: a window anchored at a key's first request, anchored)
 local function read_rule(ARGV, at)
   local id = ARGV[at] .. ' ' .. ARGV[at + 1] .. ' ' .. ARGV[at + 2] .. ' ' .. ARGV[at + 3] .. ' ' .. ARGV[at + 4]
   local rule = rules_read[id]
@@ -113,6 +125,10 @@ local function read_rule(ARGV, at)
       algorithm = ARGV[at], model = MODELS[ARGV[at]], rps = number(ARGV[at + 1]), burst = burst,
       block_ms = number(ARGV[at + 3]), limit = number(ARGV[at + 4]) or burst,
     }
+    -- only such a rule has the field: every other one's table stays as small
+    if rule.block_ms < 0 then rule.block_ms, rule.block_resets = -rule.block_ms, true end
+    -- a negative limit: a window anchored at a key's first request (anchored: only such a rule has it)
+    if rule.limit < 0 then rule.limit, rule.anchored = -rule.limit, true end
     if rules_kept >= 1024 then rules_read, rules_kept = {}, 0 end
     rules_read[id], rules_kept = rule, rules_kept + 1
   end
@@ -136,6 +152,7 @@ local function decide(call, KEYS, n, charge, reply)
   for i = 1, n do
     local rule, k = rules_of[i], indexes_of[i]
     states[i] = load(call, rule.model, KEYS[k], k, rule)
+    if rule.block_resets then states[i] = after_block(rule.model, states[i], call.now, rule) end
     admits[i] = admitted(rule.model, states[i], rule, costs_of[i])
     allowed = allowed and admits[i]
   end
@@ -159,7 +176,11 @@ local function decide(call, KEYS, n, charge, reply)
       local full_ms = report(m, states[i], rule, costs_of[i], admits[i], delay_ms, reply)
       if saves then save(call, m, KEYS[k], states[i], full_ms) end
     elseif saves then
-      save(call, m, KEYS[k], states[i], max(block_left_ms(states[i], rule), m.wait_ms(states[i], rule, rule.burst)))
+      -- fullMsOf, as report works it out (a block that resets: its end; only then is block_ms > 0
+      -- and block_resets read)
+      local block_ms = block_left_ms(states[i], rule)
+      if not (block_ms > 0 and rule.block_resets) then block_ms = max(block_ms, m.wait_ms(states[i], rule, rule.burst)) end
+      save(call, m, KEYS[k], states[i], block_ms)
     end
   end
 end

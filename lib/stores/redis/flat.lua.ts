@@ -93,11 +93,16 @@ local function flat_call(KEYS, ARGV)
   -- algorithms/conversions.ts WHOLE_TOLERANCE (wholeIfNear) times burst
   local near = burst * 256 * 2 ^ (-52)
   -- a window's length (windowMs) and what it admits a request of 1 under (windowLimit(rule, 1))
-  local w, limit = 0, burst
+  -- (anchored: a fixed window anchored at a key's first request, whose limit comes negated: see
+  -- limitArg in script-protocol.ts)
+  local w, limit, anchored = 0, burst, false
   if windowed then
     w = floor((burst * 1000) / rps + 0.5)
     if w < 1 then w = 1 end
-    if ARGV[6] ~= '' then limit = ${number('ARGV[6]')} end
+    if ARGV[6] ~= '' then
+      limit = ${number('ARGV[6]')}
+      if limit < 0 then limit, anchored = -limit, true end
+    end
     if limit < 1 then limit = 1 end
   end
   -- request i takes KEYS[i], unless key indexes follow the rule's arguments
@@ -182,9 +187,17 @@ local function flat_call(KEYS, ARGV)
       a, b = tokens - 1, at
     else
       -- the windows (a: the window's start; a clock that goes back into an earlier window stays
-      -- in the stored one), counts written under a larger limit taken as the whole burst
+      -- in the stored one), counts written under a larger limit taken as the whole burst; an
+      -- anchored window: the stored one while it lasts, else one that starts now
       if a ~= nil and a > now then at = a end
-      local start = floor(at / w) * w
+      local start
+      if not anchored then
+        start = floor(at / w) * w
+      elseif a ~= nil and at < a + w then
+        start = a
+      else
+        start = at
+      end
       if fixed then
         -- fixedWindow (b: the count)
         local counted = 0

@@ -17,8 +17,10 @@ import type { RateLimitRequest } from '../rate-limit-store.interface.js';
  *
  * A rule takes `RULE_ARGS` arguments: its algorithm ('token_bucket', 'fixed_window', ...), rps
  * (tokens per second, a decimal string, may be fractional), burst (tokens), block (integer ms a
- * refusal blocks for; '0' for none), and a window's scaled limit (`Rule.limit`, tokens, may be
- * fractional; '' for none).
+ * refusal blocks for, negated for a block whose end resets the bucket, `Rule.blockResets`: '-900000';
+ * '0' for none), and a window's scaled limit (`Rule.limit`, tokens, may be
+ * fractional; '' for none), negated for a window anchored at a key's first request (`Rule.anchor`;
+ * its limit then always given: '-10'). See `limitArg`.
  *
  * Decide call (`encodeDecide`): a call names each key and each rule once, and each request only
  * what it does not share with the others.
@@ -51,7 +53,7 @@ import type { RateLimitRequest } from '../rate-limit-store.interface.js';
  * ARGV[3]              the rule's algorithm
  * ARGV[4], ARGV[5]     its rps and burst
  * ARGV[6]              (a window only: fixed_window, sliding_window_counter) its scaled limit,
- *                      '' for none
+ *                      '' for none, negated when anchored (as a rule's, see `limitArg`)
  * then                 when the call names a key more than once: each request's key index (from
  *                      1); else request i takes KEYS[i]
  *
@@ -127,9 +129,19 @@ function ruleArgs(rule: Rule): string[] {
     rule.algorithm,
     String(rule.rps),
     String(rule.burst),
-    rule.blockMs === undefined ? '0' : String(rule.blockMs),
-    rule.limit === undefined ? '' : String(rule.limit),
+    rule.blockMs === undefined ? '0' : rule.blockResets === true ? `-${rule.blockMs}` : String(rule.blockMs),
+    limitArg(rule),
   ];
+}
+
+/**
+ * A rule's window limit argument: its scaled limit (`Rule.limit`), '' for none; for a window
+ * anchored at a key's first request (`Rule.anchor`), minus its limit (`burst` when unscaled), so a
+ * clock-aligned rule, the common one, passes and reads what it did before (a limit is never below 0).
+ */
+function limitArg(rule: Rule): string {
+  if (rule.anchor !== undefined) return `-${rule.limit ?? rule.burst}`;
+  return rule.limit === undefined ? '' : String(rule.limit);
 }
 
 /** The keys and arguments (ARGV from 2 on) of a decide call for `calls`, request after request. */
@@ -158,7 +170,7 @@ export function encodeDecide(calls: readonly CallRequest[]): DecideCall {
   const [rule] = rules.keys();
   if (plain && rules.size === 1 && FLAT_ALGORITHMS.has(rule.algorithm) && rule.blockMs === undefined) {
     const args = [deadline, rule.algorithm, String(rule.rps), String(rule.burst)];
-    if (FLAT_ALGORITHMS.get(rule.algorithm)) args.push(rule.limit === undefined ? '' : String(rule.limit));
+    if (FLAT_ALGORITHMS.get(rule.algorithm)) args.push(limitArg(rule));
     if (keyed) for (const k of keyIndexes) args.push(String(k + 1));
     return { keys, args, keyIndexes, flat: true };
   }
