@@ -26,11 +26,16 @@ const shared = {
       'ts-jest',
       { tsconfig: { allowJs: true, module: 'commonjs' } },
     ],
+    // the real @nestjs/throttler (CommonJS) on the app's ESM @nestjs/common and core: see the transform
+    '/node_modules/@nestjs/throttler/dist/.+\\.js$': '<rootDir>/test/support/throttler/nt-cjs-transform.cjs',
   },
-  transformIgnorePatterns: ['^(?!.*/@fastify/static/node_modules/content-disposition/).*/node_modules/'],
+  transformIgnorePatterns: [
+    '^(?!.*/@fastify/static/node_modules/content-disposition/)(?!.*/node_modules/@nestjs/throttler/dist/).*/node_modules/',
+  ],
   moduleNameMapper: {
     '^nestjs-ratelimit$': '<rootDir>/lib/index.ts',
     '^nestjs-ratelimit/store$': '<rootDir>/lib/store/index.ts',
+    '^nestjs-ratelimit/throttler$': '<rootDir>/lib/throttler/index.ts',
     '^(\\.{1,2}/.*)\\.js$': '$1',
   },
 };

@@ -1,10 +1,10 @@
 /**
- * The package's entries as users get them, `nestjs-ratelimit/testing` and `nestjs-ratelimit/store`
- * beside the root: the package is built (`npm run build`), packed (`npm pack`) and unpacked into a
- * project's node_modules (its other packages: links to this repository's), and a user's file
- * imports all three through the `exports` map, in a Node process of its own (ESM, and CommonJS
+ * The package's entries as users get them, `nestjs-ratelimit/testing`, `nestjs-ratelimit/store`
+ * and `nestjs-ratelimit/throttler` beside the root: the package is built (`npm run build`), packed
+ * (`npm pack`) and unpacked into a project's node_modules (its other packages: links to this
+ * repository's), and a user's file imports all four through the `exports` map, in a Node process of its own (ESM, and CommonJS
  * through the require conditions) and under `tsc` (NodeNext resolution, so the `types` conditions
- * are what is read). The root entry's import graph, as built, never reaches the other two.
+ * are what is read). The root entry's import graph, as built, never reaches the other three.
  */
 import { execFile, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -53,7 +53,14 @@ for (const now of [0, 0, 0, 1000]) {
 // one copy of what the root exports too: the token, and the error the module tells by its class
 const sameKit = kit.RateLimitStore === RateLimitStore && kit.RateLimitStoreError === RateLimitStoreError;
 const sameModule = testing.imports.some((imported) => imported.module === RateLimitModule);
-console.log(JSON.stringify({ allowed, waited, sameModule, decided, sameKit }));
+// the @nestjs/throttler drop-in: its module, and its storage counting NT's way on a memory store
+const throttling = ThrottlerModule.forRoot([{ ttl: seconds(60), limit: 2 }]);
+const storage = new RateLimitThrottlerStorage();
+const throttled = [];
+for (let i = 0; i < 3; i++) throttled.push((await storage.increment('k', seconds(60), 2, 0, 'default')).isBlocked);
+await storage.onApplicationShutdown();
+const throttler = { module: throttling.module === ThrottlerModule, guard: typeof ThrottlerGuard, throttled };
+console.log(JSON.stringify({ allowed, waited, sameModule, decided, sameKit, throttler }));
 `;
 
 /** The user's test in ESM, importing as users do. */
@@ -63,6 +70,7 @@ import { NestFactory } from '@nestjs/core';
 import { RateLimitModule, RateLimiterService, RateLimitStore, RateLimitStoreError } from 'nestjs-ratelimit';
 import * as kit from 'nestjs-ratelimit/store';
 import { ManualClock, RateLimitTestingModule } from 'nestjs-ratelimit/testing';
+import { RateLimitThrottlerStorage, ThrottlerGuard, ThrottlerModule, seconds } from 'nestjs-ratelimit/throttler';
 ${CONSUMER_BODY}`;
 
 /** The same in CommonJS (a NestJS 11 app's tests): the require conditions. */
@@ -72,8 +80,10 @@ const { NestFactory } = require('@nestjs/core');
 const { RateLimitModule, RateLimiterService, RateLimitStore, RateLimitStoreError } = require('nestjs-ratelimit');
 const kit = require('nestjs-ratelimit/store');
 const { ManualClock, RateLimitTestingModule } = require('nestjs-ratelimit/testing');
+const { RateLimitThrottlerStorage, ThrottlerGuard, ThrottlerModule, seconds } = require('nestjs-ratelimit/throttler');
 if (!require.resolve('nestjs-ratelimit/testing').endsWith('/dist/cjs/testing/index.js')) throw new Error(require.resolve('nestjs-ratelimit/testing'));
 if (!require.resolve('nestjs-ratelimit/store').endsWith('/dist/cjs/store/index.js')) throw new Error(require.resolve('nestjs-ratelimit/store'));
+if (!require.resolve('nestjs-ratelimit/throttler').endsWith('/dist/cjs/throttler/index.js')) throw new Error(require.resolve('nestjs-ratelimit/throttler'));
 (async () => {${CONSUMER_BODY}})();
 `;
 
@@ -95,6 +105,13 @@ import {
   type Verdict,
 } from 'nestjs-ratelimit/store';
 import { ManualClock, RateLimitTestingModule, type RateLimitTestingOptions } from 'nestjs-ratelimit/testing';
+import {
+  RateLimitThrottlerStorage,
+  type ThrottlerModuleOptions,
+  type ThrottlerStorage,
+  type ThrottlerStorageRecord,
+  ThrottlerModule,
+} from 'nestjs-ratelimit/throttler';
 
 const options: RateLimitTestingOptions = { prefix: 'test:', headers: false };
 export const testing = RateLimitTestingModule.forRoot(options);
@@ -123,13 +140,20 @@ export class FreshStore implements RateLimitStore {
 export const rule: Rule = { algorithm: 'token_bucket', rps: 2, burst: 4 };
 export const tokens: number = tokenBucket.current(undefined, 0, rule).tokens;
 export const outcome: Outcome = decideAll([{ state: undefined, rule, cost: 1 }], 0, false).outcomes[0];
+const throttlers: ThrottlerModuleOptions = { throttlers: [{ name: 'short', ttl: 1_000, limit: 3 }] };
+const storage: ThrottlerStorage = new RateLimitThrottlerStorage({ prefix: 'nt:', failMode: 'open', timeout: 100 });
+export const throttling = ThrottlerModule.forRoot(throttlers, { prefix: 'nt:' });
+export const record: Promise<ThrottlerStorageRecord> = storage.increment('k', 1_000, 3, 0, 'short');
 `;
 
 /** A CommonJS user's file, typed: NodeNext reads the require condition's declarations. */
 const CONSUMER_CTS = `
 import type { StoreClock } from 'nestjs-ratelimit/store';
 import { ManualClock } from 'nestjs-ratelimit/testing';
+import { ThrottlerGuard, type ThrottlerOptions } from 'nestjs-ratelimit/throttler';
 export const at: number = new ManualClock(0).advance('250ms');
+export const short: ThrottlerOptions = { name: 'short', ttl: 1_000, limit: 3 };
+export const guard: typeof ThrottlerGuard = ThrottlerGuard;
 export const clock: StoreClock = new ManualClock(0);
 `;
 
@@ -183,7 +207,7 @@ async function graphFrom(file: string, seen = new Set<string>()): Promise<Set<st
 }
 
 describe('the packed package', () => {
-  it.each(['testing', 'store'])("maps './%s' to built files that are in the package", async (entry) => {
+  it.each(['testing', 'store', 'throttler'])("maps './%s' to built files that are in the package", async (entry) => {
     const { exports } = JSON.parse(await readFile(join(pkg, 'package.json'), 'utf8')) as {
       exports: Record<string, unknown>;
     };
@@ -199,6 +223,8 @@ describe('the packed package', () => {
     ['testing', join('dist', 'rate-limit.module.js')],
     // and the store interface's file (its injection token), as the store kit does
     ['store', join('dist', 'stores', 'rate-limit-store.interface.js')],
+    // and the store owner, as the throttler drop-in's storage does (one copy of the stores)
+    ['throttler', join('dist', 'stores', 'store-owner.js')],
   ])('loads the %s entry only when it is imported: the root never reaches it', async (entry, shared) => {
     const { exports } = JSON.parse(await readFile(join(pkg, 'package.json'), 'utf8')) as {
       exports: Record<string, unknown>;
@@ -232,6 +258,7 @@ describe('the packed package', () => {
           [true, true],
         ],
         sameKit: true,
+        throttler: { module: true, guard: 'function', throttled: [false, false, true] },
       });
     },
     60_000,
@@ -255,5 +282,7 @@ describe('the packed package', () => {
     expect(read).toContain(join(pkg, 'dist', 'cjs', 'testing', 'index.d.ts'));
     expect(read).toContain(join(pkg, 'dist', 'store', 'index.d.ts'));
     expect(read).toContain(join(pkg, 'dist', 'cjs', 'store', 'index.d.ts'));
+    expect(read).toContain(join(pkg, 'dist', 'throttler', 'index.d.ts'));
+    expect(read).toContain(join(pkg, 'dist', 'cjs', 'throttler', 'index.d.ts'));
   }, 60_000);
 });

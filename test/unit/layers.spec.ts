@@ -45,6 +45,8 @@ const ALLOWED: Record<string, readonly string[]> = {
   testing: ['policy', 'stores', 'rate-limit.module.ts', 'rate-limit-options.interface.ts'],
   // the store kit hands a store of your own what the built-in ones decide with
   store: ['algorithms', 'stores'],
+  // the @nestjs/throttler drop-in: NT's guard on the contexts' seams, its storage on the stores
+  throttler: ['algorithms', 'contexts', 'keys', 'observability', 'stores', 'rate-limit.exception.ts'],
 };
 
 /** Every .ts file under `dir`, relative to `base`. */

@@ -20,6 +20,7 @@ import { StoreOwner } from '../../lib/stores/store-owner.js';
 import { parseCommandLine } from '../../lib/simulator/simulate-args.js';
 import { ManualClock } from '../../lib/testing/index.js';
 import { StandaloneLimiter } from '../support/standalone-limiter.js';
+import { RateLimitThrottlerStorage } from '../../lib/throttler/index.js';
 
 /**
  * Every validation message, exactly: one row per bad input, with the whole message it must
@@ -35,6 +36,8 @@ const TOKEN_CHARS = "letters, digits and !#$%&'*+-.^_`|~ only";
 const KEY_SOURCES = `must be 'ip', 'user', 'api-key', 'header:<name>', a function, or a non-empty list of those`;
 const WINDOW = `must be a positive number of seconds or a duration such as '10s', '1m', '1h', '1d'`;
 const BLOCK_FOR = `must be a duration of at least 1 ms: seconds, or a string such as '30s', '15m', '1h', '1d'`;
+/** What a plain `blockFor` (not an object) that is not a duration is told. */
+const BLOCK_FOR_PLAIN = `${BLOCK_FOR}, or { duration, then: 'keep' | 'reset' }`;
 const COST = `must be a positive number, 'header:<name>', 'query:<name>' or a function`;
 const NAME = 'must be a string of 1 to 64 visible ASCII characters, without spaces or braces';
 const TIMEOUT = 'must be a positive number of milliseconds, at most 2147483647 (the longest a timer can wait)';
@@ -306,7 +309,42 @@ const ROWS: Row[] = [
   [
     'a misspelt field',
     policy({ rps: 1, brust: 5 }),
-    `${ON_HANDLER} "brust" is not a policy field (the fields are algorithm, rps, tokensPerSecond, burst, limit, window, cost, defaultCost, key, name, tiers, tier, defaultTier, blockFor, count, skipIf, adaptive), got 5`,
+    `${ON_HANDLER} "brust" is not a policy field (the fields are algorithm, rps, tokensPerSecond, burst, limit, window, anchor, cost, defaultCost, key, scope, name, tiers, tier, defaultTier, blockFor, count, skipIf, adaptive), got 5`,
+  ],
+  [
+    "anchor 'first'",
+    policy({ algorithm: 'fixed_window', limit: 5, window: '1m', anchor: 'first' }),
+    `${ON_HANDLER} "anchor" must be 'clock' (windows on the clock's grid) or 'first-request' (a window starts at a client's first request), got "first"`,
+  ],
+  [
+    'anchor on a token bucket',
+    policy({ limit: 5, window: '1m', anchor: 'first-request' }),
+    `${ON_HANDLER} "anchor" applies to 'fixed_window' only, and the algorithm is 'token_bucket', got "first-request"`,
+  ],
+  [
+    "anchor 'clock' on a sliding window counter, on the class",
+    policy({ algorithm: 'sliding_window_counter', limit: 5, window: '1m', anchor: 'clock' }, 'class'),
+    `${ON_CLASS} "anchor" applies to 'fixed_window' only, and the algorithm is 'sliding_window_counter', got "clock"`,
+  ],
+  [
+    'anchor beside tiers',
+    policy({ ...TIERED, anchor: 'first-request' }),
+    `${ON_HANDLER} "anchor" is given beside "tiers"; give the limits in each tier`,
+  ],
+  [
+    "a tier's anchor on a gcra",
+    policy({ ...TIERED, tiers: { free: { rps: 1 }, pro: { algorithm: 'gcra', rps: 5, anchor: 'first-request' } } }),
+    `${ON_HANDLER} "tiers.pro.anchor" applies to 'fixed_window' only, and the algorithm is 'gcra', got "first-request"`,
+  ],
+  [
+    "scope 'handler'",
+    policy({ rps: 1, scope: 'handler' }, 'class'),
+    `${ON_CLASS} "scope" must be 'client' (one bucket per client across the routes it covers) or 'route' (one per client per route), got "handler"`,
+  ],
+  [
+    'a module policy with scope true',
+    options({ policies: [{ rps: 1, scope: true as never }] }),
+    `${ON_MODULE} "scope" must be 'client' (one bucket per client across the routes it covers) or 'route' (one per client per route), got true`,
   ],
   [
     'count misspelt',
@@ -453,25 +491,73 @@ const ROWS: Row[] = [
   [
     "blockFor '1 hour'",
     policy({ limit: 5, window: '15m', blockFor: '1 hour' }),
-    `${ON_HANDLER} "blockFor" ${BLOCK_FOR}, got "1 hour"`,
+    `${ON_HANDLER} "blockFor" ${BLOCK_FOR_PLAIN}, got "1 hour"`,
   ],
-  ['blockFor 0', policy({ limit: 5, window: '15m', blockFor: 0 }), `${ON_HANDLER} "blockFor" ${BLOCK_FOR}, got 0`],
+  [
+    'blockFor 0',
+    policy({ limit: 5, window: '15m', blockFor: 0 }),
+    `${ON_HANDLER} "blockFor" ${BLOCK_FOR_PLAIN}, got 0`,
+  ],
   [
     "blockFor '0.1ms'",
     policy({ limit: 5, window: '15m', blockFor: '0.1ms' }),
-    `${ON_HANDLER} "blockFor" ${BLOCK_FOR}, got "0.1ms"`,
+    `${ON_HANDLER} "blockFor" ${BLOCK_FOR_PLAIN}, got "0.1ms"`,
   ],
   [
     'blockFor null',
     policy({ limit: 5, window: '15m', blockFor: null }),
-    `${ON_HANDLER} "blockFor" ${BLOCK_FOR}, got null`,
+    `${ON_HANDLER} "blockFor" ${BLOCK_FOR_PLAIN}, got null`,
   ],
   [
     'blockFor longer than a year',
     policy({ limit: 5, window: '15m', blockFor: '366d' }),
     `${ON_HANDLER} "blockFor" must be at most 365 days, got "366d"`,
   ],
-  ['blockFor on a class', policy({ rps: 1, blockFor: -60 }, 'class'), `${ON_CLASS} "blockFor" ${BLOCK_FOR}, got -60`],
+  [
+    'blockFor on a class',
+    policy({ rps: 1, blockFor: -60 }, 'class'),
+    `${ON_CLASS} "blockFor" ${BLOCK_FOR_PLAIN}, got -60`,
+  ],
+  [
+    'blockFor a list',
+    policy({ limit: 5, window: '15m', blockFor: ['15m'] }),
+    `${ON_HANDLER} "blockFor" ${BLOCK_FOR_PLAIN}, got ["15m"]`,
+  ],
+  [
+    'blockFor without a duration',
+    policy({ limit: 5, window: '15m', blockFor: { then: 'reset' } }),
+    `${ON_HANDLER} "blockFor.duration" is required: seconds, or a string such as '30s', '15m', '1h', '1d', got undefined`,
+  ],
+  [
+    "blockFor { duration: '1 hour' }",
+    policy({ limit: 5, window: '15m', blockFor: { duration: '1 hour', then: 'reset' } }),
+    `${ON_HANDLER} "blockFor.duration" ${BLOCK_FOR}, got "1 hour"`,
+  ],
+  [
+    'blockFor { duration: null }',
+    policy({ limit: 5, window: '15m', blockFor: { duration: null } }),
+    `${ON_HANDLER} "blockFor.duration" ${BLOCK_FOR}, got null`,
+  ],
+  [
+    'blockFor { duration } longer than a year',
+    policy({ limit: 5, window: '15m', blockFor: { duration: '366d', then: 'keep' } }),
+    `${ON_HANDLER} "blockFor.duration" must be at most 365 days, got "366d"`,
+  ],
+  [
+    "blockFor { then: 'forget' }",
+    policy({ limit: 5, window: '15m', blockFor: { duration: '15m', then: 'forget' } }),
+    `${ON_HANDLER} "blockFor.then" must be 'keep' (the bucket as the refusals left it when the block ends) or 'reset' (full again), got "forget"`,
+  ],
+  [
+    'blockFor { then: true }',
+    policy({ limit: 5, window: '15m', blockFor: { duration: 60, then: true } }, 'class'),
+    `${ON_CLASS} "blockFor.then" must be 'keep' (the bucket as the refusals left it when the block ends) or 'reset' (full again), got true`,
+  ],
+  [
+    'blockFor with a misspelt field',
+    policy({ limit: 5, window: '15m', blockFor: { duration: '15m', than: 'reset' } }),
+    `${ON_HANDLER} "blockFor.than" is not a field of blockFor (the fields are duration, then), got "reset"`,
+  ],
   [
     'limit per window past 1e6 rps',
     policy({ limit: 2_000_000, window: 1 }),
@@ -642,7 +728,7 @@ const ROWS: Row[] = [
   [
     'a tier with a key',
     policy({ ...TIERED, tiers: { free: { rps: 1, key: 'ip' } } }),
-    `${ON_HANDLER} "tiers.free.key" is not a tier field (the fields are algorithm, rps, tokensPerSecond, burst, limit, window), got "ip"`,
+    `${ON_HANDLER} "tiers.free.key" is not a tier field (the fields are algorithm, rps, tokensPerSecond, burst, limit, window, anchor), got "ip"`,
   ],
   [
     'a tier with burst 0, on the class',
@@ -959,6 +1045,28 @@ const ROWS: Row[] = [
     `${ON_MODULE} "rps" must be a positive number (tokens per second), got 0`,
   ],
 
+  // @nestjs/throttler's storage on ours (nestjs-ratelimit/throttler)
+  [
+    'RateLimitThrottlerStorage prefix with braces',
+    store(() => new RateLimitThrottlerStorage({ prefix: '{t}:' })),
+    'Invalid RateLimitThrottlerStorage option "prefix": must be a string of at most 256 characters, without braces, got "{t}:"',
+  ],
+  [
+    'RateLimitThrottlerStorage counting unknown',
+    store(() => new RateLimitThrottlerStorage({ counting: 'fixed' as never })),
+    `Invalid RateLimitThrottlerStorage option "counting": must be 'sliding-log' or 'anchored-window', got "fixed"`,
+  ],
+  [
+    'RateLimitThrottlerStorage failMode unknown',
+    store(() => new RateLimitThrottlerStorage({ failMode: 'shut' as never })),
+    `Invalid RateLimitThrottlerStorage option "failMode": must be 'open', 'closed' or 'local', got "shut"`,
+  ],
+  [
+    'RateLimitThrottlerStorage timeout of 0',
+    store(() => new RateLimitThrottlerStorage({ timeout: 0 })),
+    'Invalid RateLimitThrottlerStorage option "timeout": must be a positive number of milliseconds, got 0',
+  ],
+
   // the stores' own options
   [
     'RedisStore without options',
@@ -1053,6 +1161,11 @@ const ROWS: Row[] = [
       ]),
     ),
     'Invalid @RateLimit policy on RateLimiterService: two policies are named "default"; give each policy its own "name"',
+  ],
+  [
+    'RateLimiterService: a policy scoped to the route',
+    limiter((l) => l.consume('user:1', { rps: 1, scope: 'route' })),
+    `Invalid @RateLimit policy on RateLimiterService: "scope" cannot be 'route' here: RateLimiterService has no route, only an identity; use 'client' (the default), got "route"`,
   ],
   [
     'RateLimiterService: a bad policy',

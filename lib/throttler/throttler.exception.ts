@@ -1,0 +1,15 @@
+import { HttpException, HttpStatus } from '@nestjs/common';
+
+/** The message of a refusal when `errorMessage` does not say otherwise. */
+export const throttlerMessage = 'ThrottlerException: Too Many Requests';
+
+/**
+ * A refused request: 429, body `{ "statusCode": 429, "message": "ThrottlerException: Too Many Requests" }`.
+ *
+ * @example throw new ThrottlerException('Slow down');
+ */
+export class ThrottlerException extends HttpException {
+  constructor(message?: string) {
+    super(`${message || throttlerMessage}`, HttpStatus.TOO_MANY_REQUESTS);
+  }
+}
