@@ -61,13 +61,13 @@ export default defineConfig(
     },
   },
   {
-    // the NestJS 11 app is type-checked and run only as installed into a copy (test/e2e/nest11),
-    // where `nestjs-ratelimit` resolves to the packed package: here its types are unknown
-    files: ['test/nest11/**'],
+    // the NestJS 11 and 12 apps are type-checked and run only as installed into a copy (test/e2e/nest11,
+    // nest12), where `nestjs-ratelimit` resolves to the packed package: here its types are unknown
+    files: ['test/nest11/**', 'test/nest12/**'],
     extends: [tseslint.configs.disableTypeChecked],
   },
   {
-    files: ['test/nest11/**/*.js'],
+    files: ['test/nest11/**/*.js', 'test/nest11/**/*.cjs'],
     languageOptions: { sourceType: 'commonjs' },
     rules: { '@typescript-eslint/no-require-imports': 'off' },
   },

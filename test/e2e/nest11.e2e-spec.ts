@@ -4,112 +4,52 @@
  * package-lock.json), which runs as a Node process of its own, once on the memory store and once
  * on the test Redis. The checks go over real HTTP: `@RateLimit`, `@SkipRateLimit`, a module
  * policy, `RateLimiterService` from a controller, the Redis keys, the optional peers loaded
- * lazily, and that the process loaded the CommonJS build only.
+ * lazily, that the process loaded the CommonJS build only, and @nestjs/throttler's README example
+ * on `nestjs-ratelimit/throttler`. All of them under the Node running Jest; under Node 22 and 24
+ * (the npm registry's builds, test/support/processes/node-builds.ts) the same copy runs the smoke
+ * checks: the build it loads, `@RateLimit`, `@SkipRateLimit` and the throttler example.
  *
- * The first run on a machine downloads NestJS 11 into npm's cache; later runs install from it.
+ * The first run on a machine downloads NestJS 11 into npm's cache, and the Node builds; later
+ * runs install from them.
  */
-import { type ChildProcessWithoutNullStreams, execFile, spawn } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
 import { costExceedsBurst, limitExceeded } from '../../lib/rate-limit.messages.js';
-import { installPackedApp } from '../support/processes/packed-app.js';
-import { testRedisUrl, ttlsUnder, useTestRedis } from '../support/redis/test-redis.js';
+import { expectAbout, getJson, type Reply } from '../support/processes/app-process.js';
+import {
+  OTHER_NODES,
+  quietChecks,
+  rateLimitSmokeChecks,
+  STORES,
+  type Store,
+  throttlerSmokeChecks,
+  type ThrottlerReady,
+  useInstalledApp,
+  useSmokeApps,
+} from '../support/processes/smoke-apps.js';
+import { ttlsUnder, useTestRedis } from '../support/redis/test-redis.js';
 
 /** The line the app prints once it listens. */
-interface Ready {
+interface Ready extends ThrottlerReady {
   port: number;
   resolved: string;
   nest: string;
   peersRequiredByModule: { id: string; by: string }[];
 }
 
-interface App {
-  ready: Ready;
-  child: ChildProcessWithoutNullStreams;
-  stderr: () => string;
-}
-
-const STORES = ['memory', 'redis'] as const;
-type Store = (typeof STORES)[number];
-
 const run = randomUUID();
-const prefixOf = (store: Store): string => `nest11:${run}:${store}:`;
 
-let dir: string;
-let appDir: string;
-const apps = new Map<Store, App>();
 const redis = useTestRedis();
-
-/** Starts the app on `store` and waits for its ready line. */
-async function start(store: Store): Promise<App> {
-  // the app needs no --experimental-vm-modules (it would only print a warning on stderr)
-  const { NODE_OPTIONS: _jestOptions, ...inherited } = process.env;
-  const env = {
-    ...inherited,
-    STORE: store,
-    PREFIX: prefixOf(store),
-    REDIS_URL: store === 'redis' ? testRedisUrl() : '',
-  };
-  const child = spawn(process.execPath, ['app.js'], { cwd: appDir, env, stdio: 'pipe' });
-  let stderr = '';
-  child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
-  const ready = await new Promise<Ready>((resolve, reject) => {
-    const exited = (code: number | null) =>
-      reject(new Error(`the NestJS 11 app exited (${code}) before it listened. stderr:\n${stderr}`));
-    child.once('exit', exited);
-    createInterface({ input: child.stdout }).once('line', (line) => {
-      child.off('exit', exited);
-      resolve(JSON.parse(line) as Ready);
-    });
-  });
-  return { ready, child, stderr: () => stderr };
-}
-
-/** SIGTERM (the app closes itself, and the Redis client it opened), SIGKILL if it is still up 10 s later. */
-async function stop({ child }: App): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  const exited = new Promise((resolve) => child.once('exit', resolve));
-  child.kill('SIGTERM');
-  const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
-  await exited;
-  clearTimeout(timer);
-}
-
-beforeAll(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'rl-nest11-'));
-  const installed = await installPackedApp(dir, 'test/nest11');
-  appDir = installed.appDir;
-  const { build, pack, install } = installed.times;
-  console.log(
-    `NestJS 11 app: build ${build.toFixed(1)} s, pack ${pack.toFixed(1)} s, npm install ${install.toFixed(1)} s`,
-  );
-  for (const store of STORES) apps.set(store, await start(store));
-}, 240_000);
-
-afterAll(async () => {
-  await Promise.all([...apps.values()].map(stop));
-  if (dir !== undefined) await rm(dir, { recursive: true, force: true });
-});
-
-/** A response, its body read and parsed. */
-interface Reply {
-  status: number;
-  headers: Headers;
-  body: unknown;
-}
+const appDir = useInstalledApp('test/nest11');
+const current = useSmokeApps<Ready>({ name: 'nest11', appDir, entry: 'app.js' });
 
 async function get(store: Store, path: string, apiKey?: string): Promise<Reply> {
-  const { port } = apps.get(store)!.ready;
-  const response = await fetch(`http://127.0.0.1:${port}${path}`, {
-    headers: apiKey === undefined ? {} : { 'x-api-key': apiKey },
-  });
-  return { status: response.status, headers: response.headers, body: await response.json() };
+  return getJson(current.app(store).ready.port, path, apiKey === undefined ? {} : { 'x-api-key': apiKey });
 }
 
 async function statuses(store: Store, path: string, apiKey: string, count: number): Promise<number[]> {
@@ -118,13 +58,7 @@ async function statuses(store: Store, path: string, apiKey: string, count: numbe
   return seen;
 }
 
-/** Within `tolerance` below `expected` (time passes between requests; buckets refill). */
-function expectAbout(actual: number, expected: number, tolerance = 1): void {
-  expect(actual).toBeLessThanOrEqual(expected);
-  expect(actual).toBeGreaterThanOrEqual(expected - tolerance);
-}
-
-const INSTALLED = (): string => join(appDir, 'node_modules', 'nestjs-ratelimit');
+const INSTALLED = (): string => join(appDir(), 'node_modules', 'nestjs-ratelimit');
 const TSC = fileURLToPath(new URL('../../node_modules/typescript/bin/tsc', import.meta.url));
 
 test('the package installed is CommonJS under dist/cjs, with no import() or import.meta left', async () => {
@@ -140,7 +74,7 @@ test('the package installed is CommonJS under dist/cjs, with no import() or impo
 
 test('a NestJS 11 TypeScript project (CommonJS, declarations checked) compiles against the CommonJS types', async () => {
   const { stdout } = await promisify(execFile)(process.execPath, [TSC, '-p', 'tsconfig.json', '--listFiles'], {
-    cwd: appDir,
+    cwd: appDir(),
     maxBuffer: 16 * 1024 * 1024,
   });
   const declarations = stdout.split('\n').filter((file) => file.startsWith(INSTALLED()));
@@ -152,7 +86,7 @@ describe.each(STORES)('NestJS 11, CommonJS, %s store', (store) => {
   const key = (name: string): string => `${name}-${run}`;
 
   test('the app runs NestJS 11 and requires the CommonJS build, and only it', async () => {
-    const { ready } = apps.get(store)!;
+    const { ready } = current.app(store);
     expect(ready.nest).toMatch(/^11\./);
     expect(ready.resolved).toBe(join(INSTALLED(), 'dist', 'cjs', 'index.js'));
     const { files } = (await get(store, '/service/loaded')).body as { files: string[] };
@@ -212,7 +146,7 @@ describe.each(STORES)('NestJS 11, CommonJS, %s store', (store) => {
   });
 
   test('the optional peers are required lazily, and the WebSocket and microservice seams work on NestJS 11', async () => {
-    const { ready } = apps.get(store)!;
+    const { ready } = current.app(store);
     // at start: only ioredis, for the Redis store the module opened itself
     expect(ready.peersRequiredByModule).toEqual(
       store === 'redis' ? [{ id: 'ioredis', by: 'nestjs-ratelimit/dist/cjs/stores/store-owner.js' }] : [],
@@ -239,7 +173,7 @@ describe.each(STORES)('NestJS 11, CommonJS, %s store', (store) => {
 
 // after the Redis app's tests above (Jest runs a file's tests in the order they are declared)
 test('Redis: the keys are exactly the buckets charged, each with a TTL no longer than its refill', async () => {
-  const prefix = prefixOf('redis');
+  const prefix = current.prefix('redis');
   const key = (name: string): string => `${name}-${run}`;
   const ttls = await ttlsUnder(redis(), prefix);
   const expected = new Map([
@@ -255,6 +189,23 @@ test('Redis: the keys are exactly the buckets charged, each with a TTL no longer
   }
 });
 
-test('neither app logged an error or a warning', () => {
-  expect(STORES.map((store) => apps.get(store)!.stderr())).toEqual(['', '']);
+describe("@nestjs/throttler's README example on nestjs-ratelimit/throttler", () => {
+  throttlerSmokeChecks(current, redis);
+});
+
+quietChecks(current);
+
+describe.each(OTHER_NODES)('NestJS 11, CommonJS, on Node %i', (major) => {
+  const apps = useSmokeApps<Ready>({ name: 'nest11', appDir, entry: 'app.js', major });
+
+  test.each(STORES)('%s store: the app runs NestJS 11 on this Node and requires the CommonJS build', (store) => {
+    const { ready } = apps.app(store);
+    expect(apps.node().version).toMatch(new RegExp(`^v${major}\\.`));
+    expect(ready.nest).toMatch(/^11\./);
+    expect(ready.resolved).toBe(join(INSTALLED(), 'dist', 'cjs', 'index.js'));
+  });
+
+  rateLimitSmokeChecks(apps);
+  throttlerSmokeChecks(apps, redis);
+  quietChecks(apps);
 });

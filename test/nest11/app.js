@@ -2,12 +2,15 @@
 /**
  * A NestJS 11 app in plain CommonJS, as most NestJS apps in production are: it `require`s the
  * packed nestjs-ratelimit (installed into a copy of this folder by test/e2e/nest11.e2e-spec.ts)
- * and serves the routes that spec checks over HTTP. Decorators are applied by hand (`decorate`),
- * as TypeScript's CommonJS output applies them.
+ * and serves the routes that spec checks over HTTP (those shared with the NestJS 12 app are in
+ * smoke-routes.cjs). Decorators are applied by hand (`decorate`), as TypeScript's CommonJS output
+ * applies them. Beside it, on a port of its own, the same process runs @nestjs/throttler's README
+ * example on `nestjs-ratelimit/throttler` (or on `THROTTLER_PACKAGE`, to compare with the real NT).
  *
  * Environment: `STORE` (`memory` or `redis`), `REDIS_URL` (with `redis`), `PREFIX` (of every
- * store key). Prints one JSON line, `{ port, resolved, nest, peersRequiredByModule }`, once it
- * listens on a free port.
+ * store key), `THROTTLER_PREFIX` (of the throttler's keys on Redis). Prints one JSON line,
+ * `{ port, resolved, nest, peersRequiredByModule, throttler: { port } | { error } }`, once both
+ * listen on free ports.
  */
 const Module = require('node:module');
 
@@ -23,49 +26,23 @@ Module.prototype.require = function require(id) {
 };
 
 require('reflect-metadata');
-const { Controller, Get, Inject, Module: NestModule, Req } = require('@nestjs/common');
-const { NestFactory } = require('@nestjs/core');
+const common = require('@nestjs/common');
+const { Controller, Get, Inject, Module: NestModule, Req } = common;
+const core = require('@nestjs/core');
+const { NestFactory } = core;
 const { ExecutionContextHost } = require('@nestjs/core/helpers/execution-context-host');
 const { EventPattern, MessagePattern, RpcException } = require('@nestjs/microservices');
 const { WsException } = require('@nestjs/websockets');
+const ratelimit = require('nestjs-ratelimit');
+const { RateLimitContexts, RateLimitModule, RateLimiterService, SkipRateLimit } = ratelimit;
 const {
-  RateLimit,
-  RateLimitContexts,
-  RateLimitModule,
-  RateLimiterService,
-  SkipRateLimit,
-} = require('nestjs-ratelimit');
-
-/** Applies decorators to a method of `target`, or to `target` itself when no method is named. */
-function decorate(target, decorators, method) {
-  if (method === undefined) return Reflect.decorate(decorators, target);
-  const descriptor = Reflect.decorate(
-    decorators,
-    target.prototype,
-    method,
-    Object.getOwnPropertyDescriptor(target.prototype, method),
-  );
-  Object.defineProperty(target.prototype, method, descriptor);
-}
-
-/** Routes limited by `@RateLimit`, by the module's policy alone, and not at all. */
-class LimitedController {
-  burst() {
-    return { ok: true };
-  }
-
-  open() {
-    return { ok: true };
-  }
-
-  health() {
-    return { ok: true };
-  }
-}
-decorate(LimitedController, [Get('burst'), RateLimit({ name: 'burst', rps: 0.1, burst: 2 })], 'burst');
-decorate(LimitedController, [Get('open')], 'open');
-decorate(LimitedController, [Get('health'), SkipRateLimit()], 'health');
-decorate(LimitedController, [Controller()]);
+  decorate,
+  limitedController,
+  moduleLimits,
+  startThrottlerApp,
+  throttlerEngine,
+  throttlerModule,
+} = require('./smoke-routes.cjs');
 
 /** `RateLimiterService` from a controller, and what the process has loaded of the module. */
 class ServiceController {
@@ -124,16 +101,12 @@ class PatternHandlers {
 decorate(PatternHandlers, [MessagePattern('message')], 'message');
 decorate(PatternHandlers, [EventPattern('event')], 'event');
 
-const limits = {
-  prefix: process.env.PREFIX,
-  // every route not skipped: 5 requests a minute per client
-  policies: [{ name: 'app', limit: 5, window: '1m' }],
-  ...(process.env.STORE === 'redis' ? { redis: process.env.REDIS_URL } : {}),
-};
-
 class AppModule {}
 decorate(AppModule, [
-  NestModule({ imports: [RateLimitModule.forRoot(limits)], controllers: [LimitedController, ServiceController] }),
+  NestModule({
+    imports: [RateLimitModule.forRoot(moduleLimits(process.env))],
+    controllers: [limitedController(common, ratelimit), ServiceController],
+  }),
 ]);
 
 async function main() {
@@ -144,8 +117,14 @@ async function main() {
     port: app.getHttpServer().address().port,
     resolved: require.resolve('nestjs-ratelimit'),
     nest: require('@nestjs/core/package.json').version,
+    // before the throttler app starts, which may open a Redis client of its own
     peersRequiredByModule: [...peersRequiredByModule],
   };
+  ready.throttler = await startThrottlerApp(
+    NestFactory,
+    () => require(process.env.THROTTLER_PACKAGE || 'nestjs-ratelimit/throttler'),
+    (throttler) => throttlerModule(common, core, throttler, throttlerEngine(process.env)),
+  );
   process.stdout.write(`${JSON.stringify(ready)}\n`);
 }
 

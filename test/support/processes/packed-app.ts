@@ -6,7 +6,7 @@
 import { execFile } from 'node:child_process';
 import { copyFile, mkdir, readdir, readFile, rename, writeFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 
@@ -96,10 +96,16 @@ async function awaitAnswer(answer: string): Promise<PackedPackage> {
 
 /**
  * Copies the app folder `app` (a path from the repository's root; its files, not its
- * node_modules) to `dir/app` and installs it there with the packed package. Gives the copy's path
- * and how long each step took.
+ * node_modules) and the files `shared` (paths from the root; files it shares with another app)
+ * to `dir/app` and installs it there with the packed package, and `packages` (npm specs) if any.
+ * Gives the copy's path and how long each step took.
  */
-export async function installPackedApp(dir: string, app: string): Promise<{ appDir: string; times: PackedTimes }> {
+export async function installPackedApp(
+  dir: string,
+  app: string,
+  shared: string[] = [],
+  packages: string[] = [],
+): Promise<{ appDir: string; times: PackedTimes }> {
   const { tarball, build, pack } = await packedPackage();
 
   const appDir = join(dir, 'app');
@@ -107,8 +113,9 @@ export async function installPackedApp(dir: string, app: string): Promise<{ appD
   for (const entry of await readdir(join(ROOT, app), { withFileTypes: true })) {
     if (entry.isFile()) await copyFile(join(ROOT, app, entry.name), join(appDir, entry.name));
   }
+  for (const file of shared) await copyFile(join(ROOT, file), join(appDir, basename(file)));
   // the lock pins the app's dependencies; --no-save keeps the tarball out of the copy's package.json
   const started = performance.now();
-  await npm(appDir, ['install', '--no-save', '--no-audit', '--no-fund', '--prefer-offline', tarball]);
+  await npm(appDir, ['install', '--no-save', '--no-audit', '--no-fund', '--prefer-offline', tarball, ...packages]);
   return { appDir, times: { build, pack, install: since(started) } };
 }
