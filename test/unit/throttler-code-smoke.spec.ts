@@ -66,8 +66,8 @@ describe('RateLimitThrottlerStorage (smoke)', () => {
   });
 
   it('names a bad option', () => {
-    expect(() => new RateLimitThrottlerStorage({ prefix: 'a{b' })).toThrow(/'prefix'/);
-    expect(() => new RateLimitThrottlerStorage({ failMode: 'maybe' as 'open' })).toThrow(/'failMode'/);
+    expect(() => new RateLimitThrottlerStorage({ prefix: 'a{b' })).toThrow(/option "prefix"/);
+    expect(() => new RateLimitThrottlerStorage({ failMode: 'maybe' as 'open' })).toThrow(/option "failMode"/);
   });
 
   it("normalizes IPs as NT 6.7's default tracker does", () => {
