@@ -105,7 +105,9 @@ export class ThrottlerGuard implements CanActivate, OnModuleInit {
     const handler = context.getHandler();
     const classRef = context.getClass();
     if (await this.shouldSkip(context)) return true;
-    await this.transports.load(context.getType());
+    // only a gateway's or a microservice's first request waits for its peer's import: HTTP takes no extra turn
+    const loading = this.transports.load(context.getType());
+    if (loading !== undefined) await loading;
     const continues: boolean[] = [];
     for (const throttler of this.throttlers) {
       const name = throttler.name!;
