@@ -33,13 +33,15 @@ export class CallAnswers {
   ) {}
 
   /** Sets the header families for a verdict's decisions. */
-  headers({ context, seam }: LimitedCall, { policies, decisions }: RateLimitVerdict): void {
+  headers({ context, seam }: LimitedCall, { policies, requests, decisions }: RateLimitVerdict): void {
     const shared = seam.sharedAnswer?.(context);
-    if (shared !== undefined) return this.rewrite(sharedAnswer(shared).add(policies, decisions), context, seam);
+    if (shared !== undefined)
+      return this.rewrite(sharedAnswer(shared).add(policies, decisions, requests), context, seam);
     let plan = this.plans.get(policies);
     if (plan === undefined) this.plans.set(policies, (plan = headerPlan(this.options.headers, policies) ?? null));
     if (plan === null) return;
-    writeRateLimitHeaders(plan, decisions, this.now(), (name, value) => seam.setHeader(context, name, value));
+    const rules = plan.periodic === undefined ? undefined : requests.map((request) => request.rule);
+    writeRateLimitHeaders(plan, decisions, this.now(), (name, value) => seam.setHeader(context, name, value), rules);
   }
 
   /**

@@ -4,9 +4,9 @@ export { RateLimitContexts } from './contexts/rate-limit-contexts.js';
 export type { HeaderFamily } from './headers/rate-limit-headers.js';
 export type { LimitedRequest } from './keys/identity.js';
 export type { LimitedCall } from './limiter/limited-call.js';
-export type { RateLimitVerdict } from './limiter/rate-limiter.js';
+export type { RateLimitUsage, RateLimitVerdict } from './limiter/rate-limiter.js';
 export type { CostSource, KeySource, RateLimitPolicy, TierLimits, TierSource } from './policy/policy.types.js';
-export type { AdaptiveRate, BlockFor, SkipIf } from './policy/policy.types.js';
+export type { AdaptiveRate, BlockFor, QuotaAnchor, SkipIf } from './policy/policy.types.js';
 export type {
   RateLimitDecisionEvent,
   RateLimitResult,

@@ -1,4 +1,5 @@
 import { UseInterceptors } from '@nestjs/common';
+import { type Algorithm, RELEASED } from './algorithms/algorithm.types.js';
 import type { RateLimitPolicy } from './policy/policy.types.js';
 import { RATE_LIMIT_POLICIES, RATE_LIMIT_SKIP } from './rate-limit.constants.js';
 import { RateLimitOutcomeInterceptor } from './rate-limit-outcome.interceptor.js';
@@ -29,13 +30,24 @@ export function RateLimit(policy: RateLimitPolicy | RateLimitPolicy[]): ClassDec
   return added.some(watchesOutcome) ? withOutcomes(define) : define;
 }
 
-/** Whether a policy as written needs the request's outcome: only its routes run `RateLimitOutcomeInterceptor`. */
+/**
+ * Whether a policy as written needs the request's outcome (or its end, for a slot it holds): only
+ * its routes run `RateLimitOutcomeInterceptor`.
+ */
 function watchesOutcome(policy: RateLimitPolicy | RateLimitPolicy[]): boolean {
+  if (typeof policy !== 'object' || policy === null || Array.isArray(policy)) return false;
+  const tiers: unknown[] = typeof policy.tiers === 'object' && policy.tiers !== null ? Object.values(policy.tiers) : [];
   return (
-    typeof policy === 'object' &&
-    policy !== null &&
-    (('count' in policy && policy.count === 'failures') || 'adaptive' in policy)
+    policy.count === 'failures' ||
+    'adaptive' in policy ||
+    holdsSlots(policy.algorithm) ||
+    tiers.some((tier) => typeof tier === 'object' && tier !== null && holdsSlots((tier as RateLimitPolicy).algorithm))
   );
+}
+
+/** Whether an algorithm's charge is given back when the request ends (`concurrency`). */
+function holdsSlots(algorithm: unknown): boolean {
+  return typeof algorithm === 'string' && RELEASED.has(algorithm as Algorithm);
 }
 
 /** `define`, with `RateLimitOutcomeInterceptor` on the same class or handler. */

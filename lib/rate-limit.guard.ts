@@ -3,6 +3,7 @@ import { CallAnswers } from './call-answers.js';
 import { RateLimitContexts } from './contexts/rate-limit-contexts.js';
 import { resolveCost } from './keys/cost.js';
 import { resolveIdentity } from './keys/identity.js';
+import { resolveQuotaAnchor } from './keys/quota-anchor.js';
 import { IdentityWarnings, routeName } from './keys/identity-warnings.js';
 import { resolveTier } from './keys/tier.js';
 import { charged, uncharged } from './limiter/charge-once.js';
@@ -93,9 +94,21 @@ export class RateLimitGuard implements CanActivate {
       const identity = this.identities.checked(policy.keys, this.identify(call, policy), call);
       const cost = this.cost(call, policy);
       const tier = policy.tiers && resolveTier(policy.tiers.source, call, this.options.timeout);
-      const known = typeof identity === 'string' && typeof cost === 'number' && typeof tier !== 'object';
-      if (known) requests[i] = storeRequest(policy, identity, cost, tier);
-      else (pending ??= []).push(settleRequest(requests, i, policy, identity, cost, tier));
+      const anchor = policy.quotaAnchor && resolveQuotaAnchor(policy.quotaAnchor, call, this.options.timeout);
+      const known =
+        typeof identity === 'string' &&
+        typeof cost === 'number' &&
+        typeof tier !== 'object' &&
+        typeof anchor !== 'object';
+      if (known)
+        requests[i] = storeRequest(
+          policy,
+          identity,
+          cost,
+          tier,
+          policy.quota ? { now: this.limiter.now(), anchor } : undefined,
+        );
+      else (pending ??= []).push(settleRequest(requests, i, policy, identity, cost, tier, anchor, this.limiter));
     }
     return pending === undefined ? requests : settledRequests(requests, pending);
   }
@@ -136,9 +149,23 @@ export class RateLimitGuard implements CanActivate {
     return this.answers.turn(call, verdict, this.limiter);
   }
 
-  /** Keeps what the admitted request owes `count: 'failures'` and `adaptive` policies, for its outcome. */
+  /**
+   * Keeps what the admitted request owes `count: 'failures'` and `adaptive` policies, for its
+   * outcome; and gives the slots of its `concurrency` policies back when it ends: on HTTP when its
+   * response is finished or closed (a client gone, a stream aborted, another guard or a pipe that
+   * refused it after this one), elsewhere when its handler's outcome settles.
+   */
   protected watchOutcome(call: LimitedCall, verdict: RateLimitVerdict): void {
-    watch(call, watchedOf(verdict.policies, verdict.decisions));
+    const watched = watchedOf(verdict.policies, verdict.requests, verdict.decisions);
+    if (watched !== undefined && watched.releases.length > 0) {
+      const ended = call.seam.succeeded?.(call.context);
+      if (ended !== undefined) {
+        const releases = watched.releases;
+        watched.releases = [];
+        void ended.then(() => this.limiter.refund(releases));
+      }
+    }
+    watch(call, watched);
   }
 
   /** The answer when the store cannot decide (`error.reason` says why): `failMode` 'open' lets it through. */

@@ -103,6 +103,15 @@ export function unknownSkip(where: string, name: string, names: readonly string[
   return `@SkipRateLimit(${show(name)}) on ${where} names no policy that applies there (policies: ${known}), so it skips nothing; check the name`;
 }
 
+/** Logged once at start when quota policies count in the memory store, which a restart empties. */
+export function quotaInMemory(names: readonly string[]): string {
+  const list = names.map((name) => JSON.stringify(name)).join(', ');
+  return (
+    `Quota polic${names.length === 1 ? 'y' : 'ies'} ${list} count in the memory store: each process counts its own, ` +
+    `and a restart forgets every count, so a quota outlives neither; give the module a RedisStore to keep them`
+  );
+}
+
 /** Logged once when `X-Forwarded-For` arrives and `req.ip` is still the connection's address. */
 export function forwardedForIgnored(address: string): string {
   return (

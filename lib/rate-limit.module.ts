@@ -1,4 +1,4 @@
-import { type DynamicModule, Module, type OnModuleInit } from '@nestjs/common';
+import { type DynamicModule, Inject, Logger, Module, type OnModuleInit } from '@nestjs/common';
 import { APP_GUARD, APP_INTERCEPTOR, DiscoveryModule } from '@nestjs/core';
 import { RateLimitContexts } from './contexts/rate-limit-contexts.js';
 import { RateLimitMetrics } from './observability/rate-limit-metrics.js';
@@ -6,7 +6,7 @@ import { RATE_LIMIT_OPTIONS } from './rate-limit.constants.js';
 import { RateLimitGuard } from './rate-limit.guard.js';
 import { RateLimitInterceptor } from './rate-limit.interceptor.js';
 import { RateLimitOutcomeInterceptor } from './rate-limit-outcome.interceptor.js';
-import { invalidAsyncOptions } from './rate-limit.messages.js';
+import { invalidAsyncOptions, quotaInMemory } from './rate-limit.messages.js';
 import {
   RATE_LIMIT_MODULE_OPTIONS,
   RateLimitConfigurableModule,
@@ -17,6 +17,7 @@ import type { RateLimitModuleOptions } from './rate-limit-options.interface.js';
 import { RateLimiterService } from './rate-limiter.service.js';
 import { RateLimiter } from './limiter/rate-limiter.js';
 import { RoutePolicies } from './routes/route-policies.js';
+import { releasesSlot } from './routes/route-policy.js';
 import { RateLimitStore } from './stores/rate-limit-store.interface.js';
 import { StoreOwner } from './stores/store-owner.js';
 
@@ -83,12 +84,13 @@ import { StoreOwner } from './stores/store-owner.js';
       inject: [RATE_LIMIT_OPTIONS, RateLimitInterceptor],
     },
     {
-      // the outcomes of module policies that watch them (count: 'failures', adaptive), on every
-      // route; RateLimitInterceptor settles them itself
+      // the outcomes of module policies that watch them (count: 'failures', adaptive, the slots
+      // of concurrency), on every route; RateLimitInterceptor settles them itself
       provide: APP_INTERCEPTOR,
       useFactory: ({ guard, runAs, policies }: ResolvedOptions, outcomes: RateLimitOutcomeInterceptor) =>
-        policies.some((policy) => policy.count === 'failures' || policy.adaptive !== undefined) &&
-        !(guard && runAs === 'interceptor')
+        policies.some(
+          (policy) => policy.count === 'failures' || policy.adaptive !== undefined || releasesSlot(policy),
+        ) && !(guard && runAs === 'interceptor')
           ? outcomes
           : null,
       inject: [RATE_LIMIT_OPTIONS, RateLimitOutcomeInterceptor],
@@ -107,14 +109,20 @@ import { StoreOwner } from './stores/store-owner.js';
   ],
 })
 export class RateLimitModule extends RateLimitConfigurableModule implements OnModuleInit {
+  private readonly logger = new Logger('RateLimitModule');
+
   constructor(
     private readonly routes: RoutePolicies,
     private readonly owner: StoreOwner,
+    @Inject(RateLimitStore) private readonly store: RateLimitStore,
   ) {
     super();
   }
 
-  /** Reads every controller's policies, so a bad one fails start naming it. */
+  /**
+   * Reads every controller's policies, so a bad one fails start naming it; warns once when a quota
+   * counts in this process's memory, where it does not outlive a restart.
+   */
   async onModuleInit(): Promise<void> {
     try {
       this.routes.compileAll();
@@ -122,6 +130,10 @@ export class RateLimitModule extends RateLimitConfigurableModule implements OnMo
       await this.owner.close();
       throw error;
     }
+    if (this.store.kind !== 'memory') return;
+    const quotas = new Set<string>();
+    for (const policy of this.routes.all()) if (policy.quota) quotas.add(policy.name);
+    if (quotas.size > 0) this.logger.warn(quotaInMemory([...quotas]));
   }
 
   /** Rate limiting with these options (all optional: a memory store and no module policy). */

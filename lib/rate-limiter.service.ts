@@ -1,5 +1,5 @@
 import { Injectable } from '@nestjs/common';
-import { RateLimiter } from './limiter/rate-limiter.js';
+import { RateLimiter, type RateLimitUsage } from './limiter/rate-limiter.js';
 import type { RateLimitPolicy } from './policy/policy.types.js';
 import type { RateLimitDecision } from './stores/rate-limit-store.interface.js';
 
@@ -56,6 +56,18 @@ export class RateLimiterService {
     tier?: string,
   ): Promise<RateLimitDecision[]> {
     return this.engine.decideGiven('RateLimiterService.peek', identity, policies, cost, tier, false);
+  }
+
+  /**
+   * How much of `policy`'s bucket `identity` has used, without taking anything (a peek): `used`,
+   * `limit`, `remaining`, and `resetsAt`, when all of it is there again (a quota's: its period's
+   * end, in its time zone and from its anchor, which is called with no arguments here). For
+   * dashboards and "you have used 80 % of your monthly quota" mails. `tier` as for `consume`.
+   *
+   * @example const { used, limit, resetsAt } = await limiter.usage(`api-key:${key}`, monthlyQuota)
+   */
+  async usage(identity: string, policy: RateLimitPolicy, tier?: string): Promise<RateLimitUsage> {
+    return this.engine.usage(identity, policy, tier);
   }
 
   /** Forgets the buckets of `identity` for these policies (a tiered one's: of `tier`, as for `consume`): they are full again. */

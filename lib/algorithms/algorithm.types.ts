@@ -6,13 +6,14 @@ import type { Algorithm } from './registry.js';
 import type { ModelRule } from './model.types.js';
 
 export type { Algorithm } from './registry.js';
-export { ALGORITHMS, SCALED_BY_LIMIT, WINDOW_ALGORITHMS } from './registry.js';
+export { ALGORITHMS, RELEASED, SCALED_BY_LIMIT, UNSCALED, WINDOW_ALGORITHMS } from './registry.js';
 export type {
   AlgorithmDescriptor,
   AlgorithmModel,
   Held,
   ModelRule,
   Outcome,
+  QuotaCalendar,
   Regain,
   StatePacking,
 } from './model.types.js';

@@ -145,6 +145,16 @@ function block<S extends Held>(state: S, rule: Rule): S {
 }
 
 /**
+ * Whether `state`'s bucket is full and no block holds: the same as no key at all, which a store
+ * then drops (only a refund leaves a bucket so). Lua: `full_ms == 0` in `save` (`bucket-io.lua.ts`).
+ *
+ * @example isFull(model, refunded, rule) // true: the request given back was all the key held
+ */
+export function isFull<S extends Held>(model: AlgorithmModel<S>, state: S, rule: Rule): boolean {
+  return fullMsOf(model, state, rule, blockLeftMs(state, rule)) === 0;
+}
+
+/**
  * Milliseconds until `state`'s bucket is full again and no block holds (the time a key must live):
  * the later of `waitMs(burst)` and the block's end; the block's end itself for a rule whose block
  * resets the bucket (`Rule.blockResets`), which is full the moment it ends. Lua: `full_ms`.

@@ -47,6 +47,24 @@ export interface ModelRule {
    * not start on its grid as over, and count afresh.
    */
   anchor?: 'first-request';
+  /**
+   * `quota` only: the start of the calendar period a request is counted in, Unix ms, worked out
+   * by the app for that request (`periodAt`); the rule's window (`burst / rps`) is that period's
+   * length. A quota's rule is made per request (see `quotaRule`), its `calendar` saying how.
+   */
+  origin?: number;
+  /** `quota` only: the calendar its periods follow (see `QuotaCalendar`). */
+  calendar?: QuotaCalendar;
+}
+
+/**
+ * A quota's calendar: its periods are days, ISO weeks (from Monday), months or years in an IANA
+ * time zone. Each request's rule carries the period it falls in (`ModelRule.origin`).
+ */
+export interface QuotaCalendar {
+  period: 'day' | 'week' | 'month' | 'year';
+  /** IANA time zone name, `'UTC'` by default. */
+  timeZone: string;
 }
 
 /**
@@ -145,9 +163,11 @@ export interface StatePacking<State extends Held> {
  * How an algorithm's quota comes back, which tells how long a request waits from an outcome alone
  * (see `waitForCost`): `'rps'`, token by token at `rps` at the most (a bucket refills, a backlog
  * drains); `'window'`, as a window moves on, up to all of it at once; `'log'`, entry by entry,
- * each a window after it was logged (one entry per token, a fractional cost taking a whole one).
+ * each a window after it was logged (one entry per token, a fractional cost taking a whole one);
+ * `'release'`, when a request that holds some gives it back (`concurrency`), which time does not
+ * tell: the lease that bounds it is the longest it can take, not when it comes.
  */
-export type Regain = 'rps' | 'window' | 'log';
+export type Regain = 'rps' | 'window' | 'log' | 'release';
 
 /**
  * Everything particular to one algorithm, in one place: the registry (`registry.ts`) collects one
@@ -194,7 +214,8 @@ export interface AlgorithmDescriptor<State extends Held = any> {
    * What a factor (`RateLimiterService.setScale`) scales: `'limit'`, the tokens per window
    * (`Rule.limit`), for one that counts per window, where a longer window would start a fresh
    * count; `'rps'` for the others: a bucket's state reads the same at any rate, and a log, which
-   * keeps each entry's time, counts every one of them in a longer window.
+   * keeps each entry's time, counts every one of them in a longer window; `'none'` for one a
+   * factor leaves as it is (`concurrency`: a number of requests in flight is not a rate).
    */
-  scaledBy: 'limit' | 'rps';
+  scaledBy: 'limit' | 'rps' | 'none';
 }

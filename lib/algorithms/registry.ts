@@ -1,7 +1,9 @@
+import { CONCURRENCY } from './concurrency.js';
 import { FIXED_WINDOW } from './fixed-window.js';
 import { GCRA } from './gcra.js';
 import { LEAKY_BUCKET } from './leaky-bucket.js';
 import type { AlgorithmDescriptor } from './model.types.js';
+import { QUOTA } from './quota.js';
 import { SLIDING_WINDOW_COUNTER } from './sliding-window-counter.js';
 import { SLIDING_WINDOW_LOG } from './sliding-window-log.js';
 import { TOKEN_BUCKET } from './token-bucket.js';
@@ -19,6 +21,8 @@ const DESCRIPTORS = {
   sliding_window_log: SLIDING_WINDOW_LOG,
   sliding_window_counter: SLIDING_WINDOW_COUNTER,
   gcra: GCRA,
+  concurrency: CONCURRENCY,
+  quota: QUOTA,
 } satisfies Record<string, AlgorithmDescriptor>;
 
 /** The rate-limiting algorithms a policy can name. */
@@ -46,8 +50,14 @@ export const WINDOW_ALGORITHMS: ReadonlySet<Algorithm> = new Set(
 
 /**
  * The algorithms a factor (`RateLimiterService.setScale`) scales by their limit (`Rule.limit`),
- * keeping their window (`scaledBy`); the others have their `rps` scaled.
+ * keeping their window (`scaledBy`); the others have their `rps` scaled, but for `UNSCALED`.
  */
 export const SCALED_BY_LIMIT: ReadonlySet<Algorithm> = new Set(
   ALGORITHMS.filter((a) => DESCRIPTORS[a].scaledBy === 'limit'),
 );
+
+/** The algorithms a factor leaves as they are (`scaledBy: 'none'`): a number in flight is not a rate. */
+export const UNSCALED: ReadonlySet<Algorithm> = new Set(ALGORITHMS.filter((a) => DESCRIPTORS[a].scaledBy === 'none'));
+
+/** The algorithms whose quota comes back when a request gives it back (`regain: 'release'`), not with time. */
+export const RELEASED: ReadonlySet<Algorithm> = new Set(ALGORITHMS.filter((a) => DESCRIPTORS[a].regain === 'release'));

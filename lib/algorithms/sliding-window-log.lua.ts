@@ -15,6 +15,8 @@
  * A rule whose block's end resets the bucket (`Rule.blockResets`) forgets a log whose block has
  * ended (`forget`, see `after_block`): the fresh state it decides with deletes the whole set when
  * it is written, where a charge otherwise trims only the expired entries.
+ *
+ * The body also defines `concurrency` (`algorithms/concurrency.ts`), which is this log.
  */
 export const SLIDING_WINDOW_LOG_LUA = `
 local sliding_window_log = {}
@@ -140,4 +142,7 @@ function sliding_window_log.refund(s, rule, cost, charged_at)
   if #drop > 0 then redis.call('ZREM', s.key, unpack(drop)) end
   return sliding_window_log.load(s.key, s.at, rule)
 end
+
+-- algorithms/concurrency.ts: the same log, its window the lease (one entry per slot held)
+local concurrency = sliding_window_log
 `;

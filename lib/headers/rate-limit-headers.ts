@@ -1,11 +1,15 @@
+import { type Algorithm, RELEASED } from '../algorithms/algorithm.types.js';
 import { limitOf } from '../stores/decision.js';
 import type { RateLimitDecision } from '../stores/rate-limit-store.interface.js';
 
 /** Header families the guard can send. */
 export type HeaderFamily = 'ietf' | 'legacy' | 'x-ratelimit';
 
-/** What the headers need of a rule: its capacity and rate, and a scaled window's limit. */
-type DescribedRule = { rps: number; burst: number; limit?: number };
+/**
+ * What the headers need of a rule: its capacity and rate, a scaled window's limit, and its
+ * algorithm (slots in flight have no window) and calendar (a quota's window is its request's period).
+ */
+export type DescribedRule = { rps: number; burst: number; limit?: number; algorithm?: string; calendar?: object };
 
 /** What the headers need of a policy: its name, and its rule (each tier's, for a tiered one). */
 export interface DescribedPolicy {
@@ -27,6 +31,12 @@ export interface HeaderPlan {
    * tiered one, so a request only picks its tiers' members. `undefined` on an untiered route.
    */
   tiered: Array<string | ReadonlyMap<string, string>> | undefined;
+  /**
+   * With `'ietf'` and a quota: per policy, its `RateLimit-Policy` member, or for a quota its name,
+   * its member made from each request's rule (its `w` is the period the request falls in: a month is 28 to 31
+   * days). `undefined` on a route without a quota.
+   */
+  periodic: Array<string | { quota: string }> | undefined;
   /** Per policy, `"<name>";r=`: its `RateLimit` member up to the remaining. */
   members: string[];
   xRateLimit: boolean;
@@ -40,16 +50,19 @@ export function headerPlan(
 ): HeaderPlan | undefined {
   if (families.length === 0 || policies.length === 0) return undefined;
   const ietf = families.includes('ietf');
-  const member = (name: string, rule: DescribedRule) => `${sfString(name)};q=${limitOf(rule)};w=${windowSeconds(rule)}`;
   const tiered = ietf && policies.some(({ tiers }) => tiers !== undefined);
+  const periodic = ietf && policies.some(isPeriodic);
   return {
-    policy: ietf ? policies.map(({ name, rule }) => member(name, rule)).join(', ') : undefined,
+    policy: ietf ? policies.map(({ name, rule }) => policyMember(name, rule)).join(', ') : undefined,
     tiered: tiered
       ? policies.map(({ name, rule, tiers }) =>
           tiers === undefined
-            ? member(name, rule)
-            : new Map([...tiers.byName].map(([tier, { rule }]) => [tier, member(name, rule)])),
+            ? policyMember(name, rule)
+            : new Map([...tiers.byName].map(([tier, { rule }]) => [tier, policyMember(name, rule)])),
         )
+      : undefined,
+    periodic: periodic
+      ? policies.map((policy) => (isPeriodic(policy) ? { quota: policy.name } : policyMember(policy.name, policy.rule)))
       : undefined,
     members: policies.map(({ name }) => `${sfString(name)};r=`),
     xRateLimit: families.includes('x-ratelimit'),
@@ -88,6 +101,7 @@ export function writeRateLimitHeaders(
   decisions: readonly RateLimitDecision[],
   nowMs: number,
   set: (name: string, value: string) => void,
+  rules?: readonly DescribedRule[],
 ): void {
   if (plan.policy !== undefined) {
     let members = '';
@@ -97,7 +111,11 @@ export function writeRateLimitHeaders(
     }
     set(
       'RateLimit-Policy',
-      plan.tiered === undefined ? plan.policy : tieredPolicy(plan.tiered, decisions, plan.policy),
+      plan.periodic !== undefined && rules !== undefined
+        ? periodicPolicy(plan.periodic, plan.tiered, decisions, rules)
+        : plan.tiered === undefined
+          ? plan.policy
+          : tieredPolicy(plan.tiered, decisions, plan.policy),
     );
     set('RateLimit', members);
   }
@@ -149,6 +167,49 @@ function tieredPolicy(
     const chosen = typeof member === 'string' ? member : tier === undefined ? undefined : member.get(tier);
     if (chosen === undefined) return byDefault;
     value += `${i === 0 ? '' : ', '}${chosen}`;
+  }
+  return value;
+}
+
+/**
+ * A policy's `RateLimit-Policy` member: `"name";q=<limit>;w=<window s>`, and for slots in flight
+ * (`concurrency`) the draft's quota unit in place of a window: `"name";q=<limit>;qu="concurrent-requests"`.
+ */
+function policyMember(name: string, rule: DescribedRule): string {
+  if (rule.algorithm !== undefined && RELEASED.has(rule.algorithm as Algorithm))
+    return `${sfString(name)};q=${limitOf(rule)};qu="concurrent-requests"`;
+  return `${sfString(name)};q=${limitOf(rule)};w=${windowSeconds(rule)}`;
+}
+
+/** Whether a policy is a quota (any tier), whose member's window is its request's period. */
+function isPeriodic({ rule, tiers }: DescribedPolicy): boolean {
+  return (
+    rule.calendar !== undefined || [...(tiers?.byName.values() ?? [])].some((tier) => tier.rule.calendar !== undefined)
+  );
+}
+
+/**
+ * `RateLimit-Policy` on a route with a quota: each quota's member from its request's rule (its
+ * period's length as `w`), the others as planned (a tiered one's for its tier).
+ */
+function periodicPolicy(
+  periodic: ReadonlyArray<string | { quota: string }>,
+  tiered: ReadonlyArray<string | ReadonlyMap<string, string>> | undefined,
+  decisions: readonly RateLimitDecision[],
+  rules: readonly DescribedRule[],
+): string {
+  let value = '';
+  for (let i = 0; i < periodic.length; i++) {
+    const planned = periodic[i];
+    const byTier = tiered?.[i];
+    const tier = decisions[i].tier;
+    const member =
+      typeof planned === 'object'
+        ? policyMember(planned.quota, rules[i])
+        : typeof byTier === 'object' && tier !== undefined
+          ? (byTier.get(tier) ?? planned)
+          : planned;
+    value += `${i === 0 ? '' : ', '}${member}`;
   }
   return value;
 }

@@ -1,6 +1,7 @@
 import type { RateLimitDecision } from '../stores/rate-limit-store.interface.js';
 import {
   type DescribedPolicy,
+  type DescribedRule,
   type HeaderFamily,
   type HeaderPlan,
   headerPlan,
@@ -20,6 +21,8 @@ export class SharedAnswer {
   private readonly slots = new Map<string, number>();
   private readonly policies: DescribedPolicy[] = [];
   private readonly decisions: RateLimitDecision[] = [];
+  /** Each decision's rule, as its request had it (a quota's names its period). */
+  private readonly rules: DescribedRule[] = [];
   /** The header plan of `policies`, made again when they change; `null`: no family is sent. */
   private plan: HeaderPlan | null | undefined;
   /** Of the refusals, the one that frees up last. */
@@ -27,17 +30,27 @@ export class SharedAnswer {
   /** Whether the limiter could not answer a decision (`failMode: 'closed'`, a wait cut short by shutdown). */
   private unavailable = false;
 
-  /** Adds the decisions of one run of the guard (one per policy); a policy decided before keeps the one `limiting` picks of its own. */
-  add(policies: readonly DescribedPolicy[], decisions: readonly RateLimitDecision[]): this {
+  /**
+   * Adds the decisions of one run of the guard (one per policy), with its store requests (a quota's
+   * rule names its request's period; without them, each policy's own rule); a policy decided before
+   * keeps the one `limiting` picks of its own.
+   */
+  add(
+    policies: readonly DescribedPolicy[],
+    decisions: readonly RateLimitDecision[],
+    requests?: readonly { rule: DescribedRule }[],
+  ): this {
     for (let i = 0; i < policies.length; i++) {
       const slot = this.slots.get(policies[i].name);
       if (slot === undefined) {
         this.slots.set(policies[i].name, this.policies.length);
         this.policies.push(policies[i]);
         this.decisions.push(decisions[i]);
+        this.rules.push(requests?.[i].rule ?? policies[i].rule);
         this.plan = undefined;
       } else if (limiting([this.decisions[slot], decisions[i]]) !== this.decisions[slot]) {
         this.decisions[slot] = decisions[i];
+        this.rules[slot] = requests?.[i].rule ?? policies[i].rule;
         // two policies of one name on different fields: the numbers are those of the one shown
         if (this.policies[slot] !== policies[i]) [this.policies[slot], this.plan] = [policies[i], undefined];
       }
@@ -57,7 +70,7 @@ export class SharedAnswer {
     set: (name: string, value: string | undefined) => void,
   ): void {
     if (this.plan === undefined) this.plan = headerPlan(families, this.policies) ?? null;
-    if (this.plan !== null) writeRateLimitHeaders(this.plan, this.decisions, nowMs, set);
+    if (this.plan !== null) writeRateLimitHeaders(this.plan, this.decisions, nowMs, set, this.rules);
     if (this.refused !== undefined || this.unavailable) set('Retry-After', this.retryAfter());
   }
 

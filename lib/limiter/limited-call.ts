@@ -1,9 +1,10 @@
 import type { ExecutionContext } from '@nestjs/common';
 import type { RateLimitContext } from '../contexts/rate-limit-context.js';
 import type { LimitedRequest } from '../keys/identity.js';
-import type { TierSource } from '../policy/policy.types.js';
+import type { QuotaAnchor, TierSource } from '../policy/policy.types.js';
 import type { RoutePolicy } from '../routes/route-policy.js';
-import type { RateLimitDecision } from '../stores/rate-limit-store.interface.js';
+import { RELEASED } from '../algorithms/algorithm.types.js';
+import type { RateLimitDecision, RateLimitRequest } from '../stores/rate-limit-store.interface.js';
 
 /**
  * One run of the guard on a request or message: what it is, where it is answered, and the route's
@@ -42,12 +43,14 @@ export interface Charge {
   readonly verdict: boolean | Promise<boolean>;
 }
 
-/** What an admitted request owes the policies that watch its outcome (`count: 'failures'`, `adaptive`). */
+/** What an admitted request owes the policies that watch its outcome (`count: 'failures'`, `adaptive`, `concurrency`). */
 export interface Watched {
   /** The decisions of its `count: 'failures'` policies: given back when the request succeeds. */
   readonly refunds: RateLimitDecision[];
   /** Its adaptive policies: the request's latency steers their rate. */
   readonly adaptive: RoutePolicy[];
+  /** The decisions of its `concurrency` policies: their slots are given back when the request ends, however it ends. */
+  releases: RateLimitDecision[];
 }
 
 /**
@@ -60,6 +63,8 @@ export interface CallRecord {
   charges?: Charge[];
   /** The tiers its tier functions named (or promised), by function: each runs once per request. */
   tiers?: Map<TierSource, string | undefined | Promise<string | undefined>>;
+  /** The period starts its quotas' anchor functions named (or promised), by function, Unix ms: each runs once per request. */
+  anchors?: Map<QuotaAnchor, number | undefined | Promise<number | undefined>>;
   /** What its outcome settles, until `RateLimitOutcomeInterceptor` takes it. */
   watched?: Watched[];
 }
@@ -114,15 +119,19 @@ function splitOf(route: readonly RoutePolicy[]): Pick<LimitedCall, 'perRequest' 
 /** What an admitted request owes its policies that watch its outcome; `undefined` when none does. */
 export function watchedOf(
   policies: readonly RoutePolicy[],
+  requests: readonly RateLimitRequest[],
   decisions: readonly RateLimitDecision[],
 ): Watched | undefined {
   let watched: Watched | undefined;
   for (let i = 0; i < policies.length; i++) {
     const policy = policies[i];
-    if (!policy.refundsSuccess && policy.adaptive === undefined) continue;
-    watched ??= { refunds: [], adaptive: [] };
+    // the request's rule: a tiered policy's tier may hold a slot where another does not
+    const releases = RELEASED.has(requests[i].rule.algorithm);
+    if (!policy.refundsSuccess && policy.adaptive === undefined && !releases) continue;
+    watched ??= { refunds: [], adaptive: [], releases: [] };
     if (policy.refundsSuccess) watched.refunds.push(decisions[i]);
     if (policy.adaptive !== undefined) watched.adaptive.push(policy);
+    if (releases) watched.releases.push(decisions[i]);
   }
   return watched;
 }

@@ -10,10 +10,11 @@ import { limiting } from '../headers/rate-limit-headers.js';
 import { withJitter } from '../keys/retry-jitter.js';
 import { RateLimitMetrics } from '../observability/rate-limit-metrics.js';
 import { RateLimitTelemetry } from '../observability/rate-limit-telemetry.js';
+import { windowMs } from '../algorithms/conversions.js';
 import type { RateLimitPolicy } from '../policy/policy.types.js';
 import { RATE_LIMIT_OPTIONS } from '../rate-limit.constants.js';
 import { RateLimitUnavailableException } from '../rate-limit.exception.js';
-import { shuttingDown } from '../rate-limit.messages.js';
+import { invalidArgument, shuttingDown } from '../rate-limit.messages.js';
 import type { ResolvedOptions } from '../rate-limit-options.js';
 import { RoutePolicies } from '../routes/route-policies.js';
 import { type RoutePolicy, routePolicy } from '../routes/route-policy.js';
@@ -26,6 +27,23 @@ import { GivenPolicies } from './given-policies.js';
 import type { LimitedCall, Watched } from './limited-call.js';
 import { Scales } from './scales.js';
 import { storeFailure } from './store-failure.js';
+
+/**
+ * How much of one bucket an identity has used, for dashboards and "you have used 80 %" mails
+ * (`RateLimiterService.usage`).
+ *
+ * @example { used: 8_000, limit: 10_000, remaining: 2_000, resetsAt: new Date('2026-12-01T00:00:00+01:00') }
+ */
+export interface RateLimitUsage {
+  /** Tokens taken and still counted: `limit - remaining` (slots held, for `concurrency`). */
+  used: number;
+  /** The policy's limit (`burst`, or `limit`), as decisions give it. */
+  limit: number;
+  /** Whole tokens left. */
+  remaining: number;
+  /** When it is all there again: a quota's period's end; any other bucket's when it is full again. */
+  resetsAt: Date;
+}
 
 /** What the engine decided for one run of the guard: every policy's decision, all-or-nothing. */
 export interface RateLimitVerdict {
@@ -70,7 +88,7 @@ export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShut
     @Optional() @Inject(RoutePolicies) private readonly routes: RoutePolicies | null = null,
   ) {
     this.modulePolicies = options.policies.map((policy) => routePolicy(policy, options));
-    this.given = new GivenPolicies(options, this.scales);
+    this.given = new GivenPolicies(options, this.scales, this);
     this.adaptive = new AdaptiveRates((name, factor) => this.setScale(name, factor));
     this.telemetry = new RateLimitTelemetry(metrics, options, (decision) => this.calls.decidedLocally(decision));
     this.calls = new StoreCalls(store, options, this.telemetry.storeCalls(store));
@@ -114,10 +132,14 @@ export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShut
     this.telemetry.skipped(call.context, policies, applying);
   }
 
-  /** Settles what an admitted request owed its outcome: refunds when it succeeded, latencies for adaptive rates. */
+  /**
+   * Settles what an admitted request owed its outcome: refunds when it succeeded, latencies for
+   * adaptive rates, and the slots it held (`concurrency`) however it ended.
+   */
   settle(watched: readonly Watched[], succeeded: boolean, latencyMs: number): void {
-    for (const { refunds, adaptive } of watched) {
+    for (const { refunds, adaptive, releases } of watched) {
       if (succeeded && refunds.length > 0) void this.refund(refunds);
+      if (releases.length > 0) void this.refund(releases);
       for (const policy of adaptive) this.adaptive.record(policy, latencyMs);
     }
   }
@@ -131,7 +153,26 @@ export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShut
     tier: string | undefined,
     charge: boolean,
   ): Promise<RateLimitDecision[]> {
-    return this.decisions(this.given.requests(where, identity, policies, cost, tier), charge);
+    return this.decisions(await this.given.requests(where, identity, policies, cost, tier), charge);
+  }
+
+  /** See `RateLimiterService.usage`. */
+  async usage(identity: string, policy: RateLimitPolicy, tier: string | undefined): Promise<RateLimitUsage> {
+    const where = 'RateLimiterService.usage';
+    if (Array.isArray(policy))
+      throw new TypeError(invalidArgument(where, 'policy', policy, 'must be one policy: usage answers for one bucket'));
+    const requests = await this.given.requests(where, identity, policy, 1, tier);
+    const [decision] = await this.calls.decide(requests, false);
+    const { rule } = requests[0];
+    // a quota's period ends where the request's rule says; any other bucket once it is full again
+    const resetsAt =
+      rule.origin !== undefined ? rule.origin + windowMs(rule.rps, rule.burst) : this.now() + decision.fullAfter * 1000;
+    return {
+      used: Math.max(0, decision.limit - decision.remaining),
+      limit: decision.limit,
+      remaining: decision.remaining,
+      resetsAt: new Date(resetsAt),
+    };
   }
 
   /** Forgets the buckets of `identity` under policies given in code. */
@@ -140,9 +181,7 @@ export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShut
     policies: RateLimitPolicy | RateLimitPolicy[],
     tier: string | undefined,
   ): Promise<void> {
-    const keys = this.given
-      .requests('RateLimiterService.reset', identity, policies, 1, tier)
-      .map((request) => request.key);
+    const keys = this.given.keys('RateLimiterService.reset', identity, policies, tier);
     await this.calls.reset(keys);
   }
 

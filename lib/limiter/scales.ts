@@ -1,4 +1,4 @@
-import { type Rule, SCALED_BY_LIMIT } from '../algorithms/algorithm.types.js';
+import { type Rule, SCALED_BY_LIMIT, UNSCALED } from '../algorithms/algorithm.types.js';
 import { wholeIfNear } from '../algorithms/conversions.js';
 import { factorAtLeast, LEAST_FACTOR, leastFactor, refillTooSlow } from '../policy/policy-bounds.js';
 import { invalidArgument } from '../rate-limit.messages.js';
@@ -13,6 +13,7 @@ import type { RoutePolicy, RouteTier } from '../routes/route-policy.js';
  * within the start-time bound all the same.
  */
 export function scaledRule(rule: Rule, factor: number): Rule {
+  if (UNSCALED.has(rule.algorithm)) return rule;
   const kept = Math.min(1, Math.max(factor, leastFactor(rule)));
   if (SCALED_BY_LIMIT.has(rule.algorithm)) return { ...rule, limit: wholeIfNear(rule.burst * kept, rule.burst) };
   return { ...rule, rps: rule.rps * kept };

@@ -64,8 +64,22 @@ export type TierSource =
 /** The limit fields one tier sets, as a policy says them. */
 export type TierLimits = Pick<
   RateLimitPolicy,
-  'algorithm' | 'rps' | 'tokensPerSecond' | 'burst' | 'limit' | 'window' | 'anchor'
+  'algorithm' | 'rps' | 'tokensPerSecond' | 'burst' | 'limit' | 'window' | 'anchor' | 'lease' | 'period' | 'timeZone'
 >;
+
+/**
+ * A quota's own period start for a request's identity (a customer's billing date): a `Date` or
+ * Unix ms, or a promise of either (awaited for at most the module's `timeout`, milliseconds);
+ * `undefined`, an invalid date, a function that throws or rejects, or a promise past `timeout`:
+ * the calendar's own start (the 1st of the month). Called once per request. In
+ * `RateLimiterService` (no request there) it is called with neither argument.
+ *
+ * @example anchor: (ctx, request) => billingDates.get(String(request.user?.id))
+ */
+export type QuotaAnchor = (
+  context: ExecutionContext,
+  request: LimitedRequest,
+) => Date | number | undefined | Promise<Date | number | undefined>;
 
 /**
  * A block (`RateLimitPolicy.blockFor`) with what its end does to the bucket.
@@ -111,9 +125,29 @@ export interface RateLimitPolicy {
    * count). Either way headers count `t` and `X-RateLimit-Reset` to the window's end. On a tiered
    * policy, each tier says its own. Changing it starts fresh buckets.
    *
+   * `quota` only: a function (see `QuotaAnchor`) giving an identity's own period start, such as
+   * its billing date: its months then start on that day (on the last day of a shorter month).
    * @example { algorithm: 'fixed_window', limit: 100, window: '1m', anchor: 'first-request' }
    */
-  anchor?: 'clock' | 'first-request';
+  anchor?: 'clock' | 'first-request' | QuotaAnchor;
+  /**
+   * `concurrency` only, and required there: the longest a request holds its slot, seconds or a
+   * string such as `'30s'`, `'5m'`. A slot is given back when its request ends, however it ends;
+   * one held longer (its instance died mid-request) is reclaimed then, so none leaks.
+   *
+   * @example { name: 'exports', algorithm: 'concurrency', limit: 2, key: 'api-key', lease: '5m' }
+   */
+  lease?: number | string;
+  /**
+   * `quota` only, and required there: the calendar period `limit` is counted per, in `timeZone`:
+   * `'day'` (from midnight), `'week'` (ISO: from Monday), `'month'` (from the 1st), `'year'`; or
+   * from each identity's own `anchor`.
+   *
+   * @example { name: 'monthly', algorithm: 'quota', limit: 10_000, period: 'month', timeZone: 'Europe/Berlin' }
+   */
+  period?: 'day' | 'week' | 'month' | 'year';
+  /** `quota` only: the IANA time zone its periods are in, such as `'Europe/Berlin'`. Default `'UTC'`. */
+  timeZone?: string;
   /** Tokens one request takes. Default 1. */
   cost?: CostSource;
   /** Cost used when a header/query cost is unusable. Default 1. */
@@ -210,6 +244,8 @@ export interface ResolvedPolicy {
   count: 'all' | 'failures';
   skipIf: SkipIf | undefined;
   adaptive: Required<AdaptiveRate> | undefined;
+  /** A quota's anchor (see `QuotaAnchor`); `undefined` for every other policy, and a quota without one. */
+  quotaAnchor?: QuotaAnchor;
 }
 
 /** A tiered policy's tiers after validation. */

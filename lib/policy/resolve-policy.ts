@@ -1,9 +1,17 @@
-import { ALGORITHMS, type Algorithm, type Rule, WINDOW_ALGORITHMS } from '../algorithms/algorithm.types.js';
+import {
+  ALGORITHMS,
+  type Algorithm,
+  type QuotaCalendar,
+  type Rule,
+  WINDOW_ALGORITHMS,
+} from '../algorithms/algorithm.types.js';
 import { invalidPolicy, invalidPolicyField, invalidPolicyValue } from '../rate-limit.messages.js';
+import { isTimeZone, QUOTA_PERIODS, type QuotaPeriod } from './calendar-period.js';
 import { factorAtLeast, MAX_REFILL_DAYS, MAX_RPS, refillTooSlow } from './policy-bounds.js';
 import type {
   CostSource,
   KeySource,
+  QuotaAnchor,
   RateLimitPolicy,
   ResolvedPolicy,
   ResolvedTiers,
@@ -207,15 +215,49 @@ export function resolvePolicy(policy: RateLimitPolicy, where: string, defaultNam
   const name = policy.name === undefined ? defaultPolicyName(defaultName) : policy.name;
 
   const outcome = resolveOutcomeFields(policy, fail);
+  const rules = tiers === undefined ? [rule] : [...tiers.rules.values()];
+  const quotaAnchor = quotaAnchorOf(policy, rules, fail);
+  if (rules.some((each) => each.algorithm === 'concurrency')) {
+    if (outcome.adaptive !== undefined)
+      conflict(`"adaptive" does not apply to "concurrency": requests in flight are not a rate to scale`);
+    if (outcome.count === 'failures')
+      conflict(`"count: 'failures'" does not apply to "concurrency": every request gives its slot back when it ends`);
+  }
+  if (outcome.adaptive !== undefined && rules.some((each) => each.algorithm === 'quota'))
+    conflict(`"adaptive" does not apply to a quota: a quota per period is not a rate to scale by latency`);
   // the adaptive factor scales every tier's rate: none may pass the bound on refilling
   const min = outcome.adaptive?.min ?? 1;
   for (const [tier, each] of tiers === undefined ? [[undefined, rule] as const] : tiers.rules) {
     if (refillTooSlow(each, min))
       fail('adaptive.min', min, factorAtLeast(each, tier === undefined ? 'the policy' : `tier "${tier}"`));
   }
-  return tiers === undefined
-    ? { name, rule, cost, defaultCost, key, scope, ...outcome }
-    : { name, rule, cost, defaultCost, key, scope, tiers, ...outcome };
+  const resolved: ResolvedPolicy =
+    tiers === undefined
+      ? { name, rule, cost, defaultCost, key, scope, ...outcome }
+      : { name, rule, cost, defaultCost, key, scope, tiers, ...outcome };
+  if (quotaAnchor !== undefined) resolved.quotaAnchor = quotaAnchor;
+  return resolved;
+}
+
+/**
+ * A quota's anchor function, given on the policy (not a tier, where a function would be one per
+ * tier of one identity's dates): `undefined` when none is, or the policy has no quota.
+ */
+function quotaAnchorOf(policy: RateLimitPolicy, rules: readonly Rule[], fail: Fail): QuotaAnchor | undefined {
+  if (policy.tiers !== undefined && typeof policy.tiers === 'object' && policy.tiers !== null) {
+    for (const [tier, limits] of Object.entries(policy.tiers)) {
+      if (typeof limits?.anchor === 'function')
+        fail(
+          `tiers.${tier}.anchor`,
+          limits.anchor,
+          `must be given on the policy, not a tier: one function gives every tier's period start`,
+        );
+    }
+  }
+  if (typeof policy.anchor !== 'function') return undefined;
+  if (!rules.some((rule) => rule.algorithm === 'quota'))
+    fail('anchor', policy.anchor, `can be a function for 'quota' only (a period's start), and no tier is a quota`);
+  return policy.anchor;
 }
 
 /**
@@ -237,7 +279,8 @@ function resolveRule(
     fail('algorithm', algorithm, `must be one of ${ALGORITHMS.map((a) => `'${a}'`).join(', ')}`);
   }
 
-  const { rps, burst, capacity } = resolveRate(limits, fail, conflict);
+  const counted = resolveCounted(limits, algorithm, fail, conflict);
+  const { rps, burst, capacity } = counted ?? resolveRate(limits, fail, conflict);
   if (WINDOW_ALGORITHMS.has(algorithm) && (burst * 1000) / rps < 1) {
     conflict(
       `"${algorithm}" counts in windows of whole milliseconds, and burst / rps = ${burst} / ${rps} s is under 1 ms; lower "rps" or raise "burst"`,
@@ -254,14 +297,112 @@ function resolveRule(
       `"defaultCost" ${defaultCost} is more than "${capacity}" ${burst}, so every request without a usable cost would be refused; lower "defaultCost" or raise "${capacity}"`,
     );
   }
+  if (block !== undefined && counted !== undefined)
+    conflict(
+      algorithm === 'quota'
+        ? `"blockFor" does not apply to a quota: its refusals hold until its period ends already`
+        : `"blockFor" does not apply to "concurrency": a slot comes back when a request ends, and a block would keep the client out with slots free`,
+    );
   const anchor = resolveAnchor(limits.anchor, algorithm, fail);
   const rule: Rule = block === undefined ? { algorithm, rps, burst } : { algorithm, rps, burst, ...block };
+  if (counted?.calendar !== undefined) return { ...rule, calendar: counted.calendar };
   return anchor === undefined ? rule : { ...rule, anchor };
 }
 
-/** `anchor` as a rule's (`undefined`: the clock's windows), for `fixed_window` only. */
+/** Seconds a `period` lasts at the most (a month of 31 days, a leap year): a quota's rule's window until a request names its period. */
+const PERIOD_SECONDS: Record<QuotaPeriod, number> = {
+  day: 86_400,
+  week: 7 * 86_400,
+  month: 31 * 86_400,
+  year: 366 * 86_400,
+};
+
+/**
+ * The limits of a `concurrency` or `quota` policy (or tier), which say them as `limit` with a
+ * `lease` or a `period`, as a rule's rate and capacity; `undefined` for any other algorithm, which
+ * may give neither `lease` nor `period` nor `timeZone`. A concurrency rule's window is its lease;
+ * a quota's, the longest its period can be, until a request names its period (see `quotaRule`).
+ */
+function resolveCounted(
+  limits: TierLimits,
+  algorithm: Algorithm,
+  fail: Fail,
+  conflict: (problem: string) => never,
+): { rps: number; burst: number; capacity: 'limit'; calendar?: QuotaCalendar } | undefined {
+  if (algorithm !== 'concurrency' && algorithm !== 'quota') {
+    if (limits.lease !== undefined)
+      fail('lease', limits.lease, `applies to 'concurrency' only, and the algorithm is '${algorithm}'`);
+    for (const field of ['period', 'timeZone'] as const)
+      if (limits[field] !== undefined)
+        fail(field, limits[field], `applies to 'quota' only, and the algorithm is '${algorithm}'`);
+    return undefined;
+  }
+  for (const field of ['rps', 'tokensPerSecond', 'burst', 'window'] as const) {
+    if (limits[field] !== undefined)
+      conflict(
+        algorithm === 'quota'
+          ? `"${field}" does not apply to a quota: say it as "limit" per "period", such as { limit: 10000, period: 'month' }`
+          : `"${field}" does not apply to "concurrency": say it as "limit" requests in flight, each for at most "lease", such as { limit: 2, lease: '5m' }`,
+      );
+  }
+  if (limits.limit === undefined)
+    conflict(
+      `"${algorithm}" needs a "limit", the ${algorithm === 'quota' ? 'requests allowed per period' : 'requests allowed in flight'}`,
+    );
+  if (!isWholeAtLeastOne(limits.limit)) fail('limit', limits.limit, 'must be a whole number >= 1');
+  const limit = limits.limit;
+  if (algorithm === 'concurrency') {
+    for (const field of ['period', 'timeZone'] as const)
+      if (limits[field] !== undefined)
+        fail(field, limits[field], `applies to 'quota' only, and the algorithm is 'concurrency'`);
+    if (limits.lease === undefined)
+      conflict(
+        `"concurrency" needs a "lease", the longest a request holds its slot, such as '5m' (a slot held longer is reclaimed)`,
+      );
+    const seconds =
+      typeof limits.lease === 'number' || typeof limits.lease === 'string' ? parseWindow(limits.lease) : undefined;
+    if (seconds === undefined || seconds * 1000 < 1)
+      fail(
+        'lease',
+        limits.lease,
+        `must be a duration of at least 1 ms: seconds, or a string such as '30s', '5m', '1h'`,
+      );
+    if (seconds > MAX_REFILL_DAYS * 86_400) fail('lease', limits.lease, `must be at most ${MAX_REFILL_DAYS} days`);
+    return { rps: limit / seconds, burst: limit, capacity: 'limit' };
+  }
+  if (limits.lease !== undefined)
+    fail('lease', limits.lease, `applies to 'concurrency' only, and the algorithm is 'quota'`);
+  if (limits.period === undefined) conflict(`"quota" needs a "period": 'day', 'week', 'month' or 'year'`);
+  if (!QUOTA_PERIODS.includes(limits.period)) fail('period', limits.period, `must be 'day', 'week', 'month' or 'year'`);
+  const timeZone = limits.timeZone === undefined ? 'UTC' : limits.timeZone;
+  if (!isTimeZone(timeZone))
+    fail('timeZone', timeZone, `must be an IANA time zone such as 'UTC', 'Europe/Berlin' or 'America/New_York'`);
+  return {
+    rps: limit / PERIOD_SECONDS[limits.period],
+    burst: limit,
+    capacity: 'limit',
+    calendar: { period: limits.period, timeZone },
+  };
+}
+
+/** `anchor` as a rule's (`undefined`: the clock's windows), for `fixed_window` only; a quota's function is the policy's (see `quotaAnchorOf`). */
 function resolveAnchor(anchor: unknown, algorithm: Algorithm, fail: Fail): 'first-request' | undefined {
   if (anchor === undefined) return undefined;
+  if (algorithm === 'quota') {
+    if (typeof anchor !== 'function')
+      fail(
+        'anchor',
+        anchor,
+        `must be a function (ctx, request) => Date | number | undefined (or a promise of one): an identity's own period start, such as its billing date`,
+      );
+    return undefined;
+  }
+  if (typeof anchor === 'function')
+    fail(
+      'anchor',
+      anchor,
+      `can be a function for 'quota' only (a period's start), and the algorithm is '${algorithm}'`,
+    );
   if (anchor !== 'clock' && anchor !== 'first-request')
     fail(
       'anchor',

@@ -13,6 +13,9 @@ export const LIMIT_FIELDS: ReadonlyArray<keyof TierLimits> = [
   'limit',
   'window',
   'anchor',
+  'lease',
+  'period',
+  'timeZone',
 ];
 /** As a policy name (see `resolvePolicy`): a tier name is in the bucket key too, where braces would make a Cluster hash tag. */
 const TIER_NAME = /^[\x21-\x7a|~]{1,64}$/;
@@ -41,7 +44,10 @@ export function resolveTiers(
   if (typeof tiers !== 'object' || tiers === null || Array.isArray(tiers) || Object.keys(tiers).length === 0) {
     fail('tiers', tiers, 'must be an object of limits by tier name, such as { free: { rps: 10, burst: 20 } }');
   }
-  const own = LIMIT_FIELDS.find((field) => policy[field] !== undefined);
+  // a quota's anchor function gives every tier's period start: the policy's own, beside its tiers
+  const own = LIMIT_FIELDS.find(
+    (field) => policy[field] !== undefined && !(field === 'anchor' && typeof policy.anchor === 'function'),
+  );
   if (own !== undefined) conflict(`"${own}" is given beside "tiers"; give the limits in each tier`);
   if (tier === undefined) conflict(`"tiers" needs a "tier": 'user:<field>' or a function naming a request's tier`);
   if (!isTierSource(tier)) fail('tier', tier, `must be 'user:<field>' or a function naming a request's tier`);

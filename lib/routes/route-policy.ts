@@ -1,14 +1,16 @@
-import type { Rule } from '../algorithms/algorithm.types.js';
+import { RELEASED, type Rule } from '../algorithms/algorithm.types.js';
 import { keyOf, keyPrefix } from '../keys/bucket-key.js';
 import type {
   AdaptiveRate,
   CostSource,
   KeySource,
+  QuotaAnchor,
   ResolvedPolicy,
   SkipIf,
   TierSource,
 } from '../policy/policy.types.js';
 import type { RateLimitRequest } from '../stores/rate-limit-store.interface.js';
+import { quotaRule } from '../policy/quota-rule.js';
 
 /**
  * A policy as it applies to requests: validated, its key sources settled (the policy's own or
@@ -35,6 +37,10 @@ export interface RoutePolicy {
   readonly skipIf: SkipIf | undefined;
   /** The latency target the module steers this policy's rate by. */
   readonly adaptive: Required<AdaptiveRate> | undefined;
+  /** Whether its rule (a tier's, for a tiered one) is a `quota`, whose requests name their period (see `quotaRule`). */
+  readonly quota: boolean;
+  /** A quota's anchor function (see `QuotaAnchor`); `undefined` for none. */
+  readonly quotaAnchor: QuotaAnchor | undefined;
   /**
    * Whether the route's handler declares it itself (not its class or the module): a GraphQL
    * field charges such a policy once per selection, the others once per operation.
@@ -73,12 +79,20 @@ export interface RouteDefaults {
  * the route (`scope: 'route'`) has buckets of that route's own (see `keyPrefix`).
  */
 export function routePolicy(
-  { name, rule, cost, defaultCost, key, tiers, scope, ...outcome }: ResolvedPolicy,
+  { name, rule, cost, defaultCost, key, tiers, scope, quotaAnchor, ...outcome }: ResolvedPolicy,
   defaults: RouteDefaults,
   route?: string,
 ): RoutePolicy {
   const on = scope === 'route' ? route : undefined;
-  const watched = { refundsSuccess: outcome.count === 'failures', skipIf: outcome.skipIf, adaptive: outcome.adaptive };
+  const quota =
+    rule.calendar !== undefined || [...(tiers?.rules.values() ?? [])].some((each) => each.calendar !== undefined);
+  const watched = {
+    refundsSuccess: outcome.count === 'failures',
+    skipIf: outcome.skipIf,
+    adaptive: outcome.adaptive,
+    quota,
+    quotaAnchor,
+  };
   if (tiers === undefined) {
     return {
       name,
@@ -108,22 +122,55 @@ export function routePolicy(
   };
 }
 
-/** Whether a request's outcome matters to a policy: its charge goes back on success, or its latency steers its rate. */
-export function watchesOutcome(policy: Pick<RoutePolicy, 'refundsSuccess' | 'adaptive'>): boolean {
-  return policy.refundsSuccess || policy.adaptive !== undefined;
+/**
+ * Whether a request's outcome matters to a policy: its charge goes back on success, or its latency
+ * steers its rate, or (a slot, `concurrency`) its charge goes back when it ends.
+ */
+export function watchesOutcome(policy: Pick<RoutePolicy, 'refundsSuccess' | 'adaptive' | 'rule' | 'tiers'>): boolean {
+  return policy.refundsSuccess || policy.adaptive !== undefined || releasesSlot(policy);
+}
+
+/** Whether a policy's rule (any tier's) holds a slot its request gives back when it ends (`concurrency`). */
+export function releasesSlot(policy: {
+  rule: Rule;
+  tiers?: { rules: ReadonlyMap<string, Rule> } | RouteTiers;
+}): boolean {
+  if (RELEASED.has(policy.rule.algorithm)) return true;
+  const { tiers } = policy;
+  if (tiers === undefined) return false;
+  const rules = 'rules' in tiers ? [...tiers.rules.values()] : [...tiers.byName.values()].map((tier) => tier.rule);
+  return rules.some((rule) => RELEASED.has(rule.algorithm));
 }
 
 /**
  * What a store decides for one policy of one request: the bucket of `identity` under the policy
  * (under its tier `tier` for a tiered policy: a tier it does not have, or none, is its default
- * tier; the tier of a policy without tiers is ignored), and the tokens to take. The guard and
- * `RateLimiterService` both build their requests with it, so code reaches the guard's bucket by
- * the same identity.
+ * tier; the tier of a policy without tiers is ignored), and the tokens to take; a quota's in the
+ * period that holds `period` (see `quotaRule`). The guard and `RateLimiterService` both build their
+ * requests with it, so code reaches the guard's bucket by the same identity.
  */
-export function storeRequest(policy: RoutePolicy, identity: string, cost: number, tier?: string): RateLimitRequest {
+export function storeRequest(
+  policy: RoutePolicy,
+  identity: string,
+  cost: number,
+  tier?: string,
+  period?: RequestPeriod,
+): RateLimitRequest {
   if (policy.tiers === undefined)
-    return { key: keyOf(policy.keyPrefix, identity), policy: policy.name, rule: policy.rule, cost };
+    return { key: keyOf(policy.keyPrefix, identity), policy: policy.name, rule: ruleAt(policy.rule, period), cost };
   const { name, rule, keyPrefix } =
     (tier === undefined ? undefined : policy.tiers.byName.get(tier)) ?? policy.tiers.byDefault;
-  return { key: keyOf(keyPrefix, identity), policy: policy.name, rule, cost, tier: name };
+  return { key: keyOf(keyPrefix, identity), policy: policy.name, rule: ruleAt(rule, period), cost, tier: name };
+}
+
+/** What a quota's request is counted at: the time, Unix ms on the store's clock, and the identity's anchor (see `QuotaAnchor`). */
+export interface RequestPeriod {
+  now: number;
+  anchor?: number;
+}
+
+/** A quota's rule for the request's period (real time when none is given); any other rule as it is. */
+function ruleAt(rule: Rule, period: RequestPeriod | undefined): Rule {
+  if (rule.calendar === undefined) return rule;
+  return quotaRule(rule, period?.now ?? Date.now(), period?.anchor);
 }

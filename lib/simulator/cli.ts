@@ -23,11 +23,18 @@ Policies (one of):
                              repeat it for several, decided all-or-nothing as the guard does
   --compare <algorithms>     algorithms to compare (comma-separated, or all), each with
     --rps <n> --burst <n>      tokens per second and capacity, or
-    --limit <n> --window <d>   requests per window ('10s', '1m', '1h')
+    --limit <n> --window <d>   requests per window ('10s', '1m', '1h');
+    --limit <n> --lease <d>    concurrency: requests in flight, each for at most the lease;
+    --limit <n> --period <p>   quota: requests per day, week, month or year,
+      [--time-zone <zone>]     in an IANA time zone (default UTC)
+                             (all: every algorithm but concurrency and quota, not rates)
+  --hold <d>                 with a concurrency policy: how long each admitted request
+                             holds its slot ('500ms', '2s') before it gives it back
 
 Traffic (one of):
   --rate <n> [--duration <d>]  n requests per second, evenly spaced (default ${DEFAULT_DURATION});
-                             at most ${MAX_RATE_REQUESTS.toLocaleString('en-US')} requests, for at most 1d
+                             at most ${MAX_RATE_REQUESTS.toLocaleString('en-US')} requests, for at most 1d,
+                             from Unix time 0 (1970-01-01T00:00:00Z: a quota's first period)
   --trace <file>             CSV or NDJSON of time[,key[,cost]] (time in ms or ISO 8601),
                              or an access log in common or combined log format; - is stdin
 

@@ -1,4 +1,4 @@
-import { type Rule, WINDOW_ALGORITHMS } from '../algorithms/algorithm.types.js';
+import { RELEASED, type Rule, WINDOW_ALGORITHMS } from '../algorithms/algorithm.types.js';
 import type { LaneRun, SimulatedPolicy } from './simulation.js';
 
 /** What one chart (and table) shows: requests admitted and refused over time. */
@@ -31,10 +31,13 @@ export interface Binned {
 
 /**
  * A policy's numbers as its owner wrote them: `rps 10, burst 50`, or `limit 100 per 10 s` for a
- * window, then its block (`, block 60 s`, and `, then reset` when its end resets the bucket).
+ * window, then its block (`, block 60 s`, and `, then reset` when its end resets the bucket);
+ * `limit 2 in flight, lease 300 s` for slots, `limit 10000 per month (Europe/Berlin)` for a quota.
  */
-export function describeRule({ algorithm, rps, burst, blockMs, blockResets, anchor }: Rule): string {
+export function describeRule({ algorithm, rps, burst, blockMs, blockResets, anchor, calendar }: Rule): string {
   const seconds = burst / rps;
+  if (calendar !== undefined) return `limit ${burst} per ${calendar.period} (${calendar.timeZone})`;
+  if (RELEASED.has(algorithm)) return `limit ${burst} in flight, lease ${+seconds.toPrecision(6)} s`;
   const numbers = WINDOW_ALGORITHMS.has(algorithm)
     ? `limit ${burst} per ${+seconds.toPrecision(6)} s${anchor === undefined ? '' : ' from the first request'}`
     : `rps ${+rps.toPrecision(6)}, burst ${burst}`;

@@ -1,5 +1,5 @@
 import { parseArgs } from 'node:util';
-import { ALGORITHMS } from '../algorithms/algorithm.types.js';
+import { ALGORITHMS, type Algorithm, RELEASED } from '../algorithms/algorithm.types.js';
 import type { RateLimitPolicy } from '../policy/policy.types.js';
 import { InvalidPolicyError, parseWindow, resolvePolicy } from '../policy/resolve-policy.js';
 import { duplicatePolicyName, invalidPolicy, invalidSimulateArgument } from '../rate-limit.messages.js';
@@ -22,13 +22,26 @@ export const MAX_RATE_REQUESTS = 10_000_000;
  */
 export const MAX_DURATION_SECONDS = 86_400;
 
+/**
+ * The algorithms `--compare all` runs: every one but `concurrency` and `quota`. `all` compares
+ * algorithms on one rate (`--rps`/`--burst` or `--limit`/`--window`), and neither of those says
+ * its limit as a rate: slots in flight (with a lease) and a count per calendar period have no
+ * numbers a rate's lane would share. Each can still be named in `--compare` with its own flags.
+ */
+export const COMPARED_BY_ALL: readonly Algorithm[] = ALGORITHMS.filter(
+  (algorithm) => algorithm !== 'concurrency' && algorithm !== 'quota',
+);
+
 /** A command line that does not hold: the CLI prints the message and exits with status 2. */
 export class SimulateArgumentError extends Error {
   override readonly name = 'SimulateArgumentError';
 }
 
-/** The traffic to replay: evenly spaced requests, or a trace file. */
-export type Traffic = { rate: number; durationMs: number } | { trace: string };
+/**
+ * The traffic to replay: evenly spaced requests, or a trace file; and with a `concurrency`
+ * policy, how long each admitted request holds its slot (`--hold`, ms) before it gives it back.
+ */
+export type Traffic = ({ rate: number; durationMs: number } | { trace: string }) & { holdMs?: number };
 
 /** What `nestjs-ratelimit simulate` is asked to do. */
 export interface SimulateOptions {
@@ -51,6 +64,10 @@ const OPTIONS = {
   burst: { type: 'string' },
   limit: { type: 'string' },
   window: { type: 'string' },
+  lease: { type: 'string' },
+  period: { type: 'string' },
+  'time-zone': { type: 'string' },
+  hold: { type: 'string' },
   rate: { type: 'string' },
   duration: { type: 'string' },
   trace: { type: 'string' },
@@ -62,7 +79,19 @@ const OPTIONS = {
 } as const;
 
 /** The flags that set `--compare`'s one policy. */
-const LIMIT_FLAGS = ['rps', 'burst', 'limit', 'window'] as const;
+const LIMIT_FLAGS = ['rps', 'burst', 'limit', 'window', 'lease', 'period', 'time-zone'] as const;
+/** The policy field each limit flag sets. */
+const FIELD_OF: Record<(typeof LIMIT_FLAGS)[number], string> = {
+  rps: 'rps',
+  burst: 'burst',
+  limit: 'limit',
+  window: 'window',
+  lease: 'lease',
+  period: 'period',
+  'time-zone': 'timeZone',
+};
+/** The limit flags read as text even when they look like numbers (a lease of `300` is 300 s either way). */
+const TEXT_FLAGS: ReadonlySet<string> = new Set(['window', 'period', 'time-zone']);
 const NUMBER = /^[+-]?(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?$/i;
 
 const fail = (flag: string, value: unknown, expected: string): never => {
@@ -99,10 +128,12 @@ export function parseSimulateArgs(args: readonly string[]): SimulateOptions | 'h
 
   const compare = values.compare !== undefined;
   const lanes = compare ? compareLanes(values.compare!, values) : policyLanes(values.policy ?? [], values);
+  const traffic = trafficOf(values);
+  const holdMs = holdOf(values.hold, lanes);
   return {
     lanes,
     compare,
-    traffic: trafficOf(values),
+    traffic: holdMs === undefined ? traffic : { ...traffic, holdMs },
     svg: values.svg,
     csv: values.csv,
     json: values.json,
@@ -115,6 +146,7 @@ type Values = { [F in (typeof LIMIT_FLAGS)[number]]?: string } & {
   rate?: string;
   duration?: string;
   trace?: string;
+  hold?: string;
 };
 
 /** The `--policy` flags as one lane, decided all-or-nothing. */
@@ -153,7 +185,7 @@ function compareLanes(list: string, values: Values): Lane[] {
     );
   const algorithms =
     list.trim() === 'all'
-      ? [...ALGORITHMS]
+      ? [...COMPARED_BY_ALL]
       : list
           .split(',')
           .map((name) => name.trim())
@@ -162,7 +194,8 @@ function compareLanes(list: string, values: Values): Lane[] {
     fail('--compare', list, `must name algorithms: a comma-separated list such as 'token_bucket,gcra', or 'all'`);
   const limits: Record<string, number | string> = {};
   for (const flag of LIMIT_FLAGS)
-    if (values[flag] !== undefined) limits[flag] = flag === 'window' ? values[flag] : numberOrText(values[flag]);
+    if (values[flag] !== undefined)
+      limits[FIELD_OF[flag]] = TEXT_FLAGS.has(flag) ? values[flag] : numberOrText(values[flag]);
   return [...new Set(algorithms)].map((algorithm) => {
     const policy = { name: algorithm, algorithm, ...limits } as RateLimitPolicy;
     return { title: algorithm, policies: [simulatedPolicy(policy, `--compare ${algorithm}`, algorithm)] };
@@ -215,6 +248,30 @@ function trafficOf({ rate, duration, trace }: Values): Traffic {
     );
   }
   return { rate: perSecond, durationMs };
+}
+
+/**
+ * `--hold` as ms: how long each admitted request holds its `concurrency` slot, needed when a
+ * lane has such a policy (a slot is given back when its request ends, and only the traffic can
+ * say when that is) and refused when none has.
+ */
+function holdOf(hold: string | undefined, lanes: readonly Lane[]): number | undefined {
+  const held = lanes.some((lane) => lane.policies.some(({ rule }) => RELEASED.has(rule.algorithm)));
+  if (hold === undefined) {
+    if (held)
+      fail(
+        '--hold',
+        undefined,
+        `is needed with a "concurrency" policy: how long each admitted request holds its slot, such as '2s' (a slot comes back when its request ends)`,
+      );
+    return undefined;
+  }
+  if (!held) fail('--hold', hold, `goes with a "concurrency" policy: only a slot in flight is held`);
+  const seconds = parseWindow(numberOrText(hold));
+  if (seconds === undefined || seconds * 1000 < 1)
+    fail('--hold', hold, `must be a duration of at least 1 ms: seconds, or a string such as '500ms', '2s', '1m'`);
+  if (seconds! > MAX_DURATION_SECONDS) fail('--hold', hold, `must be at most 1d (${MAX_DURATION_SECONDS} s)`);
+  return Math.round(seconds! * 1000);
 }
 
 function topOf(top: string | undefined): number {

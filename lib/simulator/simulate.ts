@@ -33,7 +33,7 @@ export async function simulate(options: SimulateOptions, output: Output): Promis
     'trace' in traffic
       ? readTrace(traffic.trace, trace!, output.stderr)
       : evenlySpaced(traffic.rate, traffic.durationMs, output.stderr);
-  const runs = options.lanes.map((lane) => new LaneRun(lane));
+  const runs = options.lanes.map((lane) => new LaneRun(lane, traffic.holdMs));
   const csv = options.csv === undefined ? undefined : await CsvOutput.open(options.csv, options.compare);
   try {
     for await (const arrival of arrivals) {

@@ -1,8 +1,10 @@
-import type { Held, Rule } from '../algorithms/algorithm.types.js';
-import { decideAll, type Entry, expiryAfter } from '../algorithms/decide.js';
+import { type Held, RELEASED, type Rule } from '../algorithms/algorithm.types.js';
+import { decideAll, type Entry, expiresAt, expiryAfter, modelOf } from '../algorithms/decide.js';
 import { limiting } from '../headers/rate-limit-headers.js';
+import { quotaRule } from '../policy/quota-rule.js';
 import { toDecision } from '../stores/decision.js';
 import type { RateLimitDecision, RateLimitRequest } from '../stores/rate-limit-store.interface.js';
+import { type Release, ReleaseQueue } from './release-queue.js';
 
 /** A validated policy as the simulator runs it. */
 export interface SimulatedPolicy {
@@ -54,7 +56,14 @@ export type SecondCounts = number[];
 /**
  * One lane's run over the traffic: the pure algorithm functions the stores run (`decideAll`, time
  * passed in), a bucket per key and policy in a `Map`, and per-second counts. What it keeps grows
- * with the distinct keys and seconds, never with the number of requests.
+ * with the distinct keys and seconds, never with the number of requests (the slots in flight of
+ * a `concurrency` policy are at most its limit per key).
+ *
+ * A `quota` policy's rule is made per request, as the guard makes it: the calendar period that
+ * holds the request's time (`quotaRule`; a trace's times are Unix ms, `--rate` starts at Unix
+ * time 0, 1970-01-01T00:00:00Z). A `concurrency` policy's slot is given back `holdMs` after its
+ * request was admitted, by the model's refund of the charge, as the guard's refund does when
+ * a request ends; a slot still held when its lease ends has left the log already.
  */
 export class LaneRun {
   readonly keys = new Map<string, KeyRecord>();
@@ -63,9 +72,18 @@ export class LaneRun {
   admitted = 0;
   /** Each policy as the store request `toDecision` reads (its name and rule). */
   private readonly requests: RateLimitRequest[];
+  /** The indexes of the lane's `concurrency` policies, whose slots admitted requests give back. */
+  private readonly released: number[];
+  /** Slots to give back, soonest first. */
+  private readonly releases = new ReleaseQueue<KeyRecord>();
 
-  constructor(readonly lane: Lane) {
+  /** @param holdMs how long an admitted request holds a `concurrency` slot, ms (`--hold`) */
+  constructor(
+    readonly lane: Lane,
+    private readonly holdMs = 0,
+  ) {
     this.requests = lane.policies.map(({ name, rule, cost }) => ({ key: '', policy: name, rule, cost }));
+    this.released = lane.policies.flatMap(({ rule }, i) => (RELEASED.has(rule.algorithm) ? [i] : []));
   }
 
   /**
@@ -76,6 +94,8 @@ export class LaneRun {
    */
   decide({ time, key, cost }: Arrival): RateLimitDecision {
     const { policies } = this.lane;
+    // the requests that ended by now give their slots back first, as the guard's refunds do
+    if (this.released.length > 0) this.release(time);
     let record = this.keys.get(key);
     if (record === undefined) {
       record = { slots: new Array<Slot | undefined>(policies.length).fill(undefined), offered: 0, refused: 0 };
@@ -86,11 +106,21 @@ export class LaneRun {
       const slot = record.slots[i];
       entries[i] = {
         state: slot !== undefined && slot.expiry > time ? slot.state : undefined,
-        rule: policies[i].rule,
+        rule: quotaRule(policies[i].rule, time),
         cost: cost ?? policies[i].cost,
       };
     }
     const verdict = decideAll(entries, time, true);
+    if (verdict.allowed) {
+      for (const i of this.released)
+        this.releases.push({
+          at: time + this.holdMs,
+          owner: record,
+          policy: i,
+          cost: entries[i].cost,
+          chargedAt: verdict.next[i].at,
+        });
+    }
     const decisions: RateLimitDecision[] = new Array<RateLimitDecision>(policies.length);
     for (let i = 0; i < policies.length; i++) {
       if (verdict.allowed || verdict.blocks?.[i]) {
@@ -101,6 +131,21 @@ export class LaneRun {
     }
     this.count(record, time, verdict.allowed, decisions);
     return limiting(decisions);
+  }
+
+  /** Gives back every slot whose request ended by `time`: the model's refund of its charge, at its end. */
+  private release(time: number): void {
+    let ended: Release<KeyRecord> | undefined;
+    while ((ended = this.releases.popUntil(time)) !== undefined) {
+      const { at, owner, policy, cost, chargedAt } = ended;
+      const slot = owner.slots[policy];
+      // a log that expired since holds no slot: the lease gave it back already
+      if (slot === undefined || slot.expiry <= at) continue;
+      const { rule } = this.lane.policies[policy];
+      const model = modelOf(rule);
+      const state = model.refund(model.current(slot.state, at, rule), rule, cost, chargedAt);
+      owner.slots[policy] = { state, expiry: expiresAt(model, state, rule) };
+    }
   }
 
   private count(record: KeyRecord, time: number, allowed: boolean, decisions: readonly RateLimitDecision[]): void {

@@ -1,3 +1,4 @@
+import { RELEASED } from '../algorithms/algorithm.types.js';
 import type { Traffic } from './simulate-args.js';
 import type { LaneRun } from './simulation.js';
 import type { TraceReport } from './traffic.js';
@@ -14,7 +15,20 @@ export interface KeyShare {
 /** The `--json` summary of one lane. */
 export interface LaneSummary {
   title: string;
-  policies: { name: string; algorithm: string; rps: number; burst: number; cost: number }[];
+  /**
+   * Each policy's rule: `rps` and `burst` (a `concurrency` policy's slots, with `leaseSeconds`; a
+   * quota's limit per `period` in `timeZone`, its `rps` that of the longest period), and its cost.
+   */
+  policies: {
+    name: string;
+    algorithm: string;
+    rps: number;
+    burst: number;
+    leaseSeconds?: number;
+    period?: string;
+    timeZone?: string;
+    cost: number;
+  }[];
   offered: number;
   admitted: number;
   refused: number;
@@ -39,13 +53,14 @@ const share = (part: number, whole: number): number => (whole === 0 ? 0 : part /
 /** Says what the traffic was, in one line: `600 requests: 60 requests/s, evenly spaced, for 10 s`. */
 export function describeTraffic(traffic: Traffic, requests: number, trace: TraceReport | undefined): string {
   const count = `${requests.toLocaleString('en-US')} request${requests === 1 ? '' : 's'}`;
+  const held = traffic.holdMs === undefined ? '' : `, each holding its slot ${traffic.holdMs / 1000} s`;
   if ('rate' in traffic)
-    return `${count}: ${traffic.rate} requests/s, evenly spaced, for ${traffic.durationMs / 1000} s`;
+    return `${count}: ${traffic.rate} requests/s, evenly spaced, for ${traffic.durationMs / 1000} s${held}`;
   const bad =
     trace!.badLines === 0
       ? ''
       : `, ${trace!.badLines.toLocaleString('en-US')} bad line${trace!.badLines === 1 ? '' : 's'} skipped`;
-  return `${count} replayed from ${traffic.trace} (${trace!.format ?? 'empty'}, ${trace!.lines.toLocaleString('en-US')} lines${bad})`;
+  return `${count} replayed from ${traffic.trace} (${trace!.format ?? 'empty'}, ${trace!.lines.toLocaleString('en-US')} lines${bad})${held}`;
 }
 
 /** The `--json` summary. */
@@ -81,6 +96,8 @@ function laneSummary(run: LaneRun, top: number): LaneSummary {
       algorithm: rule.algorithm,
       rps: rule.rps,
       burst: rule.burst,
+      ...(RELEASED.has(rule.algorithm) ? { leaseSeconds: rule.burst / rule.rps } : {}),
+      ...(rule.calendar === undefined ? {} : { period: rule.calendar.period, timeZone: rule.calendar.timeZone }),
       cost,
     })),
     offered: run.offered,

@@ -1,5 +1,6 @@
 import type { Outcome, Rule } from '../algorithms/algorithm.types.js';
 import { ceilSeconds } from '../algorithms/conversions.js';
+import { RELEASED } from '../algorithms/registry.js';
 import type { RateLimitDecision, RateLimitRequest } from './rate-limit-store.interface.js';
 
 /** What an admitted decision took: its request, and when, ms on the store's clock (the charged state's `at`). */
@@ -56,16 +57,28 @@ export function limitOf(rule: Pick<Rule, 'burst' | 'limit'>): number {
   return rule.limit === undefined ? rule.burst : Math.max(1, Math.floor(rule.limit));
 }
 
-/** Turns an algorithm's millisecond outcome into the public decision, the same for every store. */
+/**
+ * Turns an algorithm's millisecond outcome into the public decision, the same for every store. A
+ * `concurrency` policy's slot comes back when a request ends, not with time: refused, it says
+ * retry in 1 s, and its `resetAfter` is 0 while a slot is left, else 1.
+ */
 export function toDecision(request: RateLimitRequest, outcome: Outcome): RateLimitDecision {
+  // a slot (`concurrency`) comes back when a request ends, which no time tells: ask again in a second
+  const released = RELEASED.has(request.rule.algorithm);
   const decision: RateLimitDecision = {
     allowed: outcome.allowed,
     policy: request.policy,
     limit: limitOf(request.rule),
     remaining: outcome.remaining,
-    resetAfter: ceilSeconds(outcome.nextMs),
+    resetAfter: released ? (outcome.remaining > 0 ? 0 : 1) : ceilSeconds(outcome.nextMs),
     fullAfter: ceilSeconds(outcome.fullMs),
-    retryAfter: outcome.allowed ? 0 : outcome.retryMs < 0 ? Infinity : Math.max(1, ceilSeconds(outcome.retryMs)),
+    retryAfter: outcome.allowed
+      ? 0
+      : outcome.retryMs < 0
+        ? Infinity
+        : released
+          ? 1
+          : Math.max(1, ceilSeconds(outcome.retryMs)),
     delay: outcome.delayMs / 1000,
   };
   if (request.tier !== undefined) decision.tier = request.tier;

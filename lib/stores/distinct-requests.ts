@@ -37,6 +37,7 @@ export function sameRule(a: Rule, b: Rule): boolean {
     a.blockMs === b.blockMs &&
     a.blockResets === b.blockResets &&
     a.anchor === b.anchor &&
+    a.origin === b.origin &&
     a.limit === b.limit
   );
 }

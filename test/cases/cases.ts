@@ -12,6 +12,11 @@ export interface Step {
    * a factor: `Rule.limit`). The same algorithm, so the same key.
    */
   rule?: Rule;
+  /**
+   * The index of an earlier, admitted step whose decision is given back (`store.refund`) at this
+   * step's `at`, before this step's request: a `concurrency` slot released when its request ends.
+   */
+  release?: number;
   expect: Partial<Omit<RateLimitDecision, 'policy'>>;
 }
 
@@ -52,6 +57,10 @@ const FULL_TTL: Record<Algorithm, number | 'refill'> = {
   sliding_window_log: 1,
   sliding_window_counter: 2,
   gcra: 'refill',
+  // the lease: a slot nobody gave back leaves the log when it ends
+  concurrency: 1,
+  // the period the rule carries (its window): a count of an earlier period is none
+  quota: 1,
 };
 
 function fullTtlMs(rule: Rule): number {

@@ -10,7 +10,7 @@ import {
   WINDOW_ALGORITHMS,
 } from '../../lib/algorithms/algorithm.types.js';
 import { durationMs, windowMs } from '../../lib/algorithms/conversions.js';
-import { decideAll, expiresAt, modelOf } from '../../lib/algorithms/decide.js';
+import { decideAll, expiresAt, isFull, modelOf } from '../../lib/algorithms/decide.js';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
 import { scaledRule } from '../../lib/limiter/scales.js';
 import { toDecision } from '../../lib/stores/decision.js';
@@ -43,6 +43,11 @@ interface Policy {
   blockResets?: true;
   /** A fixed window's windows start at a key's first request (`anchor: 'first-request'`). */
   anchor?: 'first-request';
+  /**
+   * `quota` only: the start of one of its periods, integer Unix ms; its periods are the rule's
+   * window (`burst / rps`, a whole number of ms) long, back to back from it.
+   */
+  origin?: number;
 }
 
 /** One request of a trace. */
@@ -60,6 +65,16 @@ interface Step {
    * share a bucket: its key and its windows are the same under all of them.
    */
   factor?: number;
+  /**
+   * A quota's period this request names, by how many periods from the one that holds it on the
+   * store's clock: -1, an app whose clock is behind the store's; 1, one ahead of it (see `quota`).
+   */
+  shift?: -1 | 1;
+  /**
+   * Before this request, the request this many steps back is given back (`store.refund`): a
+   * `concurrency` slot released, a charge of any other algorithm refunded.
+   */
+  release?: number;
 }
 
 interface Run {
@@ -92,7 +107,7 @@ class Model {
   }
 
   consume(requests: readonly RateLimitRequest[], now: number): RateLimitDecision[] {
-    const verdict = decideAll(this.entries(requests), now, true);
+    const verdict = decideAll(this.entries(requests, now), now, true);
     // all charged states, or only those whose block a refusal starts
     if (verdict.allowed || verdict.blocks !== undefined) {
       requests.forEach(({ key, rule }, i) => {
@@ -105,32 +120,82 @@ class Model {
   }
 
   peek(request: RateLimitRequest, now: number): Outcome {
-    return decideAll(this.entries([request]), now, false).outcomes[0];
+    return decideAll(this.entries([request], now), now, false).outcomes[0];
   }
 
   fullAt(key: string): number | undefined {
     return this.buckets.get(key)?.fullAt;
   }
 
-  private entries(requests: readonly RateLimitRequest[]) {
-    return requests.map(({ key, rule, cost }) => ({ state: this.buckets.get(key)?.state, rule, cost }));
+  /**
+   * Each request's state: none once it is full (the memory store has dropped it). Kept past that,
+   * a state is the same as none while time moves forward, but for one a refund emptied, whose
+   * window start or block end (an anchored window, a quota's period) would still count.
+   */
+  private entries(requests: readonly RateLimitRequest[], now: number) {
+    return requests.map(({ key, rule, cost }) => {
+      const bucket = this.buckets.get(key);
+      return { state: bucket !== undefined && bucket.fullAt > now ? bucket.state : undefined, rule, cost };
+    });
+  }
+
+  /**
+   * Gives back what `consume` took for `requests` (admitted at `chargedAt`, one per request), as
+   * the stores do: the charge's rule, on the state as of `now`; nothing given back leaves it.
+   */
+  refund(requests: readonly RateLimitRequest[], chargedAt: readonly number[], now: number): void {
+    requests.forEach(({ key, rule, cost }, i) => {
+      const bucket = this.buckets.get(key);
+      // the memory store has dropped a bucket that is full: nothing to give back
+      if (bucket === undefined || bucket.fullAt <= now) return;
+      const model = modelOf(rule);
+      const current = model.current(bucket.state, now, rule);
+      const refunded = model.refund(current, rule, cost, chargedAt[i]);
+      if (refunded === current) return;
+      // full again once given back: the stores drop the key, so the next request finds none (an
+      // anchored window or a quota's period then starts afresh, as if the charge never came)
+      if (isFull(model, refunded, rule)) this.buckets.delete(key);
+      else this.buckets.set(key, { state: refunded, fullAt: expiresAt(model, refunded, rule) });
+    });
+  }
+
+  /** The `at` of each key's stored state: when a request just admitted was charged. */
+  chargedAt(requests: readonly RateLimitRequest[]): number[] {
+    return requests.map(({ key }) => this.buckets.get(key)!.state.at);
   }
 }
 
 function requestsOf(
-  { identity, cost, policies: names, factor }: Step,
+  { identity, cost, policies: names, factor, shift }: Step,
   policies: readonly Policy[],
   prefix: string,
+  now: number,
 ): RateLimitRequest[] {
   return names.map((name) => {
-    const { algorithm, rps, burst, blockMs, blockResets, anchor } = policies.find((p) => p.name === name)!;
+    const { algorithm, rps, burst, blockMs, blockResets, anchor, origin } = policies.find((p) => p.name === name)!;
     const block = blockResets === true ? { blockMs, blockResets } : { blockMs };
-    const plain = anchor === undefined ? ruleOf(algorithm, rps, burst) : { ...ruleOf(algorithm, rps, burst), anchor };
+    const plain =
+      origin !== undefined
+        ? { ...ruleOf(algorithm, rps, burst), origin: periodOf(origin, windowMs(rps, burst), now, shift ?? 0) }
+        : anchor === undefined
+          ? ruleOf(algorithm, rps, burst)
+          : { ...ruleOf(algorithm, rps, burst), anchor };
     const rule = blockMs === undefined ? plain : { ...plain, ...block };
     const scaled = factor === undefined || !SCALED_BY_LIMIT.has(algorithm) ? rule : scaledRule(rule, factor);
     return { key: bucketKey(prefix, name, rule, identity), policy: name, rule: scaled, cost };
   });
 }
+
+/**
+ * The start of the quota period that holds `now`, of periods `periodMs` long back to back from
+ * `origin`, moved by `shift` periods: what the app hands the store (`quotaRule`).
+ */
+function periodOf(origin: number, periodMs: number, now: number, shift: number): number {
+  return origin + (Math.floor((now - origin) / periodMs) + shift) * periodMs;
+}
+
+/** Period lengths a quota may have, ms: from 1 ms to a 31-day month. */
+const PERIODS_MS = [1, 7, 1_000, 60_000, 3_600_000, 86_400_000, 7 * 86_400_000, 28 * 86_400_000, 31 * 86_400_000];
 
 /** A number in [0, 1] that shrinks to 0. */
 const unit = fc.integer({ min: 0, max: 1_000_000 }).map((n) => n / 1_000_000);
@@ -173,15 +238,30 @@ const blockSeed = fc.oneof(
 
 function ruleArbitrary(algorithm: fc.Arbitrary<Algorithm>): fc.Arbitrary<Omit<Policy, 'name'>> {
   return fc
-    .record({ algorithm, burst: burstSeed, rps: rpsSeed, block: blockSeed, resets: fc.boolean(), first: fc.boolean() })
-    .map(({ algorithm, burst: b, rps: r, block, resets, first }): Omit<Policy, 'name'> => {
-      const most = Math.min(b.most, algorithm === 'sliding_window_log' ? LARGEST_LOG_BURST : LARGEST_BURST);
+    .record({
+      algorithm,
+      burst: burstSeed,
+      rps: rpsSeed,
+      block: blockSeed,
+      resets: fc.boolean(),
+      first: fc.boolean(),
+      period: fc.record({ ms: fc.constantFrom(...PERIODS_MS), offset: unit }),
+    })
+    .map(({ algorithm, burst: b, rps: r, block, resets, first, period }): Omit<Policy, 'name'> => {
+      const logged = algorithm === 'sliding_window_log' || algorithm === 'concurrency';
+      const most = Math.min(b.most, logged ? LARGEST_LOG_BURST : LARGEST_BURST);
       const burst = Math.round(logScale(1, most, b.u));
+      // a quota: `burst` per period of `period.ms`, the periods starting anywhere in the first one
+      if (algorithm === 'quota') {
+        const origin = CASE_EPOCH + Math.floor(period.offset * period.ms);
+        return { algorithm, rps: (burst * 1000) / period.ms, burst, origin };
+      }
       const [lo, hi] = rpsRange(algorithm, burst);
       const rps = Math.min(hi, Math.max(lo, 'u' in r ? logScale(lo, hi, r.u) : 'rps' in r ? r.rps : burst / r.seconds));
       // half the fixed windows are anchored at a key's first request
       const anchor = algorithm === 'fixed_window' && first ? { anchor: 'first-request' as const } : {};
-      if (block === undefined) return { algorithm, rps, burst, ...anchor };
+      // validation refuses a block with a concurrency policy (or a quota)
+      if (block === undefined || algorithm === 'concurrency') return { algorithm, rps, burst, ...anchor };
       const full = WINDOW_ALGORITHMS.has(algorithm) ? windowMs(rps, burst) : durationMs(burst, rps);
       const blockMs = 'ms' in block ? block.ms : Math.max(1, Math.round(full * block.times));
       return resets
@@ -249,6 +329,10 @@ const stepSeed = fc.record({
   cost: costSeed,
   others: fc.subarray(POLICY_NAMES.slice(1)),
   firstLast: fc.boolean(),
+  // mostly the period the store's clock is in; now and then the one before or after it
+  shift: fc.constantFrom(0, 0, 0, 0, -1, 1),
+  // mostly none; else a request 1 to 4 steps back given back (if it was admitted)
+  release: fc.constantFrom(0, 0, 0, 1, 2, 4),
 });
 
 type StepSeed = typeof stepSeed extends fc.Arbitrary<infer T> ? T : never;
@@ -260,16 +344,19 @@ type StepSeed = typeof stepSeed extends fc.Arbitrary<infer T> ? T : never;
 function traceOf(seeds: readonly StepSeed[], policies: readonly Policy[]): Step[] {
   const model = new Model();
   let now = CASE_EPOCH;
-  return seeds.map(({ dt, factor, identity, cost, others, firstLast }) => {
+  const admitted: Array<{ requests: RateLimitRequest[]; chargedAt: number[] } | undefined> = [];
+  return seeds.map(({ dt, factor, identity, cost, others, firstLast, shift, release }) => {
     const more = others.filter((name) => policies.some((p) => p.name === name));
     const step: Step = {
       dt: 0,
       ...(factor !== undefined && { factor }),
+      ...(shift !== 0 && { shift }),
+      ...(release !== 0 && { release }),
       identity,
       cost: 'cost' in cost ? cost.cost : policies[cost.policy % policies.length].burst * cost.share,
       policies: firstLast ? [...more, POLICY_NAMES[0]] : [POLICY_NAMES[0], ...more],
     };
-    const requests = requestsOf(step, policies, '');
+    const requests = requestsOf(step, policies, '', now);
     if ('ms' in dt) {
       step.dt = dt.ms;
     } else if ('span' in dt) {
@@ -285,7 +372,15 @@ function traceOf(seeds: readonly StepSeed[], policies: readonly Policy[]): Step[
       step.dt = Number.isFinite(until) ? Math.max(0, until + dt.offset) : 0;
     }
     now += step.dt;
-    model.consume(requests, now);
+    const given = release === 0 ? undefined : admitted[admitted.length - release];
+    if (given !== undefined) {
+      model.refund(given.requests, given.chargedAt, now);
+      // a decision is given back once: a later step naming it again gives nothing
+      admitted[admitted.length - release] = undefined;
+    }
+    const decided = requestsOf(step, policies, '', now);
+    const allowed = model.consume(decided, now).every((decision) => decision.allowed);
+    admitted.push(allowed ? { requests: decided, chargedAt: model.chargedAt(decided) } : undefined);
     return step;
   });
 }
@@ -303,7 +398,12 @@ function runArbitrary(algorithm: Algorithm): fc.Arbitrary<Run> {
     })
     .map(({ first, others, steps }) => {
       const policies = [first, ...others].map((rule, i) => ({ name: POLICY_NAMES[i], ...rule }));
-      return { policies, trace: traceOf(steps, policies) };
+      // No refunds beside an anchored window with a block: one a refund empties while its block
+      // holds keeps its start, so it is the same as no key only once it has expired; Redis expires
+      // it on its own clock, which the tests' pinned clock outruns (see `dtSeed`), and keeps it.
+      const anchoredBlock = policies.some(({ anchor, blockMs }) => anchor !== undefined && blockMs !== undefined);
+      const seeds = anchoredBlock ? steps.map((seed) => ({ ...seed, release: 0 as const })) : steps;
+      return { policies, trace: traceOf(seeds, policies) };
     });
 }
 
@@ -343,12 +443,31 @@ async function replay({ policies, trace }: Run): Promise<void> {
   const model = new Model();
   const memory = new MemoryStore({ clock });
   const onRedis = new RedisStore({ client: redis, clock, cacheRefusals: false });
+  // each step's request and decisions, to give back (`Step.release`): only admitted ones took anything
+  const taken: Array<
+    | { requests: RateLimitRequest[]; chargedAt: number[]; memory: RateLimitDecision[]; redis: RateLimitDecision[] }
+    | undefined
+  > = [];
   try {
     for (const [index, step] of trace.entries()) {
       now += step.dt;
-      const requests = requestsOf(step, policies, runPrefix);
+      const given = step.release === undefined ? undefined : taken[index - step.release];
+      if (given !== undefined) {
+        // given back once, as a store does whatever a later step names (and so for the model)
+        taken[index - step.release!] = undefined;
+        model.refund(given.requests, given.chargedAt, now);
+        await memory.refund(given.memory);
+        await onRedis.refund(given.redis);
+      }
+      const requests = requestsOf(step, policies, runPrefix, now);
       const expected = model.consume(requests, now);
       const decided = { step: index, memory: await memory.consume(requests), redis: await onRedis.consume(requests) };
+      const allowed = expected.every((decision) => decision.allowed);
+      taken.push(
+        allowed
+          ? { requests, chargedAt: model.chargedAt(requests), memory: decided.memory, redis: decided.redis }
+          : undefined,
+      );
       if (!same(decided.memory, expected) || !same(decided.redis, expected)) {
         expect(decided).toEqual({ step: index, memory: expected, redis: expected });
       }

@@ -67,6 +67,12 @@ export function requestsUnder(prefix: string) {
 }
 
 /**
+ * The algorithms a policy may give `blockFor` (validation refuses it with `concurrency` and
+ * `quota`, whose refusals a block would only outlast).
+ */
+const BLOCKABLE = ALGORITHMS.filter((algorithm) => algorithm !== 'concurrency' && algorithm !== 'quota');
+
+/**
  * The tests every store must pass, one `describe` per store: each algorithm's table of cases
  * (test/cases), all-or-nothing across algorithms, blocks, peek and reset, and what a call may
  * carry (repeated keys, bad costs). A store's name starts with its class's name, the one its
@@ -80,11 +86,14 @@ export function describeStoreCases(stores: ReadonlyArray<readonly [string, () =>
   describe.each(stores)('%s', (storeName, makeStore) => {
     describe.each(CASES)('%s table', (_algorithm, cases) => {
       it.each(cases)('$name', async ({ name, rule, steps }) => {
-        const { setNow, consume } = makeStore();
+        const { store, setNow, consume } = makeStore();
         const req = request('case', rule, `${storeName}:${name}`);
-        for (const [step, { at, cost = 1, rule: changed = rule, expect: expected }] of steps.entries()) {
+        const decisions: RateLimitDecision[] = [];
+        for (const [step, { at, cost = 1, rule: changed = rule, release, expect: expected }] of steps.entries()) {
           setNow(at);
+          if (release !== undefined) await store.refund!([decisions[release]]);
           const [decision] = await consume([{ ...req, rule: changed, cost }]);
+          decisions.push(decision);
           expect({ step, ...decision }).toMatchObject({ step, ...expected });
         }
       });
@@ -127,7 +136,7 @@ export function describeStoreCases(stores: ReadonlyArray<readonly [string, () =>
       );
     });
 
-    it.each(ALGORITHMS.map((a) => [a]))(
+    it.each(BLOCKABLE.map((a) => [a]))(
       '%s with blockFor: only a refusal of its own starts a block, and a refusal still takes nothing',
       async (algorithm) => {
         const { store, setNow, consume, keys } = makeStore();
@@ -160,7 +169,7 @@ export function describeStoreCases(stores: ReadonlyArray<readonly [string, () =>
       },
     );
 
-    it.each(ALGORITHMS.map((a) => [a]))(
+    it.each(BLOCKABLE.map((a) => [a]))(
       "%s with blockFor then 'reset': the block's end starts the bucket full, and the key lives no longer",
       async (algorithm) => {
         const { setNow, consume, keys } = makeStore();
@@ -187,7 +196,7 @@ export function describeStoreCases(stores: ReadonlyArray<readonly [string, () =>
       },
     );
 
-    it.each(ALGORITHMS.map((a) => [a]))(
+    it.each(BLOCKABLE.map((a) => [a]))(
       '%s with blockFor: a block keeps its key alive until it ends',
       async (algorithm) => {
         const { setNow, consume, keys } = makeStore();

@@ -5,7 +5,13 @@ import {
   type Held,
   type Rule,
 } from '../../lib/algorithms/algorithm.types.js';
-import { ALGORITHM_DESCRIPTORS, SCALED_BY_LIMIT, WINDOW_ALGORITHMS } from '../../lib/algorithms/registry.js';
+import {
+  ALGORITHM_DESCRIPTORS,
+  RELEASED,
+  SCALED_BY_LIMIT,
+  UNSCALED,
+  WINDOW_ALGORITHMS,
+} from '../../lib/algorithms/registry.js';
 import { PACKED_STATES, PACKED_WIDTH } from '../../lib/stores/memory/packed-state.js';
 import { LUA_MODELS, MODELS_LUA } from '../../lib/stores/redis/models.lua.js';
 
@@ -23,6 +29,8 @@ const RELEASED_TAGS: Record<Algorithm, string> = {
   sliding_window_log: 'swl',
   sliding_window_counter: 'swc',
   gcra: 'gcra',
+  concurrency: 'cc',
+  quota: 'qt',
 };
 
 describe('the algorithm registry', () => {
@@ -34,6 +42,8 @@ describe('the algorithm registry', () => {
       'sliding_window_log',
       'sliding_window_counter',
       'gcra',
+      'concurrency',
+      'quota',
     ]);
   });
 
@@ -45,9 +55,18 @@ describe('the algorithm registry', () => {
     for (const tag of tags) expect(tag).toMatch(/^[a-z0-9]+$/);
   });
 
-  it('counts in windows, and scales by the limit, exactly the algorithms it always did', () => {
-    expect([...WINDOW_ALGORITHMS].sort()).toEqual(['fixed_window', 'sliding_window_counter', 'sliding_window_log']);
-    expect([...SCALED_BY_LIMIT].sort()).toEqual(['fixed_window', 'sliding_window_counter']);
+  it('counts in windows, scales by the limit, leaves unscaled and regains by release exactly the algorithms it should', () => {
+    expect([...WINDOW_ALGORITHMS].sort()).toEqual([
+      'concurrency',
+      'fixed_window',
+      'quota',
+      'sliding_window_counter',
+      'sliding_window_log',
+    ]);
+    expect([...SCALED_BY_LIMIT].sort()).toEqual(['fixed_window', 'quota', 'sliding_window_counter']);
+    // a number of requests in flight is not a rate: no factor scales it, and time does not give a slot back
+    expect([...UNSCALED]).toEqual(['concurrency']);
+    expect([...RELEASED]).toEqual(['concurrency']);
   });
 
   it.each(ALGORITHMS.map((a) => [a]))(

@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { ALGORITHMS, type Held, type Rule } from '../../lib/algorithms/algorithm.types.js';
-import { decideAll, expiresAt, MODELS } from '../../lib/algorithms/decide.js';
+import { decideAll, expiresAt, modelOf, MODELS } from '../../lib/algorithms/decide.js';
 import { tokenBucket } from '../../lib/algorithms/token-bucket.js';
 import { toDecision } from '../../lib/stores/decision.js';
 import { CASE_EPOCH, CASES, longestTtlMs, monthlyBillionSteps, ruleOf } from '../cases/index.js';
@@ -9,9 +9,20 @@ describe.each(CASES)('%s (pure, fixed instants)', (_algorithm, cases) => {
   describe.each(cases)('$name', ({ rule, steps }) => {
     it('decides every step as the table says', () => {
       let state: Held | undefined;
-      steps.forEach(({ at, cost = 1, rule: changed = rule, expect: expected }, step) => {
+      // what each admitted step took, and when (its charged state's `at`), for a later `release`
+      const charges = new Map<number, { rule: Rule; cost: number; at: number }>();
+      steps.forEach(({ at, cost = 1, rule: changed = rule, release, expect: expected }, step) => {
+        if (release !== undefined) {
+          const charge = charges.get(release)!;
+          const model = modelOf(charge.rule);
+          const current = model.current(state, CASE_EPOCH + at, charge.rule);
+          // as the stores do: nothing given back leaves the stored state as it was
+          const refunded = model.refund(current, charge.rule, charge.cost, charge.at);
+          if (refunded !== current) state = refunded;
+        }
         const verdict = decideAll([{ state, rule: changed, cost }], CASE_EPOCH + at, true);
         if (verdict.allowed || verdict.blocks?.[0]) state = verdict.next[0];
+        if (verdict.allowed) charges.set(step, { rule: changed, cost, at: verdict.next[0].at });
         const decision = toDecision({ key: 'k', policy: 'p', rule: changed, cost }, verdict.outcomes[0]);
         expect({ step, ...decision }).toMatchObject({ step, ...expected });
       });

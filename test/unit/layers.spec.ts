@@ -21,7 +21,7 @@ const ALLOWED: Record<string, readonly string[]> = {
   policy: ['algorithms'],
   keys: ['algorithms', 'policy', 'utils'],
   stores: ['algorithms', 'utils'],
-  headers: ['stores'],
+  headers: ['algorithms', 'stores'],
   routes: ['algorithms', 'keys', 'policy', 'stores', 'rate-limit-options.ts'],
   // the engine, below the guard and the service that ask it
   limiter: [

@@ -239,6 +239,9 @@ describe('routePolicy and storeRequest', () => {
       keys: ['user'],
       keyPrefix: 'x:exports:lb:{',
       refundsSuccess: false,
+      quota: false,
+      quotaAnchor: undefined,
+      tiers: undefined,
       skipIf: undefined,
       adaptive: undefined,
     });

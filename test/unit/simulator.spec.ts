@@ -16,6 +16,7 @@ import {
   type SimulateOptions,
 } from '../../lib/simulator/simulate-args.js';
 import type { Summary } from '../../lib/simulator/summary.js';
+import { ReleaseQueue } from '../../lib/simulator/release-queue.js';
 import { evenlySpaced } from '../../lib/simulator/traffic.js';
 
 let dir: string;
@@ -505,5 +506,241 @@ describe('simulate: traces over huge spans', () => {
     expect(stdout).toContain(
       'line 3: time is beyond ±9007199254740991 ms, where milliseconds are no longer exact: "-9007199254740992"',
     );
+  });
+});
+
+describe('simulate: concurrency and quotas', () => {
+  /** The rows of a `--csv` run, without the header: [time_ms, key, allowed, remaining, retry_after] (with --compare, the algorithm after key). */
+  async function decided(name: string, trace: string, ...args: string[]) {
+    const csv = join(dir, `${name}-out.csv`);
+    const { stdout } = await run(...args, '--trace', trace, '--csv', csv);
+    const [, ...rows] = await csvRows(csv);
+    return { stdout, rows };
+  }
+
+  it('gives a slot back --hold after its request was admitted: never more than limit in flight', async () => {
+    const trace = join(dir, 'in-flight.csv');
+    // limit 2, each request held 1 s: requests at 0 and 100 hold both slots until 1000 and 1100
+    await writeFile(trace, 'time,key\n0,a\n100,a\n200,a\n999,a\n1000,a\n1050,a\n1100,a\n1100,b\n');
+    const { stdout, rows } = await decided(
+      'in-flight',
+      trace,
+      '--policy',
+      '{"algorithm":"concurrency","limit":2,"lease":"5m"}',
+      '--hold',
+      '1s',
+    );
+    expect(rows).toEqual([
+      ['0', 'a', 'true', '1', '0'],
+      ['100', 'a', 'true', '0', '0'],
+      // both slots held: refused, retry in 1 s (a slot comes back when a request ends)
+      ['200', 'a', 'false', '0', '1'],
+      ['999', 'a', 'false', '0', '1'],
+      // the request of 0 ended at 1000: its slot is free again, and taken
+      ['1000', 'a', 'true', '0', '0'],
+      ['1050', 'a', 'false', '0', '1'],
+      ['1100', 'a', 'true', '0', '0'],
+      // another key has slots of its own
+      ['1100', 'b', 'true', '1', '0'],
+    ]);
+    expect(stdout).toContain('each holding its slot 1 s');
+    expect(stdout).toContain('default: concurrency, limit 2 in flight, lease 300 s');
+  });
+
+  it('reclaims a slot when its lease ends, before its request gives it back', async () => {
+    const trace = join(dir, 'lease.csv');
+    await writeFile(trace, 'time,key\n0,a\n500,a\n1000,a\n1500,a\n2000,a\n');
+    // held 5 s, leased 1 s: each slot comes back after 1 s; the late release of 0 frees nothing more
+    const { rows } = await decided(
+      'lease',
+      trace,
+      '--policy',
+      '{"algorithm":"concurrency","limit":1,"lease":"1s"}',
+      '--hold',
+      '5s',
+    );
+    expect(rows.map(([time, , allowed]) => [time, allowed])).toEqual([
+      ['0', 'true'],
+      ['500', 'false'],
+      ['1000', 'true'],
+      ['1500', 'false'],
+      ['2000', 'true'],
+    ]);
+  });
+
+  it('releases only the concurrency policy of a lane: the rate beside it stays charged', async () => {
+    const trace = join(dir, 'beside.csv');
+    await writeFile(trace, 'time,key\n0,a\n2000,a\n4000,a\n6000,a\n');
+    const csv = join(dir, 'beside-out.csv');
+    await run(
+      '--policy',
+      '{"name":"slots","algorithm":"concurrency","limit":1,"lease":"1m"}',
+      '--policy',
+      '{"name":"hourly","limit":3,"window":"1h"}',
+      '--hold',
+      '1s',
+      '--trace',
+      trace,
+      '--csv',
+      csv,
+    );
+    const [, ...rows] = await csvRows(csv);
+    // every slot was given back after 1 s; the hourly count keeps its 3
+    expect(rows.map(([time, , allowed]) => [time, allowed])).toEqual([
+      ['0', 'true'],
+      ['2000', 'true'],
+      ['4000', 'true'],
+      ['6000', 'false'],
+    ]);
+  });
+
+  it("counts a quota in its time zone's calendar days: Berlin's day ends at 23:00 UTC in winter", async () => {
+    const trace = join(dir, 'days.csv');
+    // 2026-01-14 23:30, 23:40, 23:50 in Berlin (UTC+1), then 00:10 on the 15th
+    await writeFile(
+      trace,
+      'time,key\n2026-01-14T22:30:00Z,a\n2026-01-14T22:40:00Z,a\n2026-01-14T22:50:00Z,a\n2026-01-14T23:10:00Z,a\n',
+    );
+    const t = (iso: string) => String(Date.parse(iso));
+    const berlin = await decided(
+      'days-berlin',
+      trace,
+      '--policy',
+      '{"algorithm":"quota","limit":2,"period":"day","timeZone":"Europe/Berlin"}',
+    );
+    expect(berlin.rows).toEqual([
+      [t('2026-01-14T22:30:00Z'), 'a', 'true', '1', '0'],
+      [t('2026-01-14T22:40:00Z'), 'a', 'true', '0', '0'],
+      // refused until the Berlin day ends, at 23:00 UTC: 600 s
+      [t('2026-01-14T22:50:00Z'), 'a', 'false', '0', '600'],
+      // a new day, a new count
+      [t('2026-01-14T23:10:00Z'), 'a', 'true', '1', '0'],
+    ]);
+    expect(berlin.stdout).toContain('default: quota, limit 2 per day (Europe/Berlin)');
+    const utc = await decided('days-utc', trace, '--compare', 'quota', '--limit', '2', '--period', 'day');
+    // in UTC the day still runs: the fourth request is refused until midnight, 50 min later
+    expect(utc.rows.map((row) => [row[2], row[4], row[5]])).toEqual([
+      ['quota', '1', '0'],
+      ['quota', '0', '0'],
+      ['quota', '0', '4200'],
+      ['quota', '0', '3000'],
+    ]);
+  });
+
+  it('counts a month quota across a month end, each month its own length', async () => {
+    const trace = join(dir, 'months.csv');
+    await writeFile(
+      trace,
+      'time,key\n2026-02-27T12:00:00Z,a\n2026-02-28T23:59:59Z,a\n2026-03-01T00:00:00Z,a\n2026-03-31T00:00:00Z,a\n',
+    );
+    const csv = join(dir, 'months-out.csv');
+    const { stdout } = await run(
+      '--compare',
+      'quota',
+      '--limit',
+      '1',
+      '--period',
+      'month',
+      '--trace',
+      trace,
+      '--csv',
+      csv,
+      '--json',
+    );
+    const [, ...rows] = await csvRows(csv);
+    expect(rows.map((row) => [row[3], row[5]])).toEqual([
+      ['true', '0'],
+      // February ends 1 s later
+      ['false', '1'],
+      ['true', '0'],
+      // March has 31 days: refused until April 1st, one day later
+      ['false', '86400'],
+    ]);
+    const summary = JSON.parse(stdout) as Summary;
+    expect(summary.lanes[0].policies[0]).toMatchObject({ algorithm: 'quota', period: 'month', timeZone: 'UTC' });
+  });
+
+  it('leaves concurrency and quota out of --compare all: their limits are not a rate the lanes could share', () => {
+    const options = parseSimulateArgs([
+      '--compare',
+      'all',
+      '--rps',
+      '10',
+      '--burst',
+      '50',
+      '--rate',
+      '1',
+    ]) as SimulateOptions;
+    expect(options.lanes.map((lane) => lane.title)).toEqual([
+      'token_bucket',
+      'leaky_bucket',
+      'fixed_window',
+      'sliding_window_log',
+      'sliding_window_counter',
+      'gcra',
+    ]);
+  });
+
+  it('refuses --hold without a concurrency policy, a concurrency policy without --hold, and a bad --hold, naming it', () => {
+    const slots = ['--policy', '{"algorithm":"concurrency","limit":2,"lease":"5m"}', '--rate', '1'];
+    expect(() => parseSimulateArgs(slots)).toThrow(SimulateArgumentError);
+    expect(() => parseSimulateArgs(slots)).toThrow(/--hold: is needed with a "concurrency" policy/);
+    expect(() => parseSimulateArgs(['--policy', '{"rps":1}', '--rate', '1', '--hold', '1s'])).toThrow(
+      /--hold: goes with a "concurrency" policy/,
+    );
+    for (const hold of ['0', '0.1ms', 'soon', '2d'])
+      expect(() => parseSimulateArgs([...slots, '--hold', hold])).toThrow(/--hold: must be/);
+    expect((parseSimulateArgs([...slots, '--hold', '250ms']) as SimulateOptions).traffic).toEqual({
+      rate: 1,
+      durationMs: 10_000,
+      holdMs: 250,
+    });
+  });
+
+  it('validates --compare quota and concurrency flags as policy fields, with the same messages', () => {
+    expect(() =>
+      parseSimulateArgs(['--compare', 'quota', '--limit', '5', '--period', 'fortnight', '--rate', '1']),
+    ).toThrow(/"period"/);
+    expect(() =>
+      parseSimulateArgs([
+        '--compare',
+        'quota',
+        '--limit',
+        '5',
+        '--period',
+        'day',
+        '--time-zone',
+        'Mars/Base',
+        '--rate',
+        '1',
+      ]),
+    ).toThrow(/"timeZone"/);
+    expect(() =>
+      parseSimulateArgs(['--compare', 'concurrency', '--limit', '5', '--rate', '1', '--hold', '1s']),
+    ).toThrow(/"lease"/);
+    expect(() =>
+      parseSimulateArgs(['--compare', 'token_bucket', '--rps', '5', '--lease', '1m', '--rate', '1']),
+    ).toThrow(/lease/);
+    expect(() => parseSimulateArgs(['--policy', '{"rps":1}', '--period', 'day', '--rate', '1'])).toThrow(
+      /--period: goes with --compare/,
+    );
+  });
+});
+
+describe('ReleaseQueue: the slots held, soonest to end first', () => {
+  it('gives back what ended by a time, in the order they end (ties: as pushed), whatever order they came in', () => {
+    const queue = new ReleaseQueue<string>();
+    const ends = [5000, 1000, 3000, 1000, 2000, 4000];
+    ends.forEach((at, i) => queue.push({ at, owner: `r${i}`, policy: 0, cost: 1, chargedAt: at - 1000 }));
+    const until = (time: number) => {
+      const owners: string[] = [];
+      for (let r = queue.popUntil(time); r !== undefined; r = queue.popUntil(time)) owners.push(r.owner);
+      return owners;
+    };
+    expect(until(999)).toEqual([]);
+    expect(until(2000)).toEqual(['r1', 'r3', 'r4']);
+    expect(until(4500)).toEqual(['r2', 'r5']);
+    expect(queue.size).toBe(1);
+    expect(until(Infinity)).toEqual(['r0']);
   });
 });

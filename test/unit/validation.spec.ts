@@ -35,6 +35,7 @@ const LIB = fileURLToPath(new URL('../../lib/', import.meta.url));
 const TOKEN_CHARS = "letters, digits and !#$%&'*+-.^_`|~ only";
 const KEY_SOURCES = `must be 'ip', 'user', 'api-key', 'header:<name>', a function, or a non-empty list of those`;
 const WINDOW = `must be a positive number of seconds or a duration such as '10s', '1m', '1h', '1d'`;
+const LEASE = `must be a duration of at least 1 ms: seconds, or a string such as '30s', '5m', '1h'`;
 const BLOCK_FOR = `must be a duration of at least 1 ms: seconds, or a string such as '30s', '15m', '1h', '1d'`;
 /** What a plain `blockFor` (not an object) that is not a duration is told. */
 const BLOCK_FOR_PLAIN = `${BLOCK_FOR}, or { duration, then: 'keep' | 'reset' }`;
@@ -178,6 +179,7 @@ const simulate =
     thrown(() => parseCommandLine(['simulate', ...args]));
 const SIMULATE = 'Invalid nestjs-ratelimit simulate argument';
 const RATE = ['--rate', '60'];
+const CONCURRENT = '{"algorithm":"concurrency","limit":2,"lease":"5m"}';
 
 function simulatorRows(): Row[] {
   return [
@@ -229,7 +231,7 @@ function simulatorRows(): Row[] {
     [
       'simulator: --compare an unknown algorithm',
       simulate('--compare', 'token_bucket,leaky', '--rps', '1', ...RATE),
-      `Invalid @RateLimit policy on --compare leaky: "algorithm" must be one of 'token_bucket', 'leaky_bucket', 'fixed_window', 'sliding_window_log', 'sliding_window_counter', 'gcra', got "leaky"`,
+      `Invalid @RateLimit policy on --compare leaky: "algorithm" must be one of 'token_bucket', 'leaky_bucket', 'fixed_window', 'sliding_window_log', 'sliding_window_counter', 'gcra', 'concurrency', 'quota', got "leaky"`,
     ],
     [
       'simulator: --compare with --rps not a number',
@@ -287,6 +289,21 @@ function simulatorRows(): Row[] {
       `${SIMULATE} --top: must be a whole number >= 1, got "0"`,
     ],
     [
+      'simulator: a concurrency policy without --hold',
+      simulate('--policy', CONCURRENT, ...RATE),
+      `${SIMULATE} --hold: is needed with a "concurrency" policy: how long each admitted request holds its slot, such as '2s' (a slot comes back when its request ends)`,
+    ],
+    [
+      'simulator: --hold without a concurrency policy',
+      simulate('--policy', '{"rps":1}', ...RATE, '--hold', '2s'),
+      `${SIMULATE} --hold: goes with a "concurrency" policy: only a slot in flight is held, got "2s"`,
+    ],
+    [
+      'simulator: --hold not a duration',
+      simulate('--policy', CONCURRENT, ...RATE, '--hold', 'a while'),
+      `${SIMULATE} --hold: must be a duration of at least 1 ms: seconds, or a string such as '500ms', '2s', '1m', got "a while"`,
+    ],
+    [
       'simulator: an unknown flag',
       simulate('--policy', '{"rps":1}', ...RATE, '--svgg', 'x'),
       `Unknown option '--svgg' (nestjs-ratelimit simulate --help lists the options)`,
@@ -309,7 +326,7 @@ const ROWS: Row[] = [
   [
     'a misspelt field',
     policy({ rps: 1, brust: 5 }),
-    `${ON_HANDLER} "brust" is not a policy field (the fields are algorithm, rps, tokensPerSecond, burst, limit, window, anchor, cost, defaultCost, key, scope, name, tiers, tier, defaultTier, blockFor, count, skipIf, adaptive), got 5`,
+    `${ON_HANDLER} "brust" is not a policy field (the fields are algorithm, rps, tokensPerSecond, burst, limit, window, anchor, lease, period, timeZone, cost, defaultCost, key, scope, name, tiers, tier, defaultTier, blockFor, count, skipIf, adaptive), got 5`,
   ],
   [
     "anchor 'first'",
@@ -335,6 +352,149 @@ const ROWS: Row[] = [
     "a tier's anchor on a gcra",
     policy({ ...TIERED, tiers: { free: { rps: 1 }, pro: { algorithm: 'gcra', rps: 5, anchor: 'first-request' } } }),
     `${ON_HANDLER} "tiers.pro.anchor" applies to 'fixed_window' only, and the algorithm is 'gcra', got "first-request"`,
+  ],
+  // concurrency and quota: `limit` with a `lease` or a `period`
+  [
+    'concurrency without a lease',
+    policy({ algorithm: 'concurrency', limit: 2 }),
+    `${ON_HANDLER} "concurrency" needs a "lease", the longest a request holds its slot, such as '5m' (a slot held longer is reclaimed)`,
+  ],
+  [
+    'concurrency with a lease not a duration',
+    policy({ algorithm: 'concurrency', limit: 2, lease: 'soon' }),
+    `${ON_HANDLER} "lease" ${LEASE}, got "soon"`,
+  ],
+  [
+    'concurrency with a lease of 0',
+    policy({ algorithm: 'concurrency', limit: 2, lease: 0 }),
+    `${ON_HANDLER} "lease" ${LEASE}, got 0`,
+  ],
+  [
+    'concurrency with a lease over a year',
+    policy({ algorithm: 'concurrency', limit: 2, lease: '366d' }),
+    `${ON_HANDLER} "lease" must be at most 365 days, got "366d"`,
+  ],
+  [
+    'a lease on a token bucket',
+    policy({ limit: 5, window: '1m', lease: '5m' }),
+    `${ON_HANDLER} "lease" applies to 'concurrency' only, and the algorithm is 'token_bucket', got "5m"`,
+  ],
+  [
+    'a lease on a quota',
+    policy({ algorithm: 'quota', limit: 100, period: 'month', lease: '5m' }),
+    `${ON_HANDLER} "lease" applies to 'concurrency' only, and the algorithm is 'quota', got "5m"`,
+  ],
+  [
+    'a period on concurrency',
+    policy({ algorithm: 'concurrency', limit: 2, lease: '5m', period: 'day' }),
+    `${ON_HANDLER} "period" applies to 'quota' only, and the algorithm is 'concurrency', got "day"`,
+  ],
+  [
+    'a time zone on a fixed window',
+    policy({ algorithm: 'fixed_window', limit: 5, window: '1d', timeZone: 'Europe/Berlin' }),
+    `${ON_HANDLER} "timeZone" applies to 'quota' only, and the algorithm is 'fixed_window', got "Europe/Berlin"`,
+  ],
+  [
+    'a quota without a period',
+    policy({ algorithm: 'quota', limit: 100 }),
+    `${ON_HANDLER} "quota" needs a "period": 'day', 'week', 'month' or 'year'`,
+  ],
+  [
+    "a quota's period 'fortnight'",
+    policy({ algorithm: 'quota', limit: 100, period: 'fortnight' }),
+    `${ON_HANDLER} "period" must be 'day', 'week', 'month' or 'year', got "fortnight"`,
+  ],
+  [
+    "a quota's time zone 'Mars/Olympus'",
+    policy({ algorithm: 'quota', limit: 100, period: 'month', timeZone: 'Mars/Olympus' }),
+    `${ON_HANDLER} "timeZone" must be an IANA time zone such as 'UTC', 'Europe/Berlin' or 'America/New_York', got "Mars/Olympus"`,
+  ],
+  [
+    'rps on concurrency',
+    policy({ algorithm: 'concurrency', rps: 1, limit: 2, lease: '5m' }),
+    `${ON_HANDLER} "rps" does not apply to "concurrency": say it as "limit" requests in flight, each for at most "lease", such as { limit: 2, lease: '5m' }`,
+  ],
+  [
+    'burst on concurrency',
+    policy({ algorithm: 'concurrency', burst: 2, lease: '5m' }),
+    `${ON_HANDLER} "burst" does not apply to "concurrency": say it as "limit" requests in flight, each for at most "lease", such as { limit: 2, lease: '5m' }`,
+  ],
+  [
+    'a window on a quota',
+    policy({ algorithm: 'quota', limit: 100, window: '30d', period: 'month' }),
+    `${ON_HANDLER} "window" does not apply to a quota: say it as "limit" per "period", such as { limit: 10000, period: 'month' }`,
+  ],
+  [
+    'tokensPerSecond on a quota',
+    policy({ algorithm: 'quota', tokensPerSecond: 1, limit: 100, period: 'month' }),
+    `${ON_HANDLER} "tokensPerSecond" does not apply to a quota: say it as "limit" per "period", such as { limit: 10000, period: 'month' }`,
+  ],
+  [
+    'concurrency without a limit',
+    policy({ algorithm: 'concurrency', lease: '5m' }),
+    `${ON_HANDLER} "concurrency" needs a "limit", the requests allowed in flight`,
+  ],
+  [
+    'a quota without a limit',
+    policy({ algorithm: 'quota', period: 'month' }),
+    `${ON_HANDLER} "quota" needs a "limit", the requests allowed per period`,
+  ],
+  [
+    'concurrency with a limit of 2.5',
+    policy({ algorithm: 'concurrency', limit: 2.5, lease: '5m' }),
+    `${ON_HANDLER} "limit" must be a whole number >= 1, got 2.5`,
+  ],
+  [
+    'blockFor on concurrency',
+    policy({ algorithm: 'concurrency', limit: 2, lease: '5m', blockFor: '1m' }),
+    `${ON_HANDLER} "blockFor" does not apply to "concurrency": a slot comes back when a request ends, and a block would keep the client out with slots free`,
+  ],
+  [
+    'blockFor on a quota',
+    policy({ algorithm: 'quota', limit: 100, period: 'day', blockFor: '1h' }),
+    `${ON_HANDLER} "blockFor" does not apply to a quota: its refusals hold until its period ends already`,
+  ],
+  [
+    'adaptive on concurrency',
+    policy({ algorithm: 'concurrency', limit: 2, lease: '5m', adaptive: { latency: 250 } }),
+    `${ON_HANDLER} "adaptive" does not apply to "concurrency": requests in flight are not a rate to scale`,
+  ],
+  [
+    'adaptive on a quota tier',
+    policy({
+      ...TIERED,
+      tiers: { free: { algorithm: 'quota', limit: 100, period: 'month' }, pro: { rps: 5 } },
+      adaptive: { latency: 250 },
+    }),
+    `${ON_HANDLER} "adaptive" does not apply to a quota: a quota per period is not a rate to scale by latency`,
+  ],
+  [
+    "count: 'failures' on concurrency",
+    policy({ algorithm: 'concurrency', limit: 2, lease: '5m', count: 'failures' }),
+    `${ON_HANDLER} "count: 'failures'" does not apply to "concurrency": every request gives its slot back when it ends`,
+  ],
+  [
+    'an anchor function on a fixed window',
+    policy({ algorithm: 'fixed_window', limit: 5, window: '1m', anchor: () => 0 }),
+    `${ON_HANDLER} "anchor" can be a function for 'quota' only (a period's start), and the algorithm is 'fixed_window', got a function`,
+  ],
+  [
+    'an anchor function on a quota tier',
+    policy({
+      ...TIERED,
+      tiers: { free: { rps: 1 }, pro: { algorithm: 'quota', limit: 100, period: 'month', anchor: () => 0 } },
+    }),
+    `${ON_HANDLER} "tiers.pro.anchor" must be given on the policy, not a tier: one function gives every tier's period start, got a function`,
+  ],
+  [
+    'an anchor function beside tiers none of which is a quota',
+    policy({ ...TIERED, anchor: () => 0 }),
+    `${ON_HANDLER} "anchor" can be a function for 'quota' only (a period's start), and no tier is a quota, got a function`,
+  ],
+  [
+    "anchor 'first-request' on a quota",
+    policy({ algorithm: 'quota', limit: 100, period: 'month', anchor: 'first-request' }),
+    `${ON_HANDLER} "anchor" must be a function (ctx, request) => Date | number | undefined (or a promise of one): an identity's own period start, such as its billing date, got "first-request"`,
   ],
   [
     "scope 'handler'",
@@ -403,17 +563,17 @@ const ROWS: Row[] = [
   [
     'algorithm in the wrong case',
     policy({ algorithm: 'Token_Bucket', rps: 1 }),
-    `${ON_HANDLER} "algorithm" must be one of 'token_bucket', 'leaky_bucket', 'fixed_window', 'sliding_window_log', 'sliding_window_counter', 'gcra', got "Token_Bucket"`,
+    `${ON_HANDLER} "algorithm" must be one of 'token_bucket', 'leaky_bucket', 'fixed_window', 'sliding_window_log', 'sliding_window_counter', 'gcra', 'concurrency', 'quota', got "Token_Bucket"`,
   ],
   [
     'algorithm null',
     policy({ algorithm: null, rps: 1 }),
-    `${ON_HANDLER} "algorithm" must be one of 'token_bucket', 'leaky_bucket', 'fixed_window', 'sliding_window_log', 'sliding_window_counter', 'gcra', got null`,
+    `${ON_HANDLER} "algorithm" must be one of 'token_bucket', 'leaky_bucket', 'fixed_window', 'sliding_window_log', 'sliding_window_counter', 'gcra', 'concurrency', 'quota', got null`,
   ],
   [
     'algorithm a number',
     policy({ algorithm: 1, rps: 1 }),
-    `${ON_HANDLER} "algorithm" must be one of 'token_bucket', 'leaky_bucket', 'fixed_window', 'sliding_window_log', 'sliding_window_counter', 'gcra', got 1`,
+    `${ON_HANDLER} "algorithm" must be one of 'token_bucket', 'leaky_bucket', 'fixed_window', 'sliding_window_log', 'sliding_window_counter', 'gcra', 'concurrency', 'quota', got 1`,
   ],
   ['rps 0', policy({ rps: 0, burst: 5 }), `${ON_HANDLER} "rps" must be a positive number (tokens per second), got 0`],
   [
@@ -728,7 +888,7 @@ const ROWS: Row[] = [
   [
     'a tier with a key',
     policy({ ...TIERED, tiers: { free: { rps: 1, key: 'ip' } } }),
-    `${ON_HANDLER} "tiers.free.key" is not a tier field (the fields are algorithm, rps, tokensPerSecond, burst, limit, window, anchor), got "ip"`,
+    `${ON_HANDLER} "tiers.free.key" is not a tier field (the fields are algorithm, rps, tokensPerSecond, burst, limit, window, anchor, lease, period, timeZone), got "ip"`,
   ],
   [
     'a tier with burst 0, on the class',
@@ -738,7 +898,7 @@ const ROWS: Row[] = [
   [
     'a tier with an unknown algorithm',
     policy({ ...TIERED, tiers: { free: { algorithm: 'bucket', rps: 1 } } }),
-    `${ON_HANDLER} "tiers.free.algorithm" must be one of 'token_bucket', 'leaky_bucket', 'fixed_window', 'sliding_window_log', 'sliding_window_counter', 'gcra', got "bucket"`,
+    `${ON_HANDLER} "tiers.free.algorithm" must be one of 'token_bucket', 'leaky_bucket', 'fixed_window', 'sliding_window_log', 'sliding_window_counter', 'gcra', 'concurrency', 'quota', got "bucket"`,
   ],
   [
     'a tier with no rate',
@@ -1166,6 +1326,11 @@ const ROWS: Row[] = [
     'RateLimiterService: a policy scoped to the route',
     limiter((l) => l.consume('user:1', { rps: 1, scope: 'route' })),
     `Invalid @RateLimit policy on RateLimiterService: "scope" cannot be 'route' here: RateLimiterService has no route, only an identity; use 'client' (the default), got "route"`,
+  ],
+  [
+    'RateLimiterService.usage: a list of policies',
+    limiter((l) => l.usage('user:1', [{ rps: 1 }] as never)),
+    'Invalid argument to RateLimiterService.usage: "policy" must be one policy: usage answers for one bucket, got [{"rps":1}]',
   ],
   [
     'RateLimiterService: a bad policy',

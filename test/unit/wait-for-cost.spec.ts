@@ -1,6 +1,7 @@
 import fc from 'fast-check';
 import {
   ALGORITHMS,
+  RELEASED,
   type Algorithm,
   type Held,
   type Outcome,
@@ -136,7 +137,19 @@ describe('waitForCost (pure, after a charge)', () => {
     expect(after(ruleOf('fixed_window', 2, 5), [{ at: 0, cost: 2.5 }]).wait).toBeUndefined();
   });
 
-  it.each(ALGORITHMS.map((algorithm) => [algorithm]))(
+  it('tells of a slot (concurrency) only that it fits now: a slot comes back when a request gives it back', () => {
+    const rule = ruleOf('concurrency', 2 / 60, 2);
+    expect(after(rule, [{ at: 0, cost: 1 }]).wait).toBe(0);
+    expect(
+      after(rule, [
+        { at: 0, cost: 1 },
+        { at: 5, cost: 1 },
+      ]).wait,
+    ).toBeUndefined();
+  });
+
+  // a slot's wait is not a time (see the row above)
+  it.each(ALGORITHMS.filter((algorithm) => !RELEASED.has(algorithm)).map((algorithm) => [algorithm]))(
     '%s: within 1 ms of the first instant the model admits the request again, on any history',
     (algorithm) => {
       const step = fc.record({

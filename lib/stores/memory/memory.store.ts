@@ -4,6 +4,7 @@ import {
   type Entry,
   expiresAt,
   expiryAfter,
+  isFull,
   modelOf,
   settle,
   type Verdict,
@@ -248,8 +249,16 @@ export class MemoryStore implements RateLimitStore {
       const state = this.table.read(row, rule, now);
       if (state === undefined) continue;
       const model = modelOf(rule);
-      const refunded = model.refund(model.current(state, now, rule), rule, cost, charge.at);
-      this.table.write(row!, rule, refunded, expiresAt(model, refunded, rule));
+      const current = model.current(state, now, rule);
+      const refunded = model.refund(current, rule, cost, charge.at);
+      // nothing given back (a charge of a window or quota period that has ended): the stored state
+      // and its expiry stand; rewritten under the charge's rule, a quota's next period would be
+      // dated and timed by the ended one's length (28 days for February, when March has 31)
+      if (refunded === current) continue;
+      // full again: the same as no key, as Redis has it (it deletes the key), so the next request
+      // finds none (a quota's period a clock behind chose, an anchored window, start afresh)
+      if (isFull(model, refunded, rule)) this.table.remove(key);
+      else this.table.write(row!, rule, refunded, expiresAt(model, refunded, rule));
     }
     return Promise.resolve();
   }

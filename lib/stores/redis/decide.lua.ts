@@ -113,7 +113,8 @@ end
 -- than 1024), where reading one costs a table and four numbers
 local rules_read, rules_kept = {}, 0
 
--- the rule whose arguments start at ARGV[at]: its algorithm's model, rps, burst, block (negative:
+-- the rule whose arguments start at ARGV[at]: its algorithm's model (and a quota's period start,
+-- origin), rps, burst, block (negative:
 -- a block whose end resets the bucket, block_resets) and a window's scaled limit ('' for none: burst;
 -- negative: a window anchored at a key's first request, anchored)
 local function read_rule(ARGV, at)
@@ -121,9 +122,13 @@ local function read_rule(ARGV, at)
   local rule = rules_read[id]
   if rule == nil then
     local burst = number(ARGV[at + 2])
+    -- a quota names its period's start after its algorithm, 'quota@<ms>' (origin: only such a rule has it)
+    local algorithm, origin = ARGV[at], nil
+    local sep = string.find(algorithm, '@', 1, true)
+    if sep then algorithm, origin = string.sub(algorithm, 1, sep - 1), tonumber(string.sub(algorithm, sep + 1)) end
     rule = {
-      algorithm = ARGV[at], model = MODELS[ARGV[at]], rps = number(ARGV[at + 1]), burst = burst,
-      block_ms = number(ARGV[at + 3]), limit = number(ARGV[at + 4]) or burst,
+      algorithm = algorithm, model = MODELS[algorithm], rps = number(ARGV[at + 1]), burst = burst,
+      block_ms = number(ARGV[at + 3]), limit = number(ARGV[at + 4]) or burst, origin = origin,
     }
     -- only such a rule has the field: every other one's table stays as small
     if rule.block_ms < 0 then rule.block_ms, rule.block_resets = -rule.block_ms, true end
@@ -243,8 +248,12 @@ local function refund_call(KEYS, ARGV)
     local rule = read_rule(ARGV, at)
     local m = rule.model
     local cost = number(ARGV[at + ${RULE_ARGS}])
-    local s = m.refund(load(call, m, KEYS[i], i, rule), rule, cost, tonumber(ARGV[at + ${RULE_ARGS} + 1]))
-    save(call, m, KEYS[i], s, report(m, s, rule, cost, true, 0, reply))
+    local loaded = load(call, m, KEYS[i], i, rule)
+    local s = m.refund(loaded, rule, cost, tonumber(ARGV[at + ${RULE_ARGS} + 1]))
+    local full_ms = report(m, s, rule, cost, true, 0, reply)
+    -- nothing given back (a charge of a window or quota period that has ended): the stored value and
+    -- its TTL stand (MemoryStore.refund); a log's refund has removed its entries itself: save it
+    if m.load or s ~= loaded then save(call, m, KEYS[i], s, full_ms) end
   end
   flush(call)
   append(reply, call.now)

@@ -1,14 +1,14 @@
 /**
  * The flat call: a decide call of plain requests (one policy each, charged at cost 1, by the
  * call's deadline) of one rule without a block, of an algorithm whose state is one string (token
- * bucket, GCRA, leaky bucket, fixed window, sliding window counter), which is what most calls are.
+ * bucket, GCRA, leaky bucket, fixed window, quota, sliding window counter), which is what most calls are.
  * It gives the general decide call's verdicts and reply from a body small enough to run whole on
  * every call: no table per decision, none per key unless the call repeats keys, each admitted
  * bucket written with one `SET ... PX`. A script's body runs on every `EVALSHA`: the general
  * call's (every algorithm's model, blocks, costs, peeks) made a one-decision call cost Redis about
  * 200,000 instructions, this one about 74,000 (BENCHMARKS.md, redis-ir).
  *
- * It mirrors the models (`algorithms/token-bucket.ts`, `gcra.ts`, `fixed-window.ts`,
+ * It mirrors the models (`algorithms/token-bucket.ts`, `gcra.ts`, `fixed-window.ts`, `quota.ts`,
  * `sliding-window-counter.ts`) and their Lua (`*.lua.ts`) line for line: current, admitted at
  * cost 1, charge, and the expiry `save` works out; change them together. KEYS, ARGV and the
  * reply: see `script-protocol.ts` (`encodeDecide`, the flat call).
@@ -29,8 +29,8 @@ local floor, ceil, max, format, match
 -- the state's fields in the order its value stores them; at: its time
 local function save(key, algorithm, a, b, c, blocked_until, at, burst, rps, w, base)
   local value, full_ms
-  if algorithm == 'fixed_window' then
-    -- <start>|<count>: until the window ends
+  if algorithm == 'fixed_window' or algorithm == 'quota' then
+    -- <start>|<count>: until the window (a quota's period) ends
     if b % 1 == 0 then value = format('%d|%d', a, b) else value = format('%d|%.17g', a, b) end
     full_ms = a + w - at
   elseif algorithm == 'sliding_window_counter' then
@@ -87,7 +87,8 @@ local function flat_call(KEYS, ARGV)
   local values, answers = reply, #KEYS
   local algorithm = ARGV[3]
   local backlog = algorithm == 'gcra' or algorithm == 'leaky_bucket'
-  local fixed, counter = algorithm == 'fixed_window', algorithm == 'sliding_window_counter'
+  local quota = algorithm == 'quota'
+  local fixed, counter = quota or algorithm == 'fixed_window', algorithm == 'sliding_window_counter'
   local windowed = fixed or counter
   local rps, burst = ${number('ARGV[4]')}, ${number('ARGV[5]')}
   -- algorithms/conversions.ts WHOLE_TOLERANCE (wholeIfNear) times burst
@@ -105,9 +106,16 @@ local function flat_call(KEYS, ARGV)
     end
     if limit < 1 then limit = 1 end
   end
+  -- a quota's period starts at origin (its rule's, from the argument after the limit), its windows
+  -- are periods of w from there (quota.ts)
+  local origin = 0
   -- request i takes KEYS[i], unless key indexes follow the rule's arguments
   local first = 6
   if windowed then first = 7 end
+  if quota then
+    origin = ${number('ARGV[7]')}
+    first = 8
+  end
   local keyed = #ARGV >= first
   local requests = #KEYS
   if keyed then requests = #ARGV - first + 1 end
@@ -191,7 +199,11 @@ local function flat_call(KEYS, ARGV)
       -- anchored window: the stored one while it lasts, else one that starts now
       if a ~= nil and a > now then at = a end
       local start
-      if not anchored then
+      if quota then
+        -- never before the period the request is in (quota.current)
+        if at < origin then at = origin end
+        start = origin + floor((at - origin) / w) * w
+      elseif not anchored then
         start = floor(at / w) * w
       elseif a ~= nil and at < a + w then
         start = a

@@ -15,7 +15,8 @@ import type { RateLimitRequest } from '../rate-limit-store.interface.js';
  * tests; see `RedisClock.scriptNow` and `clock` in `bucket-io.lua.ts`). `RedisScripts` puts it in
  * front of the arguments encoded here, which start at ARGV[2].
  *
- * A rule takes `RULE_ARGS` arguments: its algorithm ('token_bucket', 'fixed_window', ...), rps
+ * A rule takes `RULE_ARGS` arguments: its algorithm ('token_bucket', 'fixed_window', ...; a quota
+ * names its period's start after it, `Rule.origin` in integer ms: 'quota@1767225600000'), rps
  * (tokens per second, a decimal string, may be fractional), burst (tokens), block (integer ms a
  * refusal blocks for, negated for a block whose end resets the bucket, `Rule.blockResets`: '-900000';
  * '0' for none), and a window's scaled limit (`Rule.limit`, tokens, may be
@@ -52,8 +53,10 @@ import type { RateLimitRequest } from '../rate-limit-store.interface.js';
  * ARGV[2]              the call's deadline, as above
  * ARGV[3]              the rule's algorithm
  * ARGV[4], ARGV[5]     its rps and burst
- * ARGV[6]              (a window only: fixed_window, sliding_window_counter) its scaled limit,
- *                      '' for none, negated when anchored (as a rule's, see `limitArg`)
+ * ARGV[6]              (a window only: fixed_window, quota, sliding_window_counter) its scaled
+ *                      limit, '' for none, negated when anchored (as a rule's, see `limitArg`)
+ * ARGV[7]              (a quota only) its period's start, `Rule.origin`, integer ms; its algorithm
+ *                      (ARGV[3]) is then plain 'quota'
  * then                 when the call names a key more than once: each request's key index (from
  *                      1); else request i takes KEYS[i]
  *
@@ -121,12 +124,13 @@ const FLAT_ALGORITHMS: ReadonlyMap<string, boolean> = new Map([
   ['leaky_bucket', false],
   ['fixed_window', true],
   ['sliding_window_counter', true],
+  ['quota', true],
 ]);
 
 /** A rule's arguments (see `RULE_ARGS`). */
 function ruleArgs(rule: Rule): string[] {
   return [
-    rule.algorithm,
+    rule.origin === undefined ? rule.algorithm : `${rule.algorithm}@${rule.origin}`,
     String(rule.rps),
     String(rule.burst),
     rule.blockMs === undefined ? '0' : rule.blockResets === true ? `-${rule.blockMs}` : String(rule.blockMs),
@@ -171,6 +175,8 @@ export function encodeDecide(calls: readonly CallRequest[]): DecideCall {
   if (plain && rules.size === 1 && FLAT_ALGORITHMS.has(rule.algorithm) && rule.blockMs === undefined) {
     const args = [deadline, rule.algorithm, String(rule.rps), String(rule.burst)];
     if (FLAT_ALGORITHMS.get(rule.algorithm)) args.push(limitArg(rule));
+    // a quota's origin, always (`quota.ts` takes none as 0): the flat call reads it before any key index
+    if (rule.algorithm === 'quota') args.push(String(rule.origin ?? 0));
     if (keyed) for (const k of keyIndexes) args.push(String(k + 1));
     return { keys, args, keyIndexes, flat: true };
   }

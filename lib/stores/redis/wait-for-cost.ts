@@ -24,6 +24,8 @@ import { logEntries } from '../../algorithms/sliding-window-log.js';
  * request logged more than half of `burst` needs some of those entries, logged now, to leave: all
  * have at `fullMs`. Otherwise the outcome says too little of what the window holds, as of a cost
  * in the fraction of a token past `remaining`, which fits at once or not before `nextMs`.
+ *
+ * A slot (`'release'`: `concurrency`) comes back when a request ends, so only "it fits now" is known.
  */
 export function waitForCost(
   { algorithm, rps, burst }: Rule,
@@ -31,9 +33,11 @@ export function waitForCost(
   { remaining, nextMs, fullMs }: Outcome,
 ): number | undefined {
   const regain = ALGORITHM_DESCRIPTORS[algorithm].regain;
-  // a log takes a whole entry per token, a fraction rounded up
-  const need = regain === 'log' ? logEntries(cost) : cost;
+  // a log takes a whole entry per token, a fraction rounded up (and a slot is a log's entry)
+  const need = regain === 'log' || regain === 'release' ? logEntries(cost) : cost;
   if (need <= remaining) return 0;
+  // a slot comes back when a request gives it back: no time tells when
+  if (regain === 'release') return undefined;
   if (regain === 'rps') return Math.max(0, Math.min(fullMs, nextMs + refillMs(need - remaining - 1, rps, burst)));
   if (need < remaining + 1) return undefined;
   if (need === remaining + 1 || nextMs === fullMs) return nextMs;

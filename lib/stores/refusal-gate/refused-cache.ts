@@ -1,4 +1,4 @@
-import { type Outcome, type Rule, WINDOW_ALGORITHMS } from '../../algorithms/algorithm.types.js';
+import { type Outcome, RELEASED, type Rule, WINDOW_ALGORITHMS } from '../../algorithms/algorithm.types.js';
 import { sameRule } from '../distinct-requests.js';
 import type { RateLimitRequest } from '../rate-limit-store.interface.js';
 import { waitForCost } from '../redis/wait-for-cost.js';
@@ -93,8 +93,12 @@ export class RefusedCache {
     const cached = this.lookup(requests, now);
     if (cached !== undefined) return cached;
     const refusal = this.refusals.get(requests[0].key);
-    // a refusal answered here would not start a block that the server's own would
-    if (refusal === undefined || requests.some(({ rule }) => rule.blockMs !== undefined)) return undefined;
+    // a refusal answered here would not start a block that the server's own would, nor see a slot given back
+    if (
+      refusal === undefined ||
+      requests.some(({ rule }) => rule.blockMs !== undefined || RELEASED.has(rule.algorithm))
+    )
+      return undefined;
     const elapsed = now - refusal.decidedAt;
     const rooms: number[] = [];
     for (const { key, rule, cost } of requests) {
@@ -208,7 +212,8 @@ export class RefusedCache {
  * Milliseconds from the decision until a request like this one (same cost) can pass the policy:
  * 0 when it could pass at once, -1 when it never can, `undefined` when the cache cannot tell. A
  * refused policy says so itself; after a charge, the charged outcome tells (`waitForCost`), but
- * not of a policy with a block: the refusal it foresees starts a block, which only the server can.
+ * not of a policy with a block: the refusal it foresees starts a block, which only the server can;
+ * nor of a `concurrency` policy refused, whose slot a request may give back at any moment.
  */
 function waitAfter(
   outcome: Outcome,
@@ -216,6 +221,8 @@ function waitAfter(
   cost: number,
   charged: boolean,
 ): number | undefined {
+  // a slot may be given back at any moment: a refusal of it says nothing of the next request
+  if (!outcome.allowed && RELEASED.has(rule.algorithm)) return undefined;
   if (!outcome.allowed) return outcome.retryMs;
   if (!charged) return 0;
   const wait = waitForCost(rule, cost, outcome);

@@ -1,0 +1,67 @@
+/**
+ * Quota in Lua: mirrors `algorithms/quota.ts` function for function, line for line. Change both
+ * together; the table of cases runs against both.
+ *
+ * Stored as a fixed window's value, `<start>|<count>[|<blocked until>]`: the period's start in
+ * integer ms, the count as `%.17g`. The rule's `origin` is the start of the period the app chose
+ * for the request (the algorithm argument `quota@<origin>`, see `read_rule` in `decide.lua.ts`);
+ * its window (`burst / rps`) is that period's length.
+ */
+export const QUOTA_LUA = `
+local quota = {}
+
+function quota.decode(raw)
+  if not raw then return nil end
+  local start, count, blocked_until = fields(raw)
+  return { start = start, count = count, blocked_until = blocked_until or 0 }
+end
+
+function quota.encode(s)
+  return with_block(string.format('%d|%.17g', s.start, s.count), s)
+end
+
+-- periodStart
+local function period_start(at, origin, w)
+  return origin + floor((at - origin) / w) * w
+end
+
+-- quota.current
+function quota.current(state, now, rule)
+  local w = window_ms(rule.rps, rule.burst)
+  local origin = rule.origin or 0
+  -- never before the period the request is in, nor (a clock that went back) before the stored one
+  local at = max(now, origin)
+  if state ~= nil then at = max(at, state.start) end
+  local start = period_start(at, origin, w)
+  -- a count of another period is none; one written under a larger limit is the whole limit now
+  local count = 0
+  if state ~= nil and state.start == start then count = min(rule.burst, state.count) end
+  local blocked_until = 0
+  if state ~= nil then blocked_until = state.blocked_until end
+  return { start = start, count = count, at = at, blocked_until = blocked_until }
+end
+
+-- quota.remaining (fixedWindow.remaining)
+function quota.remaining(s, rule)
+  return max(0, floor(window_limit(rule, 1) - s.count))
+end
+
+-- quota.waitMs (fixedWindow.waitMs)
+function quota.wait_ms(s, rule, need)
+  if s.count + need <= window_limit(rule, need) then return 0 end
+  return s.start + window_ms(rule.rps, rule.burst) - s.at
+end
+
+-- quota.charge (fixedWindow.charge; in place: the state is this call's own)
+function quota.charge(s, rule, cost)
+  s.count = s.count + cost
+  return s
+end
+
+-- quota.refund
+function quota.refund(s, rule, cost, charged_at)
+  -- given back only to the period it was taken from, while that period is the stored one
+  if charged_at < s.start or charged_at >= s.start + window_ms(rule.rps, rule.burst) then return s end
+  return { start = s.start, count = max(0, s.count - cost), at = s.at, blocked_until = s.blocked_until }
+end
+`;
