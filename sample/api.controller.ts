@@ -1,4 +1,5 @@
-import { Controller, type ExecutionContext, Get, Headers, Post } from '@nestjs/common';
+import { Readable } from 'node:stream';
+import { Controller, type ExecutionContext, Get, Headers, Post, StreamableFile } from '@nestjs/common';
 import { RateLimit } from 'nestjs-ratelimit';
 
 /**
@@ -58,5 +59,18 @@ export class ApiController {
   @RateLimit({ name: 'exports', algorithm: 'leaky_bucket', rps: 2, burst: 10 })
   export(): { started: true } {
     return { started: true };
+  }
+
+  /**
+   * A download streams a large file for as long as the client reads it, so what it costs is how
+   * many run at once, not how many start a second: at most 2 per API key in flight. The slot is
+   * taken when a download starts and given back when it ends, finished or cut off by the client;
+   * one held past 10 minutes (its instance died mid-stream) is reclaimed.
+   */
+  @Get('downloads')
+  @RateLimit({ name: 'downloads', algorithm: 'concurrency', limit: 2, key: 'api-key', lease: '10m' })
+  download(): StreamableFile {
+    const rows = ['id,total\n', ...Array.from({ length: 1_000 }, (_, i) => `${i},${(i * 7) % 100}\n`)];
+    return new StreamableFile(Readable.from(rows), { type: 'text/csv' });
   }
 }

@@ -81,7 +81,12 @@ describe.each(stores)('sample app, %s', (_name, redisUrl, storeType) => {
       body: init.body,
     });
     const text = await response.text();
-    return { status: response.status, headers: response.headers, body: text ? JSON.parse(text) : undefined };
+    const json = response.headers.get('content-type')?.includes('json') === true;
+    return {
+      status: response.status,
+      headers: response.headers,
+      body: text ? (json ? JSON.parse(text) : text) : undefined,
+    };
   }
 
   /** A GraphQL query, sent as Apollo takes it (a JSON POST). */
@@ -210,6 +215,23 @@ describe.each(stores)('sample app, %s', (_name, redisUrl, storeType) => {
     expect(other.status).toBe(200);
     expect(remaining(other, 'api')).toBe(19);
     expect(other.body).toEqual({ apiKey: apiKey('bob'), orders: [] });
+  });
+
+  it('streams downloads with at most 2 per API key in flight, each slot given back when its stream ends', async () => {
+    const key = { 'x-api-key': apiKey('downloads') };
+    const first = await call('/api/downloads', { headers: key });
+    expect(first.status).toBe(200);
+    expect(String(first.body).split('\n')).toHaveLength(1_002);
+    expect(first.headers.get('ratelimit-policy')).toContain('"downloads";q=2;qu="concurrent-requests"');
+    // one slot was held while it streamed; the others were free
+    expect(remaining(first, 'downloads')).toBe(1);
+    // one after another, each ended: never two held, so never refused (on Redis the last one's
+    // release may still be on its way when the next starts: one slot left or none, never a 429)
+    for (let i = 0; i < 5; i++) {
+      const next = await call('/api/downloads', { headers: key });
+      expect(next.status).toBe(200);
+      expect([0, 1]).toContain(remaining(next, 'downloads'));
+    }
   });
 
   it("sizes a partner's API bucket by its plan: free, pro and enterprise, each with its numbers", async () => {

@@ -202,5 +202,21 @@ describe('nestjs-ratelimit simulate, built, as a process', () => {
     });
     const help = await run(['simulate', '--help']);
     expect(help).toMatchObject({ status: 0, stdout: expect.stringContaining('Usage: nestjs-ratelimit simulate') });
+    expect(help.stdout).toContain('--hold <d>');
+  }, 60_000);
+
+  it('simulates slots in flight with --hold, and says so when it is missing', async () => {
+    const slots = ['simulate', '--policy', '{"algorithm":"concurrency","limit":2,"lease":"5m"}', '--rate', '4'];
+    const unheld = await run([...slots, '--duration', '2s']);
+    expect(unheld).toMatchObject({ status: 2, stdout: '' });
+    expect(unheld.stderr).toMatch(
+      /^Invalid nestjs-ratelimit simulate argument --hold: is needed with a "concurrency" policy/,
+    );
+    // 4 requests/s, each held 1 s: 2 in flight at most, so every other request passes
+    const held = await run([...slots, '--duration', '2s', '--hold', '1s', '--json']);
+    expect(held.status).toBe(0);
+    const summary = JSON.parse(held.stdout) as Summary;
+    expect(summary.traffic).toEqual({ rate: 4, durationMs: 2000, holdMs: 1000 });
+    expect(summary.lanes[0]).toMatchObject({ offered: 8, admitted: 4, refused: 4 });
   }, 60_000);
 });
