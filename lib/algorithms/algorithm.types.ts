@@ -6,7 +6,7 @@ import type { Algorithm } from './registry.js';
 import type { ModelRule } from './model.types.js';
 
 export type { Algorithm } from './registry.js';
-export { ALGORITHMS, RELEASED, SCALED_BY_LIMIT, UNSCALED, WINDOW_ALGORITHMS } from './registry.js';
+export { ALGORITHMS, RATE_ALGORITHMS, RELEASED, SCALED_BY_LIMIT, UNSCALED, WINDOW_ALGORITHMS } from './registry.js';
 export type {
   AlgorithmDescriptor,
   AlgorithmModel,

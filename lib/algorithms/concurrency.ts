@@ -18,4 +18,5 @@ export const CONCURRENCY: AlgorithmDescriptor<SlidingWindowLogState> = {
   tag: 'cc',
   regain: 'release',
   scaledBy: 'none',
+  saidAs: 'lease',
 };

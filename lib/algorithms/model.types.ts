@@ -218,4 +218,10 @@ export interface AlgorithmDescriptor<State extends Held = any> {
    * factor leaves as it is (`concurrency`: a number of requests in flight is not a rate).
    */
   scaledBy: 'limit' | 'rps' | 'none';
+  /**
+   * How a policy gives the limit of an algorithm that is not a rate: `limit` with a `'lease'`
+   * (`concurrency`: requests in flight) or with a `'period'` (`quota`: per calendar period).
+   * Absent: a rate, `rps`/`burst` or `limit`/`window` (see `RATE_ALGORITHMS`).
+   */
+  saidAs?: 'lease' | 'period';
 }

@@ -67,4 +67,5 @@ export const QUOTA: AlgorithmDescriptor<FixedWindowState> = {
   tag: 'qt',
   regain: 'window',
   scaledBy: 'limit',
+  saidAs: 'period',
 };

@@ -56,6 +56,12 @@ export const SCALED_BY_LIMIT: ReadonlySet<Algorithm> = new Set(
   ALGORITHMS.filter((a) => DESCRIPTORS[a].scaledBy === 'limit'),
 );
 
+/**
+ * The algorithms whose limit is a rate (`rps`/`burst` or `limit`/`window`): all but those a
+ * policy says otherwise (`saidAs`: `concurrency` with a lease, `quota` with a period).
+ */
+export const RATE_ALGORITHMS: readonly Algorithm[] = ALGORITHMS.filter((a) => DESCRIPTORS[a].saidAs === undefined);
+
 /** The algorithms a factor leaves as they are (`scaledBy: 'none'`): a number in flight is not a rate. */
 export const UNSCALED: ReadonlySet<Algorithm> = new Set(ALGORITHMS.filter((a) => DESCRIPTORS[a].scaledBy === 'none'));
 

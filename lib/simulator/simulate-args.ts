@@ -1,5 +1,5 @@
 import { parseArgs } from 'node:util';
-import { ALGORITHMS, type Algorithm, RELEASED } from '../algorithms/algorithm.types.js';
+import { type Algorithm, RATE_ALGORITHMS, RELEASED } from '../algorithms/algorithm.types.js';
 import type { RateLimitPolicy } from '../policy/policy.types.js';
 import { InvalidPolicyError, parseWindow, resolvePolicy } from '../policy/resolve-policy.js';
 import { duplicatePolicyName, invalidPolicy, invalidSimulateArgument } from '../rate-limit.messages.js';
@@ -28,9 +28,7 @@ export const MAX_DURATION_SECONDS = 86_400;
  * its limit as a rate: slots in flight (with a lease) and a count per calendar period have no
  * numbers a rate's lane would share. Each can still be named in `--compare` with its own flags.
  */
-export const COMPARED_BY_ALL: readonly Algorithm[] = ALGORITHMS.filter(
-  (algorithm) => algorithm !== 'concurrency' && algorithm !== 'quota',
-);
+export const COMPARED_BY_ALL: readonly Algorithm[] = RATE_ALGORITHMS;
 
 /** A command line that does not hold: the CLI prints the message and exits with status 2. */
 export class SimulateArgumentError extends Error {

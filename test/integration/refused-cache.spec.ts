@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { jest } from '@jest/globals';
 import fc from 'fast-check';
 import type { Redis } from 'ioredis';
-import { ALGORITHMS, type Algorithm, type Rule } from '../../lib/algorithms/algorithm.types.js';
+import { type Algorithm, RATE_ALGORITHMS, type Rule } from '../../lib/algorithms/algorithm.types.js';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
 import { MemoryStore } from '../../lib/stores/memory/memory.store.js';
 import type { RateLimitDecision, RateLimitRequest } from '../../lib/stores/rate-limit-store.interface.js';
@@ -25,7 +25,7 @@ afterAll(async () => {
 
 /** A policy of the trace: small bursts and slow rates, so that refusals are common; some block. */
 const policy = fc.record({
-  algorithm: fc.constantFrom(...ALGORITHMS),
+  algorithm: fc.constantFrom(...RATE_ALGORITHMS),
   burst: fc.integer({ min: 1, max: 5 }),
   rps: fc.constantFrom(0.5, 1, 2, 5, 20),
   blockMs: fc.constantFrom(undefined, undefined, 300, 2_000),
@@ -241,7 +241,7 @@ interface Costly {
  * fractional one that takes two requests, the fractional one with a faster token bucket beside it
  * (the slower policy then says when the request fits), and a cost of 3 after one of 1 earlier.
  */
-const COSTLY: Array<[string, Costly]> = ALGORITHMS.flatMap((algorithm): Array<[string, Costly]> => [
+const COSTLY: Array<[string, Costly]> = RATE_ALGORITHMS.flatMap((algorithm): Array<[string, Costly]> => [
   [`${algorithm}, cost 100 of 100 at 20/s`, { policies: [[algorithm, 20, 100]], cost: 100 }],
   [`${algorithm}, cost 2.5 of 5 at 2/s`, { policies: [[algorithm, 2, 5]], cost: 2.5 }],
   [
@@ -345,7 +345,7 @@ describe('the refused-key cache of RedisStore on requests of cost over 1 (real R
 });
 
 describe('the refused-key cache of RedisStore with blockFor (real Redis)', () => {
-  it.each(ALGORITHMS.map((a) => [a]))(
+  it.each(RATE_ALGORITHMS.map((a) => [a]))(
     '%s: leaves the refusal that starts a block to Redis, and answers the block to its end',
     async (algorithm) => {
       const run = randomUUID();

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import {
-  ALGORITHMS,
+  RATE_ALGORITHMS,
   type Algorithm,
   SCALED_BY_LIMIT,
   WINDOW_ALGORITHMS,
@@ -86,23 +86,26 @@ async function admitted(
 }
 
 describe.each(STORES)('policies under a factor, %s store', (_store, instances) => {
-  it.each(ALGORITHMS.map((a) => [a]))('%s: setScale(0.5) on a full window admits nothing more', async (algorithm) => {
-    // 15 s into a 20 s period: the 10 s window began 5 s ago
-    const clock = new ManualClock(CASE_EPOCH + 15_000);
-    const [limiter] = instances(1, clock);
-    const policy = policyOf(algorithm);
-    expect(await admitted([limiter], clock, policy, 15)).toBe(10);
-    limiter.setScale('api', 0.5);
-    clock.advance(100);
-    expect(await admitted([limiter], clock, policy, 15)).toBe(0);
-    if (algorithm === 'fixed_window') {
-      // the window ends when it did: the next one admits 5
-      clock.set(CASE_EPOCH + 20_000);
-      expect(await admitted([limiter], clock, policy, 15)).toBe(5);
-    }
-  });
+  it.each(RATE_ALGORITHMS.map((a) => [a]))(
+    '%s: setScale(0.5) on a full window admits nothing more',
+    async (algorithm) => {
+      // 15 s into a 20 s period: the 10 s window began 5 s ago
+      const clock = new ManualClock(CASE_EPOCH + 15_000);
+      const [limiter] = instances(1, clock);
+      const policy = policyOf(algorithm);
+      expect(await admitted([limiter], clock, policy, 15)).toBe(10);
+      limiter.setScale('api', 0.5);
+      clock.advance(100);
+      expect(await admitted([limiter], clock, policy, 15)).toBe(0);
+      if (algorithm === 'fixed_window') {
+        // the window ends when it did: the next one admits 5
+        clock.set(CASE_EPOCH + 20_000);
+        expect(await admitted([limiter], clock, policy, 15)).toBe(5);
+      }
+    },
+  );
 
-  it.each(ALGORITHMS.map((a) => [a]))(
+  it.each(RATE_ALGORITHMS.map((a) => [a]))(
     '%s: two instances at factors 0.75 and 1 admit the limit of 10 together, no more',
     async (algorithm) => {
       const clock = new ManualClock(CASE_EPOCH);
@@ -112,7 +115,7 @@ describe.each(STORES)('policies under a factor, %s store', (_store, instances) =
     },
   );
 
-  it.each(ALGORITHMS.map((a) => [a]))(
+  it.each(RATE_ALGORITHMS.map((a) => [a]))(
     '%s: instances at factors 0.75, 0.5 and 1 admit no more over time than all at 1',
     async (algorithm) => {
       const policy = policyOf(algorithm);
@@ -182,7 +185,7 @@ describe.each(STORES)('policies under a factor, %s store', (_store, instances) =
     expect(steered.count).toBeLessThan(unscaled.count);
   });
 
-  it.each(ALGORITHMS.map((a) => [a]))(
+  it.each(RATE_ALGORITHMS.map((a) => [a]))(
     '%s: a factor a policy first used after it cannot take holds it at 365 days to refill, every number finite',
     async (algorithm) => {
       const clock = new ManualClock(CASE_EPOCH);
@@ -207,7 +210,7 @@ describe.each(STORES)('policies under a factor, %s store', (_store, instances) =
 });
 
 describe('policies under a factor, Redis only', () => {
-  it.each(ALGORITHMS.map((a) => [a]))(
+  it.each(RATE_ALGORITHMS.map((a) => [a]))(
     '%s: a factor a policy cannot take makes no call fail, and its key lives 365 days at most',
     async (algorithm) => {
       const clock = new ManualClock(CASE_EPOCH);

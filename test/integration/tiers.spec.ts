@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
 import type { Redis } from 'ioredis';
-import { ALGORITHMS, type Algorithm, type Held } from '../../lib/algorithms/algorithm.types.js';
+import { type Algorithm, type Held, RATE_ALGORITHMS } from '../../lib/algorithms/algorithm.types.js';
 import { decideAll } from '../../lib/algorithms/decide.js';
 import type { RateLimitPolicy } from '../../lib/policy/policy.types.js';
 import { resolvePolicy } from '../../lib/policy/resolve-policy.js';
@@ -28,7 +28,7 @@ const SEED =
 
 /** Another algorithm than `algorithm`, for a tier beside it. */
 const otherThan = (algorithm: Algorithm): Algorithm =>
-  ALGORITHMS[(ALGORITHMS.indexOf(algorithm) + 1) % ALGORITHMS.length];
+  RATE_ALGORITHMS[(RATE_ALGORITHMS.indexOf(algorithm) + 1) % RATE_ALGORITHMS.length];
 
 /** A policy whose tiers free and pro follow `algorithm`, and whose tier other follows another one. */
 function tieredPolicy(algorithm: Algorithm, prefix: string): RoutePolicy {
@@ -94,7 +94,7 @@ function deciders() {
   };
 }
 
-describe.each(ALGORITHMS.map((a) => [a]))('a tiered policy with %s tiers', (algorithm) => {
+describe.each(RATE_ALGORITHMS.map((a) => [a]))('a tiered policy with %s tiers', (algorithm) => {
   it('gives each tier of an identity its own bucket under its own rule; an unknown tier or none is the default tier', async () => {
     const policy = tieredPolicy(algorithm, `${prefix}${runs++}:`);
     const { model, decide } = deciders();

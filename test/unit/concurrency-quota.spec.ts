@@ -5,8 +5,11 @@ import {
   rateLimitHeaders,
   writeRateLimitHeaders,
 } from '../../lib/headers/rate-limit-headers.js';
+import { windowMs } from '../../lib/algorithms/conversions.js';
 import { scaledRule } from '../../lib/limiter/scales.js';
 import { quotaRule } from '../../lib/policy/quota-rule.js';
+import { resolvePolicy } from '../../lib/policy/resolve-policy.js';
+import { routePolicy, storeRequest } from '../../lib/routes/route-policy.js';
 import { toDecision } from '../../lib/stores/decision.js';
 import type { RateLimitDecision, RateLimitRequest } from '../../lib/stores/rate-limit-store.interface.js';
 import { waitForCost } from '../../lib/stores/redis/wait-for-cost.js';
@@ -207,5 +210,47 @@ describe('quotaRule', () => {
 
   it('returns any other rule as it is', () => {
     expect(quotaRule(SLOTS, Date.UTC(2026, 1, 10))).toBe(SLOTS);
+  });
+});
+
+describe('a tiered quota as routes and RateLimiterService use it (storeRequest)', () => {
+  const policy = routePolicy(
+    resolvePolicy(
+      {
+        name: 'plan',
+        tier: 'user:plan',
+        tiers: {
+          free: { algorithm: 'quota', limit: 100, period: 'month' },
+          pro: { algorithm: 'quota', limit: 10_000, period: 'day', timeZone: 'Europe/Berlin' },
+          burst: { rps: 5, burst: 10 },
+        },
+        defaultTier: 'free',
+        anchor: () => Date.UTC(2026, 0, 31),
+      },
+      'concurrency-quota.spec',
+      'plan',
+    ),
+    { prefix: 'rl:', key: ['user'] },
+  );
+
+  it('knows the policy is a quota, with its anchor, from its tiers', () => {
+    expect(policy.quota).toBe(true);
+    expect(policy.quotaAnchor).toBeInstanceOf(Function);
+  });
+
+  it("names the period of each tier's own calendar, from the anchor", () => {
+    const now = Date.UTC(2026, 1, 15, 12);
+    const free = storeRequest(policy, 'user:1', 1, 'free', { now, anchor: Date.UTC(2026, 0, 31) }).rule;
+    expect(free.origin).toBe(Date.UTC(2026, 0, 31));
+    expect(windowMs(free.rps, free.burst)).toBe(28 * 86_400_000);
+    const pro = storeRequest(policy, 'user:1', 1, 'pro', { now }).rule;
+    // a Berlin day in winter: from 23:00 UTC the day before
+    expect(pro.origin).toBe(Date.UTC(2026, 1, 14, 23));
+    expect(windowMs(pro.rps, pro.burst)).toBe(86_400_000);
+  });
+
+  it('leaves a tier that is a rate as it is', () => {
+    const rate = storeRequest(policy, 'user:1', 1, 'burst', { now: Date.UTC(2026, 1, 15) }).rule;
+    expect(rate).toEqual({ algorithm: 'token_bucket', rps: 5, burst: 10 });
   });
 });

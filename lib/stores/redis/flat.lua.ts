@@ -29,10 +29,14 @@ local floor, ceil, max, format, match
 -- the state's fields in the order its value stores them; at: its time
 local function save(key, algorithm, a, b, c, blocked_until, at, burst, rps, w, base)
   local value, full_ms
-  if algorithm == 'fixed_window' or algorithm == 'quota' then
-    -- <start>|<count>: until the window (a quota's period) ends
-    if b % 1 == 0 then value = format('%d|%d', a, b) else value = format('%d|%.17g', a, b) end
-    full_ms = a + w - at
+  if w == 0 then
+    -- a bucket (no window): <tokens or backlog>|<at>: until the tokens are back, or the backlog has drained
+    if a % 1 == 0 then value = format('%d|%d', a, b) else value = format('%.17g|%d', a, b) end
+    if algorithm == 'token_bucket' then
+      full_ms = ceil(((burst - a) * 1000) / rps)
+    else
+      full_ms = ceil((a * 1000) / rps)
+    end
   elseif algorithm == 'sliding_window_counter' then
     -- <start>|<previous>|<count>: until the next window ends (this one's count, >= 1, fills it)
     if b % 1 == 0 and c % 1 == 0 then
@@ -42,13 +46,9 @@ local function save(key, algorithm, a, b, c, blocked_until, at, burst, rps, w, b
     end
     full_ms = 2 * w - (at - a)
   else
-    -- <tokens or backlog>|<at>: until the tokens are back, or the backlog has drained
-    if a % 1 == 0 then value = format('%d|%d', a, b) else value = format('%.17g|%d', a, b) end
-    if algorithm == 'token_bucket' then
-      full_ms = ceil(((burst - a) * 1000) / rps)
-    else
-      full_ms = ceil((a * 1000) / rps)
-    end
+    -- fixed_window, quota: <start>|<count>: until the window (a quota's period) ends
+    if b % 1 == 0 then value = format('%d|%d', a, b) else value = format('%d|%.17g', a, b) end
+    full_ms = a + w - at
   end
   if blocked_until > 0 then value = value .. format('|%d', blocked_until) end
   local ttl = format('%d', max(1, at + max(1, full_ms) - base))
