@@ -18,6 +18,11 @@
  *
  * Counts do not depend on timing, so each contender runs once whatever `BENCH_ROUNDS` says; one
  * shape runs twice to show how far two counts of the same thing lie apart.
+ *
+ * A `concurrency` slot's release is a refund call, which redis-benchmark cannot replay: a refund
+ * names the ms its slot was taken at, so only its first replay would find a slot to give back.
+ * It is counted by the store itself driving a server under callgrind instead: one slot taken and
+ * given back on each of `RELEASES` fresh keys, less the same slots only taken (see `releaseIr`).
  */
 import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
@@ -35,6 +40,7 @@ import {
   type RedisStoreOptions,
 } from 'nestjs-ratelimit';
 import { RateLimiterRedis } from 'rate-limiter-flexible';
+import { quotaRule } from '../lib/policy/quota-rule.js';
 import { DECIDE_LUA, LIBRARY } from '../lib/stores/redis/decide.lua.js';
 import { FLAT_LUA } from '../lib/stores/redis/flat.lua.js';
 import { freePort } from '../test/support/redis/process.js';
@@ -107,6 +113,10 @@ const ONE_A_CALL_TARGETS: Record<string, Target> = {
   evalsha: { op: '<=', value: 75_000 },
   fcall: { op: '<=', value: 55_000 },
 };
+/** The algorithms also measured at one decision a call: the two whose rules are not a rate's. */
+const ONE_A_CALL_ALGORITHMS: ReadonlySet<Algorithm> = new Set(['concurrency', 'quota']);
+/** Slots taken and given back for the release's count (see `releaseIr`). */
+const RELEASES = 1000;
 /** Every other algorithm's Ir per decision at 64 fresh keys over the token bucket's, at most. */
 const ALGORITHM_RATIO_TARGET: Target = { op: '<=', value: 1.5 };
 
@@ -185,7 +195,9 @@ export async function redisIr(context: BenchContext): Promise<ComparisonReport> 
     const figures: Figure[] = [];
     for (const measurement of measurements) {
       const before = performance.now();
-      const total = await countInstructions(context, dir, measurement.setup, measurement.storeOptions, measurement);
+      const total = await countInstructions(context, dir, measurement.setup, measurement.storeOptions, (port) =>
+        runBenchmark(context, port, measurement),
+      );
       const base = await idleOf(measurement.setup, measurement.storeOptions);
       const figure = { ...measurement, ir: (total - base) / unitsOf(measurement) };
       figures.push(figure);
@@ -196,6 +208,9 @@ export async function redisIr(context: BenchContext): Promise<ComparisonReport> 
     }
     const repeat = await repeatOnce(context, dir, figures[0], await idleOf('ours', figures[0].storeOptions));
     notes.push(repeat);
+    const release = await releaseIr(context, dir);
+    figures.push(release);
+    context.log(`ours, concurrency, release (a refund call): ${formatRate(release.ir)} Ir per call`);
     if (!figures.some((figure) => figure.setup === 'ours' && /^fcall/i.test(figure.command[0])))
       notes.push(
         'Ours one decision a call via Redis Functions (target <= 55,000 Ir per call): n/a, the store calls EVALSHA.',
@@ -217,7 +232,9 @@ function unitsOf({ shape }: Measurement): number {
 
 /** The first figure measured again, and how far the two counts lie apart. */
 async function repeatOnce(context: BenchContext, dir: string, first: Figure, idle: number): Promise<string> {
-  const total = await countInstructions(context, dir, first.setup, first.storeOptions, first);
+  const total = await countInstructions(context, dir, first.setup, first.storeOptions, (port) =>
+    runBenchmark(context, port, first),
+  );
   const again = (total - idle) / unitsOf(first);
   const spread = (Math.abs(again - first.ir) / Math.min(again, first.ir)) * 100;
   return (
@@ -298,15 +315,11 @@ async function recordCalls(context: BenchContext, notes: string[]): Promise<Meas
         }
       }
       for (const algorithm of ALGORITHMS.filter((algorithm) => algorithm !== 'token_bucket')) {
-        const command = await record(FRESH_64, algorithm);
-        measurements.push({
-          contender: name,
-          shape: FRESH_64,
-          algorithm,
-          setup: 'ours',
-          storeOptions: options,
-          command,
-        });
+        const shapes = ONE_A_CALL_ALGORITHMS.has(algorithm) ? [FRESH_64, ONE_A_CALL] : [FRESH_64];
+        for (const shape of shapes) {
+          const command = await record(shape, algorithm);
+          measurements.push({ contender: name, shape, algorithm, setup: 'ours', storeOptions: options, command });
+        }
       }
     } finally {
       await store.close();
@@ -361,11 +374,27 @@ async function readyClient(url: string): Promise<Redis> {
 }
 
 /**
+ * The rule an algorithm is measured with: 1000 per second, burst 1000; a `concurrency` policy's
+ * 1000 slots with a lease of 5 minutes, and a quota's 1000 per month in Europe/Berlin, its rule
+ * for the period holding now as the guard makes it (a replay a little later counts in the same
+ * month, or in the next one, as the store's own clock says).
+ */
+function ruleOf(algorithm: Algorithm): RateLimitRequest['rule'] {
+  if (algorithm === 'concurrency') return { algorithm, rps: 1000 / 300, burst: 1000 };
+  if (algorithm === 'quota')
+    return quotaRule(
+      { algorithm, rps: 1000 / (31 * 86_400), burst: 1000, calendar: { period: 'month', timeZone: 'Europe/Berlin' } },
+      Date.now(),
+    );
+  return { algorithm, rps: 1000, burst: 1000 };
+}
+
+/**
  * Our store's decisions for `keys` in one call of the store: one `consume` per key, all started
  * in the same turn of the event loop, so the store puts them in one batch (one script call).
  */
 async function consumeAll(store: RedisStore, keys: readonly string[], algorithm: Algorithm): Promise<void> {
-  const rule: RateLimitRequest['rule'] = { algorithm, rps: 1000, burst: 1000 };
+  const rule = ruleOf(algorithm);
   const decisions = await Promise.all(
     keys.map((key) => store.consume([{ key, policy: 'bench', rule, cost: 1 }], CALLER_TIMEOUT_MS)),
   );
@@ -438,7 +467,7 @@ async function countInstructions(
   dir: string,
   setup: Setup,
   storeOptions: Measurement['storeOptions'],
-  measurement?: Measurement,
+  work?: (port: number) => Promise<void>,
 ): Promise<number> {
   const port = await freePort();
   const outFile = join(dir, `callgrind.${port}.out`);
@@ -468,7 +497,7 @@ async function countInstructions(
   try {
     await waitForPing(port, server, () => output);
     await setUp(`redis://127.0.0.1:${port}`, setup, storeOptions);
-    if (measurement) await runBenchmark(context, port, measurement);
+    if (work) await work(port);
     execFileSync('redis-cli', ['-h', '127.0.0.1', '-p', String(port), 'SHUTDOWN', 'NOSAVE'], { stdio: 'ignore' });
     await exited;
   } finally {
@@ -528,6 +557,43 @@ async function runBenchmark(context: BenchContext, port: number, { shape, comman
     throw new Error(`redis-benchmark ${args.slice(0, 12).join(' ')} ... failed (exit ${code}): ${output.trim()}`);
 }
 
+/**
+ * Ir per `concurrency` release (a refund call of one decision), counted on servers the store
+ * itself drives: `RELEASES` slots each taken on a key of its own and given back, one call at a
+ * time, less the same slots only taken; the store's other calls (its setup, its clock) are in
+ * both counts alike. Each refund finds the slot it names, as a request's end does.
+ */
+async function releaseIr(context: BenchContext, dir: string): Promise<Figure> {
+  const drive = (release: boolean) => async (port: number) => {
+    const client = await readyClient(`redis://127.0.0.1:${port}`);
+    const store = new RedisStore({ client });
+    try {
+      const rule = ruleOf('concurrency');
+      for (let i = 0; i < RELEASES; i++) {
+        const decisions = await store.consume(
+          [{ key: `rl:bench:release:${i}`, policy: 'bench', rule, cost: 1 }],
+          CALLER_TIMEOUT_MS,
+        );
+        if (!decisions[0].allowed) throw new Error('a concurrency slot for the release count was refused');
+        if (release) await store.refund(decisions);
+      }
+    } finally {
+      await store.close();
+      client.disconnect();
+    }
+  };
+  const released = await countInstructions(context, dir, 'ours', undefined, drive(true));
+  const taken = await countInstructions(context, dir, 'ours', undefined, drive(false));
+  return {
+    contender: 'ours',
+    shape: { name: 'release (a refund call)', keys: ['rl:bench:release:<i>'], calls: RELEASES, per: 'call' },
+    algorithm: 'concurrency',
+    setup: 'ours',
+    command: ['(driven by the store)'],
+    ir: (released - taken) / RELEASES,
+  };
+}
+
 /** Shape by contender: Ir per decision (per call for one decision a call), token bucket unless named. */
 function figureTable(figures: readonly Figure[]): string {
   const contenders = [...new Set(figures.map((figure) => figure.contender))];
@@ -575,7 +641,9 @@ function ratiosOf(figures: readonly Figure[]): RatioRow[] {
       (figure) => figure.contender === variant && !figure.algorithm && figure.shape === FRESH_64,
     );
     if (!bucket) continue;
-    for (const figure of ours.filter((figure) => figure.contender === variant && figure.algorithm)) {
+    for (const figure of ours.filter(
+      (figure) => figure.contender === variant && figure.algorithm && figure.shape === FRESH_64,
+    )) {
       rows.push({
         comparison: COMPARISON,
         label: `${variant}, ${figure.algorithm} / token_bucket, 64 fresh keys, Ir per decision`,
