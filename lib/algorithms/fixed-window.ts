@@ -1,6 +1,6 @@
 import type { AlgorithmDescriptor, AlgorithmModel } from './model.types.js';
 import { windowLimit, windowMs } from './conversions.js';
-import { FIXED_WINDOW_LUA } from './fixed-window.lua.js';
+import { FIXED_WINDOW_AND_QUOTA_LUA } from './quota.lua.js';
 import { storedFields } from './stored-fields.js';
 
 /** A fixed window's stored state. */
@@ -94,7 +94,8 @@ export const FIXED_WINDOW: AlgorithmDescriptor<FixedWindowState> = {
     },
     read: (row, o) => ({ start: row[o], count: row[o + 1], at: row[o + 2], blockedUntil: row[o + 3] }),
   },
-  lua: FIXED_WINDOW_LUA,
+  // its body defines the quota's too, which takes its functions (see `quota.lua.ts`)
+  lua: FIXED_WINDOW_AND_QUOTA_LUA,
   decodeStored: decodeStoredFixedWindow,
   tag: 'fw',
   regain: 'window',

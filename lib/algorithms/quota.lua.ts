@@ -1,3 +1,5 @@
+import { FIXED_WINDOW_LUA } from './fixed-window.lua.js';
+
 /**
  * Quota in Lua: mirrors `algorithms/quota.ts` function for function, line for line. Change both
  * together; the table of cases runs against both.
@@ -5,20 +7,16 @@
  * Stored as a fixed window's value, `<start>|<count>[|<blocked until>]`: the period's start in
  * integer ms, the count as `%.17g`. The rule's `origin` is the start of the period the app chose
  * for the request (the algorithm argument `quota@<origin>`, see `read_rule` in `decide.lua.ts`);
- * its window (`burst / rps`) is that period's length.
+ * its window (`burst / rps`) is that period's length. Within its period a quota is its fixed
+ * window, whose functions it takes: the body defines both (`FIXED_WINDOW_AND_QUOTA_LUA`), and is
+ * the Lua of both descriptors, so a call defines them together.
  */
-export const QUOTA_LUA = `
-local quota = {}
-
-function quota.decode(raw)
-  if not raw then return nil end
-  local start, count, blocked_until = fields(raw)
-  return { start = start, count = count, blocked_until = blocked_until or 0 }
-end
-
-function quota.encode(s)
-  return with_block(string.format('%d|%.17g', s.start, s.count), s)
-end
+const QUOTA_LUA = `
+-- quota: a fixed window (decode, encode, remaining, wait_ms, charge) whose windows are periods
+local quota = {
+  decode = fixed_window.decode, encode = fixed_window.encode, remaining = fixed_window.remaining,
+  wait_ms = fixed_window.wait_ms, charge = fixed_window.charge,
+}
 
 -- periodStart
 local function period_start(at, origin, w)
@@ -41,23 +39,6 @@ function quota.current(state, now, rule)
   return { start = start, count = count, at = at, blocked_until = blocked_until }
 end
 
--- quota.remaining (fixedWindow.remaining)
-function quota.remaining(s, rule)
-  return max(0, floor(window_limit(rule, 1) - s.count))
-end
-
--- quota.waitMs (fixedWindow.waitMs)
-function quota.wait_ms(s, rule, need)
-  if s.count + need <= window_limit(rule, need) then return 0 end
-  return s.start + window_ms(rule.rps, rule.burst) - s.at
-end
-
--- quota.charge (fixedWindow.charge; in place: the state is this call's own)
-function quota.charge(s, rule, cost)
-  s.count = s.count + cost
-  return s
-end
-
 -- quota.refund
 function quota.refund(s, rule, cost, charged_at)
   -- given back only to the period it was taken from, while that period is the stored one
@@ -65,3 +46,6 @@ function quota.refund(s, rule, cost, charged_at)
   return { start = s.start, count = max(0, s.count - cost), at = s.at, blocked_until = s.blocked_until }
 end
 `;
+
+/** The body that defines `fixed_window` and `quota`: the Lua of both descriptors. */
+export const FIXED_WINDOW_AND_QUOTA_LUA = `${FIXED_WINDOW_LUA}${QUOTA_LUA}`;

@@ -1,7 +1,7 @@
 import type { AlgorithmDescriptor, AlgorithmModel } from './model.types.js';
 import { windowMs } from './conversions.js';
 import { decodeStoredFixedWindow, FIXED_WINDOW, fixedWindow, type FixedWindowState } from './fixed-window.js';
-import { QUOTA_LUA } from './quota.lua.js';
+import { FIXED_WINDOW_AND_QUOTA_LUA } from './quota.lua.js';
 
 /**
  * The start of the period of a quota's rule that holds `at`, ms: its `origin` (the period the app
@@ -62,7 +62,7 @@ export const quota: AlgorithmModel<FixedWindowState> = {
 export const QUOTA: AlgorithmDescriptor<FixedWindowState> = {
   model: quota,
   packing: FIXED_WINDOW.packing,
-  lua: QUOTA_LUA,
+  lua: FIXED_WINDOW_AND_QUOTA_LUA,
   decodeStored: decodeStoredFixedWindow,
   tag: 'qt',
   regain: 'window',
