@@ -21,6 +21,11 @@ import {
 } from 'nestjs-ratelimit';
 import { requireRedisServer, startRedisServer, stopRedisServer } from '../test/support/redis/process.js';
 
+/** The algorithms compared: those whose limit is a rate (not concurrency's slots, nor a quota's calendar periods). */
+const RATE_ALGORITHMS: readonly Algorithm[] = ALGORITHMS.filter(
+  (algorithm) => algorithm !== 'concurrency' && algorithm !== 'quota',
+);
+
 type Rule = RateLimitRequest['rule'];
 
 /** The table's policy: limit 100 per 10 s, which is rps 10, burst 100. */
@@ -359,9 +364,9 @@ function differ({ share, moreAdmitted, moreRefused }: Disagreement, reference: s
 
 async function main(): Promise<void> {
   const started = performance.now();
-  const indexOf = (algorithm: Algorithm) => ALGORITHMS.indexOf(algorithm);
-  const rules = ALGORITHMS.map((algorithm) => ruleOf(algorithm, LIMIT, WINDOW_MS));
-  const largeRules = ALGORITHMS.map((algorithm) => ruleOf(algorithm, LARGE_LIMIT, WINDOW_MS));
+  const indexOf = (algorithm: Algorithm) => RATE_ALGORITHMS.indexOf(algorithm);
+  const rules = RATE_ALGORITHMS.map((algorithm) => ruleOf(algorithm, LIMIT, WINDOW_MS));
+  const largeRules = RATE_ALGORITHMS.map((algorithm) => ruleOf(algorithm, LARGE_LIMIT, WINDOW_MS));
 
   const burst = burstTrace();
   const hammer = hammerTrace();
@@ -378,7 +383,7 @@ async function main(): Promise<void> {
   const { costs, largeCosts, redisVersion } = await withRedisServer(async (redis) => {
     const costs: RedisCost[] = [];
     const largeCosts: RedisCost[] = [];
-    for (let i = 0; i < ALGORITHMS.length; i++) {
+    for (let i = 0; i < RATE_ALGORITHMS.length; i++) {
       costs.push(await measureRedis(redis, rules[i], trace, replays[i]));
       largeCosts.push(await measureRedis(redis, largeRules[i], largeTrace, largeReplays[i]));
     }
@@ -402,7 +407,7 @@ async function main(): Promise<void> {
       `Redis commands per call | script time per call, limit ${LIMIT} / ${whole(LARGE_LIMIT)} (*) |`,
   );
   out.push('|---|--:|--:|--:|--:|--:|--:|--:|');
-  ALGORITHMS.forEach((algorithm, i) => {
+  RATE_ALGORITHMS.forEach((algorithm, i) => {
     const delayMs = Math.max(bursts[i].maxDelayMs, hammers[i].maxDelayMs);
     const cells = [
       `\`${algorithm}\``,
@@ -425,7 +430,7 @@ async function main(): Promise<void> {
   out.push('');
   out.push('Redis commands per call, by command:');
   out.push('');
-  ALGORITHMS.forEach((algorithm, i) => out.push(`- \`${algorithm}\`: ${commandList(costs[i].commandsPerCall)}`));
+  RATE_ALGORITHMS.forEach((algorithm, i) => out.push(`- \`${algorithm}\`: ${commandList(costs[i].commandsPerCall)}`));
   out.push('');
 
   const own = versusOwnHistory(trace, counter, LIMIT, WINDOW_MS);
@@ -458,7 +463,7 @@ async function main(): Promise<void> {
   out.push(
     `Checks: gcra and token_bucket decided ${whole(gcraVsTokenBucket.moreAdmitted + gcraVsTokenBucket.moreRefused)} of ` +
       `${whole(TRACE_REQUESTS)} requests differently; Redis and the memory store, ${whole(storesDisagree)} of ` +
-      `${whole(2 * ALGORITHMS.length * REDIS_REQUESTS)} replayed requests. Took ${((performance.now() - started) / 1000).toFixed(1)} s.`,
+      `${whole(2 * RATE_ALGORITHMS.length * REDIS_REQUESTS)} replayed requests. Took ${((performance.now() - started) / 1000).toFixed(1)} s.`,
   );
   console.log(out.join('\n'));
 }

@@ -24,10 +24,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { Cluster, type Redis } from 'ioredis';
-import { type Algorithm, ALGORITHMS } from '../../lib/index.js';
+import { type Algorithm, RATE_ALGORITHMS } from '../../lib/algorithms/algorithm.types.js';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
 import { buildApp } from '../support/processes/build-app.js';
 import { connectTestCluster, connectTestRedis, testClusterNodes, testRedisUrl } from '../support/redis/test-redis.js';
+
+/** The rates, and a quota (as test/support/processes/limited-app.ts limits them); slots in flight: concurrency.e2e. */
+const PROCESS_ALGORITHMS: readonly Algorithm[] = [...RATE_ALGORITHMS, 'quota'];
 
 const PROCESSES = 2;
 const PER_PROCESS = 200;
@@ -414,7 +417,7 @@ describe.each([
   }, 30_000);
 
   const title = `%s: ${PER_PROCESS} concurrent requests to each process admit exactly ${LIMIT}, in ${TRIALS} of ${TRIALS} trials`;
-  it.each(ALGORITHMS)(
+  it.each(PROCESS_ALGORITHMS)(
     title,
     async (algorithm) => {
       const ports = apps.map((app) => app.port);

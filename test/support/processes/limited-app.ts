@@ -28,13 +28,25 @@ import { type ArgumentsHost, Catch, Controller, Get, HttpException, Module } fro
 import { BaseExceptionFilter, NestFactory } from '@nestjs/core';
 import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
 import { Cluster } from 'ioredis';
-import { ALGORITHMS, RateLimit, RateLimitModule } from '../../../lib/index.js';
+import { RATE_ALGORITHMS } from '../../../lib/algorithms/algorithm.types.js';
+import { type Algorithm, RateLimit, type RateLimitPolicy, RateLimitModule } from '../../../lib/index.js';
+
+/**
+ * The algorithms limited here: the rates, and a quota (100 a year: no period ends within a run).
+ * Slots in flight (`concurrency`) have their own processes' app, `concurrency-app.ts`.
+ */
+const PROCESS_ALGORITHMS: readonly Algorithm[] = [...RATE_ALGORITHMS, 'quota'];
+
+/** 100 per hour, or for the quota per year. */
+function limitOf(algorithm: Algorithm): RateLimitPolicy {
+  return algorithm === 'quota' ? { algorithm, limit: 100, period: 'year' } : { algorithm, limit: 100, window: '1h' };
+}
 
 /** One controller per algorithm: `GET /limited/<algorithm>`, policy `limited-<algorithm>`. */
-const LIMITED_CONTROLLERS = ALGORITHMS.map((algorithm) => {
+const LIMITED_CONTROLLERS = PROCESS_ALGORITHMS.map((algorithm) => {
   @Controller(`limited/${algorithm}`)
   class LimitedController {
-    @RateLimit({ name: `limited-${algorithm}`, algorithm, limit: 100, window: '1h', key: 'api-key' })
+    @RateLimit({ name: `limited-${algorithm}`, ...limitOf(algorithm), key: 'api-key' })
     @Get()
     take() {
       return { ok: true };
