@@ -364,7 +364,7 @@ describe.each(TRANSPORTS)('concurrency on a %s', (_name, start, refusal) => {
 // Two processes on one Redis
 
 /** The lease of the processes' `/leased` route, in seconds: what a killed process's slots outlive it by. */
-const LEASE_SECONDS = 2;
+const LEASE_SECONDS = 3;
 const LEASE_MS = LEASE_SECONDS * 1000;
 /** Store times are whole ms (and the Redis clock may be read a ms apart from the test's). */
 const CLOCK_SLOP_MS = 5;
@@ -590,9 +590,8 @@ describe('concurrency across 2 processes on one Redis', () => {
     expect(refused.length).toBeGreaterThan(0);
     // no sooner than the lease after the slots were taken (they were taken after `sentAt`)
     expect(admitted.answeredAt - sentAt).toBeGreaterThanOrEqual(LEASE_MS - CLOCK_SLOP_MS);
-    // and refused only while a slot could still be held (they were taken before `enteredAt`)
+    // and refused only while a slot could still be held (they were taken before `enteredAt`): so
+    // the first probe sent after the lease ended was admitted, however long probes took to answer
     expect(Math.max(...refused.map((probe) => probe.sentAt)) - enteredAt).toBeLessThan(LEASE_MS + CLOCK_SLOP_MS);
-    // so the first admission came at most one probe after the lease ended
-    expect(admitted.sentAt - (enteredAt + LEASE_MS)).toBeLessThan(1_000);
   }, 30_000);
 });
