@@ -125,9 +125,9 @@ export function watchedOf(
   let watched: Watched | undefined;
   for (let i = 0; i < policies.length; i++) {
     const policy = policies[i];
+    if (!policy.refundsSuccess && policy.adaptive === undefined && !policy.holdsSlots) continue;
     // the request's rule: a tiered policy's tier may hold a slot where another does not
-    const releases = RELEASED.has(requests[i].rule.algorithm);
-    if (!policy.refundsSuccess && policy.adaptive === undefined && !releases) continue;
+    const releases = policy.holdsSlots && RELEASED.has(requests[i].rule.algorithm);
     watched ??= { refunds: [], adaptive: [], releases: [] };
     if (policy.refundsSuccess) watched.refunds.push(decisions[i]);
     if (policy.adaptive !== undefined) watched.adaptive.push(policy);

@@ -41,6 +41,8 @@ export interface RoutePolicy {
   readonly quota: boolean;
   /** A quota's anchor function (see `QuotaAnchor`); `undefined` for none. */
   readonly quotaAnchor: QuotaAnchor | undefined;
+  /** Whether its rule (a tier's, for a tiered one) is `concurrency`: its request gives its slot back when it ends. */
+  readonly holdsSlots: boolean;
   /**
    * Whether the route's handler declares it itself (not its class or the module): a GraphQL
    * field charges such a policy once per selection, the others once per operation.
@@ -92,6 +94,7 @@ export function routePolicy(
     adaptive: outcome.adaptive,
     quota,
     quotaAnchor,
+    holdsSlots: releasesSlot({ rule, tiers }),
   };
   if (tiers === undefined) {
     return {
@@ -122,24 +125,11 @@ export function routePolicy(
   };
 }
 
-/**
- * Whether a request's outcome matters to a policy: its charge goes back on success, or its latency
- * steers its rate, or (a slot, `concurrency`) its charge goes back when it ends.
- */
-export function watchesOutcome(policy: Pick<RoutePolicy, 'refundsSuccess' | 'adaptive' | 'rule' | 'tiers'>): boolean {
-  return policy.refundsSuccess || policy.adaptive !== undefined || releasesSlot(policy);
-}
-
 /** Whether a policy's rule (any tier's) holds a slot its request gives back when it ends (`concurrency`). */
-export function releasesSlot(policy: {
-  rule: Rule;
-  tiers?: { rules: ReadonlyMap<string, Rule> } | RouteTiers;
-}): boolean {
-  if (RELEASED.has(policy.rule.algorithm)) return true;
-  const { tiers } = policy;
-  if (tiers === undefined) return false;
-  const rules = 'rules' in tiers ? [...tiers.rules.values()] : [...tiers.byName.values()].map((tier) => tier.rule);
-  return rules.some((rule) => RELEASED.has(rule.algorithm));
+export function releasesSlot({ rule, tiers }: Pick<ResolvedPolicy, 'rule' | 'tiers'>): boolean {
+  return (
+    RELEASED.has(rule.algorithm) || [...(tiers?.rules.values() ?? [])].some((each) => RELEASED.has(each.algorithm))
+  );
 }
 
 /**

@@ -241,6 +241,7 @@ describe('routePolicy and storeRequest', () => {
       refundsSuccess: false,
       quota: false,
       quotaAnchor: undefined,
+      holdsSlots: false,
       tiers: undefined,
       skipIf: undefined,
       adaptive: undefined,
