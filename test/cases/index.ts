@@ -13,7 +13,7 @@ export * from './cases.js';
 
 /**
  * Every algorithm's table of cases at fixed instants. Each runs against the pure function
- * (test/unit/algorithms.spec.ts), the memory store and the Redis store
+ * (test/unit/algorithms/algorithms.spec.ts), the memory store and the Redis store
  * (test/integration/stores.spec.ts): all must agree with the table. Keyed by `Algorithm`, so a
  * new algorithm does not compile without its table.
  */

@@ -12,7 +12,7 @@ import { connectTestCluster, connectTestRedis } from '../support/redis/test-redi
 import { StandaloneLimiter } from '../support/standalone-limiter.js';
 
 /**
- * `RateLimiterService.resetAll()` on Redis (memory: test/unit/reset-all.spec.ts): every bucket under the module's prefix is gone
+ * `RateLimiterService.resetAll()` on Redis (memory: test/unit/stores/reset-all.spec.ts): every bucket under the module's prefix is gone
  * (the next request finds it full), and nothing outside it is touched, even keys that the prefix
  * would match as a glob pattern if its `*?[]\` were not escaped. On Redis, enough identities for
  * several SCAN steps; on the Cluster, keys under and outside the prefix on every master.

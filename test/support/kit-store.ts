@@ -2,7 +2,7 @@
  * A third store, written as a user would write one: from `nestjs-ratelimit/store` alone. It keeps
  * each bucket's state serialised under its key in a key-value server reached asynchronously (here
  * a plain `Map` behind promises, as a remote server would be), decides on its own clock, gives
- * charges back through the charge record and forgets buckets on reset. test/unit/kit-store.spec.ts
+ * charges back through the charge record and forgets buckets on reset. test/unit/store/kit-store.spec.ts
  * holds it to the case tables every store passes.
  */
 import {

@@ -38,8 +38,22 @@ describe("the README's layout", () => {
     expect(named.filter((path) => !existsSync(join(ROOT, path)))).toEqual([]);
   });
 
-  it('names every folder of lib/ and test/', () => {
-    const folders = [...foldersUnder('lib'), ...foldersUnder('test')];
+  it('names every folder of lib/ and test/ (test/unit/ mirrors lib/)', () => {
+    const folders = [...foldersUnder('lib'), ...foldersUnder('test').filter((folder) => !mirrorsLib(folder))];
     expect(folders.filter((folder) => !named.includes(folder))).toEqual([]);
   });
+
+  it('groups the unit specs by the folder of lib/ they test', () => {
+    expect(foldersUnder('test/unit').filter((folder) => !existsSync(join(ROOT, 'lib', unitFolder(folder))))).toEqual([]);
+  });
 });
+
+/** `test/unit/stores/redis` tests `lib/stores/redis`: `stores/redis`. */
+function unitFolder(folder: string): string {
+  return folder.slice('test/unit/'.length);
+}
+
+/** Whether a folder of test/ is one of test/unit/'s, named after a folder of lib/. */
+function mirrorsLib(folder: string): boolean {
+  return folder.startsWith('test/unit/');
+}

@@ -1,0 +1,65 @@
+import fc from 'fast-check';
+import { bucketKey, keyPrefix } from '../../../lib/keys/bucket-key.js';
+import { hashSlot } from '../../../lib/stores/redis/hash-slot.js';
+
+const KEY = /^rl:per-user:tb:\{([A-Za-z0-9_-]{16})\}$/;
+
+describe('bucketKey', () => {
+  it('makes a key of fixed shape and length from any identity, braces and separators included', () => {
+    fc.assert(
+      fc.property(
+        fc.oneof(fc.string({ maxLength: 16 * 1024 }), fc.constantFrom('{x}', 'a}{b', ':', '}:{', '{}', 'user:{42}')),
+        (identity) => {
+          const key = bucketKey('rl:', 'per-user', 'token_bucket', identity);
+          const match = KEY.exec(key);
+          expect(match).not.toBeNull();
+          expect(Buffer.byteLength(key)).toBe('rl:per-user:tb:{}'.length + 16);
+          // the Cluster slot is the digest's alone: client bytes cannot pick it
+          expect(hashSlot(key)).toBe(hashSlot(match![1]));
+        },
+      ),
+      { numRuns: 2_000 },
+    );
+  });
+
+  it('tags the keys of a rule with a block apart, so a block is never read under a rule without one', () => {
+    const blocking = bucketKey('rl:', 'login', { algorithm: 'fixed_window', blockMs: 3_600_000 }, 'ip:1.2.3.4');
+    expect(blocking).toMatch(/^rl:login:fw\.b:\{[A-Za-z0-9_-]{16}\}$/);
+    expect(bucketKey('rl:', 'login', { algorithm: 'fixed_window' }, 'ip:1.2.3.4')).toBe(
+      bucketKey('rl:', 'login', 'fixed_window', 'ip:1.2.3.4'),
+    );
+    // the block's length is the rule's, not the key's: changing it keeps the buckets (and their blocks)
+    expect(bucketKey('rl:', 'login', { algorithm: 'fixed_window', blockMs: 60_000 }, 'ip:1.2.3.4')).toBe(blocking);
+    expect(keyPrefix('rl:', 'api', { algorithm: 'gcra', blockMs: 1 }, 'pro')).toBe('rl:api:gcra.b:pro:{');
+  });
+
+  it("tags an anchored fixed window's keys apart, so no clock-aligned rule (nor an older build) reads its windows", () => {
+    const anchored = { algorithm: 'fixed_window', anchor: 'first-request' } as const;
+    expect(bucketKey('rl:', 'api', anchored, 'ip:1.2.3.4')).toMatch(/^rl:api:fw\.a:\{[A-Za-z0-9_-]{16}\}$/);
+    expect(bucketKey('rl:', 'api', anchored, 'ip:1.2.3.4')).not.toBe(
+      bucketKey('rl:', 'api', 'fixed_window', 'ip:1.2.3.4'),
+    );
+    expect(keyPrefix('rl:', 'login', { ...anchored, blockMs: 1_000 }, 'pro')).toBe('rl:login:fw.a.b:pro:{');
+  });
+
+  it('puts the route after the name for a policy scoped to the route, before the tag and the tier', () => {
+    expect(keyPrefix('rl:', 'default', 'token_bucket', undefined, 'CatsController.find')).toBe(
+      'rl:default@CatsController.find:tb:{',
+    );
+    expect(keyPrefix('rl:', 'api', 'gcra', 'pro', 'CatsController.find')).toBe('rl:api@CatsController.find:gcra:pro:{');
+    expect(keyPrefix('rl:', 'api', 'gcra', 'pro', 'CatsController.find')).not.toBe(
+      keyPrefix('rl:', 'api', 'gcra', 'pro', 'CatsController.findOne'),
+    );
+  });
+
+  it('gives distinct identities distinct keys', () => {
+    fc.assert(
+      fc.property(fc.uniqueArray(fc.string(), { minLength: 2, maxLength: 200 }), (identities) => {
+        const keys = new Set(identities.map((identity) => bucketKey('rl:', 'p', 'gcra', identity)));
+        expect(keys.size).toBe(identities.length);
+      }),
+    );
+    // sources are told apart before hashing: the same value from two sources is two clients
+    expect(bucketKey('rl:', 'p', 'gcra', 'api-key:42')).not.toBe(bucketKey('rl:', 'p', 'gcra', 'user:42'));
+  });
+});
