@@ -9,8 +9,10 @@ export type { CostSource, KeySource, RateLimitPolicy, TierLimits, TierSource } f
 export type { AdaptiveRate, BlockFor, QuotaAnchor, SkipIf } from './policy/policy.types.js';
 export type {
   RateLimitDecisionEvent,
+  RateLimitReleaseEvent,
   RateLimitResult,
   RateLimitStoreErrorEvent,
+  ReleaseOutcome,
 } from './observability/rate-limit-events.js';
 export { InvalidPolicyError } from './policy/resolve-policy.js';
 export { RateLimit, SkipRateLimit } from './rate-limit.decorator.js';

@@ -1,5 +1,5 @@
 import { UseInterceptors } from '@nestjs/common';
-import { type Algorithm, RELEASED } from './algorithms/algorithm.types.js';
+import { obligationsOf } from './policy/obligations.js';
 import type { RateLimitPolicy } from './policy/policy.types.js';
 import { RATE_LIMIT_POLICIES, RATE_LIMIT_SKIP } from './rate-limit.constants.js';
 import { RateLimitOutcomeInterceptor } from './rate-limit-outcome.interceptor.js';
@@ -27,27 +27,8 @@ export function RateLimit(policy: RateLimitPolicy | RateLimitPolicy[]): ClassDec
   // An empty list stays in as one entry, so that start can refuse it naming the route.
   const added = Array.isArray(policy) && policy.length > 0 ? policy : [policy];
   const define = defineOn(RATE_LIMIT_POLICIES, (previous: RateLimitPolicy[] = []) => [...added, ...previous]);
-  return added.some(watchesOutcome) ? withOutcomes(define) : define;
-}
-
-/**
- * Whether a policy as written needs the request's outcome (or its end, for a slot it holds): only
- * its routes run `RateLimitOutcomeInterceptor`.
- */
-function watchesOutcome(policy: RateLimitPolicy | RateLimitPolicy[]): boolean {
-  if (typeof policy !== 'object' || policy === null || Array.isArray(policy)) return false;
-  const tiers: unknown[] = typeof policy.tiers === 'object' && policy.tiers !== null ? Object.values(policy.tiers) : [];
-  return (
-    policy.count === 'failures' ||
-    'adaptive' in policy ||
-    holdsSlots(policy.algorithm) ||
-    tiers.some((tier) => typeof tier === 'object' && tier !== null && holdsSlots((tier as RateLimitPolicy).algorithm))
-  );
-}
-
-/** Whether an algorithm's charge is given back when the request ends (`concurrency`). */
-function holdsSlots(algorithm: unknown): boolean {
-  return typeof algorithm === 'string' && RELEASED.has(algorithm as Algorithm);
+  // only the routes of policies that owe something at a request's end run the interceptor that hears it
+  return added.some((each) => !Array.isArray(each) && obligationsOf(each).atEnd) ? withOutcomes(define) : define;
 }
 
 /** `define`, with `RateLimitOutcomeInterceptor` on the same class or handler. */

@@ -7,8 +7,8 @@ import { RateLimitOutcomeInterceptor } from './rate-limit-outcome.interceptor.js
  * `RateLimitGuard`'s engine as an interceptor: the same policies, store, headers and refusals,
  * but run after every guard, so an auth guard has set `req.user` when a `'user'` key reads it.
  * Registered globally by `RateLimitModule` with `runAs: 'interceptor'`; or put it where wanted
- * with `@UseInterceptors(RateLimitInterceptor)` (and `guard: false`). It settles the outcome of
- * what it admits itself (`count: 'failures'`, `adaptive`), as `RateLimitOutcomeInterceptor` does.
+ * with `@UseInterceptors(RateLimitInterceptor)` (and `guard: false`). It tells the engine the
+ * handler's outcome itself, as `RateLimitOutcomeInterceptor` does.
  */
 @Injectable()
 export class RateLimitInterceptor implements NestInterceptor {
@@ -18,7 +18,7 @@ export class RateLimitInterceptor implements NestInterceptor {
   ) {}
 
   async intercept(context: ExecutionContext, next: CallHandler): Promise<Observable<unknown>> {
-    await this.guard.canActivate(context);
+    await this.guard.limitAfterGuards(context);
     return this.outcomes.intercept(context, next);
   }
 }

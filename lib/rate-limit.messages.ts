@@ -31,6 +31,11 @@ function show(value: unknown): string {
   }
 }
 
+/** `Controller.handler`, as messages name the route a context runs. */
+export function routeName(context: { getClass(): { name: string }; getHandler(): { name: string } }): string {
+  return `${context.getClass().name}.${context.getHandler().name}`;
+}
+
 /** A policy field that does not hold; `where` names the controller and handler. */
 export function invalidPolicyField(where: string, field: string, value: unknown, expected: string): string {
   return `Invalid @RateLimit policy on ${where}: "${field}" ${expected}, got ${show(value)}`;
@@ -109,6 +114,17 @@ export function quotaInMemory(names: readonly string[]): string {
   return (
     `Quota polic${names.length === 1 ? 'y' : 'ies'} ${list} count in the memory store: each process counts its own, ` +
     `and a restart forgets every count, so a quota outlives neither; give the module a RedisStore to keep them`
+  );
+}
+
+/**
+ * Logged once per quota policy whose `anchor` function named a time no period can start from in
+ * its time zone (a timestamp in ns, say): such requests count in the calendar's own periods.
+ */
+export function unplaceableAnchor(policy: string, anchor: number, timeZone: string): string {
+  return (
+    `Quota policy ${JSON.stringify(policy)}: its anchor named ${anchor}, which is no date in ${timeZone} (an anchor ` +
+    `is a Date or Unix ms); its requests count in the calendar's own periods until it names one`
   );
 }
 
@@ -201,6 +217,20 @@ export function storeFailing(cause: string, failMode: string, probeMs: number): 
 
 /** Logged once when a probe succeeds. */
 export const storeBack = 'Rate limit store answers again: limiting with it';
+
+/**
+ * Logged when the store fails to give back a request's slots (`concurrency`) as it ends, and no
+ * other release was being tried again: each is tried again, with a growing wait, until it lands
+ * or its lease ends (the store lets a slot go then itself).
+ */
+export function releasesFailing(cause: string): string {
+  return `Could not give slots back to the rate limit store (${cause}); trying each again until it lands or its lease ends`;
+}
+
+/** Logged when the last release being tried again has landed or lapsed. */
+export function releasesSettled(landed: number, lapsed: number): string {
+  return `Slots given back again: ${landed} release${landed === 1 ? '' : 's'} landed after a retry, ${lapsed} lapsed with their lease`;
+}
 
 /** `RateLimiterService.resetAll()` on a store without `resetAll(prefix)`. */
 export const resetAllUnsupported =

@@ -17,7 +17,7 @@ import type { RateLimitModuleOptions } from './rate-limit-options.interface.js';
 import { RateLimiterService } from './rate-limiter.service.js';
 import { RateLimiter } from './limiter/rate-limiter.js';
 import { RoutePolicies } from './routes/route-policies.js';
-import { releasesSlot } from './routes/route-policy.js';
+import { resolvedObligations } from './policy/obligations.js';
 import { RateLimitStore } from './stores/rate-limit-store.interface.js';
 import { StoreOwner } from './stores/store-owner.js';
 
@@ -84,13 +84,11 @@ import { StoreOwner } from './stores/store-owner.js';
       inject: [RATE_LIMIT_OPTIONS, RateLimitInterceptor],
     },
     {
-      // the outcomes of module policies that watch them (count: 'failures', adaptive, the slots
-      // of concurrency), on every route; RateLimitInterceptor settles them itself
+      // the ends of requests under module policies that owe something then (count: 'failures',
+      // adaptive, the slots of concurrency), on every route; RateLimitInterceptor hears them itself
       provide: APP_INTERCEPTOR,
       useFactory: ({ guard, runAs, policies }: ResolvedOptions, outcomes: RateLimitOutcomeInterceptor) =>
-        policies.some(
-          (policy) => policy.count === 'failures' || policy.adaptive !== undefined || releasesSlot(policy),
-        ) && !(guard && runAs === 'interceptor')
+        policies.some((policy) => resolvedObligations(policy).atEnd) && !(guard && runAs === 'interceptor')
           ? outcomes
           : null,
       inject: [RATE_LIMIT_OPTIONS, RateLimitOutcomeInterceptor],
@@ -132,7 +130,7 @@ export class RateLimitModule extends RateLimitConfigurableModule implements OnMo
     }
     if (this.store.kind !== 'memory') return;
     const quotas = new Set<string>();
-    for (const policy of this.routes.all()) if (policy.quota) quotas.add(policy.name);
+    for (const policy of this.routes.all()) if (policy.owes.period) quotas.add(policy.name);
     if (quotas.size > 0) this.logger.warn(quotaInMemory([...quotas]));
   }
 

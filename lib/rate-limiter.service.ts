@@ -45,7 +45,7 @@ export class RateLimiterService {
     cost = 1,
     tier?: string,
   ): Promise<RateLimitDecision[]> {
-    return this.engine.decideGiven('RateLimiterService.consume', identity, policies, cost, tier, true);
+    return this.engine.consume('RateLimiterService.consume', identity, policies, cost, tier);
   }
 
   /** What `consume` would decide, without taking anything. */
@@ -55,7 +55,7 @@ export class RateLimiterService {
     cost = 1,
     tier?: string,
   ): Promise<RateLimitDecision[]> {
-    return this.engine.decideGiven('RateLimiterService.peek', identity, policies, cost, tier, false);
+    return this.engine.peek('RateLimiterService.peek', identity, policies, cost, tier);
   }
 
   /**

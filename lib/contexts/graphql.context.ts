@@ -5,6 +5,7 @@ import { type Refusal, refusal } from '../rate-limit.exception.js';
 import { graphqlWithoutRequest, storeUnavailable } from '../rate-limit.messages.js';
 import type { RateLimitDecision } from '../stores/rate-limit-store.interface.js';
 import { withoutStack } from '../utils/without-stack.js';
+import { responseEnded } from './http.context.js';
 import type { RateLimitContext } from './rate-limit-context.js';
 
 /**
@@ -154,6 +155,15 @@ export class GraphqlRateLimitContext implements RateLimitContext {
   /** Express's response and Fastify's reply both have `removeHeader`. */
   removeHeader(context: ExecutionContext, name: string): void {
     (this.operationOf(context)?.response as { removeHeader?(name: string): unknown } | undefined)?.removeHeader?.(name);
+  }
+
+  /**
+   * The operation's HTTP response finished or closed (see `RateLimitContext.ended`): the end of
+   * every operation it carries. `undefined` over a WebSocket, where an operation has no response:
+   * each field's outcome ends what was charged for it.
+   */
+  ended(context: ExecutionContext): Promise<boolean> | undefined {
+    return responseEnded(this.operationOf(context)?.response);
   }
 
   refusal(decision: RateLimitDecision, cost: number): Error {

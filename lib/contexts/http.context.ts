@@ -126,21 +126,29 @@ export class HttpRateLimitContext implements RateLimitContext {
     if (address !== undefined && request.ip === address) this.logger.warn(forwardedForIgnored(address));
   }
 
-  /**
-   * The final status, read when the response has been sent (an exception filter sets it after the
-   * handler throws): < 400 is a success. A response closed before it was sent is no success.
-   */
-  succeeded(context: ExecutionContext): Promise<boolean> | undefined {
-    const raw = nodeResponse(context.getArgByIndex(1));
-    if (raw === undefined) return undefined;
-    return new Promise((resolve) => {
-      const settle = (): void => {
-        raw.off('finish', settle).off('close', settle);
-        resolve(raw.writableFinished && raw.statusCode < 400);
-      };
-      raw.once('finish', settle).once('close', settle);
-    });
+  /** The response finished, or closed first (see `RateLimitContext.ended`). */
+  ended(context: ExecutionContext): Promise<boolean> | undefined {
+    return responseEnded(context.getArgByIndex(1));
   }
+}
+
+/**
+ * When a response has been sent (`true` for a final status < 400) or closed first (`false`):
+ * at once for one that has already closed (its client went away while the limiter decided).
+ * `undefined` for anything but a Node response or a framework's reply around one.
+ */
+export function responseEnded(response: unknown): Promise<boolean> | undefined {
+  const raw = nodeResponse(response);
+  if (raw === undefined) return undefined;
+  const succeeded = (): boolean => raw.writableFinished && raw.statusCode < 400;
+  if (raw.destroyed || raw.writableFinished) return Promise.resolve(succeeded());
+  return new Promise((resolve) => {
+    const settle = (): void => {
+      raw.off('finish', settle).off('close', settle);
+      resolve(succeeded());
+    };
+    raw.once('finish', settle).once('close', settle);
+  });
 }
 
 /** The Node response under the framework's: Express's response is one, Fastify's reply holds it as `raw`. */

@@ -54,19 +54,14 @@ export interface RateLimitContext {
   /** Told of each request limited by its IP address, so the seam can check how the address was found. */
   limitedByIp?(request: LimitedRequest): void;
   /**
-   * Whether the request succeeded, once its answer is settled (HTTP: its final status is < 400,
-   * whatever an exception filter made of it), for `count: 'failures'` and `adaptive` policies.
-   * `undefined`, or a seam without it: the handler's outcome decides (it ends without an error).
+   * The request's end as its transport tells it, with whether it succeeded: HTTP, its response
+   * finished (succeeded: a final status < 400, whatever an exception filter made of it) or closed
+   * first (a client gone, even before the limiter answered; no success). `undefined`, or a seam
+   * without it: the transport tells no end (a gateway message, a microservice call), and the
+   * handler's outcome is the request's end. Asked once per request, only of one whose policies
+   * owe something at its end.
    */
-  succeeded?(context: ExecutionContext): Promise<boolean> | undefined;
-}
-
-/**
- * What the outcome of a decision made in `context` is kept on for `RateLimitOutcomeInterceptor`:
- * its selection (a GraphQL field's: each alias is settled by its own outcome), else its target.
- */
-export function outcomeTarget(seam: RateLimitContext, context: ExecutionContext): object {
-  return seam.selection?.(context) ?? seam.target?.(context) ?? context.getArgs();
+  ended?(context: ExecutionContext): Promise<boolean> | undefined;
 }
 
 /** A request's client, watched while the request waits. */

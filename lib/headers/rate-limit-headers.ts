@@ -1,4 +1,5 @@
-import { type Algorithm, RELEASED } from '../algorithms/algorithm.types.js';
+import { type Algorithm, ALGORITHMS } from '../algorithms/algorithm.types.js';
+import { ALGORITHM_DESCRIPTORS } from '../algorithms/registry.js';
 import { limitOf } from '../stores/decision.js';
 import type { RateLimitDecision } from '../stores/rate-limit-store.interface.js';
 
@@ -7,15 +8,20 @@ export type HeaderFamily = 'ietf' | 'legacy' | 'x-ratelimit';
 
 /**
  * What the headers need of a rule: its capacity and rate, a scaled window's limit, and its
- * algorithm (slots in flight have no window) and calendar (a quota's window is its request's period).
+ * algorithm (how its limit is said: slots in flight have no window).
  */
-export type DescribedRule = { rps: number; burst: number; limit?: number; algorithm?: string; calendar?: object };
+export type DescribedRule = { rps: number; burst: number; limit?: number; algorithm?: string };
 
-/** What the headers need of a policy: its name, and its rule (each tier's, for a tiered one). */
+/**
+ * What the headers need of a policy: its name, its rule (each tier's, for a tiered one), and
+ * whether a rule of it counts per calendar period (`Obligations.period`: a quota, whose window is
+ * its request's period).
+ */
 export interface DescribedPolicy {
   name: string;
   rule: DescribedRule;
   tiers?: { byName: ReadonlyMap<string, { rule: DescribedRule }> } | undefined;
+  owes?: { readonly period: boolean };
 }
 
 /**
@@ -176,16 +182,20 @@ function tieredPolicy(
  * (`concurrency`) the draft's quota unit in place of a window: `"name";q=<limit>;qu="concurrent-requests"`.
  */
 function policyMember(name: string, rule: DescribedRule): string {
-  if (rule.algorithm !== undefined && RELEASED.has(rule.algorithm as Algorithm))
-    return `${sfString(name)};q=${limitOf(rule)};qu="concurrent-requests"`;
+  if (saidAs(rule) === 'lease') return `${sfString(name)};q=${limitOf(rule)};qu="concurrent-requests"`;
   return `${sfString(name)};q=${limitOf(rule)};w=${windowSeconds(rule)}`;
 }
 
+/** How a rule's limit is said, when it is not a rate (see `AlgorithmDescriptor.saidAs`). */
+function saidAs({ algorithm }: DescribedRule): 'lease' | 'period' | undefined {
+  return algorithm !== undefined && ALGORITHMS.includes(algorithm as Algorithm)
+    ? ALGORITHM_DESCRIPTORS[algorithm as Algorithm].saidAs
+    : undefined;
+}
+
 /** Whether a policy is a quota (any tier), whose member's window is its request's period. */
-function isPeriodic({ rule, tiers }: DescribedPolicy): boolean {
-  return (
-    rule.calendar !== undefined || [...(tiers?.byName.values() ?? [])].some((tier) => tier.rule.calendar !== undefined)
-  );
+function isPeriodic({ owes }: DescribedPolicy): boolean {
+  return owes?.period === true;
 }
 
 /**

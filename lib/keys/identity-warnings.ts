@@ -1,6 +1,6 @@
 import type { ExecutionContext, Logger } from '@nestjs/common';
 import type { KeySource, LimitedRequest } from '../policy/policy.types.js';
-import { userNotYetSet } from '../rate-limit.messages.js';
+import { routeName, userNotYetSet } from '../rate-limit.messages.js';
 
 /** What hears of a request limited by its IP: a context's seam, which checks how the address was found. */
 interface IpWatcher {
@@ -40,9 +40,4 @@ export class IdentityWarnings {
     this.userWarned = true;
     this.logger.warn(userNotYetSet(routeName(context)));
   }
-}
-
-/** `Controller.handler`, as messages name a route. */
-export function routeName(context: ExecutionContext): string {
-  return `${context.getClass().name}.${context.getHandler().name}`;
 }

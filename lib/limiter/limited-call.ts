@@ -3,8 +3,7 @@ import type { RateLimitContext } from '../contexts/rate-limit-context.js';
 import type { LimitedRequest } from '../keys/identity.js';
 import type { QuotaAnchor, TierSource } from '../policy/policy.types.js';
 import type { RoutePolicy } from '../routes/route-policy.js';
-import { RELEASED } from '../algorithms/algorithm.types.js';
-import type { RateLimitDecision, RateLimitRequest } from '../stores/rate-limit-store.interface.js';
+import type { RequestEnd } from './request-end.js';
 
 /**
  * One run of the guard on a request or message: what it is, where it is answered, and the route's
@@ -43,16 +42,6 @@ export interface Charge {
   readonly verdict: boolean | Promise<boolean>;
 }
 
-/** What an admitted request owes the policies that watch its outcome (`count: 'failures'`, `adaptive`, `concurrency`). */
-export interface Watched {
-  /** The decisions of its `count: 'failures'` policies: given back when the request succeeds. */
-  readonly refunds: RateLimitDecision[];
-  /** Its adaptive policies: the request's latency steers their rate. */
-  readonly adaptive: RoutePolicy[];
-  /** The decisions of its `concurrency` policies: their slots are given back when the request ends, however it ends. */
-  releases: RateLimitDecision[];
-}
-
 /**
  * What the guard keeps on a request's target, or on a GraphQL selection: one object under one
  * symbol, so whichever guard or interceptor instance runs on the request finds it. A symbol
@@ -65,8 +54,21 @@ export interface CallRecord {
   tiers?: Map<TierSource, string | undefined | Promise<string | undefined>>;
   /** The period starts its quotas' anchor functions named (or promised), by function, Unix ms: each runs once per request. */
   anchors?: Map<QuotaAnchor, number | undefined | Promise<number | undefined>>;
-  /** What its outcome settles, until `RateLimitOutcomeInterceptor` takes it. */
-  watched?: Watched[];
+  /** The ends of what it was admitted under that its handler's outcome settles, until `RateLimitOutcomeInterceptor` takes them. */
+  ends?: RequestEnd[];
+  /** Its end as its transport tells it, asked once (`null`: the transport does not tell; see `RateLimitContext.ended`). */
+  ended?: Promise<boolean> | null;
+  /** An end kept here is settled when its transport's ends, and succeeds only if none of its fields failed (a GraphQL operation's). */
+  judged?: boolean;
+  /** A field of it failed (a GraphQL operation's): see `judged`. */
+  failed?: boolean;
+  /** The guard that left it to be decided after every guard (see `RateLimiter.defers`), until an interceptor takes it. */
+  deferred?: AfterGuards;
+}
+
+/** A guard that can limit a request from after every guard (`RateLimitGuard.limitAfterGuards`). */
+export interface AfterGuards {
+  limitAfterGuards(context: ExecutionContext): boolean | Promise<boolean>;
 }
 
 const RECORD = Symbol('nestjs-ratelimit');
@@ -116,37 +118,18 @@ function splitOf(route: readonly RoutePolicy[]): Pick<LimitedCall, 'perRequest' 
   return split;
 }
 
-/** What an admitted request owes its policies that watch its outcome; `undefined` when none does. */
-export function watchedOf(
-  policies: readonly RoutePolicy[],
-  requests: readonly RateLimitRequest[],
-  decisions: readonly RateLimitDecision[],
-): Watched | undefined {
-  let watched: Watched | undefined;
-  for (let i = 0; i < policies.length; i++) {
-    const policy = policies[i];
-    if (!policy.refundsSuccess && policy.adaptive === undefined && !policy.holdsSlots) continue;
-    // the request's rule: a tiered policy's tier may hold a slot where another does not
-    const releases = policy.holdsSlots && RELEASED.has(requests[i].rule.algorithm);
-    watched ??= { refunds: [], adaptive: [], releases: [] };
-    if (policy.refundsSuccess) watched.refunds.push(decisions[i]);
-    if (policy.adaptive !== undefined) watched.adaptive.push(policy);
-    if (releases) watched.releases.push(decisions[i]);
-  }
-  return watched;
-}
-
-/** Keeps what an admitted run owes for its outcome (if anything), on its selection (each GraphQL alias settles its own). */
-export function watch(call: LimitedCall, watched: Watched | undefined): void {
-  if (watched === undefined) return;
-  const record = call.selection === call.target ? call.record : recordOn(call.selection);
-  (record.watched ??= []).push(watched);
-}
-
-/** What a request's outcome settles, taken off `holder` (its selection, else its target); a second call gets `undefined`. */
-export function takeWatched(holder: object): Watched[] | undefined {
+/** The ends kept on `holder` (a selection, else a target) for its handler's outcome, taken off it: a second call gets `undefined`. */
+export function takeEnds(holder: object): RequestEnd[] | undefined {
   const record = (holder as Recorded)[RECORD];
-  const watched = record?.watched;
-  if (watched !== undefined) record!.watched = undefined;
-  return watched;
+  const ends = record?.ends;
+  if (ends !== undefined) record!.ends = undefined;
+  return ends;
+}
+
+/** The guard that deferred the request of `target`, taken off it: one interceptor decides it. */
+export function takeDeferred(target: object): AfterGuards | undefined {
+  const record = (target as Recorded)[RECORD];
+  const deferred = record?.deferred;
+  if (deferred !== undefined) record!.deferred = undefined;
+  return deferred;
 }

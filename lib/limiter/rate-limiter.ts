@@ -3,14 +3,16 @@ import {
   type ExecutionContext,
   Inject,
   Injectable,
+  Logger,
   type OnApplicationShutdown,
   Optional,
 } from '@nestjs/common';
+import { windowMs } from '../algorithms/conversions.js';
+import type { RateLimitContext } from '../contexts/rate-limit-context.js';
 import { limiting } from '../headers/rate-limit-headers.js';
 import { withJitter } from '../keys/retry-jitter.js';
 import { RateLimitMetrics } from '../observability/rate-limit-metrics.js';
 import { RateLimitTelemetry } from '../observability/rate-limit-telemetry.js';
-import { windowMs } from '../algorithms/conversions.js';
 import type { RateLimitPolicy } from '../policy/policy.types.js';
 import { RATE_LIMIT_OPTIONS } from '../rate-limit.constants.js';
 import { RateLimitUnavailableException } from '../rate-limit.exception.js';
@@ -18,21 +20,26 @@ import { invalidArgument, shuttingDown } from '../rate-limit.messages.js';
 import type { ResolvedOptions } from '../rate-limit-options.js';
 import { RoutePolicies } from '../routes/route-policies.js';
 import { type RoutePolicy, routePolicy } from '../routes/route-policy.js';
+import { Unskipped } from '../routes/skip-if.js';
 import { type RateLimitDecision, type RateLimitRequest, RateLimitStore } from '../stores/rate-limit-store.interface.js';
 import { StoreCalls } from '../stores/store-calls.js';
 import { type StoreClock, storeClock } from '../stores/store-clock.js';
 import { WakeQueue } from '../utils/wake-queue.js';
 import { AdaptiveRates } from './adaptive-rates.js';
-import { GivenPolicies } from './given-policies.js';
-import type { LimitedCall, Watched } from './limited-call.js';
+import { type CallHooks, CallInputs, costOf, identityOf } from './call-inputs.js';
+import { GIVEN_INPUTS, GivenPolicies } from './given-policies.js';
+import { type AfterGuards, type LimitedCall, recordOn, takeDeferred, takeEnds } from './limited-call.js';
+import { ReleaseRetries } from './release-retries.js';
+import { type Owed, owedBy, RequestEnd } from './request-end.js';
 import { Scales } from './scales.js';
 import { storeFailure } from './store-failure.js';
+import { StoreRequests } from './store-requests.js';
 
 /**
  * How much of one bucket an identity has used, for dashboards and "you have used 80 %" mails
  * (`RateLimiterService.usage`).
  *
- * @example { used: 8_000, limit: 10_000, remaining: 2_000, resetsAt: new Date('2026-12-01T00:00:00+01:00') }
+ * @example { used: 8_000, limit: 10_000, remaining: 2_000, resetsAt: new Date('2026-12-01T00:00:00+01:00'), source: 'store' }
  */
 export interface RateLimitUsage {
   /** Tokens taken and still counted: `limit - remaining` (slots held, for `concurrency`). */
@@ -43,6 +50,12 @@ export interface RateLimitUsage {
   remaining: number;
   /** When it is all there again: a quota's period's end; any other bucket's when it is full again. */
   resetsAt: Date;
+  /**
+   * Where the answer came from: `'store'`, the module's store; `'local'`, this process's own
+   * limiter, standing in while the store is unreachable (`failMode: 'local'`): a count of this
+   * process alone, not one to bill by.
+   */
+  source: 'store' | 'local';
 }
 
 /** What the engine decided for one run of the guard: every policy's decision, all-or-nothing. */
@@ -60,10 +73,13 @@ export interface RateLimitVerdict {
 }
 
 /**
- * The engine behind the guard and `RateLimiterService`: the store's calls (timeout, circuit
- * breaker, `failMode`), the factors of `setScale` and of adaptive policies, `retryAfterJitter`,
- * `leaky_bucket` waits, and what it tells metrics and events. It never calls back into whoever
- * asks it. Internal: apps use `RateLimiterService`.
+ * The engine behind the guard and `RateLimiterService`. It builds every store request (one
+ * place: `StoreRequests`), decides (the store's calls: timeout, circuit breaker, `failMode`;
+ * `setScale` and adaptive factors; `skipIf`; `retryAfterJitter`), and owns each admitted
+ * request's end: whichever of its ends comes first settles, once, what it owes (refunds of
+ * `count: 'failures'`, slots given back, latencies for adaptive rates; see `RequestEnd`). It
+ * times `leaky_bucket` waits and tells metrics and events. It never calls back into whoever asks
+ * it, but for the guard's steps it is handed (`CallHooks`). Internal: apps use `RateLimiterService`.
  */
 @Injectable()
 export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShutdown {
@@ -75,8 +91,13 @@ export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShut
   /** Waits in progress, each with the refund it makes when it ends early: shutdown sees them through. */
   private readonly waiting = new Set<Promise<void>>();
   private readonly scales = new Scales();
+  private readonly requests: StoreRequests;
+  /** What each set of guard steps says of a run (see `CallInputs`), made once per guard. */
+  private readonly inputs = new WeakMap<CallHooks, CallInputs>();
   private readonly given: GivenPolicies;
+  private readonly unskipped: Unskipped;
   private readonly adaptive: AdaptiveRates;
+  private readonly releases: ReleaseRetries;
   /** The module's policies as they apply to requests, for `setScale` to check a factor against. */
   private readonly modulePolicies: readonly RoutePolicy[];
   private readonly telemetry: RateLimitTelemetry;
@@ -88,72 +109,137 @@ export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShut
     @Optional() @Inject(RoutePolicies) private readonly routes: RoutePolicies | null = null,
   ) {
     this.modulePolicies = options.policies.map((policy) => routePolicy(policy, options));
-    this.given = new GivenPolicies(options, this.scales, this);
+    this.given = new GivenPolicies(options, this.scales);
+    this.unskipped = new Unskipped(options.skipIf);
     this.adaptive = new AdaptiveRates((name, factor) => this.setScale(name, factor));
     this.telemetry = new RateLimitTelemetry(metrics, options, (decision) => this.calls.decidedLocally(decision));
     this.calls = new StoreCalls(store, options, this.telemetry.storeCalls(store));
     this.clock = storeClock(store.clock);
     this.sleepers = new WakeQueue(this.clock);
-  }
-
-  /** A route's policies under the factors in force (see `setScale`). */
-  scaled(policies: readonly RoutePolicy[]): readonly RoutePolicy[] {
-    return this.scales.apply(policies);
-  }
-
-  /**
-   * Charges a run of the guard, once its store requests are built: the verdict itself when they
-   * were and the store decided at once (the memory store), so an admitted request waits on no
-   * promise.
-   *
-   * @throws RateLimitStoreError (or rejects with it) when the store cannot decide and `failMode` is
-   * not 'local'; rejects with what building the requests rejected with
-   */
-  decide(
-    call: LimitedCall,
-    policies: readonly RoutePolicy[],
-    requests: RateLimitRequest[] | Promise<RateLimitRequest[]>,
-  ): RateLimitVerdict | Promise<RateLimitVerdict> {
-    if (!Array.isArray(requests))
-      return requests.then(
-        (built) => this.decide(call, policies, built),
-        (error: unknown) => this.failed(call, policies, error),
-      );
-    const decided = this.decisions(requests, true);
-    if (Array.isArray(decided)) return this.verdict(call.context, policies, requests, decided);
-    return decided.then(
-      (decisions) => this.verdict(call.context, policies, requests, decisions),
-      (error: unknown) => this.failed(call, policies, error),
+    this.requests = new StoreRequests(this);
+    this.releases = new ReleaseRetries(
+      (decisions) => this.calls.release(decisions),
+      (outcome, decisions, error) => this.telemetry.released(outcome, decisions, error),
+      new Logger('RateLimitModule'),
     );
   }
 
-  /** A run some of whose policies a `skipIf` let pass: `applying` are those left. */
-  skipped(call: LimitedCall, policies: readonly RoutePolicy[], applying: readonly RoutePolicy[]): void {
-    this.telemetry.skipped(call.context, policies, applying);
+  // ---------------------------------------------------------------------------------------------
+  // A run of the guard
+
+  /**
+   * Decides a run of the guard under `policies` (those of its route not charged on it yet): the
+   * ones a `skipIf` lets pass are left out, the others decided under their factors, all at once;
+   * `undefined` when none is left. The verdict itself when the store decides at once (the memory
+   * store), so an admitted request waits on no promise.
+   *
+   * @param hooks the guard's steps that say the run's identity and cost under a policy
+   * @throws (or rejects with) what a key or cost source threw; rejects with a `RateLimitStoreError`
+   * when the store cannot decide and `failMode` is not 'local'
+   */
+  limit(
+    call: LimitedCall,
+    policies: readonly RoutePolicy[],
+    hooks: CallHooks,
+  ): RateLimitVerdict | undefined | Promise<RateLimitVerdict | undefined> {
+    if (this.unskipped.none(policies)) return this.decideRun(call, policies, hooks);
+    return this.unskipped.of(policies, call.request, call.context).then((applying) => {
+      if (applying !== policies) this.telemetry.skipped(call.context, policies, applying);
+      return applying.length === 0 ? undefined : this.decideRun(call, applying, hooks);
+    });
   }
 
   /**
-   * Settles what an admitted request owed its outcome: refunds when it succeeded, latencies for
-   * adaptive rates, and the slots it held (`concurrency`) however it ended.
+   * Whether a run is left to be decided after every guard (by `RateLimitOutcomeInterceptor`,
+   * which the routes of such policies run), and if so notes who left it: a policy of its route
+   * holds a slot until the request ends, and its transport does not tell the end (a gateway
+   * message, a microservice call). A guard after this one that refuses the request, or an
+   * interceptor that answers it without its handler, would end it where nothing hears; after the
+   * guards, the interceptor sees it end, however it ends, or it is never charged.
    */
-  settle(watched: readonly Watched[], succeeded: boolean, latencyMs: number): void {
-    for (const { refunds, adaptive, releases } of watched) {
-      if (succeeded && refunds.length > 0) void this.refund(refunds);
-      if (releases.length > 0) void this.refund(releases);
-      for (const policy of adaptive) this.adaptive.record(policy, latencyMs);
-    }
+  defers(call: LimitedCall, guard: AfterGuards): boolean {
+    if (!releasing(call.route) || this.transportEnd(call) !== undefined) return false;
+    call.record.deferred = guard;
+    return true;
   }
 
-  /** Decides policies given in code (`RateLimiterService.consume` and `peek`); `where` names the call in messages. */
-  async decideGiven(
+  /**
+   * The request a run admitted under `verdict` begins: what it owes its policies hangs on its one
+   * end (see `RequestEnd`). Its transport's end settles it (HTTP: the response finished, or closed
+   * however early, even before the verdict came); what a GraphQL field's own policies charged (on
+   * `holder`, its selection), or what was charged where the transport tells no end, is settled by
+   * the handler's outcome too, whichever comes first.
+   */
+  began(call: LimitedCall, holder: object, verdict: RateLimitVerdict): void {
+    const owed = owedBy(verdict.policies, verdict.requests, verdict.decisions);
+    if (owed === undefined) return;
+    const end = new RequestEnd(owed, this.settle);
+    const transport = this.transportEnd(call);
+    const ofSelection = holder !== call.target;
+    if (transport !== undefined) {
+      const { record } = call;
+      if (!ofSelection && call.selection !== call.target) record.judged = true;
+      // a field's own policies: the response ending says nothing of the field, and ends it as failed
+      void transport.then((ok) => end.end(ok && !ofSelection && record.failed !== true));
+    }
+    if (ofSelection || transport === undefined) (recordOn(call.selection).ends ??= []).push(end);
+  }
+
+  /**
+   * What the handler's outcome settles for a request in `context`: the ends kept for it (see
+   * `began`), as a function of whether the handler completed; `undefined` when none is kept.
+   * Called once per request by `RateLimitOutcomeInterceptor`.
+   */
+  outcome(seam: RateLimitContext, context: ExecutionContext): ((completed: boolean) => void) | undefined {
+    const target = seam.target?.(context) ?? context.getArgs();
+    const selection = seam.selection?.(context) ?? target;
+    const ends = takeEnds(selection);
+    const judged = selection !== target && recordOn(target).judged === true;
+    if (ends === undefined && !judged) return undefined;
+    return (completed) => {
+      if (!completed && judged) recordOn(target).failed = true;
+      if (ends !== undefined) for (const end of ends) end.end(completed);
+    };
+  }
+
+  /** The guard that left the request in `context` to be decided after every guard (see `defers`), taken: once. */
+  deferred(seam: RateLimitContext, context: ExecutionContext): AfterGuards | undefined {
+    return takeDeferred(seam.target?.(context) ?? context.getArgs());
+  }
+
+  /** The identity a policy limits a run as, from its key sources (see `KeySource`): `RateLimitGuard.identify`'s own. */
+  identify(call: LimitedCall, policy: RoutePolicy): string | Promise<string> {
+    return identityOf(call, policy, this.options);
+  }
+
+  /** The tokens a run takes under a policy (see `CostSource`): `RateLimitGuard.cost`'s own. */
+  cost(call: LimitedCall, policy: RoutePolicy): number | Promise<number> {
+    return costOf(call, policy);
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // RateLimiterService
+
+  /** See `RateLimiterService.consume`; `where` names the call in messages. */
+  async consume(
     where: string,
     identity: string,
     policies: RateLimitPolicy | RateLimitPolicy[],
     cost: number,
     tier: string | undefined,
-    charge: boolean,
   ): Promise<RateLimitDecision[]> {
-    return this.decisions(await this.given.requests(where, identity, policies, cost, tier), charge);
+    return this.decisions(await this.givenRequests(where, identity, policies, cost, tier), true);
+  }
+
+  /** See `RateLimiterService.peek`; `where` names the call in messages. */
+  async peek(
+    where: string,
+    identity: string,
+    policies: RateLimitPolicy | RateLimitPolicy[],
+    cost: number,
+    tier: string | undefined,
+  ): Promise<RateLimitDecision[]> {
+    return this.decisions(await this.givenRequests(where, identity, policies, cost, tier), false);
   }
 
   /** See `RateLimiterService.usage`. */
@@ -161,8 +247,8 @@ export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShut
     const where = 'RateLimiterService.usage';
     if (Array.isArray(policy))
       throw new TypeError(invalidArgument(where, 'policy', policy, 'must be one policy: usage answers for one bucket'));
-    const requests = await this.given.requests(where, identity, policy, 1, tier);
-    const [decision] = await this.calls.decide(requests, false);
+    const requests = await this.givenRequests(where, identity, policy, 1, tier);
+    const [decision] = await this.calls.peek(requests);
     const { rule } = requests[0];
     // a quota's period ends where the request's rule says; any other bucket once it is full again
     const resetsAt =
@@ -172,6 +258,7 @@ export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShut
       limit: decision.limit,
       remaining: decision.remaining,
       resetsAt: new Date(resetsAt),
+      source: this.calls.decidedLocally(decision) ? 'local' : 'store',
     };
   }
 
@@ -181,8 +268,8 @@ export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShut
     policies: RateLimitPolicy | RateLimitPolicy[],
     tier: string | undefined,
   ): Promise<void> {
-    const keys = this.given.keys('RateLimiterService.reset', identity, policies, tier);
-    await this.calls.reset(keys);
+    const given = this.given.of('RateLimiterService.reset', identity, policies, 1, tier);
+    await this.calls.reset(given.map((policy) => this.requests.key(policy, identity, tier)));
   }
 
   /** See `RateLimiterService.resetAll`. */
@@ -223,6 +310,14 @@ export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShut
   }
 
   /**
+   * Gives back the slots `decisions` took as their request ended, tried again while the store
+   * fails, until they land or `leaseMs` has passed (see `ReleaseRetries`). Resolves then.
+   */
+  release(decisions: readonly RateLimitDecision[], leaseMs: number): Promise<void> {
+    return this.releases.release(decisions, leaseMs);
+  }
+
+  /**
    * Ends every `leaky_bucket` wait at once, before the HTTP server stops and waits for the
    * requests in flight: each waiting request gives its charge back and is answered 503 without
    * running its handler, so `app.close()` never waits for a queue (up to `burst / rps`). Resolves
@@ -237,7 +332,53 @@ export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShut
   async onApplicationShutdown(): Promise<void> {
     this.sleepers.close();
     this.adaptive.close();
+    this.releases.close();
     await this.calls.close();
+  }
+
+  // ---------------------------------------------------------------------------------------------
+
+  /** A run's policies under their factors, its requests built and decided. */
+  private decideRun(
+    call: LimitedCall,
+    applying: readonly RoutePolicy[],
+    hooks: CallHooks,
+  ): RateLimitVerdict | Promise<RateLimitVerdict> {
+    const policies = this.scales.apply(applying);
+    let inputs = this.inputs.get(hooks);
+    if (inputs === undefined) this.inputs.set(hooks, (inputs = new CallInputs(hooks, this.options.timeout)));
+    const built = this.requests.build(policies, inputs, call);
+    if (!Array.isArray(built))
+      return built.then(
+        (requests) => this.decideRequests(call, policies, requests),
+        (error: unknown) => this.failed(call, policies, error),
+      );
+    return this.decideRequests(call, policies, built);
+  }
+
+  private decideRequests(
+    call: LimitedCall,
+    policies: readonly RoutePolicy[],
+    requests: RateLimitRequest[],
+  ): RateLimitVerdict | Promise<RateLimitVerdict> {
+    const decided = this.decisions(requests, true);
+    if (Array.isArray(decided)) return this.verdict(call.context, policies, requests, decided);
+    return decided.then(
+      (decisions) => this.verdict(call.context, policies, requests, decisions),
+      (error: unknown) => this.failed(call, policies, error),
+    );
+  }
+
+  /** The store requests of a `RateLimiterService` call (see `GivenPolicies`). */
+  private givenRequests(
+    where: string,
+    identity: string,
+    policies: RateLimitPolicy | RateLimitPolicy[],
+    cost: number,
+    tier: string | undefined,
+  ): RateLimitRequest[] | Promise<RateLimitRequest[]> {
+    const given = this.given.of(where, identity, policies, cost, tier);
+    return this.requests.build(given, GIVEN_INPUTS, { identity, cost, tier, timeoutMs: this.options.timeout });
   }
 
   /** The store's decisions, jittered where the store's answers and its remembered refusals meet, so both say the same. */
@@ -245,7 +386,7 @@ export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShut
     requests: readonly RateLimitRequest[],
     charge: boolean,
   ): RateLimitDecision[] | Promise<RateLimitDecision[]> {
-    const decided = this.calls.decide(requests, charge);
+    const decided = charge ? this.calls.consume(requests) : this.calls.peek(requests);
     const { retryAfterJitter: jitter } = this.options;
     if (jitter === 0) return decided;
     return Array.isArray(decided)
@@ -276,6 +417,20 @@ export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShut
     throw failure;
   }
 
+  /** The end of a run's request as its transport tells it, asked once per request (see `RateLimitContext.ended`). */
+  private transportEnd(call: LimitedCall): Promise<boolean> | undefined {
+    const { record } = call;
+    if (record.ended === undefined) record.ended = call.seam.ended?.(call.context) ?? null;
+    return record.ended ?? undefined;
+  }
+
+  /** Settles what an admitted request owed when it ended (see `RequestEnd`). */
+  private readonly settle = (owed: Owed, succeeded: boolean, latencyMs: number): void => {
+    if (succeeded && owed.refunds.length > 0) void this.calls.refund(owed.refunds);
+    if (owed.releases.length > 0) void this.release(owed.releases, owed.leaseMs);
+    for (const policy of owed.latencies) this.adaptive.record(policy, latencyMs);
+  };
+
   /** Sleeps until the turn comes; when the wait ends early, gives the charge back and rejects. */
   private async waitTurn(
     decisions: readonly RateLimitDecision[],
@@ -288,4 +443,10 @@ export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShut
     if (signal?.aborted) throw signal.reason;
     throw new RateLimitUnavailableException(new Error(shuttingDown));
   }
+}
+
+/** Whether a route's policy holds a slot its request gives back when it ends (a loop: no closure per request). */
+function releasing(route: readonly RoutePolicy[]): boolean {
+  for (const policy of route) if (policy.owes.release) return true;
+  return false;
 }

@@ -1,6 +1,6 @@
 import { channel } from 'node:diagnostics_channel';
 import type { ExecutionContext } from '@nestjs/common';
-import { routeName } from '../keys/identity-warnings.js';
+import { routeName } from '../rate-limit.messages.js';
 import type { ContextType, FailMode } from '../rate-limit-options.interface.js';
 import type { RateLimitStoreError } from '../stores/rate-limit-store.error.js';
 import type { RateLimitDecision } from '../stores/rate-limit-store.interface.js';
@@ -44,8 +44,29 @@ export interface RateLimitStoreErrorEvent {
   failMode: FailMode;
 }
 
+/**
+ * How a release of a request's slots that the store failed went on: `failed`, an attempt failed
+ * and it is tried again after a wait; `landed`, given back after all; `lapsed`, given up because
+ * the slots' lease has ended (the store let them go itself).
+ */
+export type ReleaseOutcome = 'failed' | 'landed' | 'lapsed';
+
+/**
+ * The message of the `nestjs-ratelimit:release` diagnostics channel: a release of the slots of a
+ * request (`concurrency` policies) that the store failed, at each step of its retries. A release
+ * that lands at once makes none.
+ */
+export interface RateLimitReleaseEvent {
+  /** The policies whose slots are given back. */
+  policies: readonly string[];
+  outcome: ReleaseOutcome;
+  /** What the store failed with (`failed`, `lapsed`). */
+  error?: unknown;
+}
+
 const decisionChannel = channel('nestjs-ratelimit:decision');
 const storeErrorChannel = channel('nestjs-ratelimit:store-error');
+const releaseChannel = channel('nestjs-ratelimit:release');
 
 /** Publishes a decision, built only when someone listens. */
 export function publishDecision(
@@ -63,6 +84,13 @@ export function publishStoreError(error: RateLimitStoreError, failMode: FailMode
   if (!storeErrorChannel.hasSubscribers) return;
   const event: RateLimitStoreErrorEvent = { error, failMode };
   storeErrorChannel.publish(event);
+}
+
+/** Publishes a step of a failed release's retries, built only when someone listens. */
+export function publishRelease(policies: readonly string[], outcome: ReleaseOutcome, error?: unknown): void {
+  if (!releaseChannel.hasSubscribers) return;
+  const event: RateLimitReleaseEvent = error === undefined ? { policies, outcome } : { policies, outcome, error };
+  releaseChannel.publish(event);
 }
 
 /** Whether anyone listens to decisions: else nothing need be worked out for them. */

@@ -1,6 +1,6 @@
 import type { Attributes, Counter, Histogram, Meter } from '@opentelemetry/api';
 import type { StoreCallOutcome } from '../stores/store-calls.js';
-import type { RateLimitResult } from './rate-limit-events.js';
+import type { RateLimitResult, ReleaseOutcome } from './rate-limit-events.js';
 
 /** A store as `ratelimit.store` names it. */
 export type StoreKind = 'memory' | 'redis' | 'custom';
@@ -37,10 +37,13 @@ export class RateLimitMetrics {
   private readonly storeDuration: Histogram;
   private readonly queueDuration: Histogram;
   private readonly breakerTransitions: Counter;
+  private readonly releases: Counter;
   /** `ratelimit.requests` attributes by policy, context and result. */
   private readonly requestAttributes = new Map<string, Map<string, ByResult>>();
   /** `ratelimit.queue.duration` attributes by policy. */
   private readonly queueAttributes = new Map<string, Attributes>();
+  /** `ratelimit.releases` attributes by policy and outcome. */
+  private readonly releaseAttributes = new Map<string, Partial<Record<ReleaseOutcome, Attributes>>>();
 
   /**
    * The instruments, when `@opentelemetry/api` is installed and an SDK has registered its meter
@@ -78,6 +81,21 @@ export class RateLimitMetrics {
       unit: '{transition}',
       description: "The store's circuit breaker opening (calls stop) and closing (the store answers again)",
     });
+    this.releases = meter.createCounter('ratelimit.releases', {
+      unit: '{release}',
+      description:
+        'Releases of concurrency slots the store failed: ratelimit.release.outcome says whether one was tried again, landed after all, or lapsed with its lease',
+    });
+  }
+
+  /**
+   * A release of `policy`'s slots that the store failed: tried again (`failed`, once per failed
+   * attempt), given back after all (`landed`) or given up when its lease ended (`lapsed`).
+   */
+  released(policy: string, outcome: ReleaseOutcome): void {
+    let byOutcome = this.releaseAttributes.get(policy);
+    if (byOutcome === undefined) this.releaseAttributes.set(policy, (byOutcome = {}));
+    this.releases.add(1, (byOutcome[outcome] ??= { 'ratelimit.policy': policy, 'ratelimit.release.outcome': outcome }));
   }
 
   /** One request's result under one policy. */

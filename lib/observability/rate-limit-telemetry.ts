@@ -2,7 +2,14 @@ import type { ExecutionContext } from '@nestjs/common';
 import type { FailMode } from '../rate-limit-options.interface.js';
 import type { RateLimitDecision, RateLimitStore } from '../stores/rate-limit-store.interface.js';
 import type { StoreCallWatcher } from '../stores/store-calls.js';
-import { decisionsWatched, publishDecision, publishStoreError, type RateLimitResult } from './rate-limit-events.js';
+import {
+  decisionsWatched,
+  publishDecision,
+  publishRelease,
+  publishStoreError,
+  type RateLimitResult,
+  type ReleaseOutcome,
+} from './rate-limit-events.js';
 import type { RateLimitMetrics, StoreKind } from './rate-limit-metrics.js';
 
 /** What `RateLimitTelemetry` needs of the module's options. */
@@ -66,6 +73,13 @@ export class RateLimitTelemetry {
     let longest = decisions[0];
     for (const decision of decisions) if (decision.delay > longest.delay) longest = decision;
     this.metrics.queued(longest.policy, (performance.now() - started) / 1000);
+  }
+
+  /** A step of the retries of a release the store failed (see `ReleaseOutcome`). */
+  released(outcome: ReleaseOutcome, decisions: readonly RateLimitDecision[], error?: unknown): void {
+    const policies = decisions.map((decision) => decision.policy);
+    if (this.metrics !== null) for (const policy of policies) this.metrics.released(policy, outcome);
+    publishRelease(policies, outcome, error);
   }
 
   /** What `StoreCalls` tells of its calls on `store`: timed with metrics; a failure published. */

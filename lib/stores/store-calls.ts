@@ -77,6 +77,22 @@ export class StoreCalls {
    *
    * @throws RateLimitStoreError when the store fails or is too slow and failMode is not 'local'
    */
+  consume(requests: readonly RateLimitRequest[]): RateLimitDecision[] | Promise<RateLimitDecision[]> {
+    return this.decide(requests, true);
+  }
+
+  peek(requests: readonly RateLimitRequest[]): RateLimitDecision[] | Promise<RateLimitDecision[]> {
+    return this.decide(requests, false);
+  }
+
+  async release(decisions: readonly RateLimitDecision[]): Promise<void> {
+    const store =
+      this.local !== undefined && decisions.some((decision) => this.localDecisions.has(decision))
+        ? this.local
+        : this.store;
+    await store.refund?.(decisions);
+  }
+
   decide(requests: readonly RateLimitRequest[], charge: boolean): RateLimitDecision[] | Promise<RateLimitDecision[]> {
     if (!this.store.inProcess) return this.decideRemote(requests, charge);
     // an in-process store has decided when it returns: that is its time, and no wrapper per call

@@ -4,7 +4,7 @@
  *
  * The handlers hold their request open until the test ends it (`holds`, see
  * `test/support/concurrency-apps.ts`) and count themselves in flight; a test waits for the engine's
- * refund of a slot (`watchReleases`), never for time:
+ * release of a slot (`watchReleases`), never for time:
  * - HTTP (Express, Fastify): at most 2 in flight, the third refused with `Retry-After: 1` and the
  *   `concurrent-requests` headers; a slot comes back when a request finishes, fails (500, 400),
  *   loses its client, or streams its answer to the end or until its client goes, and each time a

@@ -385,13 +385,25 @@ describe.each(STORES)('quotas on Express, %s', (storeName, makeStore) => {
     const identity = `api-key:${apiKey}`;
     at('2026-01-10T12:00:00Z');
     const fresh = await limiter.usage(identity, MONTHLY);
-    expect(fresh).toEqual({ used: 0, limit: 3, remaining: 3, resetsAt: new Date('2026-01-31T23:00:00Z') });
+    expect(fresh).toEqual({
+      used: 0,
+      limit: 3,
+      remaining: 3,
+      resetsAt: new Date('2026-01-31T23:00:00Z'),
+      source: 'store',
+    });
 
     const [, , , rateLimit] = await request('monthly', apiKey);
     // 21 days 11 hours to Feb 1, 00:00 in Berlin
     expect(rateLimit).toBe('"monthly";r=2;t=1854000');
     const used = await limiter.usage(identity, MONTHLY);
-    expect(used).toEqual({ used: 1, limit: 3, remaining: 2, resetsAt: new Date('2026-01-31T23:00:00Z') });
+    expect(used).toEqual({
+      used: 1,
+      limit: 3,
+      remaining: 2,
+      resetsAt: new Date('2026-01-31T23:00:00Z'),
+      source: 'store',
+    });
     expect(used.resetsAt.getTime() - clock.now()).toBe(1_854_000 * 1000);
     // asked again: the same answer, and the next request still finds 2 left
     expect(await limiter.usage(identity, MONTHLY)).toEqual(used);
@@ -406,6 +418,7 @@ describe.each(STORES)('quotas on Express, %s', (storeName, makeStore) => {
       limit: 3,
       remaining: 3,
       resetsAt: new Date('2026-02-28T23:00:00Z'),
+      source: 'store',
     });
   });
 
@@ -427,7 +440,13 @@ describe.each(STORES)('quotas on Express, %s', (storeName, makeStore) => {
       at('2026-02-15T00:00:00Z');
       expect((await request('plan', apiKey, { 'x-anchor': 'date' }))[3]).toBe('"plan";r=1;t=1159200');
       const used = await limiter.usage(`api-key:${apiKey}`, plan);
-      expect(used).toEqual({ used: 1, limit: 2, remaining: 1, resetsAt: new Date('2026-02-28T10:00:00Z') });
+      expect(used).toEqual({
+        used: 1,
+        limit: 2,
+        remaining: 1,
+        resetsAt: new Date('2026-02-28T10:00:00Z'),
+        source: 'store',
+      });
       expect(used.resetsAt.getTime() - clock.now()).toBe(1_159_200 * 1000);
       expect(await limiter.usage(`api-key:${apiKey}`, plan)).toEqual(used);
     },

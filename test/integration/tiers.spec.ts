@@ -5,7 +5,8 @@ import { type Algorithm, type Held, RATE_ALGORITHMS } from '../../lib/algorithms
 import { decideAll } from '../../lib/algorithms/decide.js';
 import type { RateLimitPolicy } from '../../lib/policy/policy.types.js';
 import { resolvePolicy } from '../../lib/policy/resolve-policy.js';
-import { type RoutePolicy, routePolicy, storeRequest } from '../../lib/routes/route-policy.js';
+import { StoreRequests } from '../../lib/limiter/store-requests.js';
+import { type RoutePolicy, routePolicy } from '../../lib/routes/route-policy.js';
 import { toDecision } from '../../lib/stores/decision.js';
 import { MemoryStore } from '../../lib/stores/memory/memory.store.js';
 import type { RateLimitDecision, RateLimitRequest } from '../../lib/stores/rate-limit-store.interface.js';
@@ -17,7 +18,7 @@ import { connectTestRedis } from '../support/redis/test-redis.js';
  * Tiers route a request to one of a policy's rules by the tier it names: for every algorithm as a
  * tier's algorithm, the pure model, the memory store and the Redis store decide alike, and each
  * tier of one identity is a bucket of its own. The policies are compiled as the guard compiles
- * them (`resolvePolicy`, `routePolicy`) and the requests built as it builds them (`storeRequest`).
+ * them (`resolvePolicy`, `routePolicy`) and the requests built as it builds them (`StoreRequests`).
  *
  * The differential runs 100 traces per algorithm, or `RATE_LIMIT_PROPERTY_RUNS`.
  */
@@ -25,6 +26,9 @@ import { connectTestRedis } from '../support/redis/test-redis.js';
 const RUNS = Number(process.env.RATE_LIMIT_PROPERTY_RUNS ?? 100);
 const SEED =
   process.env.RATE_LIMIT_PROPERTY_SEED === undefined ? undefined : Number(process.env.RATE_LIMIT_PROPERTY_SEED);
+
+/** The engine's request builder (no quota here: its clock is never read). */
+const built = new StoreRequests({ now: () => Date.now() });
 
 /** Another algorithm than `algorithm`, for a tier beside it. */
 const otherThan = (algorithm: Algorithm): Algorithm =>
@@ -100,7 +104,7 @@ describe.each(RATE_ALGORITHMS.map((a) => [a]))('a tiered policy with %s tiers', 
     const { model, decide } = deciders();
     const admitted = async (identity: string, tier: string | undefined, times: number) => {
       const decisions: RateLimitDecision[] = [];
-      for (let i = 0; i < times; i++) decisions.push(...(await decide([storeRequest(policy, identity, 1, tier)])));
+      for (let i = 0; i < times; i++) decisions.push(...(await decide([built.request(policy, identity, 1, tier)])));
       return decisions;
     };
     try {
@@ -158,8 +162,8 @@ describe.each(RATE_ALGORITHMS.map((a) => [a]))('a tiered policy with %s tiers', 
           try {
             for (const { dt, identity, tier, cost } of steps) {
               advance(dt);
-              const requests = [storeRequest(policy, identity, cost, tier)];
-              if (withGlobal) requests.push(storeRequest(global, identity, cost));
+              const requests = [built.request(policy, identity, cost, tier)];
+              if (withGlobal) requests.push(built.request(global, identity, cost));
               const [decision] = await decide(requests);
               expect(decision.tier).toBe(tier === 'pro' || tier === 'other' ? tier : 'free');
             }

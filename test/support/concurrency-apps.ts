@@ -266,19 +266,19 @@ export function storeOptions(store: StoreName, redis: () => Redis): RateLimitMod
 }
 
 /**
- * Watches the refunds the app's engine makes (a slot given back is one): `released(n)` resolves
- * once n of them have reached the store and returned.
+ * Watches the slots the app's engine gives back as requests end (`RateLimiter.release`):
+ * `released(n)` resolves once n releases have reached the store and returned.
  */
 export function watchReleases(app: INestApplication): {
   released(count: number): Promise<void>;
   readonly count: number;
 } {
   const limiter = app.get(RateLimiter);
-  const original = limiter.refund.bind(limiter);
+  const original = limiter.release.bind(limiter);
   let count = 0;
   const waiting = new Set<{ count: number; resolve: () => void }>();
-  jest.spyOn(limiter, 'refund').mockImplementation((decisions) => {
-    const refunded = original(decisions);
+  jest.spyOn(limiter, 'release').mockImplementation((decisions, leaseMs) => {
+    const refunded = original(decisions, leaseMs);
     const done = (): void => {
       count++;
       for (const waiter of waiting) {

@@ -63,8 +63,8 @@ class FakeContext implements RateLimitContext {
   readonly limitedByIpCalls: LimitedRequest[] = [];
   /** What `departure` hands out; `undefined`: it cannot tell. */
   departing: Departure | undefined;
-  /** What `succeeded` answers; `undefined`: the handler's outcome decides. */
-  succeeded: RateLimitContext['succeeded'];
+  /** What `ended` answers; `undefined`: the handler's outcome ends a request. */
+  ended: RateLimitContext['ended'];
 
   request(context: ExecutionContext): LimitedRequest {
     return context.getArgByIndex(0);
@@ -760,7 +760,7 @@ describe("count: 'failures' (the guard and RateLimitOutcomeInterceptor)", () => 
   it("reads the seam's own verdict where it has one (HTTP: the final status)", async () => {
     const setup = guarded();
     let answer!: (succeeded: boolean) => void;
-    setup.seam.succeeded = () => new Promise<boolean>((resolve) => (answer = resolve));
+    setup.seam.ended = () => new Promise<boolean>((resolve) => (answer = resolve));
     const route = routeWith([LOGIN]);
     const context = http(route);
     await setup.guard.canActivate(context);

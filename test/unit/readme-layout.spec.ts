@@ -44,7 +44,9 @@ describe("the README's layout", () => {
   });
 
   it('groups the unit specs by the folder of lib/ they test', () => {
-    expect(foldersUnder('test/unit').filter((folder) => !existsSync(join(ROOT, 'lib', unitFolder(folder))))).toEqual([]);
+    expect(foldersUnder('test/unit').filter((folder) => !existsSync(join(ROOT, 'lib', unitFolder(folder))))).toEqual(
+      [],
+    );
   });
 });
 

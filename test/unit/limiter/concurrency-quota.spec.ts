@@ -9,7 +9,8 @@ import { windowMs } from '../../../lib/algorithms/conversions.js';
 import { scaledRule } from '../../../lib/limiter/scales.js';
 import { quotaRule } from '../../../lib/policy/quota-rule.js';
 import { resolvePolicy } from '../../../lib/policy/resolve-policy.js';
-import { routePolicy, storeRequest } from '../../../lib/routes/route-policy.js';
+import { StoreRequests } from '../../../lib/limiter/store-requests.js';
+import { routePolicy } from '../../../lib/routes/route-policy.js';
 import { toDecision } from '../../../lib/stores/decision.js';
 import type { RateLimitDecision, RateLimitRequest } from '../../../lib/stores/rate-limit-store.interface.js';
 import { waitForCost } from '../../../lib/stores/redis/wait-for-cost.js';
@@ -121,7 +122,7 @@ describe("waitForCost and a slot ('release')", () => {
 
 describe('headers of concurrency and quota policies', () => {
   const exports: DescribedPolicy = { name: 'exports', rule: SLOTS };
-  const monthly: DescribedPolicy = { name: 'monthly', rule: MONTHLY };
+  const monthly: DescribedPolicy = { name: 'monthly', rule: MONTHLY, owes: { period: true } };
   const perUser: DescribedPolicy = { name: 'per-user', rule: { rps: 5, burst: 10 } };
   const decision = (policy: string, fields: Partial<RateLimitDecision>): RateLimitDecision => ({
     allowed: true,
@@ -213,7 +214,9 @@ describe('quotaRule', () => {
   });
 });
 
-describe('a tiered quota as routes and RateLimiterService use it (storeRequest)', () => {
+describe('a tiered quota as routes and RateLimiterService use it (StoreRequests)', () => {
+  /** The requests the engine builds at `now`. */
+  const at = (now: number) => new StoreRequests({ now: () => now });
   const policy = routePolicy(
     resolvePolicy(
       {
@@ -234,23 +237,23 @@ describe('a tiered quota as routes and RateLimiterService use it (storeRequest)'
   );
 
   it('knows the policy is a quota, with its anchor, from its tiers', () => {
-    expect(policy.quota).toBe(true);
-    expect(policy.quotaAnchor).toBeInstanceOf(Function);
+    expect(policy.owes.period).toBe(true);
+    expect(policy.owes.anchor).toBeInstanceOf(Function);
   });
 
   it("names the period of each tier's own calendar, from the anchor", () => {
     const now = Date.UTC(2026, 1, 15, 12);
-    const free = storeRequest(policy, 'user:1', 1, 'free', { now, anchor: Date.UTC(2026, 0, 31) }).rule;
+    const free = at(now).request(policy, 'user:1', 1, 'free', Date.UTC(2026, 0, 31)).rule;
     expect(free.origin).toBe(Date.UTC(2026, 0, 31));
     expect(windowMs(free.rps, free.burst)).toBe(28 * 86_400_000);
-    const pro = storeRequest(policy, 'user:1', 1, 'pro', { now }).rule;
+    const pro = at(now).request(policy, 'user:1', 1, 'pro').rule;
     // a Berlin day in winter: from 23:00 UTC the day before
     expect(pro.origin).toBe(Date.UTC(2026, 1, 14, 23));
     expect(windowMs(pro.rps, pro.burst)).toBe(86_400_000);
   });
 
   it('leaves a tier that is a rate as it is', () => {
-    const rate = storeRequest(policy, 'user:1', 1, 'burst', { now: Date.UTC(2026, 1, 15) }).rule;
+    const rate = at(Date.UTC(2026, 1, 15)).request(policy, 'user:1', 1, 'burst').rule;
     expect(rate).toEqual({ algorithm: 'token_bucket', rps: 5, burst: 10 });
   });
 });

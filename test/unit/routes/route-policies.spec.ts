@@ -11,7 +11,8 @@ import {
 } from '../../../lib/index.js';
 import { bucketKey } from '../../../lib/keys/bucket-key.js';
 import { resolveOptions } from '../../../lib/rate-limit-options.js';
-import { routePolicy, storeRequest } from '../../../lib/routes/route-policy.js';
+import { StoreRequests } from '../../../lib/limiter/store-requests.js';
+import { routePolicy } from '../../../lib/routes/route-policy.js';
 import { RoutePolicies } from '../../../lib/routes/route-policies.js';
 
 /**
@@ -214,7 +215,8 @@ describe('RoutePolicies without module policies', () => {
   });
 });
 
-describe('routePolicy and storeRequest', () => {
+describe('routePolicy and the store requests built from it', () => {
+  const requests = new StoreRequests({ now: () => Date.now() });
   const options = resolveOptions({ prefix: 'x:', key: 'api-key' });
   const resolved = resolveOptions({
     policies: [
@@ -238,11 +240,8 @@ describe('routePolicy and storeRequest', () => {
       defaultCost: 3,
       keys: ['user'],
       keyPrefix: 'x:exports:lb:{',
-      refundsSuccess: false,
-      quota: false,
-      quotaAnchor: undefined,
-      holdsSlots: false,
       tiers: undefined,
+      owes: { refundOnSuccess: false, latency: false, release: false, period: false, anchor: undefined, atEnd: false },
       skipIf: undefined,
       adaptive: undefined,
     });
@@ -251,13 +250,13 @@ describe('routePolicy and storeRequest', () => {
 
   it("builds the store request: the identity's bucket under the policy, its rule and the cost", () => {
     const policy = routePolicy(resolved, options);
-    expect(storeRequest(policy, 'user:42', 2.5)).toEqual({
+    expect(requests.request(policy, 'user:42', 2.5)).toEqual({
       key: bucketKey('x:', 'exports', 'leaky_bucket', 'user:42'),
       policy: 'exports',
       rule: { algorithm: 'leaky_bucket', rps: 2, burst: 6 },
       cost: 2.5,
     });
-    expect(storeRequest(policy, 'user:43', 1).key).not.toBe(storeRequest(policy, 'user:42', 1).key);
+    expect(requests.request(policy, 'user:43', 1).key).not.toBe(requests.request(policy, 'user:42', 1).key);
   });
 
   it("gives a tiered policy a rule and a key prefix per tier, the default tier's as its own", () => {
@@ -298,8 +297,8 @@ describe('routePolicy and storeRequest', () => {
       ],
     }).policies[0];
     const policy = routePolicy(tiered, options);
-    const digest = storeRequest(routePolicy(resolved, options), 'user:42', 1).key.slice('x:exports:lb:'.length);
-    expect(storeRequest(policy, 'user:42', 1, 'pro')).toEqual({
+    const digest = requests.request(routePolicy(resolved, options), 'user:42', 1).key.slice('x:exports:lb:'.length);
+    expect(requests.request(policy, 'user:42', 1, 'pro')).toEqual({
       key: `x:api:gcra:pro:${digest}`,
       policy: 'api',
       rule: { algorithm: 'gcra', rps: 5, burst: 5 },
@@ -314,10 +313,10 @@ describe('routePolicy and storeRequest', () => {
       tier: 'free',
     };
     for (const unknown of [undefined, 'gold', 'constructor', '__proto__'])
-      expect(storeRequest(policy, 'user:42', 1, unknown)).toEqual(free);
+      expect(requests.request(policy, 'user:42', 1, unknown)).toEqual(free);
     // a policy without tiers ignores a tier
-    expect(storeRequest(routePolicy(resolved, options), 'user:42', 1, 'pro')).toEqual(
-      storeRequest(routePolicy(resolved, options), 'user:42', 1),
+    expect(requests.request(routePolicy(resolved, options), 'user:42', 1, 'pro')).toEqual(
+      requests.request(routePolicy(resolved, options), 'user:42', 1),
     );
   });
 });
