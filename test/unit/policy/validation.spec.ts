@@ -21,6 +21,9 @@ import { parseCommandLine } from '../../../lib/simulator/simulate-args.js';
 import { ManualClock } from '../../../lib/testing/index.js';
 import { StandaloneLimiter } from '../../support/standalone-limiter.js';
 import { RateLimitThrottlerStorage } from '../../../lib/throttler/index.js';
+import { ALGORITHMS } from '../../../lib/algorithms/algorithm.types.js';
+import { ALGORITHM_DESCRIPTORS } from '../../../lib/algorithms/registry.js';
+import { optionNotFor } from '../../../lib/rate-limit.messages.js';
 
 /**
  * Every validation message, exactly: one row per bad input, with the whole message it must
@@ -422,12 +425,12 @@ const ROWS: Row[] = [
   [
     'a window on a quota',
     policy({ algorithm: 'quota', limit: 100, window: '30d', period: 'month' }),
-    `${ON_HANDLER} "window" does not apply to a quota: say it as "limit" per "period", such as { limit: 10000, period: 'month' }`,
+    `${ON_HANDLER} "window" does not apply to "quota": say it as "limit" per "period", such as { limit: 10000, period: 'month' }`,
   ],
   [
     'tokensPerSecond on a quota',
     policy({ algorithm: 'quota', tokensPerSecond: 1, limit: 100, period: 'month' }),
-    `${ON_HANDLER} "tokensPerSecond" does not apply to a quota: say it as "limit" per "period", such as { limit: 10000, period: 'month' }`,
+    `${ON_HANDLER} "tokensPerSecond" does not apply to "quota": say it as "limit" per "period", such as { limit: 10000, period: 'month' }`,
   ],
   [
     'concurrency without a limit',
@@ -452,7 +455,7 @@ const ROWS: Row[] = [
   [
     'blockFor on a quota',
     policy({ algorithm: 'quota', limit: 100, period: 'day', blockFor: '1h' }),
-    `${ON_HANDLER} "blockFor" does not apply to a quota: its refusals hold until its period ends already`,
+    `${ON_HANDLER} "blockFor" does not apply to "quota": its refusals hold until its period ends already`,
   ],
   [
     'adaptive on concurrency',
@@ -466,7 +469,7 @@ const ROWS: Row[] = [
       tiers: { free: { algorithm: 'quota', limit: 100, period: 'month' }, pro: { rps: 5 } },
       adaptive: { latency: 250 },
     }),
-    `${ON_HANDLER} "adaptive" does not apply to a quota: a quota per period is not a rate to scale by latency`,
+    `${ON_HANDLER} tier "free": "adaptive" does not apply to "quota": a quota per period is not a rate to scale by latency`,
   ],
   [
     "count: 'failures' on concurrency",
@@ -489,7 +492,7 @@ const ROWS: Row[] = [
   [
     'an anchor function beside tiers none of which is a quota',
     policy({ ...TIERED, anchor: () => 0 }),
-    `${ON_HANDLER} "anchor" can be a function for 'quota' only (a period's start), and no tier is a quota, got a function`,
+    `${ON_HANDLER} "anchor" can be a function for 'quota' only (a period's start), and no tier's algorithm is 'quota', got a function`,
   ],
   [
     "anchor 'first-request' on a quota",
@@ -1608,4 +1611,41 @@ describe('the table above', () => {
       expect({ name, uncovered: uncovered(literals) }).toEqual({ name, uncovered: [] });
     }
   });
+
+  it("has a row for every text of rate-limit.messages.ts's policy section", () => {
+    const source = readFileSync(join(LIB, 'rate-limit.messages.ts'), 'utf8');
+    // from its heading to the next one (a comment at the start of a line, after an empty one)
+    const start = source.indexOf('\n// Policies');
+    const section = source.slice(start, source.indexOf('\n\n// ', start));
+    const factories = [...section.matchAll(/^export function (\w+)\([\s\S]*?\n\}/gm)];
+    // a section that lost its marker, or factories that moved out of it, would pass everything
+    expect(factories.length).toBeGreaterThan(50);
+    for (const [body, name] of factories) {
+      const literals = literalsIn(body.slice(body.indexOf('{')));
+      expect({ name, found: literals.length > 0 }).toEqual({ name, found: true });
+      expect({ name, uncovered: uncovered(literals) }).toEqual({ name, uncovered: [] });
+    }
+  });
+
+  it('has a row for every policy option an algorithm refuses, saying why', () => {
+    const refusals = ALGORITHMS.flatMap((algorithm) =>
+      Object.entries(ALGORITHM_DESCRIPTORS[algorithm].refuses ?? {}).map(([option, why]) =>
+        optionNotFor(option, algorithm, why),
+      ),
+    );
+    expect(refusals.length).toBeGreaterThan(0);
+    expect(refusals.filter((refusal) => !messages.some((m) => m.endsWith(refusal)))).toEqual([]);
+  });
 });
+
+/** Every string and template literal of `code` (a template's own, not those in its expressions). */
+function literalsIn(code: string): string[] {
+  const literals: string[] = [];
+  for (let i = 0; i < code.length; i++) {
+    if (code[i] !== "'" && code[i] !== '"' && code[i] !== '`') continue;
+    const end = skipLiteral(code, i);
+    literals.push(code.slice(i, end));
+    i = end - 1;
+  }
+  return literals;
+}
