@@ -284,6 +284,11 @@ export function expectedCount(): string {
   return 'must be a whole number >= 1';
 }
 
+/** A `limit` or `burst` above `maxCount`, the largest whole number a double holds exactly. */
+export function expectedCountAtMost(maxCount: number): string {
+  return `must be at most ${maxCount} (Number.MAX_SAFE_INTEGER): above it a double cannot count by whole tokens`;
+}
+
 /** A `window` that is not a duration. */
 export function expectedWindow(): string {
   return `must be a positive number of seconds or a duration such as '10s', '1m', '1h', '1d'`;

@@ -1,5 +1,5 @@
 import type { Rule } from '../algorithms/algorithm.types.js';
-import { expectedCount, expectedFactorAtLeast } from '../rate-limit.messages.js';
+import { expectedCount, expectedCountAtMost, expectedFactorAtLeast } from '../rate-limit.messages.js';
 import type { Fail } from './invalid-policy.js';
 
 /**
@@ -15,6 +15,12 @@ export const MAX_RPS = 1_000_000;
 export const MAX_REFILL_DAYS = 365;
 /** `MAX_REFILL_DAYS` in seconds. */
 export const MAX_REFILL_SECONDS = MAX_REFILL_DAYS * 86_400;
+/**
+ * Largest `limit` or `burst`: up to 2^53 - 1 a double holds every whole number, so a count moves
+ * by exactly the tokens taken (1e300 + 1 is 1e300). A rate's limits stay far below it (`MAX_RPS`
+ * for `MAX_REFILL_DAYS`); a `concurrency` or `quota` limit has only this bound.
+ */
+export const MAX_COUNT = Number.MAX_SAFE_INTEGER;
 /**
  * The least factor (`RateLimiterService.setScale`) any policy takes: below it even the fastest one
  * (`MAX_RPS`, a burst of 1) would take more than `MAX_REFILL_DAYS` to refill.
@@ -54,11 +60,12 @@ export function isPositive(value: unknown): value is number {
 }
 
 /**
- * `value` as a count of tokens (`limit`, `burst`): a whole number >= 1.
+ * `value` as a count of tokens (`limit`, `burst`): a whole number from 1 to `MAX_COUNT`.
  *
  * @throws InvalidPolicyError through `fail`, naming `field`
  */
 export function resolveCount(field: string, value: unknown, fail: Fail): number {
   if (typeof value !== 'number' || !Number.isInteger(value) || value < 1) fail(field, value, expectedCount());
+  if (value > MAX_COUNT) fail(field, value, expectedCountAtMost(MAX_COUNT));
   return value;
 }

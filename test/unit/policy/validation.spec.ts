@@ -42,6 +42,9 @@ const LEASE = `must be a duration of at least 1 ms: seconds, or a string such as
 const BLOCK_FOR = `must be a duration of at least 1 ms: seconds, or a string such as '30s', '15m', '1h', '1d'`;
 /** What a plain `blockFor` (not an object) that is not a duration is told. */
 const BLOCK_FOR_PLAIN = `${BLOCK_FOR}, or { duration, then: 'keep' | 'reset' }`;
+/** What a `limit` or `burst` past 2^53 - 1 is told. */
+const COUNT_AT_MOST =
+  'must be at most 9007199254740991 (Number.MAX_SAFE_INTEGER): above it a double cannot count by whole tokens';
 const COST = `must be a positive number, 'header:<name>', 'query:<name>' or a function`;
 const NAME = 'must be a string of 1 to 64 visible ASCII characters, without spaces or braces';
 const TIMEOUT = 'must be a positive number of milliseconds, at most 2147483647 (the longest a timer can wait)';
@@ -448,6 +451,21 @@ const ROWS: Row[] = [
     `${ON_HANDLER} "limit" must be a whole number >= 1, got 2.5`,
   ],
   [
+    'a quota with a limit of 1e300',
+    policy({ algorithm: 'quota', limit: 1e300, period: 'month' }),
+    `${ON_HANDLER} "limit" ${COUNT_AT_MOST}, got 1e+300`,
+  ],
+  [
+    'concurrency with a limit of 2^53',
+    policy({ algorithm: 'concurrency', limit: 2 ** 53, lease: '5m' }),
+    `${ON_HANDLER} "limit" ${COUNT_AT_MOST}, got 9007199254740992`,
+  ],
+  [
+    'a quota tier with a limit of 1e300',
+    policy({ ...TIERED, tiers: { free: { rps: 1 }, pro: { algorithm: 'quota', limit: 1e300, period: 'day' } } }),
+    `${ON_HANDLER} "tiers.pro.limit" ${COUNT_AT_MOST}, got 1e+300`,
+  ],
+  [
     'blockFor on concurrency',
     policy({ algorithm: 'concurrency', limit: 2, lease: '5m', blockFor: '1m' }),
     `${ON_HANDLER} "blockFor" does not apply to "concurrency": a slot comes back when a request ends, and a block would keep the client out with slots free`,
@@ -612,7 +630,7 @@ const ROWS: Row[] = [
   [
     'burst past 2^53 - 1',
     policy({ rps: 1, burst: 2 ** 53 }),
-    `${ON_HANDLER} burst / rps = 9007199254740992 / 1 s is more than 365 days, the longest a bucket may take to refill; raise "rps" or lower "burst"`,
+    `${ON_HANDLER} "burst" ${COUNT_AT_MOST}, got 9007199254740992`,
   ],
   [
     'a refill longer than a year',
@@ -638,7 +656,7 @@ const ROWS: Row[] = [
   [
     'limit past 2^53 - 1',
     policy({ limit: 2 ** 53, window: 60 }),
-    `${ON_HANDLER} limit / window = 9007199254740992 / 60 s is more than 1000000 tokens per second; lower "limit" or lengthen "window"`,
+    `${ON_HANDLER} "limit" ${COUNT_AT_MOST}, got 9007199254740992`,
   ],
   ['limit without window', policy({ limit: 5 }), `${ON_HANDLER} "limit" needs a "window" such as '1m'`],
   ["window '0s'", policy({ limit: 5, window: '0s' }), `${ON_HANDLER} "window" ${WINDOW}, got "0s"`],
