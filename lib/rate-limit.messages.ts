@@ -538,6 +538,23 @@ export function tiersWithoutTier(): string {
   return `"tiers" needs a "tier": 'user:<field>' or a function naming a request's tier`;
 }
 
+// Quota calendars: `periodAt`'s errors (a caller's bug).
+
+/** A `periodAt` argument (`now`, `anchor`) that is not a finite Unix time. */
+export function calendarTimeNotFinite(argument: string, value: number): string {
+  return `periodAt: ${argument} must be a finite Unix time in ms, got ${value}`;
+}
+
+/** A `periodAt` period that is none of `periods`. */
+export function calendarPeriodUnknown(period: unknown, periods: readonly string[]): string {
+  return `periodAt: period must be one of ${periods.join(', ')}, got ${String(period)}`;
+}
+
+/** A `periodAt` time zone that is not an IANA one. */
+export function calendarZoneUnknown(timeZone: unknown): string {
+  return `periodAt: timeZone must be an IANA time zone, got ${String(timeZone)}`;
+}
+
 // Stores
 
 /** A store's `clock` option that is none of the forms it takes (`forms`). */

@@ -1,4 +1,5 @@
 import { DateTime, IANAZone } from 'luxon';
+import { calendarPeriodUnknown, calendarTimeNotFinite, calendarZoneUnknown } from '../rate-limit.messages.js';
 
 /** The calendar period a `quota` policy counts over; `week` is the ISO week (Monday first). */
 export type QuotaPeriod = 'day' | 'week' | 'month' | 'year';
@@ -72,7 +73,7 @@ export function isTimeZone(zone: unknown): zone is string {
  * // { start: Date.parse('2026-02-28T00:00:00Z'), end: Date.parse('2026-03-31T00:00:00Z') }
  */
 export function periodAt(period: QuotaPeriod, timeZone: string, now: number, anchor?: number): CalendarPeriod {
-  if (!Number.isFinite(now)) throw new RangeError(`periodAt: now must be a finite Unix time in ms, got ${now}`);
+  if (!Number.isFinite(now)) throw new RangeError(calendarTimeNotFinite('now', now));
   if (anchor === undefined) {
     const key = `${period}|${timeZone}`;
     const last = lastPeriod.get(key);
@@ -83,9 +84,7 @@ export function periodAt(period: QuotaPeriod, timeZone: string, now: number, anc
     lastPeriod.set(key, found);
     return found;
   }
-  if (!Number.isFinite(anchor)) {
-    throw new RangeError(`periodAt: anchor must be a finite Unix time in ms, got ${anchor}`);
-  }
+  if (!Number.isFinite(anchor)) throw new RangeError(calendarTimeNotFinite('anchor', anchor));
   // per identity (its anchor): luxon's zone math costs tens of µs, a look-up well under one
   const key = `${period}|${timeZone}|${anchor}`;
   const last = lastAnchored.get(key);
@@ -98,11 +97,8 @@ export function periodAt(period: QuotaPeriod, timeZone: string, now: number, anc
 }
 
 function check(period: QuotaPeriod, timeZone: string): void {
-  if (!Object.hasOwn(PLURAL, period)) {
-    throw new RangeError(`periodAt: period must be one of ${QUOTA_PERIODS.join(', ')}, got ${String(period)}`);
-  }
-  if (!isTimeZone(timeZone))
-    throw new RangeError(`periodAt: timeZone must be an IANA time zone, got ${String(timeZone)}`);
+  if (!Object.hasOwn(PLURAL, period)) throw new RangeError(calendarPeriodUnknown(period, QUOTA_PERIODS));
+  if (!isTimeZone(timeZone)) throw new RangeError(calendarZoneUnknown(timeZone));
 }
 
 function calendarPeriod(period: QuotaPeriod, timeZone: string, now: number): CalendarPeriod {
