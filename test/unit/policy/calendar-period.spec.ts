@@ -1,4 +1,11 @@
-import { isTimeZone, periodAt, QUOTA_PERIODS, type QuotaPeriod } from '../../../lib/policy/calendar-period.js';
+import {
+  ANCHORED_PERIODS,
+  AnchoredPeriods,
+  isTimeZone,
+  periodAt,
+  QUOTA_PERIODS,
+  type QuotaPeriod,
+} from '../../../lib/policy/calendar-period.js';
 
 const at = (iso: string): number => Date.parse(iso);
 const HOUR = 3_600_000;
@@ -323,5 +330,60 @@ describe('periodAt input errors', () => {
     expect(() => periodAt('month', 'UTC', Number.NaN)).toThrow(/now must be a finite/);
     expect(() => periodAt('month', 'UTC', 0, Number.POSITIVE_INFINITY)).toThrow(/anchor must be a finite/);
     expect(QUOTA_PERIODS).toEqual(['day', 'week', 'month', 'year']);
+  });
+});
+
+describe('the anchored periods kept', () => {
+  const period = (n: number) => ({ start: n * 10, end: n * 10 + 10 });
+  const inside = (n: number) => n * 10 + 5;
+
+  it('evicts the anchor asked least recently, counting an anchor once whatever its calendars', () => {
+    const kept = new AnchoredPeriods(3);
+    for (const anchor of [1, 2, 3]) kept.set('month', 'UTC', anchor, period(anchor));
+    expect(kept.get('month', 'UTC', 1, inside(1))).toEqual(period(1)); // used: 2, 3, 1
+    kept.set('day', 'UTC', 3, period(3)); // another calendar of anchor 3, no new anchor: 2, 1, 3
+    kept.set('month', 'UTC', 4, period(4)); // a fourth anchor: 2 goes
+    const misses = kept.misses;
+    expect(kept.get('month', 'UTC', 2, inside(2))).toBeUndefined();
+    expect([1, 3, 4].map((anchor) => kept.get('month', 'UTC', anchor, inside(anchor)))).toEqual([1, 3, 4].map(period));
+    expect(kept.get('day', 'UTC', 3, inside(3))).toEqual(period(3)); // used: 1, 4, 3
+    expect(kept.misses - misses).toBe(1);
+    kept.set('month', 'UTC', 5, period(5)); // 1 goes
+    expect(kept.get('month', 'UTC', 1, inside(1))).toBeUndefined();
+    expect(kept.get('month', 'UTC', 4, inside(4))).toEqual(period(4));
+  });
+
+  it('misses a kept period that no longer holds now, and keeps its next one in its place', () => {
+    const kept = new AnchoredPeriods(1);
+    kept.set('month', 'UTC', 1, period(1));
+    expect(kept.get('month', 'UTC', 1, inside(2))).toBeUndefined();
+    kept.set('month', 'UTC', 1, period(2));
+    expect(kept.get('month', 'UTC', 1, inside(2))).toEqual(period(2));
+    expect(kept.misses).toBe(1);
+  });
+
+  it("computes each anchor's period once while it holds: periodAt keeps what it computes", () => {
+    const now = at('2026-03-10T12:00:00Z');
+    const anchors = Array.from({ length: 500 }, (_, i) => at('2026-01-01T00:00:00Z') + i * 1_000);
+    const misses = ANCHORED_PERIODS.misses;
+    const periods = anchors.map((anchor) => periodAt('month', 'Europe/Berlin', now, anchor));
+    for (let round = 0; round < 2; round++) {
+      expect(anchors.every((anchor, i) => periodAt('month', 'Europe/Berlin', now, anchor) === periods[i])).toBe(true);
+    }
+    expect(ANCHORED_PERIODS.misses - misses).toBe(500);
+  });
+
+  it('keeps the periods of 50,000 anchors asked over and over: periodAt computes none of them again', () => {
+    const now = at('2026-03-10T12:00:00Z');
+    // identities with billing dates a second apart, their periods kept as periodAt keeps what it
+    // computes (computing 50,000 with luxon would take this test seconds)
+    const anchors = Array.from({ length: 50_000 }, (_, i) => at('2025-06-01T00:00:00Z') + i * 1_000);
+    const periods = anchors.map((anchor) => ({ start: anchor, end: now + 86_400_000 }));
+    anchors.forEach((anchor, i) => ANCHORED_PERIODS.set('month', 'Europe/Berlin', anchor, periods[i]));
+    const misses = ANCHORED_PERIODS.misses;
+    for (let round = 0; round < 3; round++) {
+      expect(anchors.every((anchor, i) => periodAt('month', 'Europe/Berlin', now, anchor) === periods[i])).toBe(true);
+    }
+    expect(ANCHORED_PERIODS.misses - misses).toBe(0);
   });
 });
