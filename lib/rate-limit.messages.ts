@@ -538,7 +538,7 @@ export function tiersWithoutTier(): string {
   return `"tiers" needs a "tier": 'user:<field>' or a function naming a request's tier`;
 }
 
-// Quota calendars: `periodAt`'s errors (a caller's bug).
+// Quota calendars: `periodAt`'s errors (a caller's bug, or a time the calendar cannot place).
 
 /** A `periodAt` argument (`now`, `anchor`) that is not a finite Unix time. */
 export function calendarTimeNotFinite(argument: string, value: number): string {
@@ -553,6 +553,16 @@ export function calendarPeriodUnknown(period: unknown, periods: readonly string[
 /** A `periodAt` time zone that is not an IANA one. */
 export function calendarZoneUnknown(timeZone: unknown): string {
   return `periodAt: timeZone must be an IANA time zone, got ${String(timeZone)}`;
+}
+
+/**
+ * A `periodAt` time the calendar cannot place: no `period` in `timeZone` (from `anchor`, when one
+ * is given) with finite bounds holds `now`.
+ */
+export function calendarCannotPlace(period: string, timeZone: string, now: number, anchor?: number): string {
+  const from = anchor === undefined ? '' : ` anchored at ${anchor}`;
+  const outside = anchor === undefined ? 'that time' : 'the anchor';
+  return `periodAt: no ${period} in ${timeZone}${from} holds ${now}: ${outside} is outside the dates the calendar can place`;
 }
 
 // Stores

@@ -1,5 +1,10 @@
 import { DateTime, IANAZone } from 'luxon';
-import { calendarPeriodUnknown, calendarTimeNotFinite, calendarZoneUnknown } from '../rate-limit.messages.js';
+import {
+  calendarCannotPlace,
+  calendarPeriodUnknown,
+  calendarTimeNotFinite,
+  calendarZoneUnknown,
+} from '../rate-limit.messages.js';
 
 /** The calendar period a `quota` policy counts over; `week` is the ISO week (Monday first). */
 export type QuotaPeriod = 'day' | 'week' | 'month' | 'year';
@@ -17,6 +22,16 @@ export interface CalendarPeriod {
 const PLURAL = { day: 'days', week: 'weeks', month: 'months', year: 'years' } as const;
 /** Nominal lengths, only to guess how many whole periods lie between an anchor and now. */
 const NOMINAL_MS = { day: 86_400_000, week: 604_800_000 } as const;
+
+/**
+ * An anchor whose period `periodAt` cannot compute: not a finite number, or outside the dates
+ * luxon can place in the zone (`1e300`, a timestamp in nanoseconds, `8.64e15` in Europe/Berlin,
+ * which is past the last valid date there), so no period with finite bounds holds `now`. The
+ * caller counts the request in the calendar's own period instead.
+ */
+export class UnplaceableAnchorError extends RangeError {
+  override readonly name = 'UnplaceableAnchorError';
+}
 
 /** One anchor's last period in one calendar: an anchor asked in several calendars has one each, chained. */
 interface AnchoredEntry {
@@ -129,7 +144,10 @@ export function isTimeZone(zone: unknown): zone is string {
  * anchor)` for the 65,536 anchors asked most recently (see `AnchoredPeriods`), is kept, so a
  * call whose `now` is inside it costs a map look-up.
  *
- * @throws RangeError for an unknown period or time zone, or a non-finite `now` or `anchor`.
+ * @throws UnplaceableAnchorError for an anchor that is not finite, or whose period the calendar
+ *   cannot place (no period with finite bounds holds `now`).
+ * @throws RangeError for an unknown period or time zone, a non-finite `now`, or a `now` the
+ *   calendar cannot place.
  * @example
  * periodAt('month', 'Europe/Berlin', Date.parse('2026-02-10T12:00:00Z'));
  * // { start: Date.parse('2026-01-31T23:00:00Z'), end: Date.parse('2026-02-28T23:00:00Z') }
@@ -144,17 +162,25 @@ export function periodAt(period: QuotaPeriod, timeZone: string, now: number, anc
     if (last !== undefined && now >= last.start && now < last.end) return last;
     check(period, timeZone);
     const found = calendarPeriod(period, timeZone, now);
+    if (!holds(found, now)) throw new RangeError(calendarCannotPlace(period, timeZone, now));
     if (lastPeriod.size >= 1_000) lastPeriod.clear();
     lastPeriod.set(key, found);
     return found;
   }
-  if (!Number.isFinite(anchor)) throw new RangeError(calendarTimeNotFinite('anchor', anchor));
+  if (!Number.isFinite(anchor)) throw new UnplaceableAnchorError(calendarTimeNotFinite('anchor', anchor));
   const kept = ANCHORED_PERIODS.get(period, timeZone, anchor, now);
   if (kept !== undefined) return kept;
   check(period, timeZone);
   const found = Object.freeze(anchoredPeriod(period, timeZone, now, anchor));
+  // luxon gives NaN for a date it cannot place, and a quota's rule with NaN bounds admits every request
+  if (!holds(found, now)) throw new UnplaceableAnchorError(calendarCannotPlace(period, timeZone, now, anchor));
   ANCHORED_PERIODS.set(period, timeZone, anchor, found);
   return found;
+}
+
+/** Whether `found` has finite bounds around `now`. */
+function holds(found: CalendarPeriod, now: number): boolean {
+  return Number.isFinite(found.start) && Number.isFinite(found.end) && found.start <= now && now < found.end;
 }
 
 function check(period: QuotaPeriod, timeZone: string): void {

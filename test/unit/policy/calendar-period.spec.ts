@@ -1,3 +1,4 @@
+import type { Rule } from '../../../lib/algorithms/algorithm.types.js';
 import {
   ANCHORED_PERIODS,
   AnchoredPeriods,
@@ -5,7 +6,9 @@ import {
   periodAt,
   QUOTA_PERIODS,
   type QuotaPeriod,
+  UnplaceableAnchorError,
 } from '../../../lib/policy/calendar-period.js';
+import { quotaRule } from '../../../lib/policy/quota-rule.js';
 
 const at = (iso: string): number => Date.parse(iso);
 const HOUR = 3_600_000;
@@ -329,7 +332,67 @@ describe('periodAt input errors', () => {
     );
     expect(() => periodAt('month', 'UTC', Number.NaN)).toThrow(/now must be a finite/);
     expect(() => periodAt('month', 'UTC', 0, Number.POSITIVE_INFINITY)).toThrow(/anchor must be a finite/);
+    expect(() => periodAt('month', 'UTC', 0, Number.NaN)).toThrow(UnplaceableAnchorError);
     expect(QUOTA_PERIODS).toEqual(['day', 'week', 'month', 'year']);
+  });
+});
+
+describe('an anchor the calendar cannot place', () => {
+  const now = at('2026-03-10T12:00:00Z');
+  const quota = (period: QuotaPeriod, timeZone: string): Rule => ({
+    algorithm: 'quota',
+    rps: 100 / (31 * 86_400),
+    burst: 100,
+    calendar: { period, timeZone },
+  });
+
+  // finite numbers past the dates luxon places in the zone: a timestamp in nanoseconds, and the
+  // last valid Date (8.64e15, +275760-09-13 00:00 UTC) in a zone ahead of UTC, whose local time is later
+  it.each<[string, number, string]>([
+    ['1e300', 1e300, 'UTC'],
+    ['1e300', 1e300, 'Europe/Berlin'],
+    ['now in nanoseconds', now * 1e6, 'UTC'],
+    ['now in nanoseconds', now * 1e6, 'Europe/Berlin'],
+    ['8.64e15', 8.64e15, 'Europe/Berlin'],
+    ['8.64e15', 8.64e15, 'Asia/Tokyo'],
+    ['-1e300', -1e300, 'UTC'],
+    ['-1e300', -1e300, 'Europe/Berlin'],
+  ])('%s in %s: periodAt and quotaRule throw an UnplaceableAnchorError for every period', (_label, anchor, zone) => {
+    for (const period of QUOTA_PERIODS) {
+      expect(() => periodAt(period, zone, now, anchor)).toThrow(UnplaceableAnchorError);
+      expect(() => quotaRule(quota(period, zone), now, anchor)).toThrow(UnplaceableAnchorError);
+    }
+    // the calendar's own period is there for the caller to fall back on
+    expect(quotaRule(quota('month', zone), now).origin).toBe(periodAt('month', zone, now).start);
+  });
+
+  it('says which period, zone, anchor and time, as a RangeError', () => {
+    const error = (() => {
+      try {
+        periodAt('month', 'Europe/Berlin', now, 8.64e15);
+      } catch (thrown) {
+        return thrown;
+      }
+    })();
+    expect(error).toBeInstanceOf(RangeError);
+    expect(error).toMatchObject({
+      name: 'UnplaceableAnchorError',
+      message: `periodAt: no month in Europe/Berlin anchored at 8640000000000000 holds ${now}: the anchor is outside the dates the calendar can place`,
+    });
+  });
+
+  it('places the last valid date where the zone is not ahead of UTC, as the 13th of each month', () => {
+    expect(periodAt('month', 'UTC', now, 8.64e15)).toEqual({
+      start: at('2026-02-13T00:00:00Z'),
+      end: at('2026-03-13T00:00:00Z'),
+    });
+  });
+
+  it('refuses a now the calendar cannot place, as a plain RangeError', () => {
+    expect(() => periodAt('day', 'Europe/Berlin', 8.64e15)).toThrow(
+      'periodAt: no day in Europe/Berlin holds 8640000000000000: that time is outside the dates the calendar can place',
+    );
+    expect(() => periodAt('day', 'Europe/Berlin', 8.64e15)).not.toThrow(UnplaceableAnchorError);
   });
 });
 
