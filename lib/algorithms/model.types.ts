@@ -225,10 +225,10 @@ export interface AlgorithmDescriptor<State extends Held = any> {
    */
   saidAs?: 'lease' | 'period';
   /**
-   * What a policy's `anchor` may be for it: `'first-request'`, `'clock'` (windows on the clock's
-   * grid, the default) or `'first-request'` (a window starts at a key's first request:
-   * `ModelRule.anchor`); `'function'`, a function giving an identity's own period start (`quota`:
-   * a billing date). Absent: a policy of it gives no `anchor`.
+   * What a policy's `anchor` may say for it. `'first-request'`: `'clock'` (windows on the clock's
+   * grid, the default) or `'first-request'` (a window starts at a key's first request, its rule's
+   * `ModelRule.anchor`). `'function'`: a function of the request giving an identity's own period
+   * start, such as a billing date. Absent: a policy of it gives no `anchor`.
    */
   anchor?: 'first-request' | 'function';
   /**

@@ -30,8 +30,8 @@ export type Algorithm = keyof typeof DESCRIPTORS;
 
 /**
  * Each algorithm's descriptor, by name: its model, its packing, its Lua mirror, its key tag, how
- * its quota comes back and what a factor scales. A plain object with a handful of fixed keys, so a lookup per
- * decision costs what a property read does.
+ * its quota comes back, what a factor scales and what a policy of it may say. A plain object with a
+ * handful of fixed keys, so a lookup per decision costs what a property read does.
  *
  * @example ALGORITHM_DESCRIPTORS[rule.algorithm].regain  // 'rps' for token_bucket
  */
