@@ -11,9 +11,9 @@ import type { Fail } from './invalid-policy.js';
 import type { QuotaAnchor, RateLimitPolicy } from './policy.types.js';
 
 /** The algorithms whose `anchor` is `'clock'` or `'first-request'` (`AlgorithmDescriptor.anchor`). */
-const FIRST_REQUEST = ALGORITHMS.filter((a) => ALGORITHM_DESCRIPTORS[a].anchor === 'first-request');
+const FIRST_REQUEST_ANCHORED = ALGORITHMS.filter((a) => ALGORITHM_DESCRIPTORS[a].anchor === 'first-request');
 /** The algorithms whose `anchor` is a function, an identity's own period start. */
-const FUNCTION = ALGORITHMS.filter((a) => ALGORITHM_DESCRIPTORS[a].anchor === 'function');
+const FUNCTION_ANCHORED = ALGORITHMS.filter((a) => ALGORITHM_DESCRIPTORS[a].anchor === 'function');
 
 /**
  * A policy's (or a tier's) `anchor` as its rule's: `'first-request'`, or `undefined` for the
@@ -27,10 +27,10 @@ export function resolveAnchor(anchor: unknown, algorithm: Algorithm, fail: Fail)
     if (typeof anchor !== 'function') fail('anchor', anchor, expectedAnchorFunction());
     return undefined;
   }
-  if (typeof anchor === 'function') fail('anchor', anchor, expectedAnchorFunctionOnlyFor(FUNCTION, algorithm));
+  if (typeof anchor === 'function') fail('anchor', anchor, expectedAnchorFunctionOnlyFor(FUNCTION_ANCHORED, algorithm));
   if (anchor !== 'clock' && anchor !== 'first-request') fail('anchor', anchor, expectedAnchor());
   if (ALGORITHM_DESCRIPTORS[algorithm].anchor !== 'first-request')
-    fail('anchor', anchor, expectedOnlyFor(FIRST_REQUEST, algorithm));
+    fail('anchor', anchor, expectedOnlyFor(FIRST_REQUEST_ANCHORED, algorithm));
   return anchor === 'first-request' ? anchor : undefined;
 }
 
@@ -49,6 +49,6 @@ export function anchorFunctionOf(policy: RateLimitPolicy, rules: readonly Rule[]
   }
   if (typeof policy.anchor !== 'function') return undefined;
   if (!rules.some((rule) => ALGORITHM_DESCRIPTORS[rule.algorithm].anchor === 'function'))
-    fail('anchor', policy.anchor, expectedAnchorFunctionOnlyFor(FUNCTION, undefined));
+    fail('anchor', policy.anchor, expectedAnchorFunctionOnlyFor(FUNCTION_ANCHORED, undefined));
   return policy.anchor;
 }

@@ -26,6 +26,11 @@ const SAYING_FIELDS = { lease: ['lease'], period: ['period', 'timeZone'] } as co
   SaidAs,
   ReadonlyArray<keyof TierLimits>
 >;
+/** The algorithms whose limit is said `way`, for messages. */
+function saidAs(way: SaidAs): readonly Algorithm[] {
+  return ALGORITHMS.filter((algorithm) => ALGORITHM_DESCRIPTORS[algorithm].saidAs === way);
+}
+
 /** The fields of a rate, which a limit said as `limit` with a `lease` or a `period` has no use for. */
 const RATE_FIELDS = ['rps', 'tokensPerSecond', 'burst', 'window'] as const;
 
@@ -55,9 +60,8 @@ export function resolveCountedLimit(
   const way = ALGORITHM_DESCRIPTORS[algorithm].saidAs;
   for (const other of Object.keys(SAYING_FIELDS) as SaidAs[]) {
     if (other === way) continue;
-    const saidSo = ALGORITHMS.filter((a) => ALGORITHM_DESCRIPTORS[a].saidAs === other);
     for (const field of SAYING_FIELDS[other])
-      if (limits[field] !== undefined) fail(field, limits[field], expectedOnlyFor(saidSo, algorithm));
+      if (limits[field] !== undefined) fail(field, limits[field], expectedOnlyFor(saidAs(other), algorithm));
   }
   if (way === undefined) return undefined;
 
