@@ -236,6 +236,365 @@ export function releasesSettled(landed: number, lapsed: number): string {
 export const resetAllUnsupported =
   'RateLimiterService.resetAll() needs a store with resetAll(prefix), as MemoryStore and RedisStore have: this store has none';
 
+// Policies: what validation tells of a field (`expected`, framed by `invalidPolicyField` as
+// `"<field>" <expected>, got <value>`) or of a policy as a whole (`problem`, framed by
+// `invalidPolicy`). Each has a row in test/unit/policy/validation.spec.ts.
+
+/** Names quoted and listed as a message offers a choice: `'a'`, `'a' or 'b'`, `'a', 'b' or 'c'`. */
+function oneOf(names: readonly string[]): string {
+  const quoted = names.map((name) => `'${name}'`);
+  return quoted.length < 2 ? quoted.join('') : `${quoted.slice(0, -1).join(', ')} or ${quoted.at(-1)}`;
+}
+
+/** What an HTTP header name may hold (an RFC 9110 token), as messages say it. */
+export const HEADER_NAME_CHARS = "letters, digits and !#$%&'*+-.^_`|~ only";
+
+/** A field a policy does not have (a typo, refused rather than ignored). */
+export function expectedPolicyField(fields: Iterable<string>): string {
+  return `is not a policy field (the fields are ${[...fields].join(', ')})`;
+}
+
+/** A `'header:<name>'` cost whose name is not a header name. */
+export function expectedCostHeader(): string {
+  return `must be 'header:<name>' with an HTTP header name such as 'header:x-request-weight': ${HEADER_NAME_CHARS}`;
+}
+
+/** A `'query:'` cost without a parameter name. */
+export function expectedCostQuery(): string {
+  return `must be 'query:<name>' with a parameter name such as 'query:weight'`;
+}
+
+/** A cost that is none of the sources of one. */
+export function expectedCost(): string {
+  return `must be a positive number, 'header:<name>', 'query:<name>' or a function`;
+}
+
+/** A `defaultCost` that is not a positive number. */
+export function expectedDefaultCost(): string {
+  return 'must be a positive number';
+}
+
+/** A `'header:<name>'` key source whose name is not a header name. */
+export function expectedKeyHeader(): string {
+  return `must be 'header:<name>' with an HTTP header name such as 'header:x-tenant-id': ${HEADER_NAME_CHARS}`;
+}
+
+/** A key that is none of the key sources, or a list with one that is not. */
+export function expectedKeySources(): string {
+  return `must be 'ip', 'user', 'api-key', 'header:<name>', a function, or a non-empty list of those`;
+}
+
+/** A `scope` that is neither `'client'` nor `'route'`. */
+export function expectedScope(): string {
+  return `must be 'client' (one bucket per client across the routes it covers) or 'route' (one per client per route)`;
+}
+
+/** A policy `name` unfit for the bucket key and the headers; `maxLength` in characters. */
+export function expectedPolicyName(maxLength: number): string {
+  return `must be a string of 1 to ${maxLength} visible ASCII characters, without spaces or braces`;
+}
+
+/** An `algorithm` that names none of `algorithms`. */
+export function expectedAlgorithm(algorithms: readonly string[]): string {
+  return `must be one of ${algorithms.map((algorithm) => `'${algorithm}'`).join(', ')}`;
+}
+
+/** `rps` (or `tokensPerSecond`) that is not a positive number. */
+export function expectedRate(): string {
+  return 'must be a positive number (tokens per second)';
+}
+
+/** `rps` (or `tokensPerSecond`) above the highest rate, `maxRps` tokens per second. */
+export function expectedRateAtMost(maxRps: number): string {
+  return `must be at most ${maxRps} (tokens per second)`;
+}
+
+/** A `limit` or `burst` that is not a whole number >= 1. */
+export function expectedCount(): string {
+  return 'must be a whole number >= 1';
+}
+
+/** A `limit` or `burst` above `maxCount`, the largest whole number a double holds exactly. */
+export function expectedCountAtMost(maxCount: number): string {
+  return `must be at most ${maxCount} (Number.MAX_SAFE_INTEGER): above it a double cannot count by whole tokens`;
+}
+
+/** A `window` that is not a duration. */
+export function expectedWindow(): string {
+  return `must be a positive number of seconds or a duration such as '10s', '1m', '1h', '1d'`;
+}
+
+/** A duration (`window`, `lease`, `blockFor`) longer than `days`, the longest anything is kept. */
+export function expectedDaysAtMost(days: number): string {
+  return `must be at most ${days} days`;
+}
+
+/** A `lease` that is not a duration of at least 1 ms. */
+export function expectedLease(): string {
+  return `must be a duration of at least 1 ms: seconds, or a string such as '30s', '5m', '1h'`;
+}
+
+/** A field only the `algorithms` take (`lease`, `period`, `anchor`), on a policy of `algorithm`. */
+export function expectedOnlyFor(algorithms: readonly string[], algorithm: string): string {
+  return `applies to ${oneOf(algorithms)} only, and the algorithm is '${algorithm}'`;
+}
+
+/** A `period` that is none of `periods`. */
+export function expectedPeriod(periods: readonly string[]): string {
+  return `must be ${oneOf(periods)}`;
+}
+
+/** A `timeZone` that is not an IANA time zone. */
+export function expectedTimeZone(): string {
+  return `must be an IANA time zone such as 'UTC', 'Europe/Berlin' or 'America/New_York'`;
+}
+
+/** An `anchor` that is not a function, on an algorithm whose anchor is one (an identity's period start). */
+export function expectedAnchorFunction(): string {
+  return `must be a function (ctx, request) => Date | number | undefined (or a promise of one): an identity's own period start, such as its billing date`;
+}
+
+/**
+ * An `anchor` function where only the `algorithms` take one: on a policy of `algorithm`, or
+ * (`undefined`) beside tiers none of which has one of them.
+ */
+export function expectedAnchorFunctionOnlyFor(algorithms: readonly string[], algorithm: string | undefined): string {
+  const but =
+    algorithm === undefined ? `no tier's algorithm is ${oneOf(algorithms)}` : `the algorithm is '${algorithm}'`;
+  return `can be a function for ${oneOf(algorithms)} only (a period's start), and ${but}`;
+}
+
+/** An `anchor` function given in a tier. */
+export function expectedAnchorOnPolicy(): string {
+  return `must be given on the policy, not a tier: one function gives every tier's period start`;
+}
+
+/** An `anchor` that is neither `'clock'` nor `'first-request'`. */
+export function expectedAnchor(): string {
+  return `must be 'clock' (windows on the clock's grid) or 'first-request' (a window starts at a client's first request)`;
+}
+
+/** A field that `blockFor` as an object does not have. */
+export function expectedBlockField(fields: readonly string[]): string {
+  return `is not a field of blockFor (the fields are ${fields.join(', ')})`;
+}
+
+/** `blockFor` as an object without its `duration`. */
+export function expectedBlockDurationGiven(): string {
+  return `is required: seconds, or a string such as '30s', '15m', '1h', '1d'`;
+}
+
+/** A block's duration under 1 ms or not a duration; `plain`: `blockFor` itself, which may be an object too. */
+export function expectedBlockDuration(plain: boolean): string {
+  const orObject = plain ? `, or { duration, then: 'keep' | 'reset' }` : '';
+  return `must be a duration of at least 1 ms: seconds, or a string such as '30s', '15m', '1h', '1d'${orObject}`;
+}
+
+/** A block's `then` that is neither `'keep'` nor `'reset'`. */
+export function expectedBlockThen(): string {
+  return `must be 'keep' (the bucket as the refusals left it when the block ends) or 'reset' (full again)`;
+}
+
+/**
+ * A factor of `rps` (`adaptive.min`, a `setScale` factor) below `least`, at which `who` (the
+ * policy, a tier, every policy) would take more than `days` to refill.
+ */
+export function expectedFactorAtLeast(least: number, who: string, days: number): string {
+  return `must be at least ${least}: below it ${who} would take more than ${days} days to refill, the longest a bucket may take`;
+}
+
+/** A `count` that is neither `'all'` nor `'failures'`. */
+export function expectedCountMode(): string {
+  return `must be 'all' or 'failures'`;
+}
+
+/** A policy's `skipIf` that is not a function. */
+export function expectedSkipIf(): string {
+  return 'must be a function of the execution context returning a boolean';
+}
+
+/** `adaptive` that is not an object. */
+export function expectedAdaptive(): string {
+  return 'must be an object such as { latency: 250, min: 0.1 }';
+}
+
+/** `adaptive.latency` that is not a positive number. */
+export function expectedAdaptiveLatency(): string {
+  return 'must be a positive number of milliseconds';
+}
+
+/** `adaptive.min` that is not a factor above 0 and at most 1. */
+export function expectedAdaptiveMin(): string {
+  return 'must be a factor of rps above 0 and at most 1';
+}
+
+/** `tiers` that is not an object of limits with at least one tier. */
+export function expectedTiers(): string {
+  return 'must be an object of limits by tier name, such as { free: { rps: 10, burst: 20 } }';
+}
+
+/** A `tier` that is neither `'user:<field>'` nor a function. */
+export function expectedTierSource(): string {
+  return `must be 'user:<field>' or a function naming a request's tier`;
+}
+
+/** A `defaultTier` that names none of `tiers`. */
+export function expectedDefaultTier(tiers: readonly string[]): string {
+  return `must name one of the tiers (${tiers.join(', ')})`;
+}
+
+/** A tier's name unfit for the bucket key, as a policy's name; `maxLength` in characters. */
+export function expectedTierName(maxLength: number): string {
+  return `must name each tier with 1 to ${maxLength} visible ASCII characters, without spaces or braces`;
+}
+
+/** A tier that is not an object of limits. */
+export function expectedTierLimits(): string {
+  return 'must be an object of limits such as { rps: 10, burst: 20 }';
+}
+
+/** A field that a tier does not have. */
+export function expectedTierField(fields: readonly string[]): string {
+  return `is not a tier field (the fields are ${fields.join(', ')})`;
+}
+
+/** What a message calls the policy it is about, or (`tier` given) one of its tiers. */
+export function policyOrTier(tier: string | undefined): string {
+  return tier === undefined ? 'the policy' : `tier "${tier}"`;
+}
+
+/** A problem of one tier's limits, as the policy's problem. */
+export function problemInTier(tier: string, problem: string): string {
+  return `tier "${tier}": ${problem}`;
+}
+
+/** A window algorithm whose window, `burst / rps` seconds, is under the 1 ms it counts in. */
+export function windowUnderOneMs(algorithm: string, burst: number, rps: number): string {
+  return `"${algorithm}" counts in windows of whole milliseconds, and burst / rps = ${burst} / ${rps} s is under 1 ms; lower "rps" or raise "burst"`;
+}
+
+/** A fixed `cost` above the capacity (`capacity` names its field, `burst` or `limit`): no request could pass. */
+export function costAboveCapacity(cost: number, capacity: string, burst: number): string {
+  return `"cost" ${cost} is more than "${capacity}" ${burst}, so no request could ever pass; lower "cost" or raise "${capacity}"`;
+}
+
+/** A `defaultCost` above the capacity: every request without a usable cost would be refused. */
+export function defaultCostAboveCapacity(defaultCost: number, capacity: string, burst: number): string {
+  return `"defaultCost" ${defaultCost} is more than "${capacity}" ${burst}, so every request without a usable cost would be refused; lower "defaultCost" or raise "${capacity}"`;
+}
+
+/** A policy option `algorithm` cannot honour, and `why` (its descriptor's `refuses`). */
+export function optionNotFor(option: string, algorithm: string, why: string): string {
+  return `"${option}" does not apply to "${algorithm}": ${why}`;
+}
+
+/** A rate field (`rps`, `burst`, `window`) on an algorithm said as `limit` with a `lease` or a `period`. */
+export function rateFieldNotFor(field: string, algorithm: string, saidAs: 'lease' | 'period'): string {
+  const sayIt =
+    saidAs === 'lease'
+      ? `"limit" requests in flight, each for at most "lease", such as { limit: 2, lease: '5m' }`
+      : `"limit" per "period", such as { limit: 10000, period: 'month' }`;
+  return `"${field}" does not apply to "${algorithm}": say it as ${sayIt}`;
+}
+
+/** An algorithm said as `limit` with a `lease` or a `period`, without its `limit`. */
+export function countedLimitMissing(algorithm: string, saidAs: 'lease' | 'period'): string {
+  const allowed = saidAs === 'lease' ? 'in flight' : 'per period';
+  return `"${algorithm}" needs a "limit", the requests allowed ${allowed}`;
+}
+
+/** An algorithm said as `limit` with a `lease`, without its `lease`. */
+export function leaseMissing(algorithm: string): string {
+  return `"${algorithm}" needs a "lease", the longest a request holds its slot, such as '5m' (a slot held longer is reclaimed)`;
+}
+
+/** An algorithm said as `limit` per `period`, without its `period`, one of `periods`. */
+export function periodMissing(algorithm: string, periods: readonly string[]): string {
+  return `"${algorithm}" needs a "period": ${oneOf(periods)}`;
+}
+
+/** `rps` and `tokensPerSecond` both given, and different. */
+export function rateGivenTwice(): string {
+  return `"rps" and "tokensPerSecond" are the same setting; give one`;
+}
+
+/** A rate (`rateField`) and a `limit` or `window` (`other`) both given. */
+export function rateAndWindowGiven(rateField: string, other: string): string {
+  return `both "${rateField}" and "${other}" given; say it as rps + burst or as limit + window`;
+}
+
+/** A bucket that would take more than `days` to refill, `burst / rate` seconds. */
+export function refillTooLong(burst: number, rate: number, rateField: string, days: number): string {
+  return `burst / rps = ${burst} / ${rate} s is more than ${days} days, the longest a bucket may take to refill; raise "${rateField}" or lower "burst"`;
+}
+
+/** A policy that says no limit at all. */
+export function rateMissing(): string {
+  return 'give "rps" (and "burst") or "limit" and "window"';
+}
+
+/** `burst` with `limit` and `window`, where the burst is the limit. */
+export function burstWithWindow(): string {
+  return `"burst" goes with "rps"; with "limit" and "window" the burst is the limit`;
+}
+
+/** A `window` without its `limit`. */
+export function windowWithoutLimit(): string {
+  return `"window" needs a "limit", the requests allowed per window`;
+}
+
+/** A `limit` without its `window`. */
+export function limitWithoutWindow(): string {
+  return `"limit" needs a "window" such as '1m'`;
+}
+
+/** `limit` per `window` above the highest rate, `maxRps` tokens per second. */
+export function windowRateTooHigh(limit: number, seconds: number, maxRps: number): string {
+  return `limit / window = ${limit} / ${seconds} s is more than ${maxRps} tokens per second; lower "limit" or lengthen "window"`;
+}
+
+/** `tier` or `defaultTier` (`field`) without `tiers`. */
+export function tierFieldWithoutTiers(field: string): string {
+  return `"${field}" goes with "tiers", the limits of each tier`;
+}
+
+/** A limit field (`field`) of the policy itself beside `tiers`. */
+export function limitBesideTiers(field: string): string {
+  return `"${field}" is given beside "tiers"; give the limits in each tier`;
+}
+
+/** `tiers` without the `tier` that picks one per request. */
+export function tiersWithoutTier(): string {
+  return `"tiers" needs a "tier": 'user:<field>' or a function naming a request's tier`;
+}
+
+// Quota calendars: `periodAt`'s errors (a caller's bug, or a time the calendar cannot place).
+
+/** A `periodAt` argument (`now`, `anchor`) that is not a finite Unix time. */
+export function calendarTimeNotFinite(argument: string, value: number): string {
+  return `periodAt: ${argument} must be a finite Unix time in ms, got ${value}`;
+}
+
+/** A `periodAt` period that is none of `periods`. */
+export function calendarPeriodUnknown(period: unknown, periods: readonly string[]): string {
+  return `periodAt: period must be one of ${periods.join(', ')}, got ${String(period)}`;
+}
+
+/** A `periodAt` time zone that is not an IANA one. */
+export function calendarZoneUnknown(timeZone: unknown): string {
+  return `periodAt: timeZone must be an IANA time zone, got ${String(timeZone)}`;
+}
+
+/**
+ * A `periodAt` time the calendar cannot place: no `period` in `timeZone` (from `anchor`, when one
+ * is given) with finite bounds holds `now`.
+ */
+export function calendarCannotPlace(period: string, timeZone: string, now: number, anchor?: number): string {
+  const from = anchor === undefined ? '' : ` anchored at ${anchor}`;
+  const outside = anchor === undefined ? 'that time' : 'the anchor';
+  return `periodAt: no ${period} in ${timeZone}${from} holds ${now}: ${outside} is outside the dates the calendar can place`;
+}
+
 // Stores
 
 /** A store's `clock` option that is none of the forms it takes (`forms`). */

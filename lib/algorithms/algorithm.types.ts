@@ -14,6 +14,7 @@ export type {
   ModelRule,
   Outcome,
   QuotaCalendar,
+  RefusableOption,
   Regain,
   StatePacking,
 } from './model.types.js';

@@ -19,4 +19,9 @@ export const CONCURRENCY: AlgorithmDescriptor<SlidingWindowLogState> = {
   regain: 'release',
   scaledBy: 'none',
   saidAs: 'lease',
+  refuses: {
+    blockFor: 'a slot comes back when a request ends, and a block would keep the client out with slots free',
+    adaptive: 'requests in flight are not a rate to scale',
+    "count: 'failures'": 'every request gives its slot back when it ends',
+  },
 };

@@ -224,4 +224,22 @@ export interface AlgorithmDescriptor<State extends Held = any> {
    * Absent: a rate, `rps`/`burst` or `limit`/`window` (see `RATE_ALGORITHMS`).
    */
   saidAs?: 'lease' | 'period';
+  /**
+   * What a policy's `anchor` may say for it. `'first-request'`: `'clock'` (windows on the clock's
+   * grid, the default) or `'first-request'` (a window starts at a key's first request, its rule's
+   * `ModelRule.anchor`). `'function'`: a function of the request giving an identity's own period
+   * start, such as a billing date. Absent: a policy of it gives no `anchor`.
+   */
+  anchor?: 'first-request' | 'function';
+  /**
+   * The policy options it cannot honour, each with why, as the start error ends
+   * (`"blockFor" does not apply to "concurrency": <why>`). Absent: it takes every one.
+   */
+  refuses?: Readonly<Partial<Record<RefusableOption, string>>>;
 }
+
+/**
+ * A policy option that some algorithms cannot honour (see `AlgorithmDescriptor.refuses`): a block
+ * after a refusal, an adaptive rate, counting failures only. Named as a policy writes it.
+ */
+export type RefusableOption = 'blockFor' | 'adaptive' | "count: 'failures'";

@@ -68,4 +68,9 @@ export const QUOTA: AlgorithmDescriptor<FixedWindowState> = {
   regain: 'window',
   scaledBy: 'limit',
   saidAs: 'period',
+  anchor: 'function',
+  refuses: {
+    blockFor: 'its refusals hold until its period ends already',
+    adaptive: 'a quota per period is not a rate to scale by latency',
+  },
 };

@@ -9,7 +9,7 @@ import { SLIDING_WINDOW_LOG } from './sliding-window-log.js';
 import { TOKEN_BUCKET } from './token-bucket.js';
 
 /**
- * The one list of algorithms: each by the name a policy gives it, in the order the contract lists
+ * The one list of algorithms: each by the name a policy gives it, in the order the README lists
  * them. `Algorithm` is its keys, so every record keyed by `Algorithm` elsewhere (the tables of
  * cases, their TTLs) fails to compile until it has an entry for a new one, and refuses one for a
  * name not here; the Redis store's Lua models are generated from it (`models.lua.ts`).
@@ -30,14 +30,14 @@ export type Algorithm = keyof typeof DESCRIPTORS;
 
 /**
  * Each algorithm's descriptor, by name: its model, its packing, its Lua mirror, its key tag, how
- * its quota comes back and what a factor scales. A plain object with a handful of fixed keys, so a lookup per
- * decision costs what a property read does.
+ * its quota comes back, what a factor scales and what a policy of it may say. A plain object with a
+ * handful of fixed keys, so a lookup per decision costs what a property read does.
  *
  * @example ALGORITHM_DESCRIPTORS[rule.algorithm].regain  // 'rps' for token_bucket
  */
 export const ALGORITHM_DESCRIPTORS: { readonly [A in Algorithm]: AlgorithmDescriptor } = DESCRIPTORS;
 
-/** Every algorithm name, in the order the contract lists them. */
+/** Every algorithm name, in the order the README lists them (its `algorithm` row). */
 export const ALGORITHMS: readonly Algorithm[] = Object.keys(DESCRIPTORS) as Algorithm[];
 
 /**

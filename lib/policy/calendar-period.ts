@@ -1,4 +1,10 @@
 import { DateTime, IANAZone } from 'luxon';
+import {
+  calendarCannotPlace,
+  calendarPeriodUnknown,
+  calendarTimeNotFinite,
+  calendarZoneUnknown,
+} from '../rate-limit.messages.js';
 
 /** The calendar period a `quota` policy counts over; `week` is the ISO week (Monday first). */
 export type QuotaPeriod = 'day' | 'week' | 'month' | 'year';
@@ -17,12 +23,85 @@ const PLURAL = { day: 'days', week: 'weeks', month: 'months', year: 'years' } as
 /** Nominal lengths, only to guess how many whole periods lie between an anchor and now. */
 const NOMINAL_MS = { day: 86_400_000, week: 604_800_000 } as const;
 
+/**
+ * An anchor whose period `periodAt` cannot compute: not a finite number, or outside the dates
+ * luxon can place in the zone (`1e300`, a timestamp in nanoseconds, `8.64e15` in Europe/Berlin,
+ * which is past the last valid date there), so no period with finite bounds holds `now`. The
+ * caller counts the request in the calendar's own period instead.
+ */
+export class UnplaceableAnchorError extends RangeError {
+  override readonly name = 'UnplaceableAnchorError';
+}
+
+/** One anchor's last period in one calendar: an anchor asked in several calendars has one each, chained. */
+interface AnchoredEntry {
+  readonly period: QuotaPeriod;
+  readonly timeZone: string;
+  found: CalendarPeriod;
+  readonly next: AnchoredEntry | undefined;
+}
+
+/**
+ * The last period per anchor and calendar, for the `capacity` anchors asked most recently: each
+ * identity with its own billing date asks for its period on every request, and luxon's zone
+ * math costs tens of µs or more where a look-up costs well under one. Keyed by the anchor itself (a
+ * number: nothing is built per look-up); the map's order is the use order, a hit moving its
+ * anchor to the end and a new anchor past `capacity` evicting the first.
+ */
+export class AnchoredPeriods {
+  /** Look-ups that found no kept period holding `now`, so that one was computed. */
+  misses = 0;
+  private readonly byAnchor = new Map<number, AnchoredEntry>();
+
+  constructor(readonly capacity: number) {}
+
+  /**
+   * The kept period of `anchor` in the calendar if it holds `now` (the anchor is then the most
+   * recently used), else `undefined`.
+   */
+  get(period: QuotaPeriod, timeZone: string, anchor: number, now: number): CalendarPeriod | undefined {
+    const head = this.byAnchor.get(anchor);
+    const found = head && entryOf(head, period, timeZone)?.found;
+    if (found === undefined || now < found.start || now >= found.end) {
+      this.misses++;
+      return undefined;
+    }
+    this.byAnchor.delete(anchor);
+    this.byAnchor.set(anchor, head!);
+    return found;
+  }
+
+  /** Keeps `found` as the period of `anchor` in the calendar, its most recently used. */
+  set(period: QuotaPeriod, timeZone: string, anchor: number, found: CalendarPeriod): void {
+    const head = this.byAnchor.get(anchor);
+    const entry = head && entryOf(head, period, timeZone);
+    if (entry !== undefined) entry.found = found;
+    this.byAnchor.delete(anchor);
+    if (head === undefined && this.byAnchor.size >= this.capacity)
+      this.byAnchor.delete(this.byAnchor.keys().next().value!);
+    this.byAnchor.set(anchor, entry !== undefined ? head! : { period, timeZone, found, next: head });
+  }
+}
+
+function entryOf(head: AnchoredEntry, period: QuotaPeriod, timeZone: string): AnchoredEntry | undefined {
+  for (let entry: AnchoredEntry | undefined = head; entry !== undefined; entry = entry.next)
+    if (entry.period === period && entry.timeZone === timeZone) return entry;
+  return undefined;
+}
+
+/**
+ * Anchors whose periods are kept: 50,000 identities with their own billing dates, each asked
+ * over and over, all stay kept, with room to spare. About 170 bytes an anchor (its map entry,
+ * its entry and period, their numbers), so 11 MiB when full.
+ */
+const ANCHORS_KEPT = 65_536;
+
 /** Zone names already looked up: `Intl` is slow to ask, and a policy's zone is asked per request. */
 const zoneValidity = new Map<string, boolean>();
 /** The last period computed per `period|timeZone` without an anchor: per request, now is nearly always inside it. */
 const lastPeriod = new Map<string, CalendarPeriod>();
-/** The same per `period|timeZone|anchor`, bounded: cleared whole when full (no per-entry bookkeeping). */
-const lastAnchored = new Map<string, CalendarPeriod>();
+/** The same per anchor, for the anchors asked most recently (tests read its `misses`). */
+export const ANCHORED_PERIODS = new AnchoredPeriods(ANCHORS_KEPT);
 
 /**
  * Whether `zone` is an IANA time zone name that luxon (through `Intl`) knows, such as `'UTC'`
@@ -62,9 +141,13 @@ export function isTimeZone(zone: unknown): zone is string {
  * does: a day anchored at 02:30 in Europe/Berlin starts at 03:30 on the last Sunday of March.
  *
  * Pure (no clock reads). The last period per `(period, timeZone)`, and per `(period, timeZone,
- * anchor)` for up to 10,000 anchors, is kept, so a call whose `now` is inside it costs a map look-up.
+ * anchor)` for the 65,536 anchors asked most recently (see `AnchoredPeriods`), is kept, so a
+ * call whose `now` is inside it costs a map look-up.
  *
- * @throws RangeError for an unknown period or time zone, or a non-finite `now` or `anchor`.
+ * @throws UnplaceableAnchorError for an anchor that is not finite, or whose period the calendar
+ *   cannot place (no period with finite bounds holds `now`).
+ * @throws RangeError for an unknown period or time zone, a non-finite `now`, or a `now` the
+ *   calendar cannot place.
  * @example
  * periodAt('month', 'Europe/Berlin', Date.parse('2026-02-10T12:00:00Z'));
  * // { start: Date.parse('2026-01-31T23:00:00Z'), end: Date.parse('2026-02-28T23:00:00Z') }
@@ -72,37 +155,37 @@ export function isTimeZone(zone: unknown): zone is string {
  * // { start: Date.parse('2026-02-28T00:00:00Z'), end: Date.parse('2026-03-31T00:00:00Z') }
  */
 export function periodAt(period: QuotaPeriod, timeZone: string, now: number, anchor?: number): CalendarPeriod {
-  if (!Number.isFinite(now)) throw new RangeError(`periodAt: now must be a finite Unix time in ms, got ${now}`);
+  if (!Number.isFinite(now)) throw new RangeError(calendarTimeNotFinite('now', now));
   if (anchor === undefined) {
     const key = `${period}|${timeZone}`;
     const last = lastPeriod.get(key);
     if (last !== undefined && now >= last.start && now < last.end) return last;
     check(period, timeZone);
     const found = calendarPeriod(period, timeZone, now);
+    if (!holds(found, now)) throw new RangeError(calendarCannotPlace(period, timeZone, now));
     if (lastPeriod.size >= 1_000) lastPeriod.clear();
     lastPeriod.set(key, found);
     return found;
   }
-  if (!Number.isFinite(anchor)) {
-    throw new RangeError(`periodAt: anchor must be a finite Unix time in ms, got ${anchor}`);
-  }
-  // per identity (its anchor): luxon's zone math costs tens of µs, a look-up well under one
-  const key = `${period}|${timeZone}|${anchor}`;
-  const last = lastAnchored.get(key);
-  if (last !== undefined && now >= last.start && now < last.end) return last;
+  if (!Number.isFinite(anchor)) throw new UnplaceableAnchorError(calendarTimeNotFinite('anchor', anchor));
+  const kept = ANCHORED_PERIODS.get(period, timeZone, anchor, now);
+  if (kept !== undefined) return kept;
   check(period, timeZone);
   const found = Object.freeze(anchoredPeriod(period, timeZone, now, anchor));
-  if (lastAnchored.size >= 10_000) lastAnchored.clear();
-  lastAnchored.set(key, found);
+  // luxon gives NaN for a date it cannot place, and a quota's rule with NaN bounds admits every request
+  if (!holds(found, now)) throw new UnplaceableAnchorError(calendarCannotPlace(period, timeZone, now, anchor));
+  ANCHORED_PERIODS.set(period, timeZone, anchor, found);
   return found;
 }
 
+/** Whether `found` has finite bounds around `now`. */
+function holds(found: CalendarPeriod, now: number): boolean {
+  return Number.isFinite(found.start) && Number.isFinite(found.end) && found.start <= now && now < found.end;
+}
+
 function check(period: QuotaPeriod, timeZone: string): void {
-  if (!Object.hasOwn(PLURAL, period)) {
-    throw new RangeError(`periodAt: period must be one of ${QUOTA_PERIODS.join(', ')}, got ${String(period)}`);
-  }
-  if (!isTimeZone(timeZone))
-    throw new RangeError(`periodAt: timeZone must be an IANA time zone, got ${String(timeZone)}`);
+  if (!Object.hasOwn(PLURAL, period)) throw new RangeError(calendarPeriodUnknown(period, QUOTA_PERIODS));
+  if (!isTimeZone(timeZone)) throw new RangeError(calendarZoneUnknown(timeZone));
 }
 
 function calendarPeriod(period: QuotaPeriod, timeZone: string, now: number): CalendarPeriod {

@@ -1,4 +1,6 @@
 import type { Rule } from '../algorithms/algorithm.types.js';
+import { expectedCount, expectedCountAtMost, expectedFactorAtLeast } from '../rate-limit.messages.js';
+import type { Fail } from './invalid-policy.js';
 
 /**
  * Highest rate, tokens per second. The algorithms keep full precision up to it next to a
@@ -12,7 +14,13 @@ export const MAX_RPS = 1_000_000;
  */
 export const MAX_REFILL_DAYS = 365;
 /** `MAX_REFILL_DAYS` in seconds. */
-const MAX_REFILL_SECONDS = MAX_REFILL_DAYS * 86_400;
+export const MAX_REFILL_SECONDS = MAX_REFILL_DAYS * 86_400;
+/**
+ * Largest `limit` or `burst`: up to 2^53 - 1 a double holds every whole number, so a count moves
+ * by exactly the tokens taken (1e300 + 1 is 1e300). A rate's limits stay far below it (`MAX_RPS`
+ * for `MAX_REFILL_DAYS`); a `concurrency` or `quota` limit has only this bound.
+ */
+export const MAX_COUNT = Number.MAX_SAFE_INTEGER;
 /**
  * The least factor (`RateLimiterService.setScale`) any policy takes: below it even the fastest one
  * (`MAX_RPS`, a burst of 1) would take more than `MAX_REFILL_DAYS` to refill.
@@ -43,5 +51,21 @@ export function factorAtLeast(rule: Pick<Rule, 'rps' | 'burst'> | number, who: s
   const least = typeof rule === 'number' ? rule : leastFactor(rule);
   const step = 10 ** (Math.floor(Math.log10(least)) - 2);
   const shown = Number((Math.ceil(least / step) * step).toPrecision(3));
-  return `must be at least ${shown}: below it ${who} would take more than ${MAX_REFILL_DAYS} days to refill, the longest a bucket may take`;
+  return expectedFactorAtLeast(shown, who, MAX_REFILL_DAYS);
+}
+
+/** Whether `value` is a finite number above 0. */
+export function isPositive(value: unknown): value is number {
+  return typeof value === 'number' && Number.isFinite(value) && value > 0;
+}
+
+/**
+ * `value` as a count of tokens (`limit`, `burst`): a whole number from 1 to `MAX_COUNT`.
+ *
+ * @throws InvalidPolicyError through `fail`, naming `field`
+ */
+export function resolveCount(field: string, value: unknown, fail: Fail): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 1) fail(field, value, expectedCount());
+  if (value > MAX_COUNT) fail(field, value, expectedCountAtMost(MAX_COUNT));
+  return value;
 }

@@ -9,6 +9,7 @@ const lastPeriod = new WeakMap<Rule, Rule>();
  * holds it (from the identity's `anchor`, Unix ms, when it has one) as the rule's `origin`, its
  * start, and its window, `burst / rps`, the period's length. Any other rule is returned as it is.
  *
+ * @throws UnplaceableAnchorError (from `periodAt`) for an anchor whose period the calendar cannot place
  * @example quotaRule({ algorithm: 'quota', rps, burst: 100, calendar: { period: 'month', timeZone: 'UTC' } }, Date.UTC(2026, 1, 10))
  *   // origin: Date.UTC(2026, 1, 1), burst / rps: 28 days
  */

@@ -34,7 +34,7 @@ const RELEASED_TAGS: Record<Algorithm, string> = {
 };
 
 describe('the algorithm registry', () => {
-  it('lists the algorithms in the order the contract does', () => {
+  it('lists the algorithms in the order the README does', () => {
     expect(ALGORITHMS).toEqual([
       'token_bucket',
       'leaky_bucket',

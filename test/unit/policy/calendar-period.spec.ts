@@ -1,4 +1,14 @@
-import { isTimeZone, periodAt, QUOTA_PERIODS, type QuotaPeriod } from '../../../lib/policy/calendar-period.js';
+import type { Rule } from '../../../lib/algorithms/algorithm.types.js';
+import {
+  ANCHORED_PERIODS,
+  AnchoredPeriods,
+  isTimeZone,
+  periodAt,
+  QUOTA_PERIODS,
+  type QuotaPeriod,
+  UnplaceableAnchorError,
+} from '../../../lib/policy/calendar-period.js';
+import { quotaRule } from '../../../lib/policy/quota-rule.js';
 
 const at = (iso: string): number => Date.parse(iso);
 const HOUR = 3_600_000;
@@ -322,6 +332,121 @@ describe('periodAt input errors', () => {
     );
     expect(() => periodAt('month', 'UTC', Number.NaN)).toThrow(/now must be a finite/);
     expect(() => periodAt('month', 'UTC', 0, Number.POSITIVE_INFINITY)).toThrow(/anchor must be a finite/);
+    expect(() => periodAt('month', 'UTC', 0, Number.NaN)).toThrow(UnplaceableAnchorError);
     expect(QUOTA_PERIODS).toEqual(['day', 'week', 'month', 'year']);
+  });
+});
+
+describe('an anchor the calendar cannot place', () => {
+  const now = at('2026-03-10T12:00:00Z');
+  const quota = (period: QuotaPeriod, timeZone: string): Rule => ({
+    algorithm: 'quota',
+    rps: 100 / (31 * 86_400),
+    burst: 100,
+    calendar: { period, timeZone },
+  });
+
+  // finite numbers past the dates luxon places in the zone: a timestamp in nanoseconds, and the
+  // last valid Date (8.64e15, +275760-09-13 00:00 UTC) in a zone ahead of UTC, whose local time is later
+  it.each<[string, number, string]>([
+    ['1e300', 1e300, 'UTC'],
+    ['1e300', 1e300, 'Europe/Berlin'],
+    ['now in nanoseconds', now * 1e6, 'UTC'],
+    ['now in nanoseconds', now * 1e6, 'Europe/Berlin'],
+    ['8.64e15', 8.64e15, 'Europe/Berlin'],
+    ['8.64e15', 8.64e15, 'Asia/Tokyo'],
+    ['-1e300', -1e300, 'UTC'],
+    ['-1e300', -1e300, 'Europe/Berlin'],
+  ])('%s in %s: periodAt and quotaRule throw an UnplaceableAnchorError for every period', (_label, anchor, zone) => {
+    for (const period of QUOTA_PERIODS) {
+      expect(() => periodAt(period, zone, now, anchor)).toThrow(UnplaceableAnchorError);
+      expect(() => quotaRule(quota(period, zone), now, anchor)).toThrow(UnplaceableAnchorError);
+    }
+    // the calendar's own period is there for the caller to fall back on
+    expect(quotaRule(quota('month', zone), now).origin).toBe(periodAt('month', zone, now).start);
+  });
+
+  it('says which period, zone, anchor and time, as a RangeError', () => {
+    const error = (() => {
+      try {
+        periodAt('month', 'Europe/Berlin', now, 8.64e15);
+      } catch (thrown) {
+        return thrown;
+      }
+    })();
+    expect(error).toBeInstanceOf(RangeError);
+    expect(error).toMatchObject({
+      name: 'UnplaceableAnchorError',
+      message: `periodAt: no month in Europe/Berlin anchored at 8640000000000000 holds ${now}: the anchor is outside the dates the calendar can place`,
+    });
+  });
+
+  it('places the last valid date where the zone is not ahead of UTC, as the 13th of each month', () => {
+    expect(periodAt('month', 'UTC', now, 8.64e15)).toEqual({
+      start: at('2026-02-13T00:00:00Z'),
+      end: at('2026-03-13T00:00:00Z'),
+    });
+  });
+
+  it('refuses a now the calendar cannot place, as a plain RangeError', () => {
+    expect(() => periodAt('day', 'Europe/Berlin', 8.64e15)).toThrow(
+      'periodAt: no day in Europe/Berlin holds 8640000000000000: that time is outside the dates the calendar can place',
+    );
+    expect(() => periodAt('day', 'Europe/Berlin', 8.64e15)).not.toThrow(UnplaceableAnchorError);
+  });
+});
+
+describe('the anchored periods kept', () => {
+  const period = (n: number) => ({ start: n * 10, end: n * 10 + 10 });
+  const inside = (n: number) => n * 10 + 5;
+
+  it('evicts the anchor asked least recently, counting an anchor once whatever its calendars', () => {
+    const kept = new AnchoredPeriods(3);
+    for (const anchor of [1, 2, 3]) kept.set('month', 'UTC', anchor, period(anchor));
+    expect(kept.get('month', 'UTC', 1, inside(1))).toEqual(period(1)); // used: 2, 3, 1
+    kept.set('day', 'UTC', 3, period(3)); // another calendar of anchor 3, no new anchor: 2, 1, 3
+    kept.set('month', 'UTC', 4, period(4)); // a fourth anchor: 2 goes
+    const misses = kept.misses;
+    expect(kept.get('month', 'UTC', 2, inside(2))).toBeUndefined();
+    expect([1, 3, 4].map((anchor) => kept.get('month', 'UTC', anchor, inside(anchor)))).toEqual([1, 3, 4].map(period));
+    expect(kept.get('day', 'UTC', 3, inside(3))).toEqual(period(3)); // used: 1, 4, 3
+    expect(kept.misses - misses).toBe(1);
+    kept.set('month', 'UTC', 5, period(5)); // 1 goes
+    expect(kept.get('month', 'UTC', 1, inside(1))).toBeUndefined();
+    expect(kept.get('month', 'UTC', 4, inside(4))).toEqual(period(4));
+  });
+
+  it('misses a kept period that no longer holds now, and keeps its next one in its place', () => {
+    const kept = new AnchoredPeriods(1);
+    kept.set('month', 'UTC', 1, period(1));
+    expect(kept.get('month', 'UTC', 1, inside(2))).toBeUndefined();
+    kept.set('month', 'UTC', 1, period(2));
+    expect(kept.get('month', 'UTC', 1, inside(2))).toEqual(period(2));
+    expect(kept.misses).toBe(1);
+  });
+
+  it("computes each anchor's period once while it holds: periodAt keeps what it computes", () => {
+    const now = at('2026-03-10T12:00:00Z');
+    const anchors = Array.from({ length: 500 }, (_, i) => at('2026-01-01T00:00:00Z') + i * 1_000);
+    const misses = ANCHORED_PERIODS.misses;
+    const periods = anchors.map((anchor) => periodAt('month', 'Europe/Berlin', now, anchor));
+    for (let round = 0; round < 2; round++) {
+      expect(anchors.every((anchor, i) => periodAt('month', 'Europe/Berlin', now, anchor) === periods[i])).toBe(true);
+    }
+    expect(ANCHORED_PERIODS.misses - misses).toBe(500);
+  });
+
+  it('keeps the periods of 50,000 anchors asked over and over: periodAt computes none of them again', () => {
+    const now = at('2026-03-10T12:00:00Z');
+    // identities with billing dates a second apart, their periods kept as periodAt keeps what it
+    // computes (computing 50,000 with luxon would take this test seconds)
+    const anchors = Array.from({ length: 50_000 }, (_, i) => at('2025-06-01T00:00:00Z') + i * 1_000);
+    const periods = anchors.map((anchor) => ({ start: anchor, end: now + 86_400_000 }));
+    anchors.forEach((anchor, i) => ANCHORED_PERIODS.set('month', 'Europe/Berlin', anchor, periods[i]));
+    const misses = ANCHORED_PERIODS.misses;
+    for (let round = 0; round < 3; round++) {
+      expect(anchors.every((anchor, i) => periodAt('month', 'Europe/Berlin', now, anchor) === periods[i])).toBe(true);
+    }
+    expect(ANCHORED_PERIODS.misses - misses).toBe(0);
   });
 });

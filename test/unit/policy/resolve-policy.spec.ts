@@ -193,6 +193,15 @@ describe('resolvePolicy', () => {
     );
   });
 
+  it('takes a limit of a quota or of concurrency up to 2^53 - 1, where a count still moves by one token', () => {
+    const max = Number.MAX_SAFE_INTEGER;
+    expect(resolve({ algorithm: 'quota', limit: max, period: 'month' }).rule.burst).toBe(max);
+    expect(resolve({ algorithm: 'concurrency', limit: max, lease: '5m' }).rule.burst).toBe(max);
+    expect(() => resolve({ algorithm: 'quota', limit: max + 1, period: 'month' })).toThrow(
+      '"limit" must be at most 9007199254740991 (Number.MAX_SAFE_INTEGER)',
+    );
+  });
+
   it.each([
     [{ rps: 1, tokensPerSecond: 2 }, '"rps" and "tokensPerSecond" are the same setting; give one'],
     [{}, 'give "rps" (and "burst") or "limit" and "window"'],

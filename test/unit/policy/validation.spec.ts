@@ -21,6 +21,9 @@ import { parseCommandLine } from '../../../lib/simulator/simulate-args.js';
 import { ManualClock } from '../../../lib/testing/index.js';
 import { StandaloneLimiter } from '../../support/standalone-limiter.js';
 import { RateLimitThrottlerStorage } from '../../../lib/throttler/index.js';
+import { ALGORITHMS } from '../../../lib/algorithms/algorithm.types.js';
+import { ALGORITHM_DESCRIPTORS } from '../../../lib/algorithms/registry.js';
+import { optionNotFor } from '../../../lib/rate-limit.messages.js';
 
 /**
  * Every validation message, exactly: one row per bad input, with the whole message it must
@@ -39,6 +42,9 @@ const LEASE = `must be a duration of at least 1 ms: seconds, or a string such as
 const BLOCK_FOR = `must be a duration of at least 1 ms: seconds, or a string such as '30s', '15m', '1h', '1d'`;
 /** What a plain `blockFor` (not an object) that is not a duration is told. */
 const BLOCK_FOR_PLAIN = `${BLOCK_FOR}, or { duration, then: 'keep' | 'reset' }`;
+/** What a `limit` or `burst` past 2^53 - 1 is told. */
+const COUNT_AT_MOST =
+  'must be at most 9007199254740991 (Number.MAX_SAFE_INTEGER): above it a double cannot count by whole tokens';
 const COST = `must be a positive number, 'header:<name>', 'query:<name>' or a function`;
 const NAME = 'must be a string of 1 to 64 visible ASCII characters, without spaces or braces';
 const TIMEOUT = 'must be a positive number of milliseconds, at most 2147483647 (the longest a timer can wait)';
@@ -422,12 +428,12 @@ const ROWS: Row[] = [
   [
     'a window on a quota',
     policy({ algorithm: 'quota', limit: 100, window: '30d', period: 'month' }),
-    `${ON_HANDLER} "window" does not apply to a quota: say it as "limit" per "period", such as { limit: 10000, period: 'month' }`,
+    `${ON_HANDLER} "window" does not apply to "quota": say it as "limit" per "period", such as { limit: 10000, period: 'month' }`,
   ],
   [
     'tokensPerSecond on a quota',
     policy({ algorithm: 'quota', tokensPerSecond: 1, limit: 100, period: 'month' }),
-    `${ON_HANDLER} "tokensPerSecond" does not apply to a quota: say it as "limit" per "period", such as { limit: 10000, period: 'month' }`,
+    `${ON_HANDLER} "tokensPerSecond" does not apply to "quota": say it as "limit" per "period", such as { limit: 10000, period: 'month' }`,
   ],
   [
     'concurrency without a limit',
@@ -445,6 +451,21 @@ const ROWS: Row[] = [
     `${ON_HANDLER} "limit" must be a whole number >= 1, got 2.5`,
   ],
   [
+    'a quota with a limit of 1e300',
+    policy({ algorithm: 'quota', limit: 1e300, period: 'month' }),
+    `${ON_HANDLER} "limit" ${COUNT_AT_MOST}, got 1e+300`,
+  ],
+  [
+    'concurrency with a limit of 2^53',
+    policy({ algorithm: 'concurrency', limit: 2 ** 53, lease: '5m' }),
+    `${ON_HANDLER} "limit" ${COUNT_AT_MOST}, got 9007199254740992`,
+  ],
+  [
+    'a quota tier with a limit of 1e300',
+    policy({ ...TIERED, tiers: { free: { rps: 1 }, pro: { algorithm: 'quota', limit: 1e300, period: 'day' } } }),
+    `${ON_HANDLER} "tiers.pro.limit" ${COUNT_AT_MOST}, got 1e+300`,
+  ],
+  [
     'blockFor on concurrency',
     policy({ algorithm: 'concurrency', limit: 2, lease: '5m', blockFor: '1m' }),
     `${ON_HANDLER} "blockFor" does not apply to "concurrency": a slot comes back when a request ends, and a block would keep the client out with slots free`,
@@ -452,7 +473,7 @@ const ROWS: Row[] = [
   [
     'blockFor on a quota',
     policy({ algorithm: 'quota', limit: 100, period: 'day', blockFor: '1h' }),
-    `${ON_HANDLER} "blockFor" does not apply to a quota: its refusals hold until its period ends already`,
+    `${ON_HANDLER} "blockFor" does not apply to "quota": its refusals hold until its period ends already`,
   ],
   [
     'adaptive on concurrency',
@@ -466,7 +487,7 @@ const ROWS: Row[] = [
       tiers: { free: { algorithm: 'quota', limit: 100, period: 'month' }, pro: { rps: 5 } },
       adaptive: { latency: 250 },
     }),
-    `${ON_HANDLER} "adaptive" does not apply to a quota: a quota per period is not a rate to scale by latency`,
+    `${ON_HANDLER} tier "free": "adaptive" does not apply to "quota": a quota per period is not a rate to scale by latency`,
   ],
   [
     "count: 'failures' on concurrency",
@@ -489,7 +510,7 @@ const ROWS: Row[] = [
   [
     'an anchor function beside tiers none of which is a quota',
     policy({ ...TIERED, anchor: () => 0 }),
-    `${ON_HANDLER} "anchor" can be a function for 'quota' only (a period's start), and no tier is a quota, got a function`,
+    `${ON_HANDLER} "anchor" can be a function for 'quota' only (a period's start), and no tier's algorithm is 'quota', got a function`,
   ],
   [
     "anchor 'first-request' on a quota",
@@ -609,7 +630,7 @@ const ROWS: Row[] = [
   [
     'burst past 2^53 - 1',
     policy({ rps: 1, burst: 2 ** 53 }),
-    `${ON_HANDLER} burst / rps = 9007199254740992 / 1 s is more than 365 days, the longest a bucket may take to refill; raise "rps" or lower "burst"`,
+    `${ON_HANDLER} "burst" ${COUNT_AT_MOST}, got 9007199254740992`,
   ],
   [
     'a refill longer than a year',
@@ -635,7 +656,7 @@ const ROWS: Row[] = [
   [
     'limit past 2^53 - 1',
     policy({ limit: 2 ** 53, window: 60 }),
-    `${ON_HANDLER} limit / window = 9007199254740992 / 60 s is more than 1000000 tokens per second; lower "limit" or lengthen "window"`,
+    `${ON_HANDLER} "limit" ${COUNT_AT_MOST}, got 9007199254740992`,
   ],
   ['limit without window', policy({ limit: 5 }), `${ON_HANDLER} "limit" needs a "window" such as '1m'`],
   ["window '0s'", policy({ limit: 5, window: '0s' }), `${ON_HANDLER} "window" ${WINDOW}, got "0s"`],
@@ -1608,4 +1629,41 @@ describe('the table above', () => {
       expect({ name, uncovered: uncovered(literals) }).toEqual({ name, uncovered: [] });
     }
   });
+
+  it("has a row for every text of rate-limit.messages.ts's policy section", () => {
+    const source = readFileSync(join(LIB, 'rate-limit.messages.ts'), 'utf8');
+    // from its heading to the next one (a comment at the start of a line, after an empty one)
+    const start = source.indexOf('\n// Policies');
+    const section = source.slice(start, source.indexOf('\n\n// ', start));
+    const factories = [...section.matchAll(/^export function (\w+)\([\s\S]*?\n\}/gm)];
+    // a section that lost its marker, or factories that moved out of it, would pass everything
+    expect(factories.length).toBeGreaterThan(50);
+    for (const [body, name] of factories) {
+      const literals = literalsIn(body.slice(body.indexOf('{')));
+      expect({ name, found: literals.length > 0 }).toEqual({ name, found: true });
+      expect({ name, uncovered: uncovered(literals) }).toEqual({ name, uncovered: [] });
+    }
+  });
+
+  it('has a row for every policy option an algorithm refuses, saying why', () => {
+    const refusals = ALGORITHMS.flatMap((algorithm) =>
+      Object.entries(ALGORITHM_DESCRIPTORS[algorithm].refuses ?? {}).map(([option, why]) =>
+        optionNotFor(option, algorithm, why),
+      ),
+    );
+    expect(refusals.length).toBeGreaterThan(0);
+    expect(refusals.filter((refusal) => !messages.some((m) => m.endsWith(refusal)))).toEqual([]);
+  });
 });
+
+/** Every string and template literal of `code` (a template's own, not those in its expressions). */
+function literalsIn(code: string): string[] {
+  const literals: string[] = [];
+  for (let i = 0; i < code.length; i++) {
+    if (code[i] !== "'" && code[i] !== '"' && code[i] !== '`') continue;
+    const end = skipLiteral(code, i);
+    literals.push(code.slice(i, end));
+    i = end - 1;
+  }
+  return literals;
+}
