@@ -102,6 +102,18 @@ export function invalidSkip(where: string, name: unknown): string {
   return `Invalid @SkipRateLimit on ${where}: policy names must be non-empty strings, got ${show(name)}`;
 }
 
+/**
+ * A policy that holds a slot per request in flight (`concurrency`) on a GraphQL subscription's own
+ * handler: a subscription is limited neither when it starts nor per event, so it would hold none.
+ */
+export function slotOnSubscription(name: string): string {
+  return (
+    `policy "${name}" holds a slot while a request is in flight, but this handler is a GraphQL subscription, which ` +
+    `is limited at no point of its life (neither when it starts nor per event): it would hold nothing; limit the ` +
+    `query or mutation that leads to it, or the gateway that carries its events`
+  );
+}
+
 /** Logged at start for a `@SkipRateLimit` name that matches none of the policies where it stands. */
 export function unknownSkip(where: string, name: string, names: readonly string[]): string {
   const known = names.length === 0 ? 'none' : names.map((n) => JSON.stringify(n)).join(', ');
