@@ -3,6 +3,7 @@ import type { Rule } from '../algorithms/algorithm.types.js';
 import { bucketKey } from '../keys/bucket-key.js';
 import { RateLimitTelemetry } from '../observability/rate-limit-telemetry.js';
 import { RateLimitUnavailableException } from '../rate-limit.exception.js';
+import { invalidThrottlerStorageOption } from '../rate-limit.messages.js';
 import { RateLimitStoreError } from '../stores/rate-limit-store.error.js';
 import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from '../stores/rate-limit-store.interface.js';
 import { StoreCalls } from '../stores/store-calls.js';
@@ -96,15 +97,17 @@ export class RateLimitThrottlerStorage implements ThrottlerStorage, OnApplicatio
       counting = 'sliding-log',
     } = options ?? {};
     if (typeof prefix !== 'string' || /[{}]/.test(prefix) || prefix.length > 256) {
-      throw new TypeError(invalid('prefix', prefix, 'a string of at most 256 characters, without braces'));
+      throw new TypeError(
+        invalidThrottlerStorageOption('prefix', prefix, 'a string of at most 256 characters, without braces'),
+      );
     }
     if (!FAIL_MODES.includes(failMode))
-      throw new TypeError(invalid('failMode', failMode, `'open', 'closed' or 'local'`));
+      throw new TypeError(invalidThrottlerStorageOption('failMode', failMode, `'open', 'closed' or 'local'`));
     if (typeof timeout !== 'number' || !(timeout > 0 && timeout <= 2_147_483_647)) {
-      throw new TypeError(invalid('timeout', timeout, 'a positive number of milliseconds'));
+      throw new TypeError(invalidThrottlerStorageOption('timeout', timeout, 'a positive number of milliseconds'));
     }
     if (!COUNTINGS.includes(counting)) {
-      throw new TypeError(invalid('counting', counting, `'sliding-log' or 'anchored-window'`));
+      throw new TypeError(invalidThrottlerStorageOption('counting', counting, `'sliding-log' or 'anchored-window'`));
     }
     this.prefix = prefix;
     this.failMode = failMode;
@@ -208,15 +211,4 @@ export class RateLimitThrottlerStorage implements ThrottlerStorage, OnApplicatio
       { key: bucketKey(this.prefix, policy, window, key), policy, rule: window, cost: 1 },
     ];
   }
-}
-
-/** A bad option's message, naming it, in the words the module's own options use. */
-function invalid(option: string, value: unknown, expected: string): string {
-  let shown: string;
-  try {
-    shown = String(JSON.stringify(value) ?? value);
-  } catch {
-    shown = String(value);
-  }
-  return `Invalid RateLimitThrottlerStorage option "${option}": must be ${expected}, got ${shown}`;
 }

@@ -9,6 +9,7 @@ import {
   Optional,
 } from '@nestjs/common';
 import { HttpAdapterHost, Reflector } from '@nestjs/core';
+import { invalidThrottlerValue, noThrottlers } from '../rate-limit.messages.js';
 import { DEFAULT_IPV6_SUBNET_PREFIX, normalizeIp } from './ip.js';
 import type {
   Resolvable,
@@ -83,7 +84,7 @@ export class ThrottlerGuard implements CanActivate, OnModuleInit {
       })
       .map((throttler) => ({ ...throttler, name: throttler.name ?? 'default' }));
     if (this.throttlers.length === 0) {
-      this.logger.warn('ThrottlerModule has no throttlers: no request is limited. Give forRoot() at least one.');
+      this.logger.warn(noThrottlers);
     }
     if (Array.isArray(this.options) || this.options === undefined) {
       this.commonOptions = {};
@@ -244,9 +245,7 @@ export class ThrottlerGuard implements CanActivate, OnModuleInit {
   private toNumber(value: unknown, option: string, throttlerName: string): number {
     const number = typeof value === 'string' && value.trim() !== '' ? Number(value) : value;
     if (typeof number !== 'number' || Number.isNaN(number)) {
-      throw new Error(
-        `Invalid "${option}" for the "${throttlerName}" throttler: expected a number, got ${JSON.stringify(value)}.`,
-      );
+      throw new Error(invalidThrottlerValue(option, throttlerName, value));
     }
     return number;
   }

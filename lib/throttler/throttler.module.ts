@@ -1,4 +1,5 @@
 import { type DynamicModule, Global, Module, type Provider } from '@nestjs/common';
+import { throttlerAsyncOptionsMissing } from '../rate-limit.messages.js';
 import type { RateLimitThrottlerStorageOptions } from './rate-limit-throttler.storage.js';
 import type {
   ThrottlerAsyncOptions,
@@ -53,7 +54,7 @@ function asyncProviders(options: ThrottlerAsyncOptions): Provider[] {
   }
   const factory = options.useExisting ?? options.useClass;
   if (factory === undefined) {
-    throw new Error('ThrottlerModule.forRootAsync: give one of useFactory, useClass or useExisting');
+    throw new Error(throttlerAsyncOptionsMissing);
   }
   const fromFactory: Provider = {
     provide: THROTTLER_OPTIONS,
