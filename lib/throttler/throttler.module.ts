@@ -7,12 +7,18 @@ import type {
   ThrottlerOptionsFactory,
 } from './throttler-module-options.interface.js';
 import { THROTTLER_OPTIONS } from './throttler.constants.js';
-import { createThrottlerProviders, THROTTLER_ENGINE, ThrottlerStorageProvider } from './throttler.providers.js';
+import {
+  createThrottlerProviders,
+  THROTTLER_ENGINE,
+  ThrottlerContextsProvider,
+  ThrottlerStorageProvider,
+} from './throttler.providers.js';
 
 /**
  * @nestjs/throttler's module on our engine: global, it provides the options
- * (`getOptionsToken()`) and the storage (`getStorageToken()`); the app registers the guard
- * (`{ provide: APP_GUARD, useClass: ThrottlerGuard }`) or uses `@UseGuards(ThrottlerGuard)`.
+ * (`getOptionsToken()`), the storage (`getStorageToken()`) and the guard's transport seams; the
+ * app registers the guard (`{ provide: APP_GUARD, useClass: ThrottlerGuard }`) or uses
+ * `@UseGuards(ThrottlerGuard)`.
  *
  * `engine` chooses our store when the options give no `storage`: `{ redis }` (an ioredis client
  * the app closes, or a URL or options whose client the module closes on shutdown), `{ store }`,
@@ -26,7 +32,12 @@ import { createThrottlerProviders, THROTTLER_ENGINE, ThrottlerStorageProvider } 
 export class ThrottlerModule {
   /** The module with `options` (an array of throttlers, or an object with `throttlers`). */
   static forRoot(options: ThrottlerModuleOptions = [], engine?: RateLimitThrottlerStorageOptions): DynamicModule {
-    const providers = [...createThrottlerProviders(options), engineProvider(engine), ThrottlerStorageProvider];
+    const providers = [
+      ...createThrottlerProviders(options),
+      engineProvider(engine),
+      ThrottlerStorageProvider,
+      ThrottlerContextsProvider,
+    ];
     return { module: ThrottlerModule, providers, exports: providers };
   }
 
@@ -37,7 +48,12 @@ export class ThrottlerModule {
    * @example ThrottlerModule.forRootAsync({ imports: [ConfigModule], inject: [ConfigService], useFactory: (c: ConfigService) => [{ ttl: c.get('TTL'), limit: 10 }] })
    */
   static forRootAsync(options: ThrottlerAsyncOptions, engine?: RateLimitThrottlerStorageOptions): DynamicModule {
-    const providers = [...asyncProviders(options), engineProvider(engine), ThrottlerStorageProvider];
+    const providers = [
+      ...asyncProviders(options),
+      engineProvider(engine),
+      ThrottlerStorageProvider,
+      ThrottlerContextsProvider,
+    ];
     return { module: ThrottlerModule, imports: options.imports ?? [], providers, exports: providers };
   }
 }
