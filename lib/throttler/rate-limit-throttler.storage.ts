@@ -63,16 +63,18 @@ const COUNTINGS: readonly ThrottlerCounting[] = ['sliding-log', 'anchored-window
  *
  * It counts as @nestjs/throttler's memory storage does: at most `limit` hits in any `ttl` (a
  * sliding log); the hit that goes over is refused with `totalHits = limit + 1` and starts a block
- * of `blockDuration`, during which hits are refused and not counted; the first hit after the
- * block counts as 1. With `blockDuration <= 0`, a hit is refused while `limit` hits are in the
- * log, `timeToBlockExpire` being the time until the oldest leaves. `timeToExpire` counts to the
- * end of a window anchored at the key's first hit (a second bucket, in the same store call and
- * the same Redis Cluster slot).
+ * of `blockDuration`, during which hits are refused and not counted (`totalHits` 0 once the hit
+ * that went over is `ttl` old); the first hit after the block counts as 1. With
+ * `blockDuration <= 0`, a hit is refused while `limit` hits are in the log, `timeToBlockExpire`
+ * being the time until the oldest leaves. `timeToExpire` counts to the end of a window anchored
+ * at the key's first hit (a second bucket, in the same store call and the same Redis Cluster slot).
  *
  * Where it differs from NT: `timeToBlockExpire` is 0 for an admitted hit (NT gives a negative
  * number); a window that ends while the key is refused restarts at the next admitted hit (NT:
- * at the next hit, refused or not); `limit` below 1 refuses every hit and `ttl` below 1 ms
- * admits every hit; a fractional `limit` counts whole hits as NT's comparisons do.
+ * at the next hit, refused or not); during a block, `totalHits` stays `limit + 1` until it is 0
+ * (NT's falls as each earlier hit leaves its `ttl`: see `refusedHits`); `limit` below 1 refuses
+ * every hit and `ttl` below 1 ms admits every hit; a fractional `limit` counts whole hits as NT's
+ * comparisons do.
  *
  * @example
  * ThrottlerModule.forRoot({
@@ -163,7 +165,7 @@ export class RateLimitThrottlerStorage implements ThrottlerStorage, OnApplicatio
       };
     }
     return {
-      totalHits: most + 1,
+      totalHits: refusedHits(counted, most, windowMs, blockMs),
       timeToExpire: window.fullAfter,
       isBlocked: true,
       timeToBlockExpire: Number.isFinite(counted.retryAfter) ? counted.retryAfter : Math.ceil(windowMs / 1000),
@@ -211,4 +213,21 @@ export class RateLimitThrottlerStorage implements ThrottlerStorage, OnApplicatio
       { key: bucketKey(this.prefix, policy, window, key), policy, rule: window, cost: 1 },
     ];
   }
+}
+
+/**
+ * `totalHits` of a refused hit as @nestjs/throttler's memory storage counts it: the hits of the
+ * last `ttl`, the one that went over `limit` included, so `limit + 1` when it goes over. A block
+ * counts nothing more, and every hit before it is older than the one that started it: once that
+ * one has been in the log for `ttl`, none is left, and NT answers 0. The block has run for at
+ * least `blockMs` less what `refused.retryAfter` says is left (whole seconds, rounded up), so
+ * this answers 0 no sooner than NT, and up to a second later when `blockDuration - ttl` is not
+ * whole seconds. Before that, NT's count falls as each earlier hit leaves its `ttl`; a block's
+ * decision tells nothing of when they came (it leaves nothing, and its times are whole seconds),
+ * so this answers `limit + 1` until then.
+ */
+function refusedHits(refused: RateLimitDecision, most: number, windowMs: number, blockMs: number | undefined): number {
+  if (blockMs === undefined) return most + 1;
+  const blockedAtLeastMs = blockMs - 1000 * refused.retryAfter;
+  return blockedAtLeastMs >= windowMs ? 0 : most + 1;
 }
