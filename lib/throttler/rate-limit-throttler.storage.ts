@@ -47,7 +47,10 @@ export interface RateLimitThrottlerStorageOptions {
   counting?: ThrottlerCounting;
 }
 
-/** The most a throttler's `ttl` or `blockDuration` is taken as, ms (ten years): a larger one is the same in practice. */
+/**
+ * The most a throttler's `ttl` or `blockDuration` is taken as, ms (ten years): a store keeps whole
+ * ms and a Redis key a finite TTL, and no limit outlives ten years of a process or a key.
+ */
 const MAX_MS = 10 * 365 * 24 * 3600 * 1000;
 /** The limit of the window that only tells `timeToExpire`: never reached, so it never refuses. */
 const UNREACHED = 2 ** 40;
@@ -73,8 +76,11 @@ const COUNTINGS: readonly ThrottlerCounting[] = ['sliding-log', 'anchored-window
  * number); a window that ends while the key is refused restarts at the next admitted hit (NT:
  * at the next hit, refused or not); during a block, `totalHits` stays `limit + 1` until it is 0
  * (NT's falls as each earlier hit leaves its `ttl`: see `refusedHits`); `limit` below 1 refuses
- * every hit and `ttl` below 1 ms admits every hit; a fractional `limit` counts whole hits as NT's
- * comparisons do.
+ * every hit; a `ttl` or `blockDuration` over ten years (`Infinity` too) is taken as ten years (a
+ * hit counts, and a block lasts, ten years at most; the times say at most 315,360,000 s, NT's the
+ * whole time). As NT's: a fractional `limit` counts whole hits; a `ttl` of 0 or less admits every
+ * hit; `ttl` and `blockDuration` are rounded up to whole ms, as NT's integer clock sees them
+ * (0.5 ms: the hits of one millisecond).
  *
  * @example
  * ThrottlerModule.forRoot({

@@ -21,6 +21,7 @@ import { loadNt } from '../support/throttler/implementations.js';
 const redis = useTestRedis();
 
 const START = 1_000_000_000_000;
+const YEAR = 365 * 24 * 3600 * 1000;
 
 /** A hit at `at` ms after the start, and what it must answer. */
 interface Hit {
@@ -99,6 +100,42 @@ const CASES: Case[] = [
       admitted(1_000, 1),
       admitted(1_000, 2),
     ],
+  },
+  {
+    name: 'a ttl between 0 and 1 ms counts the hits of one millisecond (a block of 0.5 ms lasts it too)',
+    ttl: 0.5,
+    limit: 1,
+    blockDuration: 0.5,
+    hits: [admitted(0, 1), refused(0, 2, 1), admitted(1, 1), refused(1, 2, 1), admitted(2, 1)],
+  },
+  {
+    name: 'a ttl between 0 and 1 ms without a block',
+    ttl: 0.5,
+    limit: 1,
+    blockDuration: 0,
+    hits: [admitted(0, 1), refused(0, 2, 1), admitted(1, 1)],
+  },
+  {
+    name: 'a ttl of 0 or less admits every hit',
+    ttl: 0,
+    limit: 1,
+    blockDuration: 0,
+    hits: [admitted(0, 1), admitted(0, 1), admitted(0, 1)],
+  },
+  {
+    name: 'a negative ttl admits every hit',
+    ttl: -1_000,
+    limit: 1,
+    blockDuration: 5_000,
+    hits: [admitted(0, 1), admitted(0, 1)],
+  },
+  {
+    // the times differ past ten years (see the last tests); what is counted does not
+    name: 'a ttl and a block of twenty years: refused years later, the hits still counted',
+    ttl: 20 * YEAR,
+    limit: 1,
+    blockDuration: 20 * YEAR,
+    hits: [admitted(0, 1), { at: 0, totalHits: 2, isBlocked: true }, { at: 9 * YEAR, totalHits: 2, isBlocked: true }],
   },
 ];
 
@@ -191,5 +228,25 @@ describe('where ours differs from @nestjs/throttler, knowingly', () => {
     const expected = hits.map(({ at: _at, ...record }) => record);
     expect([memory, onRedis]).toEqual([expected, expected]);
     expect([nt[2], nt[4]]).toEqual([expected[2], expected[4]]);
+  });
+
+  it('a ttl or blockDuration over ten years counts as ten years, and its times say so', async () => {
+    const clock = new ManualClock(START);
+    const storage = new RateLimitThrottlerStorage({ store: new MemoryStore({ clock }) });
+    const hit = () => storage.increment('key', 20 * YEAR, 1, Infinity, 'default');
+    const tenYears = (10 * YEAR) / 1000;
+    expect(await hit()).toEqual({ totalHits: 1, timeToExpire: tenYears, isBlocked: false, timeToBlockExpire: 0 });
+    expect(await hit()).toEqual({ totalHits: 2, timeToExpire: tenYears, isBlocked: true, timeToBlockExpire: tenYears });
+    clock.set(START + 10 * YEAR);
+    expect(await hit()).toMatchObject({ totalHits: 1, isBlocked: false });
+    await storage.onApplicationShutdown();
+    // NT's block of Infinity never ends
+    const throttler = { ttl: 20 * YEAR, limit: 1, blockDuration: Infinity };
+    const hits = [
+      admitted(0, 1),
+      { at: 0, totalHits: 2, isBlocked: true },
+      { at: 10 * YEAR, totalHits: 2, isBlocked: true },
+    ];
+    expect(await run('@nestjs/throttler', throttler, hits)).toEqual(hits.map(({ at: _at, ...record }) => record));
   });
 });
