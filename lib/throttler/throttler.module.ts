@@ -32,12 +32,7 @@ import {
 export class ThrottlerModule {
   /** The module with `options` (an array of throttlers, or an object with `throttlers`). */
   static forRoot(options: ThrottlerModuleOptions = [], engine?: RateLimitThrottlerStorageOptions): DynamicModule {
-    const providers = [
-      ...createThrottlerProviders(options),
-      engineProvider(engine),
-      ThrottlerStorageProvider,
-      ThrottlerContextsProvider,
-    ];
+    const providers = [...createThrottlerProviders(options), ...storageAndSeams(engine)];
     return { module: ThrottlerModule, providers, exports: providers };
   }
 
@@ -48,19 +43,17 @@ export class ThrottlerModule {
    * @example ThrottlerModule.forRootAsync({ imports: [ConfigModule], inject: [ConfigService], useFactory: (c: ConfigService) => [{ ttl: c.get('TTL'), limit: 10 }] })
    */
   static forRootAsync(options: ThrottlerAsyncOptions, engine?: RateLimitThrottlerStorageOptions): DynamicModule {
-    const providers = [
-      ...asyncProviders(options),
-      engineProvider(engine),
-      ThrottlerStorageProvider,
-      ThrottlerContextsProvider,
-    ];
+    const providers = [...asyncProviders(options), ...storageAndSeams(engine)];
     return { module: ThrottlerModule, imports: options.imports ?? [], providers, exports: providers };
   }
 }
 
-/** The store choice, for the storage provider; `null` when none (Nest takes an `undefined` value for no value). */
-function engineProvider(engine: RateLimitThrottlerStorageOptions | undefined): Provider {
-  return { provide: THROTTLER_ENGINE, useValue: engine ?? null };
+/**
+ * What both forms provide beside the options: the store choice (`null` when none: Nest takes an
+ * `undefined` value for no value), the storage made on it, and the guard's transport seams.
+ */
+function storageAndSeams(engine: RateLimitThrottlerStorageOptions | undefined): Provider[] {
+  return [{ provide: THROTTLER_ENGINE, useValue: engine ?? null }, ThrottlerStorageProvider, ThrottlerContextsProvider];
 }
 
 /** The options provider of `forRootAsync`, and the factory class it makes (`useClass`). */

@@ -2,13 +2,16 @@
  * The throttler guard's way to each transport, at the seams `ThrottlerModule` provides: the
  * headers of a response that has neither `header` nor `setHeader` (a response of an HTTP adapter
  * other than Express's and Fastify's, nestjs/throttler#2206) go through the app's HTTP adapter;
- * a guard made by hand, without the module, still limits HTTP. The transports themselves run in
+ * a guard made by hand, without the module, still limits HTTP; beside `RateLimitModule`, each
+ * module keeps seams of its own. The transports themselves run in
  * `test/e2e/throttler-transports.e2e-spec.ts`.
  */
 import { HttpAdapterHost, Reflector } from '@nestjs/core';
 import { ExecutionContextHost } from '@nestjs/core/helpers/execution-context-host.js';
 import { Test } from '@nestjs/testing';
+import { RateLimitContexts, RateLimitModule } from '../../../lib/index.js';
 import { ThrottlerGuard, ThrottlerModule, ThrottlerStorageService } from '../../../lib/throttler/index.js';
+import { THROTTLER_CONTEXTS } from '../../../lib/throttler/throttler.providers.js';
 
 class PingController {
   ping() {}
@@ -60,5 +63,24 @@ describe('ThrottlerGuard through its seams', () => {
     await expect(guard.canActivate(http(response))).rejects.toMatchObject({ status: 429 });
     expect(headers.get('Retry-After')).toBe(60);
     await storage.onApplicationShutdown();
+  });
+
+  it("beside RateLimitModule, each keeps seams of its own: RateLimitModule's contexts option stands", async () => {
+    const moduleRef = await Test.createTestingModule({
+      imports: [
+        RateLimitModule.forRoot({ contexts: ['http'], policies: [{ rps: 1, burst: 1 }] }),
+        ThrottlerModule.forRoot([{ ttl: 60_000, limit: 1 }]),
+      ],
+    }).compile();
+    await moduleRef.init();
+    try {
+      const native = moduleRef.get(RateLimitContexts);
+      const throttler = moduleRef.get<RateLimitContexts>(THROTTLER_CONTEXTS);
+      expect(throttler).not.toBe(native);
+      expect(await native.load('ws')).toBeUndefined();
+      expect(await throttler.load('ws')).toBeDefined();
+    } finally {
+      await moduleRef.close();
+    }
   });
 });
