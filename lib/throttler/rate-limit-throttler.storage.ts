@@ -227,8 +227,8 @@ export class RateLimitThrottlerStorage implements ThrottlerStorage, OnApplicatio
  * counts nothing more, and every hit before it is older than the one that started it: once that
  * one has been in the log for `ttl`, none is left, and NT answers 0. The block has run for at
  * least `blockMs` less what `refused.retryAfter` says is left (whole seconds, rounded up), so
- * this answers 0 no sooner than NT, and up to a second later when `blockDuration - ttl` is not
- * whole seconds. Before that, NT's count falls as each earlier hit leaves its `ttl`; a block's
+ * this answers 0 no sooner than NT (but for the 1 ms a refusal the Redis store remembers takes
+ * off its wait), and up to a second later when `blockDuration - ttl` is not whole seconds. Before that, NT's count falls as each earlier hit leaves its `ttl`; a block's
  * decision tells nothing of when they came (it leaves nothing, and its times are whole seconds),
  * so this answers `limit + 1` until then.
  */
