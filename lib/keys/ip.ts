@@ -43,7 +43,6 @@ export function normalizeIp(
   }
   if (notation === 'throttler' && groups[7] === 1 && groups.slice(0, 7).every((g) => g === 0)) return '::1';
   const prefix = Number.isFinite(ipv6Subnet) ? Math.min(128, Math.max(0, Math.trunc(ipv6Subnet))) : DEFAULT_IPV6_SUBNET;
-  // each group with the bits past the prefix cleared
   const masked = groups.map((g, i) => g & ~(0xffff >> Math.min(16, Math.max(0, prefix - 16 * i))) & 0xffff);
   if (notation === 'throttler') return `${shortestForm(masked)}/${prefix}`;
   // the module's prefix is at most 64 bits: the last four groups are 0
