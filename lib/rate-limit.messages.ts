@@ -698,3 +698,25 @@ export function invalidSimulateArgument(flag: string, value: unknown, expected: 
 export function keyTimedOut(timeoutMs: number): string {
   return `A rate-limit key function did not answer within ${timeoutMs} ms: the request was answered as failMode says`;
 }
+
+// nestjs-ratelimit/throttler
+
+/** @nestjs/throttler's refusal message (its `throttlerMessage`), when `errorMessage` does not say otherwise. */
+export const throttlerMessage = 'ThrottlerException: Too Many Requests';
+
+/** A throttler's `limit`, `ttl` or `blockDuration` that resolved to no number (`ThrottlerGuard`). */
+export function invalidThrottlerValue(option: string, throttler: string, value: unknown): string {
+  return `Invalid "${option}" for the "${throttler}" throttler: expected a number, got ${show(value)}.`;
+}
+
+/** Logged at start by a `ThrottlerGuard` whose module declares no throttler. */
+export const noThrottlers = 'ThrottlerModule has no throttlers: no request is limited. Give forRoot() at least one.';
+
+/** `ThrottlerModule.forRootAsync` options that give none of the three ways to make the options. */
+export const throttlerAsyncOptionsMissing =
+  'ThrottlerModule.forRootAsync: give one of useFactory, useClass or useExisting';
+
+/** A `RateLimitThrottlerStorage` option that does not hold, in the words the module's own options use. */
+export function invalidThrottlerStorageOption(option: string, value: unknown, expected: string): string {
+  return `Invalid RateLimitThrottlerStorage option "${option}": must be ${expected}, got ${show(value)}`;
+}

@@ -3,6 +3,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { jest } from '@jest/globals';
 import { Controller, Get, Injectable, Logger, type ModuleMetadata, type Type } from '@nestjs/common';
+import { Reflector } from '@nestjs/core';
+import { ExecutionContextHost } from '@nestjs/core/helpers/execution-context-host.js';
 import { Resolver, Subscription } from '@nestjs/graphql';
 import { Test } from '@nestjs/testing';
 import {
@@ -22,7 +24,7 @@ import { StoreOwner } from '../../../lib/stores/store-owner.js';
 import { parseCommandLine } from '../../../lib/simulator/simulate-args.js';
 import { ManualClock } from '../../../lib/testing/index.js';
 import { StandaloneLimiter } from '../../support/standalone-limiter.js';
-import { RateLimitThrottlerStorage } from '../../../lib/throttler/index.js';
+import { RateLimitThrottlerStorage, ThrottlerGuard, ThrottlerStorageService } from '../../../lib/throttler/index.js';
 import { ALGORITHMS } from '../../../lib/algorithms/algorithm.types.js';
 import { ALGORITHM_DESCRIPTORS } from '../../../lib/algorithms/registry.js';
 import { optionNotFor } from '../../../lib/rate-limit.messages.js';
@@ -1280,6 +1282,21 @@ const ROWS: Row[] = [
     'RateLimitThrottlerStorage timeout of 0',
     store(() => new RateLimitThrottlerStorage({ timeout: 0 })),
     'Invalid RateLimitThrottlerStorage option "timeout": must be a positive number of milliseconds, got 0',
+  ],
+  [
+    'a ThrottlerGuard limit function resolving to no number (at the request)',
+    () =>
+      thrown(async () => {
+        class PingController {
+          ping() {}
+        }
+        const throttlers = [{ ttl: 60_000, limit: () => 'many' as never }];
+        const guard = new ThrottlerGuard(throttlers, new ThrottlerStorageService(), new Reflector());
+        await guard.onModuleInit();
+        const request = { ip: '127.0.0.1', headers: {} };
+        await guard.canActivate(new ExecutionContextHost([request, {}], PingController, PingController.prototype.ping));
+      }),
+    'Invalid "limit" for the "default" throttler: expected a number, got "many".',
   ],
 
   // the stores' own options
