@@ -44,7 +44,7 @@ const DEFAULT_MAX_KEYS = 100_000;
 
 /**
  * Buckets in this process's memory: exact for one process, no I/O, the default store.
- * Runs the same pure algorithm functions the Redis scripts mirror.
+ * Runs the same pure algorithm functions whose Lua mirrors the Redis scripts run.
  *
  * Memory is bounded: at most `maxKeys` buckets, each a map entry and a row of a `Float64Array`
  * (about 140 bytes with its key). Eviction never drops a bucket that still limits its client
