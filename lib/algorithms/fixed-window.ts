@@ -100,4 +100,5 @@ export const FIXED_WINDOW: AlgorithmDescriptor<FixedWindowState> = {
   tag: 'fw',
   regain: 'window',
   scaledBy: 'limit',
+  flatArgs: ['limit'],
 };

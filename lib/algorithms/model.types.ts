@@ -225,4 +225,14 @@ export interface AlgorithmDescriptor<State extends Held = any> {
    * Absent: a rate, `rps`/`burst` or `limit`/`window` (see `RATE_ALGORITHMS`).
    */
   saidAs?: 'lease' | 'period';
+  /**
+   * For an algorithm the Redis store's flat call decides, what that call takes of its rule after
+   * `rps` and `burst`: `'limit'`, the window's limit argument (`Rule.limit`, negated when
+   * anchored); `'origin'`, its period's start (`Rule.origin`). The flat call is the short script
+   * most calls run (plain requests of one rule without a block; see
+   * `stores/redis/script-protocol.ts`), and its Lua knows the algorithms whose state is one string,
+   * by name, and reads exactly these arguments: change both together. Absent: the general call
+   * decides it.
+   */
+  flatArgs?: readonly ('limit' | 'origin')[];
 }

@@ -68,4 +68,5 @@ export const QUOTA: AlgorithmDescriptor<FixedWindowState> = {
   regain: 'window',
   scaledBy: 'limit',
   saidAs: 'period',
+  flatArgs: ['limit', 'origin'],
 };
