@@ -162,7 +162,7 @@ export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShut
     if (Array.isArray(policy))
       throw new TypeError(invalidArgument(where, 'policy', policy, 'must be one policy: usage answers for one bucket'));
     const requests = await this.given.requests(where, identity, policy, 1, tier);
-    const [decision] = await this.calls.decide(requests, false);
+    const [decision] = await this.calls.peek(requests);
     const { rule } = requests[0];
     // a quota's period ends where the request's rule says; any other bucket once it is full again
     const resetsAt =
@@ -245,7 +245,7 @@ export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShut
     requests: readonly RateLimitRequest[],
     charge: boolean,
   ): RateLimitDecision[] | Promise<RateLimitDecision[]> {
-    const decided = this.calls.decide(requests, charge);
+    const decided = charge ? this.calls.consume(requests) : this.calls.peek(requests);
     const { retryAfterJitter: jitter } = this.options;
     if (jitter === 0) return decided;
     return Array.isArray(decided)

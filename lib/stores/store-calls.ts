@@ -72,12 +72,29 @@ export class StoreCalls {
   }
 
   /**
-   * Decides store requests within the timeout: the decisions themselves from a store that has
-   * `decideNow` (which throws a bad request's error instead of rejecting), a promise from any other.
+   * Decides store requests within the timeout and, when every policy admits them, charges them:
+   * the decisions themselves from a store that has `decideNow` (which throws a bad request's error
+   * instead of rejecting), a promise from any other.
    *
    * @throws RateLimitStoreError when the store fails or is too slow and failMode is not 'local'
    */
-  decide(requests: readonly RateLimitRequest[], charge: boolean): RateLimitDecision[] | Promise<RateLimitDecision[]> {
+  consume(requests: readonly RateLimitRequest[]): RateLimitDecision[] | Promise<RateLimitDecision[]> {
+    return this.decisions(requests, true);
+  }
+
+  /**
+   * The decisions `consume` would give, charging nothing (see `consume`).
+   *
+   * @throws RateLimitStoreError when the store fails or is too slow and failMode is not 'local'
+   */
+  peek(requests: readonly RateLimitRequest[]): RateLimitDecision[] | Promise<RateLimitDecision[]> {
+    return this.decisions(requests, false);
+  }
+
+  private decisions(
+    requests: readonly RateLimitRequest[],
+    charge: boolean,
+  ): RateLimitDecision[] | Promise<RateLimitDecision[]> {
     if (!this.store.inProcess) return this.decideRemote(requests, charge);
     // an in-process store has decided when it returns: that is its time, and no wrapper per call
     const started = this.watcher.timed ? performance.now() : 0;
@@ -189,7 +206,7 @@ export class StoreCalls {
     if (this.options.failMode !== 'local') throw failure;
     // on the store's clock, if it was given one: the local decisions' waits are timed on it
     this.local ??= new MemoryStore({ clock: storeClock(this.store.clock) });
-    const decisions = this.local.decide(requests, charge);
+    const decisions = this.local.decideSync(requests, charge);
     for (const decision of decisions) this.localDecisions.add(decision);
     return decisions;
   }

@@ -195,7 +195,7 @@ export class RedisStore implements RateLimitStore {
         )
       : undefined;
     return groups === undefined || groups.size === 1
-      ? this.batches.decide(requests, charge, groups?.keys().next().value ?? 0, timeoutMs)
+      ? this.batches.join(requests, charge, groups?.keys().next().value ?? 0, timeoutMs)
       : this.acrossSlots(requests, groups, charge, timeoutMs);
   }
 
@@ -212,7 +212,7 @@ export class RedisStore implements RateLimitStore {
     const slots = [...groups];
     const settled = await Promise.allSettled(
       slots.map(([slot, group]) =>
-        this.batches.decide(
+        this.batches.join(
           group.map((i) => requests[i]),
           charge,
           slot,
