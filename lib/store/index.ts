@@ -26,10 +26,16 @@
 
 /**
  * What a store implements (`RateLimitStore`, also the module's injection token), what it is
- * given (`RateLimitRequest`: a bucket key, a policy name, a `Rule`, a cost in tokens) and what it
- * answers (`RateLimitDecision`, seconds, made by `toDecision`).
+ * given (`RateLimitRequest`: a bucket key, a policy name, a `Rule`, a cost in tokens; and per
+ * call, `RateLimitCallOptions`: how long its caller waits) and what it answers
+ * (`RateLimitDecision`, seconds, made by `toDecision`).
  */
-export { type RateLimitDecision, type RateLimitRequest, RateLimitStore } from '../stores/rate-limit-store.interface.js';
+export {
+  type RateLimitCallOptions,
+  type RateLimitDecision,
+  type RateLimitRequest,
+  RateLimitStore,
+} from '../stores/rate-limit-store.interface.js';
 
 /**
  * The rule a bucket follows (`rps` tokens per second, `burst` tokens, optional `limit`, `blockMs`
@@ -104,6 +110,8 @@ export { RateLimitStoreError, type RateLimitStoreErrorReason, storeTimeout } fro
 /**
  * What a remote store puts in front of its server so a flood of refused requests costs no server
  * call each: `answer(requests)` from what the server refused before (expose it as the store's
- * `cached`), `charge(requests, send)` past it, `forgetting(keys, work)` around resets and refunds.
+ * `cached`), `charge(requests, send)` past it (as the store's `consume`: it does not look up
+ * again the array `answer` just had no answer for), `forgetting(keys, work)` around resets and
+ * refunds.
  */
 export { RefusalGate, type ServerAnswer } from '../stores/refusal-gate/index.js';

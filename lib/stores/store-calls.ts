@@ -4,7 +4,12 @@ import { CircuitBreaker } from '../utils/circuit-breaker.js';
 import { DeadlineQueue } from '../utils/deadline-queue.js';
 import { MemoryStore } from './memory/memory.store.js';
 import { RateLimitStoreError, storeTimeout } from './rate-limit-store.error.js';
-import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from './rate-limit-store.interface.js';
+import type {
+  RateLimitCallOptions,
+  RateLimitDecision,
+  RateLimitRequest,
+  RateLimitStore,
+} from './rate-limit-store.interface.js';
 import { storeClock } from './store-clock.js';
 
 /** Store failures in a row after which calls stop going to the store. */
@@ -61,6 +66,8 @@ export class StoreCalls {
   private local: MemoryStore | undefined;
   /** The in-process store's synchronous decisions, when it has them (see `RateLimitStore.decideNow`). */
   private readonly decideNow: RateLimitStore['decideNow'];
+  /** What a remote store's every call is told: the module's timeout. */
+  private readonly callOptions: RateLimitCallOptions;
 
   constructor(
     private readonly store: RateLimitStore,
@@ -68,6 +75,7 @@ export class StoreCalls {
     private readonly watcher: StoreCallWatcher = UNWATCHED,
   ) {
     this.deadlines = new DeadlineQueue(options.timeout);
+    this.callOptions = Object.freeze({ timeoutMs: options.timeout });
     this.decideNow = store.inProcess ? store.decideNow : undefined;
   }
 
@@ -162,8 +170,7 @@ export class StoreCalls {
     // what the store knows without asking its server: taken even while the breaker is open,
     // and no sign either way of the server's health (only real answers feed the breaker)
     const started = this.watcher.timed ? performance.now() : 0;
-    const asked = charge && this.store.cached !== undefined;
-    const known = asked ? this.store.cached!(requests) : undefined;
+    const known = charge ? this.store.cached?.(requests) : undefined;
     if (known !== undefined) {
       this.ended('cached', started);
       return known;
@@ -172,11 +179,12 @@ export class StoreCalls {
       this.ended('breaker_open', started);
       return this.fallback(requests, charge, new RateLimitStoreError(circuitOpen, { reason: 'breaker_open' }));
     }
-    const { timeout } = this.options;
     let decisions: RateLimitDecision[];
     try {
-      // told that `cached` was asked just now, the store does not ask its gate again
-      const call = charge ? this.store.consume(requests, timeout, asked) : this.store.peek(requests, timeout);
+      // the same array `cached` was just asked for: a refusal gate does not look it up again
+      const call = charge
+        ? this.store.consume(requests, this.callOptions)
+        : this.store.peek(requests, this.callOptions);
       decisions = await (this.store.timesCalls === true ? call : this.bounded(call));
     } catch (error) {
       const failure = storeError(error);

@@ -6,7 +6,12 @@ import { Deadlines } from '../../utils/deadline-queue.js';
 import { type Charge, takeCharge, toDecision } from '../decision.js';
 import { distinctRequests, spreadDecisions } from '../distinct-requests.js';
 import { storeTimeout } from '../rate-limit-store.error.js';
-import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from '../rate-limit-store.interface.js';
+import type {
+  RateLimitCallOptions,
+  RateLimitDecision,
+  RateLimitRequest,
+  RateLimitStore,
+} from '../rate-limit-store.interface.js';
 import { RefusalGate, type ServerAnswer } from '../refusal-gate/refusal-gate.js';
 import { type StoreClock, storeClock } from '../store-clock.js';
 import { groupBySlot, HASH_SLOTS } from './hash-slot.js';
@@ -72,16 +77,12 @@ export class RedisStore implements RateLimitStore {
     if (commandTimeout !== undefined) new Logger('RedisStore').warn(clientCommandTimeout(commandTimeout));
   }
 
-  consume(
-    requests: readonly RateLimitRequest[],
-    timeoutMs?: number,
-    cachedAsked?: boolean,
-  ): Promise<RateLimitDecision[]> {
-    return this.call(requests, true, timeoutMs, cachedAsked === true);
+  consume(requests: readonly RateLimitRequest[], options?: RateLimitCallOptions): Promise<RateLimitDecision[]> {
+    return this.call(requests, true, options?.timeoutMs);
   }
 
-  peek(requests: readonly RateLimitRequest[], timeoutMs?: number): Promise<RateLimitDecision[]> {
-    return this.call(requests, false, timeoutMs, false);
+  peek(requests: readonly RateLimitRequest[], options?: RateLimitCallOptions): Promise<RateLimitDecision[]> {
+    return this.call(requests, false, options?.timeoutMs);
   }
 
   /** Forgets these buckets, and every refusal remembered of them. */
@@ -110,8 +111,9 @@ export class RedisStore implements RateLimitStore {
 
   /**
    * The decisions for a charge that Redis would certainly refuse, from what it answered before
-   * (see `RefusalGate`), without a call; `undefined` when a call is needed. The module asks this
-   * before `consume`: such an answer takes no time and says nothing of Redis's health.
+   * (see `RefusalGate`), without a call; `undefined` when a call is needed, and `consume` of these
+   * very requests right after does not look again. The module asks this before `consume`: such an
+   * answer takes no time and says nothing of Redis's health.
    */
   cached(requests: readonly RateLimitRequest[]): RateLimitDecision[] | undefined {
     return this.gate?.answer(requests);
@@ -147,15 +149,15 @@ export class RedisStore implements RateLimitStore {
   }
 
   /**
-   * A charge goes through the gate, asked once (`asked`: the module asked it already, by `cached`);
-   * a look goes straight to Redis. Never throws: a bad request rejects this call alone, before it can
-   * join (and fail) a batch. A key given twice is decided once.
+   * A charge goes through the gate, which looks it up once (not again right after `cached`, for the
+   * same array; a call that repeats a key, which the module never makes, is looked up again as its
+   * distinct keys); a look goes straight to Redis. Never throws: a bad request rejects this call
+   * alone, before it can join (and fail) a batch. A key given twice is decided once.
    */
   private call(
     requests: readonly RateLimitRequest[],
     charge: boolean,
     timeoutMs: number | undefined,
-    asked: boolean,
   ): Promise<RateLimitDecision[]> {
     let distinct: ReturnType<typeof distinctRequests>;
     try {
@@ -165,7 +167,7 @@ export class RedisStore implements RateLimitStore {
     }
     if (distinct.positions) {
       const { positions } = distinct;
-      return this.call(distinct.requests, charge, timeoutMs, asked).then((decisions) =>
+      return this.call(distinct.requests, charge, timeoutMs).then((decisions) =>
         spreadDecisions(decisions, requests, positions),
       );
     }
@@ -175,10 +177,7 @@ export class RedisStore implements RateLimitStore {
       return this.send(requests, charge, timeoutMs).then(({ outcomes }) =>
         requests.map((request, i) => toDecision(request, outcomes[i])),
       );
-    const known = asked ? undefined : gate.answer(requests);
-    return known !== undefined
-      ? Promise.resolve(known)
-      : gate.charge(requests, () => this.send(requests, true, timeoutMs));
+    return gate.charge(requests, () => this.send(requests, true, timeoutMs));
   }
 
   /** Redis's answer for requests on distinct keys: one batched call, or one per hash slot of a Cluster. */
