@@ -10,8 +10,9 @@
  *    says a refusal starts a block; each written key may be dropped at
  *    `expiryAfter(state.at, outcome.fullMs)` (then it is the same as an absent key);
  * 4. answer `toDecision(request, outcome)` per request (`spreadDecisions` for repeated keys).
- * A refund is `takeCharge(decision)` and the model's `refund`; a store that cannot decide throws
- * `RateLimitStoreError`, never for "limited". The shared case tables hold such a store to it.
+ * A refund is `takeCharge(decision)` and the model's `refund` (`restoreCharge` when it failed, so
+ * that refunding again tries again); a store that cannot decide throws `RateLimitStoreError`,
+ * never for "limited". The shared case tables hold such a store to it.
  *
  * @example
  * const { requests, positions } = distinctRequests(given, 'MyStore.consume');
@@ -75,10 +76,11 @@ export { tokenBucket, type TokenBucketState } from '../algorithms/token-bucket.j
 /**
  * `toDecision(request, outcome)` turns an outcome into the public decision, the same for every
  * store, and records on an admitted one what it charged and when (`outcome.at`, the store's
- * clock). `takeCharge(decision)` hands that record (`Charge`) to the store's `refund`, once.
- * `limitOf(rule)` is the `limit` a decision shows.
+ * clock). `takeCharge(decision)` hands that record (`Charge`) to the store's `refund`, once;
+ * `restoreCharge(decision, charge)` puts it back when that refund failed, so the next one tries
+ * again. `limitOf(rule)` is the `limit` a decision shows.
  */
-export { type Charge, limitOf, takeCharge, toDecision } from '../stores/decision.js';
+export { type Charge, limitOf, restoreCharge, takeCharge, toDecision } from '../stores/decision.js';
 
 /**
  * The checks every store runs on a call before it reads anything: `distinctRequests` rejects a

@@ -154,10 +154,14 @@ export interface RateLimitStore {
    * the ones this store's `consume` returned for it. Every policy's cost goes back into its
    * bucket as far as the charge still counts (a window that has ended since keeps nothing to
    * give back) and never past full; a request some policy refused took nothing and gets nothing.
-   * A decision is given back at most once: refunded again (alone or among others), it gives
-   * nothing, even when its first refund failed. The store finds what each decision took and when
+   * A decision is given back once: refunded again after a refund that gave it back (alone or among
+   * others), it gives nothing. A refund that rejects (its server out of reach) leaves what it could
+   * not give back on its decisions, so that refunding the same decisions again tries again; one
+   * made in parts (a hash slot each, on a Redis Cluster) leaves only the parts that failed. A
+   * refund whose reply was lost after the server ran it (a connection cut on the way back) looks
+   * failed, and refunded again, gives back twice. The store finds what each decision took and when
    * by the decision object itself (the built-in stores keep that beside each decision they return,
-   * and a refund takes it), so the decision's shape stays public.
+   * a refund takes it and one that failed puts it back), so the decision's shape stays public.
    *
    * The module calls it when a client goes away while its request waits its `leaky_bucket`
    * turn, and for requests still waiting at shutdown. Optional: without it, those charges stay

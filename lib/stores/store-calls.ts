@@ -148,16 +148,35 @@ export class StoreCalls {
 
   /**
    * Gives back what `decisions` took, in the store that took it, within the timeout. Never
-   * rejects: a failed refund leaves the charge taken.
+   * rejects: a refund that failed or took too long is given up (one that failed leaves its charges
+   * on the decisions, for `release` to give back).
    */
   async refund(decisions: readonly RateLimitDecision[]): Promise<void> {
-    const store =
-      this.local !== undefined && decisions.some((decision) => this.localDecisions.has(decision))
-        ? this.local
-        : this.store;
+    const store = this.storeOf(decisions);
     if (store.refund === undefined) return;
     if (store.inProcess) return store.refund(decisions);
     await this.bounded(store.refund(decisions)).catch(() => undefined);
+  }
+
+  /**
+   * Gives back what `decisions` took, in the store that took it, for a caller that retries until
+   * it is given back (the engine): resolves once it is, or when there was nothing to give (given
+   * back already, or by a refund still on its way); rejects when the store's refund failed, which
+   * leaves the charges it could not give back on their decisions, so that releasing them again
+   * tries again. Not bounded by `timeout`: a refund given up there is still on its way with the
+   * charges, so a retry would find nothing to give while that refund could yet fail; a retry must
+   * follow only a refund that has settled as failed.
+   *
+   * @throws RateLimitStoreError when the store's refund failed
+   */
+  async release(decisions: readonly RateLimitDecision[]): Promise<void> {
+    const store = this.storeOf(decisions);
+    if (store.refund === undefined) return;
+    try {
+      await store.refund(decisions);
+    } catch (error) {
+      throw storeError(error);
+    }
   }
 
   /** Stops the deadline timer and the local limiter; the store is closed by whoever opened it. */
@@ -217,6 +236,13 @@ export class StoreCalls {
     const decisions = this.local.decideSync(requests, charge);
     for (const decision of decisions) this.localDecisions.add(decision);
     return decisions;
+  }
+
+  /** The store that made `decisions`: the local limiter for those it made (failMode 'local'), else the module's. */
+  private storeOf(decisions: readonly RateLimitDecision[]): RateLimitStore {
+    return this.local !== undefined && decisions.some((decision) => this.localDecisions.has(decision))
+      ? this.local
+      : this.store;
   }
 
   /** Tells the watcher, if it times calls, how the call that started at `started` ended. */

@@ -3,7 +3,7 @@ import type { Cluster, Redis } from 'ioredis';
 import type { Outcome } from '../../algorithms/algorithm.types.js';
 import { clientCommandTimeout } from '../../rate-limit.messages.js';
 import { Deadlines } from '../../utils/deadline-queue.js';
-import { type Charge, takeCharge, toDecision } from '../decision.js';
+import { type Charge, restoreCharge, takeCharge, toDecision } from '../decision.js';
 import { distinctRequests, spreadDecisions } from '../distinct-requests.js';
 import { storeTimeout } from '../rate-limit-store.error.js';
 import type {
@@ -122,25 +122,38 @@ export class RedisStore implements RateLimitStore {
   /**
    * Gives back what `consume` took for these decisions (see `RateLimitStore.refund`): one refund
    * script call per hash slot, in parallel. Refusals remembered for those keys are forgotten at
-   * once and again afterwards: the buckets now admit sooner than they said.
+   * once and again afterwards: the buckets now admit sooner than they said. Settles once every
+   * call has; when one failed, it rejects with its error, and the charges of the slots whose calls
+   * failed are back on their decisions, to be given back by the next refund of them.
    */
   async refund(decisions: readonly RateLimitDecision[]): Promise<void> {
     // a request some policy refused took nothing (what another hash slot charged went back then)
     if (!decisions.every((decision) => decision.allowed)) return;
-    const charges = decisions.map(takeCharge).filter((charge): charge is Charge => charge !== undefined);
-    if (charges.length === 0) return;
-    const keys = charges.map((charge) => charge.request.key);
-    const groups = groupBySlot(keys, this.cluster);
-    await this.forgetting(keys, () =>
-      Promise.all(
-        [...groups.values()].map((group) =>
+    const taken: { decision: RateLimitDecision; charge: Charge }[] = [];
+    for (const decision of decisions) {
+      const charge = takeCharge(decision);
+      if (charge !== undefined) taken.push({ decision, charge });
+    }
+    if (taken.length === 0) return;
+    const keys = taken.map(({ charge }) => charge.request.key);
+    const groups = [...groupBySlot(keys, this.cluster).values()];
+    const settled = await this.forgetting(keys, () =>
+      Promise.allSettled(
+        groups.map((group) =>
           this.scripts.refund(
-            group.map((i) => charges[i].request),
-            group.map((i) => charges[i].at),
+            group.map((i) => taken[i].charge.request),
+            group.map((i) => taken[i].charge.at),
           ),
         ),
       ),
     );
+    let failure: PromiseRejectedResult | undefined;
+    settled.forEach((result, k) => {
+      if (result.status === 'fulfilled') return;
+      failure ??= result;
+      for (const i of groups[k]) restoreCharge(taken[i].decision, taken[i].charge);
+    });
+    if (failure !== undefined) throw failure.reason;
   }
 
   /** Runs a reset or a refund of `keys` (`undefined`: of all) with the gate forgetting them around it. */
