@@ -66,7 +66,7 @@ export class StoreCalls {
   private local: MemoryStore | undefined;
   /** The in-process store's synchronous decisions, when it has them (see `RateLimitStore.decideNow`). */
   private readonly decideNow: RateLimitStore['decideNow'];
-  /** What a remote store's every call is told: the module's timeout. */
+  /** What a remote store's every call is told, the module's timeout: frozen, as every call shares it. */
   private readonly callOptions: RateLimitCallOptions;
 
   constructor(

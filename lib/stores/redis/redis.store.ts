@@ -148,11 +148,11 @@ export class RedisStore implements RateLimitStore {
       ),
     );
     let failure: PromiseRejectedResult | undefined;
-    settled.forEach((result, k) => {
-      if (result.status === 'fulfilled') return;
+    for (const [k, result] of settled.entries()) {
+      if (result.status === 'fulfilled') continue;
       failure ??= result;
       for (const i of groups[k]) restoreCharge(taken[i].decision, taken[i].charge);
-    });
+    }
     if (failure !== undefined) throw failure.reason;
   }
 

@@ -22,13 +22,12 @@ export interface ServerAnswer {
  * and waiting for those calls in a flood. It knows requests, keys, outcomes and the local clock,
  * nothing of the server.
  *
- * A charge is looked up once (`answer`); when it has no answer, `charge` sends it past the gate (or
- * lets it wait for the calls already on its buckets) and remembers what the server said. The
- * module asks `answer` itself, through `RateLimitStore.cached`, before its circuit breaker, and then
- * calls the store's `consume` with the same requests: the gate remembers the requests it just had
- * no answer for, and `charge` does not look them up again. An answer from here is taken while the
- * server is down, and says nothing of its health. Looks (`peek`) go straight to the server. Resets
- * and refunds forget what is remembered of their keys (`forgetting`).
+ * A charge is looked up once; when it has no answer, `charge` sends it past the gate (or lets it
+ * wait for the calls already on its buckets) and remembers what the server said. The module looks
+ * it up itself (`answer`, through `RateLimitStore.cached`) before its circuit breaker, then calls
+ * `consume` with the same array, which `charge` does not look up again. An answer from here is
+ * taken while the server is down, and says nothing of its health. Looks (`peek`) go straight to
+ * the server. Resets and refunds forget what is remembered of their keys (`forgetting`).
  *
  * @example
  * const gate = new RefusalGate(() => performance.now());
@@ -54,8 +53,8 @@ export class RefusalGate {
 
   /**
    * The decisions for a charge that the server would certainly refuse, from what it answered
-   * before; `undefined` when the charge must go past the gate (`charge`), which then, for these
-   * very requests in this turn of the event loop, does not look them up again. Charges nothing.
+   * before; `undefined` when the charge must go past the gate (`charge`, which then does not look
+   * up this very array again in this turn of the event loop). Charges nothing.
    */
   answer(requests: readonly RateLimitRequest[]): RateLimitDecision[] | undefined {
     const known = this.lookup(requests);
@@ -67,12 +66,13 @@ export class RefusalGate {
   }
 
   /**
-   * A charge on distinct keys: its answer from here (`answer`) unless `answer` just had none for
-   * this very array, else past the gate. In a flood on its buckets (a key refused up to a second
-   * ago, or about to run out, and calls on it on their way), it waits for those calls once rather
-   * than sending its own: their answers come sooner than its own would, and usually leave nothing
-   * for it. Then it looks again with the others that waited: those the buckets can hold go to the
-   * server together, the rest are refused here. What `send` answers is remembered.
+   * A charge on distinct keys: answered from here when the server would certainly refuse it (not
+   * looked up again when `answer` just had no answer for this very array), else sent past the
+   * gate. In a flood on its buckets (a key refused up to a second ago, or about to run out, and
+   * calls on it on their way), it waits for those calls once rather than sending its own: their
+   * answers come sooner than its own would, and usually leave nothing for it. Then it looks again
+   * with the others that waited: those the buckets can hold go to the server together, the rest
+   * are refused here. What `send` answers is remembered.
    *
    * @param send the call to the server; the gate calls it at most once, right away or after the wait
    * @throws what `send` fails with; after a wait, what a call it waited for failed with (the server
