@@ -396,7 +396,7 @@ function ruleOf(algorithm: Algorithm): RateLimitRequest['rule'] {
 async function consumeAll(store: RedisStore, keys: readonly string[], algorithm: Algorithm): Promise<void> {
   const rule = ruleOf(algorithm);
   const decisions = await Promise.all(
-    keys.map((key) => store.consume([{ key, policy: 'bench', rule, cost: 1 }], CALLER_TIMEOUT_MS)),
+    keys.map((key) => store.consume([{ key, policy: 'bench', rule, cost: 1 }], { timeoutMs: CALLER_TIMEOUT_MS })),
   );
   if (!decisions.every(([decision]) => decision.allowed))
     throw new Error(`a recorded ${algorithm} call was refused, where every decision should be admitted`);
@@ -570,10 +570,9 @@ async function releaseIr(context: BenchContext, dir: string): Promise<Figure> {
     try {
       const rule = ruleOf('concurrency');
       for (let i = 0; i < RELEASES; i++) {
-        const decisions = await store.consume(
-          [{ key: `rl:bench:release:${i}`, policy: 'bench', rule, cost: 1 }],
-          CALLER_TIMEOUT_MS,
-        );
+        const decisions = await store.consume([{ key: `rl:bench:release:${i}`, policy: 'bench', rule, cost: 1 }], {
+          timeoutMs: CALLER_TIMEOUT_MS,
+        });
         if (!decisions[0].allowed) throw new Error('a concurrency slot for the release count was refused');
         if (release) await store.refund(decisions);
       }

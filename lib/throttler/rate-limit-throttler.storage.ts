@@ -155,7 +155,7 @@ export class RateLimitThrottlerStorage implements ThrottlerStorage, OnApplicatio
     const { calls } = await this.opened;
     let decisions: RateLimitDecision[];
     try {
-      decisions = await calls.decide(requests, true);
+      decisions = await calls.consume(requests);
     } catch (error) {
       if (!(error instanceof RateLimitStoreError)) throw error;
       if (this.failMode === 'closed') throw new RateLimitUnavailableException(error);
