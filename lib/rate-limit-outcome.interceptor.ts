@@ -7,8 +7,8 @@ import {
   Optional,
 } from '@nestjs/common';
 import { finalize, from, mergeMap, type Observable, tap } from 'rxjs';
-import type { RateLimitContext } from './contexts/rate-limit-context.js';
 import { RateLimitContexts } from './contexts/rate-limit-contexts.js';
+import type { AfterGuards } from './limiter/limited-call.js';
 import { RateLimiter } from './limiter/rate-limiter.js';
 
 /**
@@ -33,20 +33,43 @@ export class RateLimitOutcomeInterceptor implements NestInterceptor {
     const seam = this.contexts?.for(context.getType());
     if (seam === undefined || this.limiter === undefined) return next.handle();
     const deferred = this.limiter.deferred(seam, context);
-    if (deferred === undefined) return this.watch(seam, context, next);
-    return from(Promise.resolve(deferred.limitAfterGuards(context))).pipe(
-      mergeMap(() => this.watch(seam, context, next)),
+    return deferred === undefined ? this.watch(context, next) : this.decideThenWatch(deferred, context, next);
+  }
+
+  /**
+   * Has `guard` limit the request from here, after every guard, then watches its handler. Dropped
+   * before the verdict came (its client gone, which tears a gateway message's pipeline down), what
+   * the verdict admitted ends with it, as a failure, as soon as it lands.
+   */
+  decideThenWatch(guard: AfterGuards, context: ExecutionContext, next: CallHandler): Observable<unknown> {
+    const decided = Promise.resolve(guard.limitAfterGuards(context));
+    let watching = false;
+    return from(decided).pipe(
+      mergeMap(() => ((watching = true), this.watch(context, next))),
+      finalize(() => {
+        if (!watching)
+          void decided.then(
+            () => this.outcome(context)?.(false),
+            () => undefined,
+          );
+      }),
     );
   }
 
   /** The handler's observable, its outcome told to the engine when it completes, fails or is dropped. */
-  private watch(seam: RateLimitContext, context: ExecutionContext, next: CallHandler): Observable<unknown> {
-    const ended = this.limiter!.outcome(seam, context);
+  private watch(context: ExecutionContext, next: CallHandler): Observable<unknown> {
+    const ended = this.outcome(context);
     if (ended === undefined) return next.handle();
     let completed = false;
     return next.handle().pipe(
       tap({ complete: () => (completed = true) }),
       finalize(() => ended(completed)),
     );
+  }
+
+  /** What the handler's outcome settles for the request of `context` (see `RateLimiter.outcome`); its seam is loaded by now. */
+  private outcome(context: ExecutionContext): ((completed: boolean) => void) | undefined {
+    const seam = this.contexts?.for(context.getType());
+    return seam === undefined ? undefined : this.limiter?.outcome(seam, context);
   }
 }

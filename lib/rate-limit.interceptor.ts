@@ -17,8 +17,7 @@ export class RateLimitInterceptor implements NestInterceptor {
     private readonly outcomes: RateLimitOutcomeInterceptor,
   ) {}
 
-  async intercept(context: ExecutionContext, next: CallHandler): Promise<Observable<unknown>> {
-    await this.guard.limitAfterGuards(context);
-    return this.outcomes.intercept(context, next);
+  intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
+    return this.outcomes.decideThenWatch(this.guard, context, next);
   }
 }
