@@ -5,7 +5,8 @@
  *
  * - HTTP (Express, Fastify): a client that hangs up while the guard still decides, its key
  *   function pending or Redis's answer held back (a gate between the app and Redis,
- *   `test/support/gate-proxy.ts`);
+ *   `test/support/gate-proxy.ts`); a release that meets Redis cut off is tried again until Redis is
+ *   back;
  * - TCP messages: one refused by a guard that runs after the module's, or answered by a global
  *   interceptor from its cache without its handler, takes no slot;
  * - GraphQL (Apollo): a field a later guard refuses gives its slot back with its response; a
@@ -15,11 +16,17 @@
  * handler entered, a response closed, a release landed: `watchReleases`), never for time.
  */
 import { randomUUID } from 'node:crypto';
+import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import { once } from 'node:events';
 import { request } from 'node:http';
 import { Module } from '@nestjs/common';
 import { Redis } from 'ioredis';
-import { RateLimitModule, type RateLimitModuleOptions, RedisStore } from '../../lib/index.js';
+import {
+  RateLimitModule,
+  type RateLimitModuleOptions,
+  type RateLimitReleaseEvent,
+  RedisStore,
+} from '../../lib/index.js';
 import { ADAPTERS, read, startApp, type TestApp } from '../support/app.js';
 import {
   type GraphqlAnswer,
@@ -98,6 +105,19 @@ function hangingGet(url: string, path: string, headers: Record<string, string>) 
 
 /** The redis-server's port, for a gate in front of it. */
 const redisPort = (): number => Number(new URL(testRedisUrl()).port);
+
+/** The first release of a slot the store failed (`nestjs-ratelimit:release`, outcome `failed`). */
+function releaseFails(): Promise<RateLimitReleaseEvent> {
+  return new Promise((resolve) => {
+    const heard = (message: unknown): void => {
+      const event = message as RateLimitReleaseEvent;
+      if (event.outcome !== 'failed') return;
+      unsubscribe('nestjs-ratelimit:release', heard);
+      resolve(event);
+    };
+    subscribe('nestjs-ratelimit:release', heard);
+  });
+}
 
 describe.each(ADAPTERS)('request ends on %s', (adapter) => {
   /** Starts `OneSlotController` under the store of `options`; a key function or Redis may keep the guard 10 s. */
@@ -179,6 +199,22 @@ describe.each(ADAPTERS)('request ends on %s', (adapter) => {
       const released = releases.count;
       gate.hold();
       await hangUpWhileDeciding(http, key, false);
+      gate.open();
+      await releases.released(released + 1);
+      expect(await nextRequests(http, releases, key, 3)).toEqual([200, 200, 200]);
+    });
+
+    it('a release that meets Redis cut off is tried again until Redis is back: the slot is free then, and the next 3 requests are admitted', async () => {
+      const key = newClient();
+      const id = newId();
+      const released = releases.count;
+      const answer = http.get(`/exports/held?id=${id}`, { 'x-client': key });
+      await holds.entered(id);
+      gate.cut();
+      const failed = releaseFails();
+      holds.end(id);
+      expect((await answer).status).toBe(200);
+      expect(await failed).toMatchObject({ policies: ['exports'], outcome: 'failed' });
       gate.open();
       await releases.released(released + 1);
       expect(await nextRequests(http, releases, key, 3)).toEqual([200, 200, 200]);
