@@ -133,9 +133,9 @@ describe.each(ADAPTERS)('request ends on %s', (adapter) => {
     oneByOne(count, async () => (await read(await http.get('/exports', { 'x-client': client }))).status, 200, releases);
 
   /**
-   * Sends a request of `client` named `id` (its key answered later when `later`), and hangs up
-   * once the guard has asked its key, and its server has seen it close: what the test holds
-   * (the key function's answer, Redis's) keeps the verdict until then. Resolves with the key.
+   * Sends a request of `client` (its key answered by the test when `later`), and hangs up once
+   * the guard has asked its key; resolves once its server has seen it close, with what the guard
+   * asked. What the test holds (the key function's answer, Redis's) keeps the verdict until then.
    */
   async function hangUpWhileDeciding(http: TestApp, client: string, later: boolean) {
     const id = newId();

@@ -29,9 +29,10 @@ import { type GraphqlAnswer, holds } from './concurrency-apps.js';
  * The harness of `test/e2e/request-ends.e2e-spec.ts`: routes under one `concurrency` slot per
  * client (`oneSlot`) whose requests end in the ways the engine must hear of: an HTTP client that
  * hangs up while the guard still decides (its key function answers when the test says,
- * `askedKeys`), a TCP message a later guard refuses (`RefuseFlagged`) or a global interceptor
- * answers from its cache (`AnswersFromCache`), a GraphQL field a later guard refuses, and a
- * GraphQL operation under a module-wide slot whose second field is held (`holds`).
+ * `askedKeys`), an HTTP request held until the test ends it (`holds`) while Redis is cut off, a
+ * TCP message a later guard refuses (`RefuseFlagged`) or a global interceptor answers from its
+ * cache (`AnswersFromCache`), a GraphQL field a later guard refuses, and a GraphQL operation under
+ * a module-wide slot whose second field is held.
  */
 
 /** The policy under test, keyed by `key`: one request in flight per client; a slot not given back is reclaimed after 5 minutes. */
