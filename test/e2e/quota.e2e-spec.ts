@@ -37,6 +37,20 @@ const MONTHLY: RateLimitPolicy = {
   key: 'api-key',
 };
 
+/**
+ * Three a month in Berlin, from the anchor `x-anchor` gives as a number: one no period can start
+ * from in Berlin (`-1e300`, `1e308`; `8.64e15`, the last instant a `Date` holds, is past it there).
+ */
+const FAR_ANCHORED: RateLimitPolicy = {
+  name: 'far-anchored',
+  algorithm: 'quota',
+  limit: 3,
+  period: 'month',
+  timeZone: 'Europe/Berlin',
+  key: 'api-key',
+  anchor: (_context, request) => Number(request.headers['x-anchor']),
+};
+
 /** A customer's billing date: its months start on the 31st, 10:00 UTC (the last day of shorter months). */
 const BILLED_FROM = '2026-01-31T10:00:00Z';
 
@@ -86,6 +100,12 @@ class QuotaController {
   @RateLimit({ name: 'plan', algorithm: 'quota', limit: 2, period: 'month', anchor: anchorOf, key: 'api-key' })
   @Get('plan')
   plan() {
+    return { ok: true };
+  }
+
+  @RateLimit(FAR_ANCHORED)
+  @Get('far-anchored')
+  farAnchored() {
     return { ok: true };
   }
 
@@ -190,7 +210,8 @@ describe.each(STORES)('quotas on Express, %s', (storeName, makeStore) => {
         return;
       }
       expect(warnings).toHaveLength(1);
-      for (const name of ['monthly', 'daily', 'plan', 'berlin', 'new-york']) expect(warnings[0]).toContain(`"${name}"`);
+      for (const name of ['monthly', 'daily', 'plan', 'far-anchored', 'berlin', 'new-york'])
+        expect(warnings[0]).toContain(`"${name}"`);
     },
   );
 
@@ -339,6 +360,39 @@ describe.each(STORES)('quotas on Express, %s', (storeName, makeStore) => {
         `"plan";q=2;w=${31 * DAY_S}`,
         `"plan";r=1;t=${31 * DAY_S}`,
       ]);
+    },
+  );
+
+  it.each(['-1e300', '1e308', '8.64e15'])(
+    "counts Berlin's calendar months when the anchor is %s, from which no period starts there: 3 a month, headers without NaN, and usage() agrees",
+    async (anchor) => {
+      const apiKey = newKey();
+      const as = { 'x-anchor': anchor };
+      // February in Berlin: Jan 31, 23:00 to Feb 28, 23:00 UTC, 13 days 23 hours of it left
+      at('2026-02-15T00:00:00Z');
+      const policy = `"far-anchored";q=3;w=${28 * DAY_S}`;
+      const left = 13 * DAY_S + 23 * 3600;
+      expect(await request('far-anchored', apiKey, as)).toEqual([
+        200,
+        undefined,
+        policy,
+        `"far-anchored";r=2;t=${left}`,
+      ]);
+      expect(await statuses('far-anchored', apiKey, 2, as)).toEqual([200, 200]);
+      expect(await request('far-anchored', apiKey, as)).toEqual([
+        429,
+        String(left),
+        policy,
+        `"far-anchored";r=0;t=${left}`,
+      ]);
+      expect(await statuses('far-anchored', apiKey, 1, as)).toEqual([429]);
+      expect(await limiter.usage(`api-key:${apiKey}`, { ...FAR_ANCHORED, anchor: () => Number(anchor) })).toEqual({
+        used: 3,
+        limit: 3,
+        remaining: 0,
+        resetsAt: new Date('2026-02-28T23:00:00Z'),
+        source: 'store',
+      });
     },
   );
 
