@@ -1,6 +1,6 @@
 /**
  * redis-ir: the user-space instructions (Ir) `redis-server` runs per decision, counted by
- * `valgrind --tool=callgrind` (the recipe of /work/shared/perf/README.md). Unlike time, a count
+ * `valgrind --tool=callgrind` (the recipe: docs/instruction-meter.md). Unlike time, a count
  * does not move with whoever else shares the machine, so it can be compared run to run.
  *
  * What is replayed is the very call the contender sends, never a re-encoding of it: an ioredis
@@ -121,7 +121,7 @@ const RELEASES = 1000;
 const ALGORITHM_RATIO_TARGET: Target = { op: '<=', value: 1.5 };
 
 /**
- * The lean reference of the shared README: one SET per distinct key, an integer TAT in ms, the
+ * The lean reference (docs/instruction-meter.md): one SET per distinct key, an integer TAT in ms, the
  * rule once per call. A floor to measure against, not a design: ARGV[1] is the emission
  * interval T, ms; ARGV[2] the tolerance τ = (burst - 1) * T, ms.
  */
@@ -396,7 +396,7 @@ function ruleOf(algorithm: Algorithm): RateLimitRequest['rule'] {
 async function consumeAll(store: RedisStore, keys: readonly string[], algorithm: Algorithm): Promise<void> {
   const rule = ruleOf(algorithm);
   const decisions = await Promise.all(
-    keys.map((key) => store.consume([{ key, policy: 'bench', rule, cost: 1 }], CALLER_TIMEOUT_MS)),
+    keys.map((key) => store.consume([{ key, policy: 'bench', rule, cost: 1 }], { timeoutMs: CALLER_TIMEOUT_MS })),
   );
   if (!decisions.every(([decision]) => decision.allowed))
     throw new Error(`a recorded ${algorithm} call was refused, where every decision should be admitted`);
@@ -570,10 +570,9 @@ async function releaseIr(context: BenchContext, dir: string): Promise<Figure> {
     try {
       const rule = ruleOf('concurrency');
       for (let i = 0; i < RELEASES; i++) {
-        const decisions = await store.consume(
-          [{ key: `rl:bench:release:${i}`, policy: 'bench', rule, cost: 1 }],
-          CALLER_TIMEOUT_MS,
-        );
+        const decisions = await store.consume([{ key: `rl:bench:release:${i}`, policy: 'bench', rule, cost: 1 }], {
+          timeoutMs: CALLER_TIMEOUT_MS,
+        });
         if (!decisions[0].allowed) throw new Error('a concurrency slot for the release count was refused');
         if (release) await store.refund(decisions);
       }

@@ -28,5 +28,10 @@ export { RateLimiterService } from './rate-limiter.service.js';
 export type { RoutePolicy, RouteTier, RouteTiers } from './routes/route-policy.js';
 export { MemoryStore, type MemoryStoreOptions } from './stores/memory/memory.store.js';
 export { RateLimitStoreError, type RateLimitStoreErrorReason } from './stores/rate-limit-store.error.js';
-export { type RateLimitDecision, type RateLimitRequest, RateLimitStore } from './stores/rate-limit-store.interface.js';
+export {
+  type RateLimitCallOptions,
+  type RateLimitDecision,
+  type RateLimitRequest,
+  RateLimitStore,
+} from './stores/rate-limit-store.interface.js';
 export { RedisStore, type RedisStoreClock, type RedisStoreOptions } from './stores/redis/redis.store.js';

@@ -65,17 +65,13 @@ export class RateLimitGuard implements CanActivate {
   private charge(call: LimitedCall, holder: object, policies: readonly RoutePolicy[], after: Answer): Answer {
     if (policies.length === 0) return after;
     const fresh = uncharged(holder, policies);
-    const run = (): Answer => fresh.length === 0 || this.decide(call, holder, fresh);
+    const run = (): Answer => fresh.length === 0 || this.admit(call, holder, fresh);
     return charged(holder, policies, fresh, after === true ? run() : Promise.resolve(after).then((ok) => ok && run()));
   }
 
-  private decide(call: LimitedCall, holder: object, policies: readonly RoutePolicy[]): Answer {
-    let verdict: ReturnType<RateLimiter['limit']>;
-    try {
-      verdict = this.limiter.limit(call, policies, this.hooks);
-    } catch (error) {
-      return Promise.reject(error); // a key or cost source that threw: rejected, as by an async guard
-    }
+  /** Admits the run under `policies` (charged on `holder`), or refuses it, as the engine decides. */
+  private admit(call: LimitedCall, holder: object, policies: readonly RoutePolicy[]): Answer {
+    const verdict = this.limiter.limit(call, policies, this.hooks);
     if (verdict === undefined) return true;
     if (!(verdict instanceof Promise)) return this.answer(call, holder, verdict);
     return verdict.then(

@@ -102,6 +102,18 @@ export function invalidSkip(where: string, name: unknown): string {
   return `Invalid @SkipRateLimit on ${where}: policy names must be non-empty strings, got ${show(name)}`;
 }
 
+/**
+ * A policy that holds a slot per request in flight (`concurrency`) on a GraphQL subscription's own
+ * handler: a subscription is limited neither when it starts nor per event, so it would hold none.
+ */
+export function slotOnSubscription(name: string): string {
+  return (
+    `policy "${name}" holds a slot while a request is in flight, but this handler is a GraphQL subscription, which ` +
+    `is limited at no point of its life (neither when it starts nor per event): it would hold nothing; limit the ` +
+    `query or mutation that leads to it, or the gateway that carries its events`
+  );
+}
+
 /** Logged at start for a `@SkipRateLimit` name that matches none of the policies where it stands. */
 export function unknownSkip(where: string, name: string, names: readonly string[]): string {
   const known = names.length === 0 ? 'none' : names.map((n) => JSON.stringify(n)).join(', ');
@@ -685,4 +697,26 @@ export function invalidSimulateArgument(flag: string, value: unknown, expected: 
 /** A key function whose promise did not settle within `timeout`: `failMode` answered for the request. */
 export function keyTimedOut(timeoutMs: number): string {
   return `A rate-limit key function did not answer within ${timeoutMs} ms: the request was answered as failMode says`;
+}
+
+// nestjs-ratelimit/throttler
+
+/** @nestjs/throttler's refusal message (its `throttlerMessage`), when `errorMessage` does not say otherwise. */
+export const throttlerMessage = 'ThrottlerException: Too Many Requests';
+
+/** A throttler's `limit`, `ttl` or `blockDuration` that resolved to no number (`ThrottlerGuard`). */
+export function invalidThrottlerValue(option: string, throttler: string, value: unknown): string {
+  return `Invalid "${option}" for the "${throttler}" throttler: expected a number, got ${show(value)}.`;
+}
+
+/** Logged at start by a `ThrottlerGuard` whose module declares no throttler. */
+export const noThrottlers = 'ThrottlerModule has no throttlers: no request is limited. Give forRoot() at least one.';
+
+/** `ThrottlerModule.forRootAsync` options that give none of the three ways to make the options. */
+export const throttlerAsyncOptionsMissing =
+  'ThrottlerModule.forRootAsync: give one of useFactory, useClass or useExisting';
+
+/** A `RateLimitThrottlerStorage` option that does not hold, in the words the module's own options use. */
+export function invalidThrottlerStorageOption(option: string, value: unknown, expected: string): string {
+  return `Invalid RateLimitThrottlerStorage option "${option}": must be ${expected}, got ${show(value)}`;
 }

@@ -156,7 +156,10 @@ function replayInMemory(trace: readonly Arrival[], rule: Rule): Replay {
   let maxDelayMs = 0;
   trace.forEach(({ at, client }, i) => {
     now = EPOCH + at;
-    const [decision] = store.decide([{ key: keyOf(rule.algorithm, client), policy: 'compare', rule, cost: 1 }], true);
+    const [decision] = store.decideSync(
+      [{ key: keyOf(rule.algorithm, client), policy: 'compare', rule, cost: 1 }],
+      true,
+    );
     allowed[i] = decision.allowed ? 1 : 0;
     maxDelayMs = Math.max(maxDelayMs, decision.delay * 1000);
   });

@@ -41,8 +41,8 @@ export interface Verdict<State extends Held = Held> {
 /**
  * Decides one request against several policies of any algorithms, all-or-nothing: the request
  * is admitted only when every policy admits it, and only then is any bucket charged. With
- * `charge` false it only looks (peek). The Redis script (`decide.lua.ts` beside it) runs the
- * same two passes in one atomic call.
+ * `charge` false it only looks (peek). The Redis store's script (`stores/redis/decide.lua.ts`)
+ * runs the same two passes in one atomic call.
  *
  * A refused request takes no tokens, but a policy with a block (`Rule.blockMs`) that refuses it
  * itself starts its block then: not one that admitted it while another refused (its client did

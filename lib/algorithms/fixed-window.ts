@@ -101,4 +101,5 @@ export const FIXED_WINDOW: AlgorithmDescriptor<FixedWindowState> = {
   regain: 'window',
   scaledBy: 'limit',
   anchor: 'first-request',
+  flatArgs: ['limit'],
 };

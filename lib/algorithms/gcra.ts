@@ -89,4 +89,5 @@ export const GCRA: AlgorithmDescriptor<GcraState> = {
   tag: 'gcra',
   regain: 'rps',
   scaledBy: 'rps',
+  flatArgs: [],
 };

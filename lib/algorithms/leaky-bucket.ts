@@ -31,4 +31,5 @@ export const LEAKY_BUCKET: AlgorithmDescriptor<LeakyBucketState> = {
   tag: 'lb',
   regain: 'rps',
   scaledBy: 'rps',
+  flatArgs: [],
 };

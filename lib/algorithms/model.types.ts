@@ -113,8 +113,9 @@ export interface Held {
  * An algorithm as a set of pure functions of its stored state. No I/O and no clock reads:
  * `now` is always a parameter (integer milliseconds). A store decides a request against
  * several policies in two passes (see `decideAll`), which is what makes a refusal take
- * nothing from any bucket. Each model is mirrored function for function by a Lua script in
- * `stores/redis/`, so the memory and Redis stores decide alike.
+ * nothing from any bucket. Each model has a Lua mirror beside it (`<name>.lua.ts`), function for
+ * function, which the Redis store's scripts assemble (`stores/redis/models.lua.ts`), so the memory
+ * and Redis stores decide alike.
  */
 export interface AlgorithmModel<State extends Held> {
   /** The state as of `now` (refilled or expired, clock-safe). `undefined` is a key never seen or expired. */
@@ -171,9 +172,9 @@ export type Regain = 'rps' | 'window' | 'log' | 'release';
 
 /**
  * Everything particular to one algorithm, in one place: the registry (`registry.ts`) collects one
- * per algorithm, and every store and check reads what it needs from there. Its Lua mirror is the
- * one part that cannot be here (this layer imports no store): `models.lua.ts` beside it lists
- * those, keyed by the same names, and the compiler refuses a missing one.
+ * per algorithm, and every store and check reads what it needs from there. Its Lua mirror is here
+ * too (`lua`, from `<name>.lua.ts` beside its model): the Redis store's scripts assemble the
+ * mirrors from the registry (`stores/redis/models.lua.ts`), so none can be missing.
  *
  * @example
  * export const TOKEN_BUCKET: AlgorithmDescriptor<TokenBucketState> = {
@@ -236,6 +237,16 @@ export interface AlgorithmDescriptor<State extends Held = any> {
    * (`"blockFor" does not apply to "concurrency": <why>`). Absent: it takes every one.
    */
   refuses?: Readonly<Partial<Record<RefusableOption, string>>>;
+  /**
+   * For an algorithm the Redis store's flat call decides, what that call takes of its rule after
+   * `rps` and `burst`: `'limit'`, the window's limit argument (`Rule.limit`, negated when
+   * anchored); `'origin'`, its period's start (`Rule.origin`). The flat call is the short script
+   * most calls run (plain requests of one rule without a block; see
+   * `stores/redis/script-protocol.ts`), and its Lua knows the algorithms whose state is one string,
+   * by name, and reads exactly these arguments: change both together. Absent: the general call
+   * decides it.
+   */
+  flatArgs?: readonly ('limit' | 'origin')[];
 }
 
 /**

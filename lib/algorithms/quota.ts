@@ -73,4 +73,5 @@ export const QUOTA: AlgorithmDescriptor<FixedWindowState> = {
     blockFor: 'its refusals hold until its period ends already',
     adaptive: 'a quota per period is not a rate to scale by latency',
   },
+  flatArgs: ['limit', 'origin'],
 };

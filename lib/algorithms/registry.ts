@@ -12,7 +12,8 @@ import { TOKEN_BUCKET } from './token-bucket.js';
  * The one list of algorithms: each by the name a policy gives it, in the order the README lists
  * them. `Algorithm` is its keys, so every record keyed by `Algorithm` elsewhere (the tables of
  * cases, their TTLs) fails to compile until it has an entry for a new one, and refuses one for a
- * name not here; the Redis store's Lua models are generated from it (`models.lua.ts`).
+ * name not here; the Redis store's scripts assemble the Lua mirrors from it
+ * (`stores/redis/models.lua.ts`).
  */
 const DESCRIPTORS = {
   token_bucket: TOKEN_BUCKET,

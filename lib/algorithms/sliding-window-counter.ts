@@ -128,4 +128,5 @@ export const SLIDING_WINDOW_COUNTER: AlgorithmDescriptor<SlidingWindowCounterSta
   tag: 'swc',
   regain: 'window',
   scaledBy: 'limit',
+  flatArgs: ['limit'],
 };

@@ -78,4 +78,5 @@ export const TOKEN_BUCKET: AlgorithmDescriptor<TokenBucketState> = {
   tag: 'tb',
   regain: 'rps',
   scaledBy: 'rps',
+  flatArgs: [],
 };

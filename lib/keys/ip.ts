@@ -4,18 +4,36 @@ import { isIPv4, isIPv6 } from 'node:net';
 export const DEFAULT_IPV6_SUBNET = 64;
 
 /**
- * The rate-limit identity of an IP address: IPv4 as is, IPv4-mapped IPv6 (`::ffff:1.2.3.4`)
- * folded to IPv4 so a dual-stack server keys a client once, and IPv6 grouped by its first
- * `ipv6Subnet` bits (32 to 64, default /64), because one subscriber usually holds a whole /64
- * (or a /56, /48) and could otherwise rotate addresses for fresh buckets. Returns `undefined`
- * for anything that is not an address.
+ * How `normalizeIp` writes an IPv6 client's group.
  *
- * @example normalizeIp('::ffff:10.0.0.1')              // '10.0.0.1'
- * @example normalizeIp('2001:db8:1:2:3:4:5:6')         // '2001:db8:1:2::/64'
- * @example normalizeIp('2001:db8:1:2:3:4:5:6', 48)     // '2001:db8:1:0::/48'
+ * - `'bucket'`, the module's identities (bucket keys hash them, so it never changes): the first
+ *   four groups in full, then `::/<prefix>` (`2001:db8:0:0::/64`, the loopback `0:0:0:0::/64`).
+ * - `'throttler'`, @nestjs/throttler 6.7's trackers: the masked address in its shortest form
+ *   (`2001:db8::/64`), the loopback kept as `::1`.
  */
-export function normalizeIp(ip: unknown, ipv6Subnet = DEFAULT_IPV6_SUBNET): string | undefined {
-  if (typeof ip !== 'string' || ip.length === 0 || ip.length > 64) return undefined;
+export type IpNotation = 'bucket' | 'throttler';
+
+/**
+ * The rate-limit identity of an IP address: IPv4 as is, IPv4-mapped IPv6 (`::ffff:1.2.3.4`)
+ * folded to IPv4 so a dual-stack server keys a client once, an IPv6 zone id dropped, and IPv6
+ * grouped by its first `ipv6Subnet` bits (default /64; the module takes 32 to 64, `'throttler'`
+ * any from 0 to 128), because one subscriber usually holds a whole /64 (or a /56, /48) and could
+ * otherwise rotate addresses for fresh buckets. Returns `undefined` for anything that is not an
+ * address (in `'bucket'` notation, for any string longer than 64 characters too).
+ *
+ * @example normalizeIp('::ffff:10.0.0.1')                          // '10.0.0.1'
+ * @example normalizeIp('2001:db8:1:2:3:4:5:6')                     // '2001:db8:1:2::/64'
+ * @example normalizeIp('2001:db8:1:2:3:4:5:6', 48)                 // '2001:db8:1:0::/48'
+ * @example normalizeIp('2001:db8:1:2:3:4:5:6', 48, 'throttler')    // '2001:db8:1::/48'
+ */
+export function normalizeIp(
+  ip: unknown,
+  ipv6Subnet = DEFAULT_IPV6_SUBNET,
+  notation: IpNotation = 'bucket',
+): string | undefined {
+  if (typeof ip !== 'string' || ip.length === 0) return undefined;
+  // the module's identities parse no more of what a client sends than an address takes
+  if (notation === 'bucket' && ip.length > 64) return undefined;
   const address = ip.split('%', 1)[0]; // drop an IPv6 zone id (fe80::1%eth0)
   if (isIPv4(address)) return address;
   if (!isIPv6(address)) return undefined;
@@ -23,12 +41,13 @@ export function normalizeIp(ip: unknown, ipv6Subnet = DEFAULT_IPV6_SUBNET): stri
   if (groups.slice(0, 5).every((g) => g === 0) && groups[5] === 0xffff) {
     return [groups[6] >> 8, groups[6] & 0xff, groups[7] >> 8, groups[7] & 0xff].join('.');
   }
-  // the first four groups, with the bits past the prefix cleared
-  const prefix = groups.slice(0, 4).map((g, i) => {
-    const kept = Math.min(16, Math.max(0, ipv6Subnet - 16 * i));
-    return g & ~(0xffff >> kept) & 0xffff;
-  });
-  return `${prefix.map((g) => g.toString(16)).join(':')}::/${ipv6Subnet}`;
+  if (notation === 'throttler' && groups[7] === 1 && groups.slice(0, 7).every((g) => g === 0)) return '::1';
+  const prefix = Number.isFinite(ipv6Subnet) ? Math.min(128, Math.max(0, Math.trunc(ipv6Subnet))) : DEFAULT_IPV6_SUBNET;
+  const masked = groups.map((g, i) => g & ~(0xffff >> Math.min(16, Math.max(0, prefix - 16 * i))) & 0xffff);
+  if (notation === 'throttler') return `${shortestForm(masked)}/${prefix}`;
+  // the module's prefix is at most 64 bits: the last four groups are 0
+  const kept = masked.slice(0, 4).map((g) => g.toString(16));
+  return `${kept.join(':')}::/${prefix}`;
 }
 
 /** The eight 16-bit groups of a valid IPv6 address (checked by `isIPv6` before). */
@@ -46,4 +65,20 @@ function expandIPv6(address: string): number[] {
   const right = parse(rest);
   if (rest === undefined) return left;
   return [...left, ...new Array<number>(8 - left.length - right.length).fill(0), ...right];
+}
+
+/** Eight groups in hex, the first of the longest runs of two or more zero groups written `::` (RFC 5952). */
+function shortestForm(groups: readonly number[]): string {
+  let start = -1;
+  let length = 1;
+  let i = 0;
+  while (i < groups.length) {
+    let end = i;
+    while (end < groups.length && groups[end] === 0) end++;
+    if (end - i > length) [start, length] = [i, end - i];
+    i = end > i ? end : i + 1;
+  }
+  const hex = groups.map((g) => g.toString(16));
+  if (start === -1) return hex.join(':');
+  return `${hex.slice(0, start).join(':')}::${hex.slice(start + length).join(':')}`;
 }

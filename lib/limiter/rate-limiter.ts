@@ -134,15 +134,21 @@ export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShut
    * store), so an admitted request waits on no promise.
    *
    * @param hooks the guard's steps that say the run's identity and cost under a policy
-   * @throws (or rejects with) what a key or cost source threw; rejects with a `RateLimitStoreError`
-   * when the store cannot decide and `failMode` is not 'local'
+   * @returns rejected with what a key or cost source threw (as by an async guard), or with a
+   * `RateLimitStoreError` when the store cannot decide and `failMode` is not 'local'
    */
   limit(
     call: LimitedCall,
     policies: readonly RoutePolicy[],
     hooks: CallHooks,
   ): RateLimitVerdict | undefined | Promise<RateLimitVerdict | undefined> {
-    if (this.unskipped.none(policies)) return this.decideRun(call, policies, hooks);
+    if (this.unskipped.none(policies)) {
+      try {
+        return this.decideRun(call, policies, hooks);
+      } catch (error) {
+        return Promise.reject(error);
+      }
+    }
     return this.unskipped.of(policies, call.request, call.context).then((applying) => {
       if (applying !== policies) this.telemetry.skipped(call.context, policies, applying);
       return applying.length === 0 ? undefined : this.decideRun(call, applying, hooks);

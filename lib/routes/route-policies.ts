@@ -3,7 +3,14 @@ import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import type { RateLimitPolicy, ResolvedPolicy } from '../policy/policy.types.js';
 import { defaultPolicyName, InvalidPolicyError, resolvePolicy } from '../policy/resolve-policy.js';
 import { RATE_LIMIT_OPTIONS, RATE_LIMIT_POLICIES, RATE_LIMIT_SKIP } from '../rate-limit.constants.js';
-import { duplicatePolicyName, invalidPolicy, invalidSkip, unknownSkip } from '../rate-limit.messages.js';
+import { resolvedObligations } from '../policy/obligations.js';
+import {
+  duplicatePolicyName,
+  invalidPolicy,
+  invalidSkip,
+  slotOnSubscription,
+  unknownSkip,
+} from '../rate-limit.messages.js';
 import type { ResolvedOptions } from '../rate-limit-options.js';
 import { type RoutePolicy, routePolicy } from './route-policy.js';
 
@@ -129,7 +136,10 @@ export class RoutePolicies {
         }
         seen.add(resolved.name);
         byName.set(resolved.name, resolved);
-        if (target === handler) onHandler.add(resolved.name);
+        if (target !== handler) return;
+        onHandler.add(resolved.name);
+        if (resolvedObligations(resolved).release && isSubscription(handler))
+          throw new InvalidPolicyError(invalidPolicy(at, slotOnSubscription(resolved.name)));
       });
     }
 
@@ -164,4 +174,12 @@ export class RoutePolicies {
       if (!names.has(name)) this.logger.warn(unknownSkip(where, name, [...names]));
     }
   }
+}
+
+/** `@nestjs/graphql`'s metadata key for a resolver method's kind, read without importing it (an optional peer). */
+const RESOLVER_TYPE = 'graphql:resolver_type';
+
+/** Whether a handler is a GraphQL subscription's (`@Subscription()`): the guard limits no point of a subscription's life. */
+function isSubscription(handler: Handler): boolean {
+  return Reflect.getMetadata(RESOLVER_TYPE, handler) === 'Subscription';
 }

@@ -38,7 +38,7 @@ export async function simulate(options: SimulateOptions, output: Output): Promis
   try {
     for await (const arrival of arrivals) {
       for (const run of runs) {
-        const decision = run.decide(arrival);
+        const decision = run.offer(arrival);
         if (csv?.row(arrival, run.lane.title, decision)) await csv.drained();
       }
     }

@@ -87,12 +87,12 @@ export class LaneRun {
   }
 
   /**
-   * Decides one request as the memory store does: every policy's bucket read (expired: absent),
-   * all charged only when all admit, blocks stored as a refusal starts them. Returns the decision
-   * the guard's headers would describe (`limiting`: the refusing policy that frees up last, or
-   * the one closest to refusing).
+   * Offers the lane one request of the traffic, decided as the memory store does and counted:
+   * every policy's bucket read (expired: absent), all charged only when all admit, blocks stored
+   * as a refusal starts them. Returns the decision the guard's headers would describe
+   * (`limiting`: the refusing policy that frees up last, or the one closest to refusing).
    */
-  decide({ time, key, cost }: Arrival): RateLimitDecision {
+  offer({ time, key, cost }: Arrival): RateLimitDecision {
     const { policies } = this.lane;
     // the requests that ended by now give their slots back first, as the guard's refunds do
     if (this.released.length > 0) this.release(time);

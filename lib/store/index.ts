@@ -10,8 +10,9 @@
  *    says a refusal starts a block; each written key may be dropped at
  *    `expiryAfter(state.at, outcome.fullMs)` (then it is the same as an absent key);
  * 4. answer `toDecision(request, outcome)` per request (`spreadDecisions` for repeated keys).
- * A refund is `takeCharge(decision)` and the model's `refund`; a store that cannot decide throws
- * `RateLimitStoreError`, never for "limited". The shared case tables hold such a store to it.
+ * A refund is `takeCharge(decision)` and the model's `refund` (`restoreCharge` when it failed, so
+ * that refunding again tries again); a store that cannot decide throws `RateLimitStoreError`,
+ * never for "limited". The shared case tables hold such a store to it.
  *
  * @example
  * const { requests, positions } = distinctRequests(given, 'MyStore.consume');
@@ -26,10 +27,16 @@
 
 /**
  * What a store implements (`RateLimitStore`, also the module's injection token), what it is
- * given (`RateLimitRequest`: a bucket key, a policy name, a `Rule`, a cost in tokens) and what it
- * answers (`RateLimitDecision`, seconds, made by `toDecision`).
+ * given (`RateLimitRequest`: a bucket key, a policy name, a `Rule`, a cost in tokens; and per
+ * call, `RateLimitCallOptions`: how long its caller waits) and what it answers
+ * (`RateLimitDecision`, seconds, made by `toDecision`).
  */
-export { type RateLimitDecision, type RateLimitRequest, RateLimitStore } from '../stores/rate-limit-store.interface.js';
+export {
+  type RateLimitCallOptions,
+  type RateLimitDecision,
+  type RateLimitRequest,
+  RateLimitStore,
+} from '../stores/rate-limit-store.interface.js';
 
 /**
  * The rule a bucket follows (`rps` tokens per second, `burst` tokens, optional `limit`, `blockMs`
@@ -69,10 +76,11 @@ export { tokenBucket, type TokenBucketState } from '../algorithms/token-bucket.j
 /**
  * `toDecision(request, outcome)` turns an outcome into the public decision, the same for every
  * store, and records on an admitted one what it charged and when (`outcome.at`, the store's
- * clock). `takeCharge(decision)` hands that record (`Charge`) to the store's `refund`, once.
- * `limitOf(rule)` is the `limit` a decision shows.
+ * clock). `takeCharge(decision)` hands that record (`Charge`) to the store's `refund`, once;
+ * `restoreCharge(decision, charge)` puts it back when that refund failed, so the next one tries
+ * again. `limitOf(rule)` is the `limit` a decision shows.
  */
-export { type Charge, limitOf, takeCharge, toDecision } from '../stores/decision.js';
+export { type Charge, limitOf, restoreCharge, takeCharge, toDecision } from '../stores/decision.js';
 
 /**
  * The checks every store runs on a call before it reads anything: `distinctRequests` rejects a
@@ -104,6 +112,8 @@ export { RateLimitStoreError, type RateLimitStoreErrorReason, storeTimeout } fro
 /**
  * What a remote store puts in front of its server so a flood of refused requests costs no server
  * call each: `answer(requests)` from what the server refused before (expose it as the store's
- * `cached`), `charge(requests, send)` past it, `forgetting(keys, work)` around resets and refunds.
+ * `cached`), `charge(requests, send)` past it (as the store's `consume`: it does not look up
+ * again the array `answer` just had no answer for), `forgetting(keys, work)` around resets and
+ * refunds.
  */
 export { RefusalGate, type ServerAnswer } from '../stores/refusal-gate/index.js';

@@ -20,7 +20,8 @@ class OnTarget {
  * The charge behind each admitted decision a store made, kept on the decision object itself as a
  * private field: what a store's `refund(decisions)` gives back, and as of when (a window that has
  * ended since keeps nothing to give back; a log drops the entries taken at that ms). A refund
- * takes it, so a decision is given back once however often it is refunded. A private
+ * takes it, so a decision is given back once however often it is refunded, and a refund that
+ * failed puts it back, so the next one tries again. A private
  * field is invisible to everything but this class (keys, JSON, `util.inspect`, deep equality),
  * so the public `RateLimitDecision` keeps its shape and its plain prototype, and it lives exactly
  * as long as the decision. A `WeakMap` would do the same at about 1 µs per decision (its entries
@@ -45,6 +46,11 @@ class ChargeOf extends OnTarget {
     const charge = stamped.#charge;
     stamped.#charge = undefined;
     return charge;
+  }
+
+  static restore(decision: RateLimitDecision, charge: Charge): void {
+    // only on a decision `toDecision` stamped: no other can be made to give back what it never took
+    if (#charge in decision) (decision as unknown as ChargeOf).#charge = charge;
   }
 }
 
@@ -95,4 +101,18 @@ export function toDecision(request: RateLimitRequest, outcome: Outcome): RateLim
  */
 export function takeCharge(decision: RateLimitDecision): Charge | undefined {
   return ChargeOf.take(decision);
+}
+
+/**
+ * Puts back on `decision` the charge `takeCharge` took off it, for a refund that failed (its
+ * server out of reach): the next refund of the decision tries again. A store puts back only what
+ * its failed call was to give back; what it gave back stays taken, so it is given back once.
+ * Does nothing to a decision `toDecision` did not stamp.
+ *
+ * @example
+ * const charge = takeCharge(decision);
+ * if (charge !== undefined) await giveBack(charge).catch((error) => { restoreCharge(decision, charge); throw error; });
+ */
+export function restoreCharge(decision: RateLimitDecision, charge: Charge): void {
+  ChargeOf.restore(decision, charge);
 }

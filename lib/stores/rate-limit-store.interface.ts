@@ -49,6 +49,21 @@ export interface RateLimitRequest {
 }
 
 /**
+ * What the caller of one `consume` or `peek` tells the store beside the requests: nothing of the
+ * calls before it, so the store answers each call on what it is given.
+ *
+ * @example await store.consume(requests, { timeoutMs: 100 })
+ */
+export interface RateLimitCallOptions {
+  /**
+   * How long the caller waits for the answer, ms (the module passes its `timeout`): a remote store
+   * should charge nothing for a call that only reaches its server after that (see `timesCalls`).
+   * Absent: the caller waits as long as the call takes.
+   */
+  timeoutMs?: number;
+}
+
+/**
  * Where buckets live. A store decides a request against all of its policies at once and
  * all-or-nothing: when any policy refuses, no bucket is charged. A store returns decisions and
  * never throws for "limited"; it throws (or rejects) only when it cannot decide, and the module's
@@ -80,7 +95,7 @@ export interface RateLimitStore {
    */
   readonly decideNow?: (requests: readonly RateLimitRequest[], charge: boolean) => RateLimitDecision[];
   /**
-   * `true` for a remote store that bounds `consume` and `peek` by their `timeoutMs` itself,
+   * `true` for a remote store that bounds `consume` and `peek` by their `options.timeoutMs` itself,
    * counted from when each call leaves the process (is handed to its client), and that settles
    * past it with a `RateLimitStoreError` whose `reason` is `'timeout'`, only once the replies that
    * had arrived by then have been read. The module then sets no deadline of its own on them: time
@@ -97,9 +112,8 @@ export interface RateLimitStore {
    */
   readonly clock?: StoreClock;
   /**
-   * Decides and, when every policy admits the request, charges every bucket. `timeoutMs` is how
-   * long the caller waits for the answer (the module's `timeout`): a remote store should charge
-   * nothing for a call that only reaches its server after that (see `timesCalls`).
+   * Decides and, when every policy admits the request, charges every bucket, within
+   * `options.timeoutMs` where it is given (see `RateLimitCallOptions`).
    *
    * A key given more than once in one call is one bucket, decided and charged once: when its
    * requests agree (same rule, same cost), each gets that decision (under its own `policy`);
@@ -108,27 +122,24 @@ export interface RateLimitStore {
    * `TypeError` or `RangeError` naming it and before anything is charged: never a
    * `RateLimitStoreError`, which says the store itself could not decide.
    *
-   * `cachedAsked` is `true` when the caller asked `cached` for these very requests just before
-   * (in the same turn of the event loop) and it had no answer: a store with a refusal gate then
-   * does not ask it again (see `RefusalGate`), so the gate is asked once per decision.
-   *
-   * @example await store.consume([{ key: 'rl:api:tb:{...}', policy: 'api', rule: { algorithm: 'token_bucket', rps: 10, burst: 20 }, cost: 1 }])
+   * @example await store.consume([{ key: 'rl:api:tb:{...}', policy: 'api', rule: { algorithm: 'token_bucket', rps: 10, burst: 20 }, cost: 1 }], { timeoutMs: 100 })
    */
-  consume(
-    requests: readonly RateLimitRequest[],
-    timeoutMs?: number,
-    cachedAsked?: boolean,
-  ): Promise<RateLimitDecision[]>;
+  consume(requests: readonly RateLimitRequest[], options?: RateLimitCallOptions): Promise<RateLimitDecision[]>;
   /**
    * The decisions `consume` would give, when the store has them without asking its server (a
    * remote store's remembered refusals: its `RefusalGate`'s `answer`), else `undefined`; it must
-   * not charge anything. The module asks before `consume` (which it then tells so, by
-   * `cachedAsked`): such an answer is not bounded by `timeout`, works while the server is down,
-   * and says nothing of the server's health.
+   * not charge anything. The module asks it right before `consume`, with the same array of
+   * requests, and calls `consume` only when it has no answer: such an answer is not bounded by
+   * `timeout`, works while the server is down, and says nothing of the server's health. A
+   * `RefusalGate` remembers the requests it had no answer for, so that `consume` does not look
+   * them up a second time.
    */
   cached?(requests: readonly RateLimitRequest[]): RateLimitDecision[] | undefined;
-  /** Decides without charging anything; requests are checked and repeated keys decided once, as by `consume`. */
-  peek(requests: readonly RateLimitRequest[], timeoutMs?: number): Promise<RateLimitDecision[]>;
+  /**
+   * Decides without charging anything, within `options.timeoutMs` where it is given; requests are
+   * checked and repeated keys decided once, as by `consume`.
+   */
+  peek(requests: readonly RateLimitRequest[], options?: RateLimitCallOptions): Promise<RateLimitDecision[]>;
   /** Forgets the given buckets (they are full again). */
   reset(keys: readonly string[]): Promise<void>;
   /**
@@ -143,10 +154,14 @@ export interface RateLimitStore {
    * the ones this store's `consume` returned for it. Every policy's cost goes back into its
    * bucket as far as the charge still counts (a window that has ended since keeps nothing to
    * give back) and never past full; a request some policy refused took nothing and gets nothing.
-   * A decision is given back at most once: refunded again (alone or among others), it gives
-   * nothing, even when its first refund failed. The store finds what each decision took and when
+   * A decision is given back once: refunded again after a refund that gave it back (alone or among
+   * others), it gives nothing. A refund that rejects (its server out of reach) leaves what it could
+   * not give back on its decisions, so that refunding the same decisions again tries again; one
+   * made in parts (a hash slot each, on a Redis Cluster) leaves only the parts that failed. A
+   * refund whose reply was lost after the server ran it (a connection cut on the way back) looks
+   * failed, and refunded again, gives back twice. The store finds what each decision took and when
    * by the decision object itself (the built-in stores keep that beside each decision they return,
-   * and a refund takes it), so the decision's shape stays public.
+   * a refund takes it and one that failed puts it back), so the decision's shape stays public.
    *
    * The module calls it when a client goes away while its request waits its `leaky_bucket`
    * turn, and for requests still waiting at shutdown. Optional: without it, those charges stay

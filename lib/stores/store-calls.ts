@@ -4,7 +4,12 @@ import { CircuitBreaker } from '../utils/circuit-breaker.js';
 import { DeadlineQueue } from '../utils/deadline-queue.js';
 import { MemoryStore } from './memory/memory.store.js';
 import { RateLimitStoreError, storeTimeout } from './rate-limit-store.error.js';
-import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from './rate-limit-store.interface.js';
+import type {
+  RateLimitCallOptions,
+  RateLimitDecision,
+  RateLimitRequest,
+  RateLimitStore,
+} from './rate-limit-store.interface.js';
 import { storeClock } from './store-clock.js';
 
 /** Store failures in a row after which calls stop going to the store. */
@@ -61,6 +66,8 @@ export class StoreCalls {
   private local: MemoryStore | undefined;
   /** The in-process store's synchronous decisions, when it has them (see `RateLimitStore.decideNow`). */
   private readonly decideNow: RateLimitStore['decideNow'];
+  /** What a remote store's every call is told, the module's timeout: frozen, as every call shares it. */
+  private readonly callOptions: RateLimitCallOptions;
 
   constructor(
     private readonly store: RateLimitStore,
@@ -68,32 +75,34 @@ export class StoreCalls {
     private readonly watcher: StoreCallWatcher = UNWATCHED,
   ) {
     this.deadlines = new DeadlineQueue(options.timeout);
+    this.callOptions = Object.freeze({ timeoutMs: options.timeout });
     this.decideNow = store.inProcess ? store.decideNow : undefined;
   }
 
   /**
-   * Decides store requests within the timeout: the decisions themselves from a store that has
-   * `decideNow` (which throws a bad request's error instead of rejecting), a promise from any other.
+   * Decides store requests within the timeout and, when every policy admits them, charges them:
+   * the decisions themselves from a store that has `decideNow` (which throws a bad request's error
+   * instead of rejecting), a promise from any other.
    *
    * @throws RateLimitStoreError when the store fails or is too slow and failMode is not 'local'
    */
   consume(requests: readonly RateLimitRequest[]): RateLimitDecision[] | Promise<RateLimitDecision[]> {
-    return this.decide(requests, true);
+    return this.decisions(requests, true);
   }
 
+  /**
+   * The decisions `consume` would give, charging nothing (see `consume`).
+   *
+   * @throws RateLimitStoreError when the store fails or is too slow and failMode is not 'local'
+   */
   peek(requests: readonly RateLimitRequest[]): RateLimitDecision[] | Promise<RateLimitDecision[]> {
-    return this.decide(requests, false);
+    return this.decisions(requests, false);
   }
 
-  async release(decisions: readonly RateLimitDecision[]): Promise<void> {
-    const store =
-      this.local !== undefined && decisions.some((decision) => this.localDecisions.has(decision))
-        ? this.local
-        : this.store;
-    await store.refund?.(decisions);
-  }
-
-  decide(requests: readonly RateLimitRequest[], charge: boolean): RateLimitDecision[] | Promise<RateLimitDecision[]> {
+  private decisions(
+    requests: readonly RateLimitRequest[],
+    charge: boolean,
+  ): RateLimitDecision[] | Promise<RateLimitDecision[]> {
     if (!this.store.inProcess) return this.decideRemote(requests, charge);
     // an in-process store has decided when it returns: that is its time, and no wrapper per call
     const started = this.watcher.timed ? performance.now() : 0;
@@ -139,16 +148,35 @@ export class StoreCalls {
 
   /**
    * Gives back what `decisions` took, in the store that took it, within the timeout. Never
-   * rejects: a failed refund leaves the charge taken.
+   * rejects: a refund that failed or took too long is given up (one that failed leaves its charges
+   * on the decisions, for `release` to give back).
    */
   async refund(decisions: readonly RateLimitDecision[]): Promise<void> {
-    const store =
-      this.local !== undefined && decisions.some((decision) => this.localDecisions.has(decision))
-        ? this.local
-        : this.store;
+    const store = this.storeOf(decisions);
     if (store.refund === undefined) return;
     if (store.inProcess) return store.refund(decisions);
     await this.bounded(store.refund(decisions)).catch(() => undefined);
+  }
+
+  /**
+   * Gives back what `decisions` took, in the store that took it, for a caller that retries until
+   * it is given back (the engine): resolves once it is, or when there was nothing to give (given
+   * back already, or by a refund still on its way); rejects when the store's refund failed, which
+   * leaves the charges it could not give back on their decisions, so that releasing them again
+   * tries again. Not bounded by `timeout`: a refund given up there is still on its way with the
+   * charges, so a retry would find nothing to give while that refund could yet fail; a retry must
+   * follow only a refund that has settled as failed.
+   *
+   * @throws RateLimitStoreError when the store's refund failed
+   */
+  async release(decisions: readonly RateLimitDecision[]): Promise<void> {
+    const store = this.storeOf(decisions);
+    if (store.refund === undefined) return;
+    try {
+      await store.refund(decisions);
+    } catch (error) {
+      throw storeError(error);
+    }
   }
 
   /** Stops the deadline timer and the local limiter; the store is closed by whoever opened it. */
@@ -161,8 +189,7 @@ export class StoreCalls {
     // what the store knows without asking its server: taken even while the breaker is open,
     // and no sign either way of the server's health (only real answers feed the breaker)
     const started = this.watcher.timed ? performance.now() : 0;
-    const asked = charge && this.store.cached !== undefined;
-    const known = asked ? this.store.cached!(requests) : undefined;
+    const known = charge ? this.store.cached?.(requests) : undefined;
     if (known !== undefined) {
       this.ended('cached', started);
       return known;
@@ -171,11 +198,12 @@ export class StoreCalls {
       this.ended('breaker_open', started);
       return this.fallback(requests, charge, new RateLimitStoreError(circuitOpen, { reason: 'breaker_open' }));
     }
-    const { timeout } = this.options;
     let decisions: RateLimitDecision[];
     try {
-      // told that `cached` was asked just now, the store does not ask its gate again
-      const call = charge ? this.store.consume(requests, timeout, asked) : this.store.peek(requests, timeout);
+      // the same array `cached` was just asked for: a refusal gate does not look it up again
+      const call = charge
+        ? this.store.consume(requests, this.callOptions)
+        : this.store.peek(requests, this.callOptions);
       decisions = await (this.store.timesCalls === true ? call : this.bounded(call));
     } catch (error) {
       const failure = storeError(error);
@@ -205,9 +233,16 @@ export class StoreCalls {
     if (this.options.failMode !== 'local') throw failure;
     // on the store's clock, if it was given one: the local decisions' waits are timed on it
     this.local ??= new MemoryStore({ clock: storeClock(this.store.clock) });
-    const decisions = this.local.decide(requests, charge);
+    const decisions = this.local.decideSync(requests, charge);
     for (const decision of decisions) this.localDecisions.add(decision);
     return decisions;
+  }
+
+  /** The store that made `decisions`: the local limiter for those it made (failMode 'local'), else the module's. */
+  private storeOf(decisions: readonly RateLimitDecision[]): RateLimitStore {
+    return this.local !== undefined && decisions.some((decision) => this.localDecisions.has(decision))
+      ? this.local
+      : this.store;
   }
 
   /** Tells the watcher, if it times calls, how the call that started at `started` ended. */

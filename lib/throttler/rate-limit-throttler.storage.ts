@@ -3,6 +3,7 @@ import type { Rule } from '../algorithms/algorithm.types.js';
 import { bucketKey } from '../keys/bucket-key.js';
 import { RateLimitTelemetry } from '../observability/rate-limit-telemetry.js';
 import { RateLimitUnavailableException } from '../rate-limit.exception.js';
+import { invalidThrottlerStorageOption } from '../rate-limit.messages.js';
 import { RateLimitStoreError } from '../stores/rate-limit-store.error.js';
 import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from '../stores/rate-limit-store.interface.js';
 import { StoreCalls } from '../stores/store-calls.js';
@@ -46,7 +47,10 @@ export interface RateLimitThrottlerStorageOptions {
   counting?: ThrottlerCounting;
 }
 
-/** The most a throttler's `ttl` or `blockDuration` is taken as, ms (ten years): a larger one is the same in practice. */
+/**
+ * The most a throttler's `ttl` or `blockDuration` is taken as, ms (ten years): a store keeps whole
+ * ms and a Redis key a finite TTL, and no limit outlives ten years of a process or a key.
+ */
 const MAX_MS = 10 * 365 * 24 * 3600 * 1000;
 /** The limit of the window that only tells `timeToExpire`: never reached, so it never refuses. */
 const UNREACHED = 2 ** 40;
@@ -62,16 +66,21 @@ const COUNTINGS: readonly ThrottlerCounting[] = ['sliding-log', 'anchored-window
  *
  * It counts as @nestjs/throttler's memory storage does: at most `limit` hits in any `ttl` (a
  * sliding log); the hit that goes over is refused with `totalHits = limit + 1` and starts a block
- * of `blockDuration`, during which hits are refused and not counted; the first hit after the
- * block counts as 1. With `blockDuration <= 0`, a hit is refused while `limit` hits are in the
- * log, `timeToBlockExpire` being the time until the oldest leaves. `timeToExpire` counts to the
- * end of a window anchored at the key's first hit (a second bucket, in the same store call and
- * the same Redis Cluster slot).
+ * of `blockDuration`, during which hits are refused and not counted (`totalHits` 0 once the hit
+ * that went over is `ttl` old); the first hit after the block counts as 1. With
+ * `blockDuration <= 0`, a hit is refused while `limit` hits are in the log, `timeToBlockExpire`
+ * being the time until the oldest leaves. `timeToExpire` counts to the end of a window anchored
+ * at the key's first hit (a second bucket, in the same store call and the same Redis Cluster slot).
  *
  * Where it differs from NT: `timeToBlockExpire` is 0 for an admitted hit (NT gives a negative
  * number); a window that ends while the key is refused restarts at the next admitted hit (NT:
- * at the next hit, refused or not); `limit` below 1 refuses every hit and `ttl` below 1 ms
- * admits every hit; a fractional `limit` counts whole hits as NT's comparisons do.
+ * at the next hit, refused or not); during a block, `totalHits` stays `limit + 1` until it is 0
+ * (NT's falls as each earlier hit leaves its `ttl`: see `refusedHits`); `limit` below 1 refuses
+ * every hit; a `ttl` or `blockDuration` over ten years (`Infinity` too) is taken as ten years (a
+ * hit counts, and a block lasts, ten years at most; the times say at most 315,360,000 s, NT's the
+ * whole time). As NT's: a fractional `limit` counts whole hits; a `ttl` of 0 or less admits every
+ * hit; `ttl` and `blockDuration` are rounded up to whole ms, as NT's integer clock sees them
+ * (0.5 ms: the hits of one millisecond).
  *
  * @example
  * ThrottlerModule.forRoot({
@@ -96,15 +105,17 @@ export class RateLimitThrottlerStorage implements ThrottlerStorage, OnApplicatio
       counting = 'sliding-log',
     } = options ?? {};
     if (typeof prefix !== 'string' || /[{}]/.test(prefix) || prefix.length > 256) {
-      throw new TypeError(invalid('prefix', prefix, 'a string of at most 256 characters, without braces'));
+      throw new TypeError(
+        invalidThrottlerStorageOption('prefix', prefix, 'a string of at most 256 characters, without braces'),
+      );
     }
     if (!FAIL_MODES.includes(failMode))
-      throw new TypeError(invalid('failMode', failMode, `'open', 'closed' or 'local'`));
+      throw new TypeError(invalidThrottlerStorageOption('failMode', failMode, `'open', 'closed' or 'local'`));
     if (typeof timeout !== 'number' || !(timeout > 0 && timeout <= 2_147_483_647)) {
-      throw new TypeError(invalid('timeout', timeout, 'a positive number of milliseconds'));
+      throw new TypeError(invalidThrottlerStorageOption('timeout', timeout, 'a positive number of milliseconds'));
     }
     if (!COUNTINGS.includes(counting)) {
-      throw new TypeError(invalid('counting', counting, `'sliding-log' or 'anchored-window'`));
+      throw new TypeError(invalidThrottlerStorageOption('counting', counting, `'sliding-log' or 'anchored-window'`));
     }
     this.prefix = prefix;
     this.failMode = failMode;
@@ -144,7 +155,7 @@ export class RateLimitThrottlerStorage implements ThrottlerStorage, OnApplicatio
     const { calls } = await this.opened;
     let decisions: RateLimitDecision[];
     try {
-      decisions = await calls.decide(requests, true);
+      decisions = await calls.consume(requests);
     } catch (error) {
       if (!(error instanceof RateLimitStoreError)) throw error;
       if (this.failMode === 'closed') throw new RateLimitUnavailableException(error);
@@ -160,7 +171,7 @@ export class RateLimitThrottlerStorage implements ThrottlerStorage, OnApplicatio
       };
     }
     return {
-      totalHits: most + 1,
+      totalHits: refusedHits(counted, most, windowMs, blockMs),
       timeToExpire: window.fullAfter,
       isBlocked: true,
       timeToBlockExpire: Number.isFinite(counted.retryAfter) ? counted.retryAfter : Math.ceil(windowMs / 1000),
@@ -210,13 +221,19 @@ export class RateLimitThrottlerStorage implements ThrottlerStorage, OnApplicatio
   }
 }
 
-/** A bad option's message, naming it, in the words the module's own options use. */
-function invalid(option: string, value: unknown, expected: string): string {
-  let shown: string;
-  try {
-    shown = String(JSON.stringify(value) ?? value);
-  } catch {
-    shown = String(value);
-  }
-  return `Invalid RateLimitThrottlerStorage option "${option}": must be ${expected}, got ${shown}`;
+/**
+ * `totalHits` of a refused hit as @nestjs/throttler's memory storage counts it: the hits of the
+ * last `ttl`, the one that went over `limit` included, so `limit + 1` when it goes over. A block
+ * counts nothing more, and every hit before it is older than the one that started it: once that
+ * one has been in the log for `ttl`, none is left, and NT answers 0. The block has run for at
+ * least `blockMs` less what `refused.retryAfter` says is left (whole seconds, rounded up), so
+ * this answers 0 no sooner than NT (but for the 1 ms a refusal the Redis store remembers takes
+ * off its wait), and up to a second later when `blockDuration - ttl` is not whole seconds. Before that, NT's count falls as each earlier hit leaves its `ttl`; a block's
+ * decision tells nothing of when they came (it leaves nothing, and its times are whole seconds),
+ * so this answers `limit + 1` until then.
+ */
+function refusedHits(refused: RateLimitDecision, most: number, windowMs: number, blockMs: number | undefined): number {
+  if (blockMs === undefined) return most + 1;
+  const blockedAtLeastMs = blockMs - 1000 * refused.retryAfter;
+  return blockedAtLeastMs >= windowMs ? 0 : most + 1;
 }

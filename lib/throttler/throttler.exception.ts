@@ -1,7 +1,7 @@
 import { HttpException, HttpStatus } from '@nestjs/common';
+import { throttlerMessage } from '../rate-limit.messages.js';
 
-/** The message of a refusal when `errorMessage` does not say otherwise. */
-export const throttlerMessage = 'ThrottlerException: Too Many Requests';
+export { throttlerMessage };
 
 /**
  * A refused request: 429, body `{ "statusCode": 429, "message": "ThrottlerException: Too Many Requests" }`.

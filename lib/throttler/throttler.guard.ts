@@ -8,7 +8,9 @@ import {
   type OnModuleInit,
   Optional,
 } from '@nestjs/common';
-import { HttpAdapterHost, Reflector } from '@nestjs/core';
+import { Reflector } from '@nestjs/core';
+import type { RateLimitContexts } from '../contexts/rate-limit-contexts.js';
+import { invalidThrottlerValue, noThrottlers } from '../rate-limit.messages.js';
 import { DEFAULT_IPV6_SUBNET_PREFIX, normalizeIp } from './ip.js';
 import type {
   Resolvable,
@@ -30,6 +32,7 @@ import {
 import { InjectThrottlerOptions, InjectThrottlerStorage } from './throttler.decorator.js';
 import { ThrottlerException, throttlerMessage } from './throttler.exception.js';
 import type { ThrottlerLimitDetail, ThrottlerRequest } from './throttler.guard.interface.js';
+import { THROTTLER_CONTEXTS } from './throttler.providers.js';
 
 /** A throttler's header suffix: none for `default`, `-<name>` for any other. */
 const suffixOf = (name: string | undefined): string => (name === 'default' ? '' : `-${name}`);
@@ -60,11 +63,11 @@ export class ThrottlerGuard implements CanActivate, OnModuleInit {
   >;
   protected ipv6SubnetPrefix = DEFAULT_IPV6_SUBNET_PREFIX;
 
-  /** The app's HTTP adapter, for headers on responses without `header`/`setHeader` (a property: subclasses keep NT's constructor). */
+  /** The transports' seams `ThrottlerModule` provides (a property: subclasses keep NT's constructor). */
   @Optional()
-  @Inject(HttpAdapterHost)
-  private readonly throttlerAdapterHost?: HttpAdapterHost;
-  private readonly transports = new ThrottlerTransports(() => this.throttlerAdapterHost);
+  @Inject(THROTTLER_CONTEXTS)
+  private readonly throttlerContexts?: RateLimitContexts;
+  private readonly transports = new ThrottlerTransports(() => this.throttlerContexts);
 
   constructor(
     @InjectThrottlerOptions() protected readonly options: ThrottlerModuleOptions,
@@ -83,7 +86,7 @@ export class ThrottlerGuard implements CanActivate, OnModuleInit {
       })
       .map((throttler) => ({ ...throttler, name: throttler.name ?? 'default' }));
     if (this.throttlers.length === 0) {
-      this.logger.warn('ThrottlerModule has no throttlers: no request is limited. Give forRoot() at least one.');
+      this.logger.warn(noThrottlers);
     }
     if (Array.isArray(this.options) || this.options === undefined) {
       this.commonOptions = {};
@@ -104,10 +107,10 @@ export class ThrottlerGuard implements CanActivate, OnModuleInit {
   async canActivate(context: ExecutionContext): Promise<boolean> {
     const handler = context.getHandler();
     const classRef = context.getClass();
-    if (await this.shouldSkip(context)) return true;
-    // only a gateway's or a microservice's first request waits for its peer's import: HTTP takes no extra turn
+    // only the first request of each kind of context waits for its seam (and its peer's import)
     const loading = this.transports.load(context.getType());
     if (loading !== undefined) await loading;
+    if (await this.shouldSkip(context)) return true;
     const continues: boolean[] = [];
     for (const throttler of this.throttlers) {
       const name = throttler.name!;
@@ -196,19 +199,19 @@ export class ThrottlerGuard implements CanActivate, OnModuleInit {
     return normalizeIp(req?.ip as string, this.ipv6SubnetPrefix);
   }
 
-  /** Sets a header with `res.header`, else `res.setHeader`, else through the HTTP adapter; a transport without headers ignores it. */
+  /** Sets a header with `res.header`, else `res.setHeader`; a response with neither (a transport without headers) is left as it is. */
   protected setResponseHeader(res: Record<string, any>, name: string, value: string | number): void {
     const response = res as { header?: unknown; setHeader?: unknown } | undefined;
     if (typeof response?.header === 'function')
       (response.header as (n: string, v: string | number) => void)(name, value);
     else if (typeof response?.setHeader === 'function')
       (response.setHeader as (n: string, v: string | number) => void)(name, value);
-    else if (res !== undefined && res !== null) this.transports.setHeader(res, name, value);
   }
 
   /**
-   * The request the tracker reads and the response headers go to. HTTP: the handler's. GraphQL:
-   * the operation's HTTP request and response. Gateway: the connection's address and headers, no
+   * The request the tracker reads and the response headers go to. HTTP: the handler's (one
+   * without `header` or `setHeader` written through the app's HTTP adapter). GraphQL: the
+   * operation's HTTP request and response. Gateway: the connection's address and headers, no
    * response. Microservice: no address, no response.
    */
   protected getRequestResponse(context: ExecutionContext): { req: Record<string, any>; res: Record<string, any> } {
@@ -244,9 +247,7 @@ export class ThrottlerGuard implements CanActivate, OnModuleInit {
   private toNumber(value: unknown, option: string, throttlerName: string): number {
     const number = typeof value === 'string' && value.trim() !== '' ? Number(value) : value;
     if (typeof number !== 'number' || Number.isNaN(number)) {
-      throw new Error(
-        `Invalid "${option}" for the "${throttlerName}" throttler: expected a number, got ${JSON.stringify(value)}.`,
-      );
+      throw new Error(invalidThrottlerValue(option, throttlerName, value));
     }
     return number;
   }

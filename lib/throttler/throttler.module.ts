@@ -1,4 +1,5 @@
 import { type DynamicModule, Global, Module, type Provider } from '@nestjs/common';
+import { throttlerAsyncOptionsMissing } from '../rate-limit.messages.js';
 import type { RateLimitThrottlerStorageOptions } from './rate-limit-throttler.storage.js';
 import type {
   ThrottlerAsyncOptions,
@@ -6,12 +7,18 @@ import type {
   ThrottlerOptionsFactory,
 } from './throttler-module-options.interface.js';
 import { THROTTLER_OPTIONS } from './throttler.constants.js';
-import { createThrottlerProviders, THROTTLER_ENGINE, ThrottlerStorageProvider } from './throttler.providers.js';
+import {
+  createThrottlerProviders,
+  THROTTLER_ENGINE,
+  ThrottlerContextsProvider,
+  ThrottlerStorageProvider,
+} from './throttler.providers.js';
 
 /**
  * @nestjs/throttler's module on our engine: global, it provides the options
- * (`getOptionsToken()`) and the storage (`getStorageToken()`); the app registers the guard
- * (`{ provide: APP_GUARD, useClass: ThrottlerGuard }`) or uses `@UseGuards(ThrottlerGuard)`.
+ * (`getOptionsToken()`), the storage (`getStorageToken()`) and the guard's transport seams; the
+ * app registers the guard (`{ provide: APP_GUARD, useClass: ThrottlerGuard }`) or uses
+ * `@UseGuards(ThrottlerGuard)`.
  *
  * `engine` chooses our store when the options give no `storage`: `{ redis }` (an ioredis client
  * the app closes, or a URL or options whose client the module closes on shutdown), `{ store }`,
@@ -25,7 +32,7 @@ import { createThrottlerProviders, THROTTLER_ENGINE, ThrottlerStorageProvider } 
 export class ThrottlerModule {
   /** The module with `options` (an array of throttlers, or an object with `throttlers`). */
   static forRoot(options: ThrottlerModuleOptions = [], engine?: RateLimitThrottlerStorageOptions): DynamicModule {
-    const providers = [...createThrottlerProviders(options), engineProvider(engine), ThrottlerStorageProvider];
+    const providers = [...createThrottlerProviders(options), ...storageAndSeams(engine)];
     return { module: ThrottlerModule, providers, exports: providers };
   }
 
@@ -36,14 +43,17 @@ export class ThrottlerModule {
    * @example ThrottlerModule.forRootAsync({ imports: [ConfigModule], inject: [ConfigService], useFactory: (c: ConfigService) => [{ ttl: c.get('TTL'), limit: 10 }] })
    */
   static forRootAsync(options: ThrottlerAsyncOptions, engine?: RateLimitThrottlerStorageOptions): DynamicModule {
-    const providers = [...asyncProviders(options), engineProvider(engine), ThrottlerStorageProvider];
+    const providers = [...asyncProviders(options), ...storageAndSeams(engine)];
     return { module: ThrottlerModule, imports: options.imports ?? [], providers, exports: providers };
   }
 }
 
-/** The store choice, for the storage provider; `null` when none (Nest takes an `undefined` value for no value). */
-function engineProvider(engine: RateLimitThrottlerStorageOptions | undefined): Provider {
-  return { provide: THROTTLER_ENGINE, useValue: engine ?? null };
+/**
+ * What both forms provide beside the options: the store choice (`null` when none: Nest takes an
+ * `undefined` value for no value), the storage made on it, and the guard's transport seams.
+ */
+function storageAndSeams(engine: RateLimitThrottlerStorageOptions | undefined): Provider[] {
+  return [{ provide: THROTTLER_ENGINE, useValue: engine ?? null }, ThrottlerStorageProvider, ThrottlerContextsProvider];
 }
 
 /** The options provider of `forRootAsync`, and the factory class it makes (`useClass`). */
@@ -53,7 +63,7 @@ function asyncProviders(options: ThrottlerAsyncOptions): Provider[] {
   }
   const factory = options.useExisting ?? options.useClass;
   if (factory === undefined) {
-    throw new Error('ThrottlerModule.forRootAsync: give one of useFactory, useClass or useExisting');
+    throw new Error(throttlerAsyncOptionsMissing);
   }
   const fromFactory: Provider = {
     provide: THROTTLER_OPTIONS,

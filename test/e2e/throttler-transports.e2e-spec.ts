@@ -28,7 +28,12 @@ import { Test } from '@nestjs/testing';
 import type { ThrottlerGuard as NtThrottlerGuard, ThrottlerRequest } from '@nestjs/throttler';
 import { MessageBody, SubscribeMessage, WebSocketGateway } from '@nestjs/websockets';
 import { closeApp } from '../support/app.js';
-import { type GatewayApp, startGatewayApp } from '../support/gateway-apps.js';
+import {
+  GATEWAY_ADAPTERS,
+  type GatewayAdapterName,
+  type GatewayApp,
+  startGatewayApp,
+} from '../support/gateway-apps.js';
 import { RecordingLogger } from '../support/graphql-apps.js';
 import { startMicroservice } from '../support/microservice-apps.js';
 import { useTestRedis } from '../support/redis/test-redis.js';
@@ -108,10 +113,14 @@ function eventsGateway(guard: Type): Type {
   return EventsGateway;
 }
 
-async function startGateway(throttlerModule: ReturnType<Loaded['forRoot']>, gateway: Type): Promise<GatewayApp> {
+async function startGateway(
+  throttlerModule: ReturnType<Loaded['forRoot']>,
+  gateway: Type,
+  adapter: GatewayAdapterName = 'socket.io',
+): Promise<GatewayApp> {
   @Module({ imports: [throttlerModule], providers: [gateway] })
   class GatewayModule {}
-  return startGatewayApp(GatewayModule, 'socket.io');
+  return startGatewayApp(GatewayModule, adapter);
 }
 
 const redis = useTestRedis();
@@ -237,7 +246,10 @@ describe('without a subclass (ours only; NT needs one)', () => {
   it('GraphQL (Apollo over HTTP): the plain guard limits a resolver; over the limit, a GraphQL error', async () => {
     const graphql = await startGraphql(ours.forRoot([{ ttl: 60000, limit: 1 }]), ours.api.ThrottlerGuard);
     try {
-      expect((await graphql.query('{ hello }')).body).toEqual({ data: { hello: 'world' } });
+      const first = await graphql.query('{ hello }');
+      expect(first.body).toEqual({ data: { hello: 'world' } });
+      // the headers go to the operation's HTTP response
+      expect(first.headers).toMatchObject({ 'x-ratelimit-limit': '1', 'x-ratelimit-remaining': '0' });
       const refused = await graphql.query('{ hello }');
       expect(refused.status).toBe(200);
       expect(refused.body.data).toBeNull();
@@ -249,25 +261,29 @@ describe('without a subclass (ours only; NT needs one)', () => {
     }
   });
 
-  it('socket.io gateway: the plain guard limits a message; the client gets an exception with statusCode 429 and stays connected', async () => {
-    const gateway = await startGateway(
-      ours.forRoot([{ ttl: 60000, limit: 1 }]),
-      eventsGateway(ours.api.ThrottlerGuard as Type<NtThrottlerGuard>),
-    );
-    try {
-      const client = await gateway.connect();
-      expect(await client.ask('events', 1)).toEqual({ event: 'events', data: 1 });
-      const refused = await client.ask('events', 2);
-      expect(refused).toEqual({ event: 'exception', data: expect.objectContaining({ statusCode: 429 }) as unknown });
-      expect(client.open).toBe(true);
-      // a second client from the same address shares the count (the tracker is the address)
-      const other = await gateway.connect();
-      expect((await other.ask('events', 3)).event).toBe('exception');
-      expect(gateway.logged.error).toEqual([]);
-    } finally {
-      await gateway.close();
-    }
-  });
+  it.each(GATEWAY_ADAPTERS)(
+    '%s gateway: the plain guard limits a message; the client gets an exception with statusCode 429 and stays connected',
+    async (adapter) => {
+      const gateway = await startGateway(
+        ours.forRoot([{ ttl: 60000, limit: 1 }]),
+        eventsGateway(ours.api.ThrottlerGuard as Type<NtThrottlerGuard>),
+        adapter,
+      );
+      try {
+        const client = await gateway.connect();
+        expect(await client.ask('events', 1)).toEqual({ event: 'events', data: 1 });
+        const refused = await client.ask('events', 2);
+        expect(refused).toEqual({ event: 'exception', data: expect.objectContaining({ statusCode: 429 }) as unknown });
+        expect(client.open).toBe(true);
+        // a second client from the same address shares the count (the tracker is the address)
+        const other = await gateway.connect();
+        expect((await other.ask('events', 3)).event).toBe('exception');
+        expect(gateway.logged.error).toEqual([]);
+      } finally {
+        await gateway.close();
+      }
+    },
+  );
 
   it('TCP microservice: the plain guard limits a message handler; the caller gets a 429 error object', async () => {
     const { ThrottlerGuard } = ours.api;

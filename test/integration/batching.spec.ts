@@ -83,7 +83,7 @@ describe('RedisStore batching', () => {
       store.peek(one),
       store.consume(one),
       store.peek(one),
-      store.consume(one, 100),
+      store.consume(one, { timeoutMs: 100 }),
     ]);
     expect(scriptCalls).toBe(1);
     expect([before[0].remaining, taken[0].remaining, after[0].remaining, refused[0].remaining]).toEqual([2, 1, 1, 0]);

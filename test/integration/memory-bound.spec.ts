@@ -34,7 +34,7 @@ describe('MemoryStore under a million keys', () => {
     let timers = 0;
     for (let i = 0; i < KEYS; i++) {
       const key = bucketKey('rl:', 'default', 'token_bucket', `ip:10.${i >> 16}.${(i >> 8) & 255}.${i & 255}`);
-      store.decide([{ key, policy: 'default', rule: RULE, cost: 1 }], true);
+      store.decideSync([{ key, policy: 'default', rule: RULE, cost: 1 }], true);
       largest = Math.max(largest, store.size);
       timers = Math.max(timers, jest.getTimerCount());
       if (i % 10 === 0) now += 1;

@@ -45,7 +45,7 @@ describe('Redis memory per bucket', () => {
       const calls = [];
       for (let j = i; j < i + BATCH; j++) {
         const key = bucketKey('rl:', 'default', algorithm, `ip:10.${j >> 16}.${(j >> 8) & 255}.${j & 255}`);
-        calls.push(store.consume([{ key, policy: 'default', rule, cost: 1 }], 10_000));
+        calls.push(store.consume([{ key, policy: 'default', rule, cost: 1 }], { timeoutMs: 10_000 }));
       }
       for (const [decision] of await Promise.all(calls)) if (decision.allowed) admitted++;
     }

@@ -56,8 +56,7 @@ describe('the refusal gate of RedisStore (real Redis)', () => {
     const calls = new StoreCalls(store, { timeout: 5_000, failMode: 'closed' }, watcher);
     const requests = requestOf(randomUUID());
     const allowed: boolean[] = [];
-    for (let i = 0; i < 6; i++)
-      allowed.push((await calls.decide(requests, true)).every((decision) => decision.allowed));
+    for (let i = 0; i < 6; i++) allowed.push((await calls.consume(requests)).every((decision) => decision.allowed));
     await calls.close();
     await store.close();
 
@@ -70,14 +69,15 @@ describe('the refusal gate of RedisStore (real Redis)', () => {
     });
   });
 
-  it('is asked once per charge made on the store directly, and not for a look', async () => {
+  it('looks up each charge made on the store directly once, and not a look', async () => {
     const store = new RedisStore({ client: redis });
     const requests = requestOf(randomUUID());
     for (let i = 0; i < 4; i++) await store.consume(requests);
     await store.peek(requests);
     await store.close();
+    // no `cached` before them: `consume` looks each up itself
     expect({ answers: answers.mock.calls.length, lookups: lookups.mock.calls.length }).toEqual({
-      answers: 4,
+      answers: 0,
       lookups: 4,
     });
   });
@@ -90,9 +90,9 @@ describe('the refusal gate of RedisStore (real Redis)', () => {
     const store = new RedisStore({ client: redis });
     const watcher = countingWatcher();
     const calls = new StoreCalls(store, { timeout: 5_000, failMode: 'closed' }, watcher);
-    await calls.decide(requests, true);
+    await calls.consume(requests);
     answers.mockClear();
-    const flood = await Promise.all(Array.from({ length: 20 }, () => Promise.resolve(calls.decide(requests, true))));
+    const flood = await Promise.all(Array.from({ length: 20 }, () => Promise.resolve(calls.consume(requests))));
     await calls.close();
     await store.close();
     expect(flood.flat().some((decision) => decision.allowed)).toBe(true);

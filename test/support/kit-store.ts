@@ -6,6 +6,7 @@
  * holds it to the case tables every store passes.
  */
 import {
+  type Charge,
   clockReader,
   decideAll,
   distinctRequests,
@@ -17,6 +18,7 @@ import {
   type RateLimitRequest,
   type RateLimitStore,
   RateLimitStoreError,
+  restoreCharge,
   spreadDecisions,
   type StoreClock,
   storeClock,
@@ -132,17 +134,26 @@ export class KitStore implements RateLimitStore {
     return this.serially(() => this.server.deleteUnder(prefix));
   }
 
-  /** Gives back, once, what `consume` took for each decision, as far as its charge still counts. */
+  /**
+   * Gives back, once, what `consume` took for each decision, as far as its charge still counts. A
+   * refund the server failed wrote nothing: it puts every charge back on its decision, so that the
+   * next refund of them tries again.
+   */
   refund(decisions: readonly RateLimitDecision[]): Promise<void> {
     // a request some policy refused took nothing from any bucket (all-or-nothing)
     if (!decisions.every((decision) => decision.allowed)) return Promise.resolve();
-    const charges = decisions.map(takeCharge).filter((charge) => charge !== undefined);
-    if (charges.length === 0) return Promise.resolve();
-    return this.serially(async () => {
+    const taken: { decision: RateLimitDecision; charge: Charge }[] = [];
+    for (const decision of decisions) {
+      const charge = takeCharge(decision);
+      if (charge !== undefined) taken.push({ decision, charge });
+    }
+    if (taken.length === 0) return Promise.resolve();
+    const givenBack = this.serially(async () => {
       const now = this.now();
-      const states = await this.server.get(charges.map(({ request }) => request.key));
+      const states = await this.server.get(taken.map(({ charge }) => charge.request.key));
       const writes = [];
-      for (const [i, { request, at }] of charges.entries()) {
+      for (const [i, { charge }] of taken.entries()) {
+        const { request, at } = charge;
         // a bucket that has expired since is full already
         if (states[i] === undefined) continue;
         const { key, rule, cost } = request;
@@ -151,6 +162,10 @@ export class KitStore implements RateLimitStore {
         writes.push({ key, value: JSON.stringify(refunded), expiresAt: expiresAt(model, refunded, rule) });
       }
       await this.server.set(writes);
+    });
+    return givenBack.catch((error: unknown) => {
+      for (const { decision, charge } of taken) restoreCharge(decision, charge);
+      throw error;
     });
   }
 

@@ -16,6 +16,7 @@ import { Test } from '@nestjs/testing';
 import { firstValueFrom, lastValueFrom } from 'rxjs';
 import {
   RateLimit,
+  type RateLimitCallOptions,
   type RateLimitDecision,
   RateLimitGuard,
   type RateLimitRequest,
@@ -263,13 +264,9 @@ export class WatchedStore implements RateLimitStore {
     return this.store.inProcess;
   }
 
-  async consume(
-    requests: readonly RateLimitRequest[],
-    timeoutMs?: number,
-    cachedAsked?: boolean,
-  ): Promise<RateLimitDecision[]> {
+  async consume(requests: readonly RateLimitRequest[], options?: RateLimitCallOptions): Promise<RateLimitDecision[]> {
     try {
-      return await this.store.consume(requests, timeoutMs, cachedAsked);
+      return await this.store.consume(requests, options);
     } finally {
       this.settled(requests);
     }
@@ -281,8 +278,8 @@ export class WatchedStore implements RateLimitStore {
     return decisions;
   }
 
-  peek(requests: readonly RateLimitRequest[], timeoutMs?: number): Promise<RateLimitDecision[]> {
-    return this.store.peek(requests, timeoutMs);
+  peek(requests: readonly RateLimitRequest[], options?: RateLimitCallOptions): Promise<RateLimitDecision[]> {
+    return this.store.peek(requests, options);
   }
 
   reset(keys: readonly string[]): Promise<void> {

@@ -127,6 +127,31 @@ describe('the shape of lib/', () => {
   });
 });
 
+/**
+ * The files that know what a request owes at its end: the obligation's reading (from the
+ * descriptor or the policy's fields), what an admitted request keeps for it, and what the engine
+ * does when the request ends. A new obligation (as a settle of the real cost will be) touches
+ * these and its descriptor or policy field, nothing else: the guard, the interceptors, the seams,
+ * the decorator and the module read only whether a policy owes anything at all (`atEnd`).
+ */
+const OBLIGATION_FILES = ['policy/obligations.ts', 'limiter/request-end.ts', 'limiter/rate-limiter.ts'];
+/** The obligations a request settles at its end, as `Obligations` names them, and the lists `Owed` keeps them in. */
+const AT_END =
+  /\b(owes|\w*[oO]bligations(Of)?\([^)]*\))\.(refundOnSuccess|latency|release)\b|\bowed\.(refunds|releases|latencies)\b/;
+
+describe('what a request owes at its end', () => {
+  it(`is known in ${OBLIGATION_FILES.join(', ')} alone (and a subscription's check, which refuses slots)`, () => {
+    const knowing = sources(LIB).filter((file) => AT_END.test(readFileSync(join(LIB, file), 'utf8')));
+    expect(knowing.sort()).toEqual([...OBLIGATION_FILES, 'routes/route-policies.ts'].sort());
+  });
+
+  it('is met by its pattern where it is written', () => {
+    expect(AT_END.test('if (owes.refundOnSuccess) owed.refunds.push(decision)')).toBe(true);
+    expect(AT_END.test('resolvedObligations(resolved).release')).toBe(true);
+    expect(AT_END.test('obligationsOf(each).atEnd')).toBe(false);
+  });
+});
+
 describe('the shape of bench/', () => {
   it('has no import circle', () => {
     expect(circleIn(graphOf(join(ROOT, 'bench')))).toBeUndefined();

@@ -44,7 +44,7 @@ const DEFAULT_MAX_KEYS = 100_000;
 
 /**
  * Buckets in this process's memory: exact for one process, no I/O, the default store.
- * Runs the same pure algorithm functions the Redis scripts mirror.
+ * Runs the same pure algorithm functions whose Lua mirrors the Redis scripts run.
  *
  * Memory is bounded: at most `maxKeys` buckets, each a map entry and a row of a `Float64Array`
  * (about 140 bytes with its key). Eviction never drops a bucket that still limits its client
@@ -80,18 +80,18 @@ export class MemoryStore implements RateLimitStore {
   }
 
   /**
-   * `decide`, when `consume` and `peek` are this class's own: they only wrap it in a promise, so
-   * its decisions may be taken without one. `undefined` for a subclass that overrides either: the
-   * module then calls them, so that the override decides (see `RateLimitStore.decideNow`).
+   * `decideSync`, when `consume` and `peek` are this class's own: they only wrap it in a promise,
+   * so its decisions may be taken without one. `undefined` for a subclass that overrides either:
+   * the module then calls them, so that the override decides (see `RateLimitStore.decideNow`).
    */
   get decideNow(): ((requests: readonly RateLimitRequest[], charge: boolean) => RateLimitDecision[]) | undefined {
     const own = this.consume === MemoryStore.prototype.consume && this.peek === MemoryStore.prototype.peek;
     return own ? this.decideBound : undefined;
   }
 
-  /** `decide` on this store, made once: what `decideNow` hands out. */
+  /** `decideSync` on this store, made once: what `decideNow` hands out. */
   private readonly decideBound = (requests: readonly RateLimitRequest[], charge: boolean): RateLimitDecision[] =>
-    this.decide(requests, charge);
+    this.decideSync(requests, charge);
 
   /** Number of buckets held (expired ones not yet swept included). */
   get size(): number {
@@ -100,11 +100,11 @@ export class MemoryStore implements RateLimitStore {
 
   // async: a bad argument rejects the promise, as with any store, instead of throwing
   async consume(requests: readonly RateLimitRequest[]): Promise<RateLimitDecision[]> {
-    return this.decide(requests, true);
+    return this.decideSync(requests, true);
   }
 
   async peek(requests: readonly RateLimitRequest[]): Promise<RateLimitDecision[]> {
-    return this.decide(requests, false);
+    return this.decideSync(requests, false);
   }
 
   async reset(keys: readonly string[]): Promise<void> {
@@ -132,7 +132,7 @@ export class MemoryStore implements RateLimitStore {
    * @throws TypeError or RangeError for a bad request (a cost that is not a finite number > 0, a
    * key given twice with different rules or costs), before anything is read or charged
    */
-  decide(given: readonly RateLimitRequest[], charge: boolean): RateLimitDecision[] {
+  decideSync(given: readonly RateLimitRequest[], charge: boolean): RateLimitDecision[] {
     const { requests, positions } = distinctRequests(given, charge ? 'MemoryStore.consume' : 'MemoryStore.peek');
     if (requests.length === 1) {
       const decision = this.decideOne(requests[0], charge);

@@ -9,9 +9,9 @@
  * 200,000 instructions, this one about 74,000 (BENCHMARKS.md, redis-ir).
  *
  * It mirrors the models (`algorithms/token-bucket.ts`, `gcra.ts`, `fixed-window.ts`, `quota.ts`,
- * `sliding-window-counter.ts`) and their Lua (`*.lua.ts`) line for line: current, admitted at
- * cost 1, charge, and the expiry `save` works out; change them together. KEYS, ARGV and the
- * reply: see `script-protocol.ts` (`encodeDecide`, the flat call).
+ * `sliding-window-counter.ts`) and their Lua mirrors beside them (`algorithms/*.lua.ts`) line for
+ * line: current, admitted at cost 1, charge, and the expiry `save` works out; change them
+ * together. KEYS, ARGV and the reply: see `script-protocol.ts` (`encodeDecide`, the flat call).
  *
  * `number` names how an argument that repeats from call to call is read: the library keeps what
  * it has read (a lookup hashes, `tonumber` runs `strtod`), a script cannot keep anything.

@@ -112,7 +112,7 @@ export class RedisScripts {
   }
 
   /** Runs a decide call as `encodeDecide` made it (the flat call, or the general one; see `script-protocol.ts`): its raw reply. */
-  decide({ keys, args, flat }: DecideCall): Promise<unknown> {
+  runDecideCall({ keys, args, flat }: DecideCall): Promise<unknown> {
     return this.run(flat ? FLAT : DECIDE, keys, args);
   }
 

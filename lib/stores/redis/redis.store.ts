@@ -3,10 +3,15 @@ import type { Cluster, Redis } from 'ioredis';
 import type { Outcome } from '../../algorithms/algorithm.types.js';
 import { clientCommandTimeout } from '../../rate-limit.messages.js';
 import { Deadlines } from '../../utils/deadline-queue.js';
-import { type Charge, takeCharge, toDecision } from '../decision.js';
+import { type Charge, restoreCharge, takeCharge, toDecision } from '../decision.js';
 import { distinctRequests, spreadDecisions } from '../distinct-requests.js';
 import { storeTimeout } from '../rate-limit-store.error.js';
-import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from '../rate-limit-store.interface.js';
+import type {
+  RateLimitCallOptions,
+  RateLimitDecision,
+  RateLimitRequest,
+  RateLimitStore,
+} from '../rate-limit-store.interface.js';
 import { RefusalGate, type ServerAnswer } from '../refusal-gate/refusal-gate.js';
 import { type StoreClock, storeClock } from '../store-clock.js';
 import { groupBySlot, HASH_SLOTS } from './hash-slot.js';
@@ -72,16 +77,12 @@ export class RedisStore implements RateLimitStore {
     if (commandTimeout !== undefined) new Logger('RedisStore').warn(clientCommandTimeout(commandTimeout));
   }
 
-  consume(
-    requests: readonly RateLimitRequest[],
-    timeoutMs?: number,
-    cachedAsked?: boolean,
-  ): Promise<RateLimitDecision[]> {
-    return this.call(requests, true, timeoutMs, cachedAsked === true);
+  consume(requests: readonly RateLimitRequest[], options?: RateLimitCallOptions): Promise<RateLimitDecision[]> {
+    return this.call(requests, true, options?.timeoutMs);
   }
 
-  peek(requests: readonly RateLimitRequest[], timeoutMs?: number): Promise<RateLimitDecision[]> {
-    return this.call(requests, false, timeoutMs, false);
+  peek(requests: readonly RateLimitRequest[], options?: RateLimitCallOptions): Promise<RateLimitDecision[]> {
+    return this.call(requests, false, options?.timeoutMs);
   }
 
   /** Forgets these buckets, and every refusal remembered of them. */
@@ -110,8 +111,9 @@ export class RedisStore implements RateLimitStore {
 
   /**
    * The decisions for a charge that Redis would certainly refuse, from what it answered before
-   * (see `RefusalGate`), without a call; `undefined` when a call is needed. The module asks this
-   * before `consume`: such an answer takes no time and says nothing of Redis's health.
+   * (see `RefusalGate`), without a call; `undefined` when a call is needed, and `consume` of these
+   * very requests right after does not look again. The module asks this before `consume`: such an
+   * answer takes no time and says nothing of Redis's health.
    */
   cached(requests: readonly RateLimitRequest[]): RateLimitDecision[] | undefined {
     return this.gate?.answer(requests);
@@ -120,25 +122,38 @@ export class RedisStore implements RateLimitStore {
   /**
    * Gives back what `consume` took for these decisions (see `RateLimitStore.refund`): one refund
    * script call per hash slot, in parallel. Refusals remembered for those keys are forgotten at
-   * once and again afterwards: the buckets now admit sooner than they said.
+   * once and again afterwards: the buckets now admit sooner than they said. Settles once every
+   * call has; when one failed, it rejects with its error, and the charges of the slots whose calls
+   * failed are back on their decisions, to be given back by the next refund of them.
    */
   async refund(decisions: readonly RateLimitDecision[]): Promise<void> {
     // a request some policy refused took nothing (what another hash slot charged went back then)
     if (!decisions.every((decision) => decision.allowed)) return;
-    const charges = decisions.map(takeCharge).filter((charge): charge is Charge => charge !== undefined);
-    if (charges.length === 0) return;
-    const keys = charges.map((charge) => charge.request.key);
-    const groups = groupBySlot(keys, this.cluster);
-    await this.forgetting(keys, () =>
-      Promise.all(
-        [...groups.values()].map((group) =>
+    const taken: { decision: RateLimitDecision; charge: Charge }[] = [];
+    for (const decision of decisions) {
+      const charge = takeCharge(decision);
+      if (charge !== undefined) taken.push({ decision, charge });
+    }
+    if (taken.length === 0) return;
+    const keys = taken.map(({ charge }) => charge.request.key);
+    const groups = [...groupBySlot(keys, this.cluster).values()];
+    const settled = await this.forgetting(keys, () =>
+      Promise.allSettled(
+        groups.map((group) =>
           this.scripts.refund(
-            group.map((i) => charges[i].request),
-            group.map((i) => charges[i].at),
+            group.map((i) => taken[i].charge.request),
+            group.map((i) => taken[i].charge.at),
           ),
         ),
       ),
     );
+    let failure: PromiseRejectedResult | undefined;
+    for (const [k, result] of settled.entries()) {
+      if (result.status === 'fulfilled') continue;
+      failure ??= result;
+      for (const i of groups[k]) restoreCharge(taken[i].decision, taken[i].charge);
+    }
+    if (failure !== undefined) throw failure.reason;
   }
 
   /** Runs a reset or a refund of `keys` (`undefined`: of all) with the gate forgetting them around it. */
@@ -147,15 +162,15 @@ export class RedisStore implements RateLimitStore {
   }
 
   /**
-   * A charge goes through the gate, asked once (`asked`: the module asked it already, by `cached`);
-   * a look goes straight to Redis. Never throws: a bad request rejects this call alone, before it can
-   * join (and fail) a batch. A key given twice is decided once.
+   * A charge goes through the gate, which looks it up once (not again right after `cached`, for the
+   * same array; a call that repeats a key, which the module never makes, is looked up again as its
+   * distinct keys); a look goes straight to Redis. Never throws: a bad request rejects this call
+   * alone, before it can join (and fail) a batch. A key given twice is decided once.
    */
   private call(
     requests: readonly RateLimitRequest[],
     charge: boolean,
     timeoutMs: number | undefined,
-    asked: boolean,
   ): Promise<RateLimitDecision[]> {
     let distinct: ReturnType<typeof distinctRequests>;
     try {
@@ -165,7 +180,7 @@ export class RedisStore implements RateLimitStore {
     }
     if (distinct.positions) {
       const { positions } = distinct;
-      return this.call(distinct.requests, charge, timeoutMs, asked).then((decisions) =>
+      return this.call(distinct.requests, charge, timeoutMs).then((decisions) =>
         spreadDecisions(decisions, requests, positions),
       );
     }
@@ -175,10 +190,7 @@ export class RedisStore implements RateLimitStore {
       return this.send(requests, charge, timeoutMs).then(({ outcomes }) =>
         requests.map((request, i) => toDecision(request, outcomes[i])),
       );
-    const known = asked ? undefined : gate.answer(requests);
-    return known !== undefined
-      ? Promise.resolve(known)
-      : gate.charge(requests, () => this.send(requests, true, timeoutMs));
+    return gate.charge(requests, () => this.send(requests, true, timeoutMs));
   }
 
   /** Redis's answer for requests on distinct keys: one batched call, or one per hash slot of a Cluster. */
@@ -195,7 +207,7 @@ export class RedisStore implements RateLimitStore {
         )
       : undefined;
     return groups === undefined || groups.size === 1
-      ? this.batches.decide(requests, charge, groups?.keys().next().value ?? 0, timeoutMs)
+      ? this.batches.join(requests, charge, groups?.keys().next().value ?? 0, timeoutMs)
       : this.acrossSlots(requests, groups, charge, timeoutMs);
   }
 
@@ -212,7 +224,7 @@ export class RedisStore implements RateLimitStore {
     const slots = [...groups];
     const settled = await Promise.allSettled(
       slots.map(([slot, group]) =>
-        this.batches.decide(
+        this.batches.join(
           group.map((i) => requests[i]),
           charge,
           slot,

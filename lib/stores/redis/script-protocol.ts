@@ -1,7 +1,6 @@
-import type { Held, Outcome } from '../../algorithms/algorithm.types.js';
+import type { AlgorithmDescriptor, Held, Outcome, Rule } from '../../algorithms/algorithm.types.js';
 import { settle } from '../../algorithms/decide.js';
 import { ALGORITHM_DESCRIPTORS } from '../../algorithms/registry.js';
-import type { Rule } from '../../algorithms/algorithm.types.js';
 import { storeReplyDisagrees } from '../../rate-limit.messages.js';
 import { RateLimitStoreError } from '../rate-limit-store.error.js';
 import type { RateLimitRequest } from '../rate-limit-store.interface.js';
@@ -46,17 +45,19 @@ import type { RateLimitRequest } from '../rate-limit-store.interface.js';
  *                      else 1)
  *
  * The flat call (`DecideCall.flat`): a call of plain requests of one rule without a block, of
- * any algorithm whose state is one string (all but the sliding window log), which `flat_call`
- * (`flat.lua.ts`) decides, takes only what such a call needs:
+ * an algorithm whose descriptor has `flatArgs` (those whose state is one string: all but the
+ * sliding window log and `concurrency`), which `flat_call` (`flat.lua.ts`) decides, takes only
+ * what such a call needs:
  *
  * KEYS                 the bucket keys of the call, each once, in the order first named
  * ARGV[2]              the call's deadline, as above
  * ARGV[3]              the rule's algorithm
  * ARGV[4], ARGV[5]     its rps and burst
- * ARGV[6]              (a window only: fixed_window, quota, sliding_window_counter) its scaled
- *                      limit, '' for none, negated when anchored (as a rule's, see `limitArg`)
- * ARGV[7]              (a quota only) its period's start, `Rule.origin`, integer ms; its algorithm
- *                      (ARGV[3]) is then plain 'quota'
+ * then                 its `flatArgs`, in order: 'limit', its scaled limit, '' for none, negated
+ *                      when anchored (as a rule's, see `limitArg`: the windows, fixed_window,
+ *                      quota, sliding_window_counter); 'origin', its period's start,
+ *                      `Rule.origin`, integer ms (a quota, whose algorithm, ARGV[3], is then
+ *                      plain 'quota')
  * then                 when the call names a key more than once: each request's key index (from
  *                      1); else request i takes KEYS[i]
  *
@@ -117,15 +118,15 @@ export interface DecideCall {
   flat: boolean;
 }
 
-/** The algorithms a flat call decides, and whether each is a window (its rule's limit follows). */
-const FLAT_ALGORITHMS: ReadonlyMap<string, boolean> = new Map([
-  ['token_bucket', false],
-  ['gcra', false],
-  ['leaky_bucket', false],
-  ['fixed_window', true],
-  ['sliding_window_counter', true],
-  ['quota', true],
-]);
+/**
+ * What a flat call takes after rps and burst, by the name of each algorithm it decides (see
+ * `AlgorithmDescriptor.flatArgs`); a name not here (any string a caller gave) takes the general call.
+ */
+const FLAT_ARGS: ReadonlyMap<string, NonNullable<AlgorithmDescriptor['flatArgs']>> = new Map(
+  Object.entries(ALGORITHM_DESCRIPTORS).flatMap(([algorithm, { flatArgs }]) =>
+    flatArgs === undefined ? [] : [[algorithm, flatArgs] as const],
+  ),
+);
 
 /** A rule's arguments (see `RULE_ARGS`). */
 function ruleArgs(rule: Rule): string[] {
@@ -172,11 +173,11 @@ export function encodeDecide(calls: readonly CallRequest[]): DecideCall {
     (call) => call.charge && call.deadline === deadline && call.requests.length === 1 && call.requests[0].cost === 1,
   );
   const [rule] = rules.keys();
-  if (plain && rules.size === 1 && FLAT_ALGORITHMS.has(rule.algorithm) && rule.blockMs === undefined) {
+  const flatArgs = plain && rules.size === 1 && rule.blockMs === undefined ? FLAT_ARGS.get(rule.algorithm) : undefined;
+  if (flatArgs !== undefined) {
     const args = [deadline, rule.algorithm, String(rule.rps), String(rule.burst)];
-    if (FLAT_ALGORITHMS.get(rule.algorithm)) args.push(limitArg(rule));
-    // a quota's origin, always (`quota.ts` takes none as 0): the flat call reads it before any key index
-    if (rule.algorithm === 'quota') args.push(String(rule.origin ?? 0));
+    // 'origin' even for a rule without one (`quota.ts` takes none as 0): the call reads it before any key index
+    for (const arg of flatArgs) args.push(arg === 'limit' ? limitArg(rule) : String(rule.origin ?? 0));
     if (keyed) for (const k of keyIndexes) args.push(String(k + 1));
     return { keys, args, keyIndexes, flat: true };
   }

@@ -56,13 +56,13 @@ export class SlotBatches {
   ) {}
 
   /**
-   * Decides requests of one hash slot in the slot's batch; `timeoutMs` counts from when the call
-   * is sent.
+   * Puts requests of one hash slot in the slot's batch, to be decided in its call: their reply;
+   * `timeoutMs` counts from when the call is sent.
    *
    * @throws RateLimitStoreError past the timeout (`'timeout'`), or when Redis ran the call after
    * it (`'stale'`)
    */
-  decide(
+  join(
     requests: readonly RateLimitRequest[],
     charge: boolean,
     slot: number,
@@ -92,7 +92,7 @@ export class SlotBatches {
     const call = encodeDecide(batch.waiting);
     // on the client's socket from here: each caller's time starts now
     const answers = this.scripts
-      .decide(call)
+      .runDecideCall(call)
       .then((raw) => this.answers(slot, batch, decodeDecideReply(raw, batch.waiting, call), sentAt));
     batch.waiting.forEach((waiting, i) => {
       const answer = answers.then((all) => {

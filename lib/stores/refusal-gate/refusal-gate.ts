@@ -22,45 +22,68 @@ export interface ServerAnswer {
  * and waiting for those calls in a flood. It knows requests, keys, outcomes and the local clock,
  * nothing of the server.
  *
- * A charge asks `answer` once; when it has none, `charge` sends it past the gate (or lets it wait
- * for the calls already on its buckets) and remembers what the server said. The module asks
- * `answer` itself, through `RateLimitStore.cached`, before its circuit breaker: an answer from
- * here is taken while the server is down, and says nothing of its health. Looks (`peek`) go
- * straight to the server. Resets and refunds forget what is remembered of their keys (`forgetting`).
+ * A charge is looked up once; when it has no answer, `charge` sends it past the gate (or lets it
+ * wait for the calls already on its buckets) and remembers what the server said. The module looks
+ * it up itself (`answer`, through `RateLimitStore.cached`) before its circuit breaker, then calls
+ * `consume` with the same array, which `charge` does not look up again. An answer from here is
+ * taken while the server is down, and says nothing of its health. Looks (`peek`) go straight to
+ * the server. Resets and refunds forget what is remembered of their keys (`forgetting`).
  *
  * @example
  * const gate = new RefusalGate(() => performance.now());
- * const decisions = gate.answer(requests) ?? (await gate.charge(requests, () => server.decide(requests)));
+ * const cached = (requests) => gate.answer(requests);
+ * const consume = (requests) => gate.charge(requests, () => server.decide(requests)); // looks up, unless `cached` just did
  */
 export class RefusalGate {
   private readonly refused = new RefusedCache();
   /** Charging calls on their way, by key. */
   private readonly pending = new PendingCalls();
+  /**
+   * The requests `answer` had no answer for last, until the current turn of the event loop ends:
+   * `charge` of that very array (the module's `consume` right after its `cached`) does not look
+   * them up again, and a charge of any other array does.
+   */
+  private unanswered: readonly RateLimitRequest[] | undefined;
+  private readonly turnEnded = (): void => {
+    this.unanswered = undefined;
+  };
 
   /** @param now the local clock, ms; `performance.now` will do (only its differences count) */
   constructor(private readonly now: () => number) {}
 
   /**
    * The decisions for a charge that the server would certainly refuse, from what it answered
-   * before; `undefined` when the charge must go past the gate (`charge`). Charges nothing.
+   * before; `undefined` when the charge must go past the gate (`charge`, which then does not look
+   * up this very array again in this turn of the event loop). Charges nothing.
    */
   answer(requests: readonly RateLimitRequest[]): RateLimitDecision[] | undefined {
-    const outcomes = this.refused.lookup(requests, this.now());
-    return outcomes === undefined ? undefined : decisionsOf(requests, outcomes);
+    const known = this.lookup(requests);
+    if (known === undefined) {
+      if (this.unanswered === undefined) queueMicrotask(this.turnEnded);
+      this.unanswered = requests;
+    }
+    return known;
   }
 
   /**
-   * A charge `answer` had no answer for, on distinct keys. In a flood on its buckets (a key refused
-   * up to a second ago, or about to run out, and calls on it on their way), it waits for those calls
-   * once rather than sending its own: their answers come sooner than its own would, and usually
-   * leave nothing for it. Then it looks again with the others that waited: those the buckets can
-   * hold go to the server together, the rest are refused here. What `send` answers is remembered.
+   * A charge on distinct keys: answered from here when the server would certainly refuse it (not
+   * looked up again when `answer` just had no answer for this very array), else sent past the
+   * gate. In a flood on its buckets (a key refused up to a second ago, or about to run out, and
+   * calls on it on their way), it waits for those calls once rather than sending its own: their
+   * answers come sooner than its own would, and usually leave nothing for it. Then it looks again
+   * with the others that waited: those the buckets can hold go to the server together, the rest
+   * are refused here. What `send` answers is remembered.
    *
    * @param send the call to the server; the gate calls it at most once, right away or after the wait
    * @throws what `send` fails with; after a wait, what a call it waited for failed with (the server
    * is slow or gone: a call of its own would add its timeout to theirs)
    */
   async charge(requests: readonly RateLimitRequest[], send: () => Promise<ServerAnswer>): Promise<RateLimitDecision[]> {
+    if (requests === this.unanswered) this.unanswered = undefined;
+    else {
+      const known = this.lookup(requests);
+      if (known !== undefined) return known;
+    }
     const calls = this.refused.contended(requests, this.now()) ? this.pending.drained(requests) : undefined;
     if (calls !== undefined) {
       const failure = await calls;
@@ -101,6 +124,11 @@ export class RefusalGate {
   /** Forgets everything remembered; calls in flight still land. */
   clear(): void {
     this.refused.clear();
+  }
+
+  private lookup(requests: readonly RateLimitRequest[]): RateLimitDecision[] | undefined {
+    const outcomes = this.refused.lookup(requests, this.now());
+    return outcomes === undefined ? undefined : decisionsOf(requests, outcomes);
   }
 
   private forget(keys: readonly string[] | undefined): void {

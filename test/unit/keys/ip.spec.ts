@@ -69,7 +69,7 @@ describe('IP buckets, from req.ip to the store', () => {
   /** Sends one request per address through a store; returns how many were admitted. */
   const admitted = (ips: readonly (string | undefined)[]) => {
     const store = new MemoryStore({ clock: () => 1_000 });
-    return ips.filter((ip) => store.decide([{ key: keyOf(ip), policy: 'per-ip', rule, cost: 1 }], true)[0].allowed)
+    return ips.filter((ip) => store.decideSync([{ key: keyOf(ip), policy: 'per-ip', rule, cost: 1 }], true)[0].allowed)
       .length;
   };
 

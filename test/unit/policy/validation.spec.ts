@@ -3,12 +3,16 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { jest } from '@jest/globals';
 import { Controller, Get, Injectable, Logger, type ModuleMetadata, type Type } from '@nestjs/common';
+import { Reflector } from '@nestjs/core';
+import { ExecutionContextHost } from '@nestjs/core/helpers/execution-context-host.js';
+import { Resolver, Subscription } from '@nestjs/graphql';
 import { Test } from '@nestjs/testing';
 import {
   MemoryStore,
   RateLimit,
   RateLimitModule,
   type RateLimitModuleOptions,
+  type RateLimitPolicy,
   RateLimiterService,
   RedisStore,
   SkipRateLimit,
@@ -20,7 +24,7 @@ import { StoreOwner } from '../../../lib/stores/store-owner.js';
 import { parseCommandLine } from '../../../lib/simulator/simulate-args.js';
 import { ManualClock } from '../../../lib/testing/index.js';
 import { StandaloneLimiter } from '../../support/standalone-limiter.js';
-import { RateLimitThrottlerStorage } from '../../../lib/throttler/index.js';
+import { RateLimitThrottlerStorage, ThrottlerGuard, ThrottlerStorageService } from '../../../lib/throttler/index.js';
 import { ALGORITHMS } from '../../../lib/algorithms/algorithm.types.js';
 import { ALGORITHM_DESCRIPTORS } from '../../../lib/algorithms/registry.js';
 import { optionNotFor } from '../../../lib/rate-limit.messages.js';
@@ -111,6 +115,29 @@ function skipping(names: unknown[], on: 'handler' | 'class'): Type {
     }
   }
   return SkipController;
+}
+
+/** A GraphQL resolver whose subscription `events` carries `policy`. */
+function subscriptionWith(p: RateLimitPolicy): Type {
+  @Resolver()
+  class EventsResolver {
+    @RateLimit(p)
+    @Subscription(() => String)
+    events() {
+      return undefined;
+    }
+  }
+  return EventsResolver;
+}
+
+/** Starts an app context with `provider` beside the module (a resolver's policies are read at start too), and closes it. */
+async function startWith(provider: Type): Promise<void> {
+  const moduleRef = await Test.createTestingModule({
+    imports: [RateLimitModule.forRoot()],
+    providers: [provider],
+  }).compile();
+  await moduleRef.init();
+  await moduleRef.close();
 }
 
 /** The message a policy makes at start, on a handler (or on the class). */
@@ -474,6 +501,15 @@ const ROWS: Row[] = [
     'blockFor on a quota',
     policy({ algorithm: 'quota', limit: 100, period: 'day', blockFor: '1h' }),
     `${ON_HANDLER} "blockFor" does not apply to "quota": its refusals hold until its period ends already`,
+  ],
+  [
+    'a concurrency policy on a GraphQL subscription',
+    () =>
+      thrown(() => startWith(subscriptionWith({ name: 'streams', algorithm: 'concurrency', limit: 2, lease: '5m' }))),
+    'Invalid @RateLimit policy on EventsResolver.events: policy "streams" holds a slot while a request is in flight, ' +
+      'but this handler is a GraphQL subscription, which is limited at no point of its life (neither when it starts ' +
+      'nor per event): it would hold nothing; limit the query or mutation that leads to it, or the gateway that ' +
+      'carries its events',
   ],
   [
     'adaptive on concurrency',
@@ -1246,6 +1282,21 @@ const ROWS: Row[] = [
     'RateLimitThrottlerStorage timeout of 0',
     store(() => new RateLimitThrottlerStorage({ timeout: 0 })),
     'Invalid RateLimitThrottlerStorage option "timeout": must be a positive number of milliseconds, got 0',
+  ],
+  [
+    'a ThrottlerGuard limit function resolving to no number (at the request)',
+    () =>
+      thrown(async () => {
+        class PingController {
+          ping() {}
+        }
+        const throttlers = [{ ttl: 60_000, limit: () => 'many' as never }];
+        const guard = new ThrottlerGuard(throttlers, new ThrottlerStorageService(), new Reflector());
+        await guard.onModuleInit();
+        const request = { ip: '127.0.0.1', headers: {} };
+        await guard.canActivate(new ExecutionContextHost([request, {}], PingController, PingController.prototype.ping));
+      }),
+    'Invalid "limit" for the "default" throttler: expected a number, got "many".',
   ],
 
   // the stores' own options

@@ -54,6 +54,23 @@ describe('KitStore as a remote store', () => {
     expect(await store.consume([req])).toMatchObject([{ allowed: true, remaining: 0 }]);
   });
 
+  it('puts back the charges of a refund its server failed: the next refund gives them back, once', async () => {
+    const store = new KitStore({ clock: new ManualClock(CASE_EPOCH) });
+    // one slot in flight, held for a minute at the most
+    const slot = request({ algorithm: 'concurrency', rps: 1 / 60, burst: 1 });
+    const held = await store.consume([slot]);
+    store.server.down = true;
+    await expect(store.refund(held)).rejects.toMatchObject({ name: 'RateLimitStoreError', reason: 'unavailable' });
+    store.server.down = false;
+    expect((await store.peek([slot]))[0].remaining).toBe(0);
+    await store.refund(held);
+    expect((await store.peek([slot]))[0].remaining).toBe(1);
+    // the next request holds the slot: a third refund of the first one's decisions gives nothing
+    expect((await store.consume([slot]))[0].allowed).toBe(true);
+    await store.refund(held);
+    expect((await store.peek([slot]))[0].remaining).toBe(0);
+  });
+
   it('forgets the buckets under a prefix, and only those', async () => {
     const store = new KitStore({ clock: new ManualClock(CASE_EPOCH) });
     const inside = request();

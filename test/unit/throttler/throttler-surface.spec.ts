@@ -36,7 +36,7 @@ function metadataOf(target: object): Array<[string, unknown]> {
 }
 
 describe('nestjs-ratelimit/throttler exports', () => {
-  it("the names of THROTTLER.md's public surface, of the same kinds as NT's", () => {
+  it("the names of the public surface (docs/throttler-compat.md), of the same kinds as NT's", () => {
     const names = [
       'ThrottlerModule',
       'ThrottlerGuard',
@@ -122,6 +122,48 @@ describe('nestjs-ratelimit/throttler exports', () => {
       theirs.onApplicationShutdown();
       await (mine as { onApplicationShutdown?: () => unknown }).onApplicationShutdown?.();
     }
+  });
+});
+
+describe("normalizeIp, NT 6.7's default tracker", () => {
+  /** Inputs where the two notations of an address differ, and non-addresses NT hands back. */
+  const EDGES = [
+    '1.2.3.4',
+    '::ffff:1.2.3.4',
+    '::FFFF:0102:0304',
+    '::1',
+    '::',
+    '::2',
+    '0:0:0:0:0:0:0:1',
+    'fe80::1%eth0',
+    'fe80::1%' + 'z'.repeat(80),
+    '1.2.3.4%eth0',
+    '2001:db8::1',
+    '2001:DB8:0:0:1::',
+    '2001:0:0:1:0:0:0:1',
+    '64:ff9b::1.2.3.4',
+    'ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff',
+    '',
+    'unknown',
+    '1.2.3',
+    '::ffff:999.1.1.1',
+    'x'.repeat(100),
+    undefined,
+  ];
+  const PREFIXES = [0, 1, 15, 16, 17, 32, 48, 56, 63, 64, 65, 96, 127, 128, 129, -5, 48.9, NaN, Infinity];
+
+  it('writes what NT writes, for every prefix, on edges and on 2,000 random addresses', () => {
+    let seed = 7;
+    const next = () => (seed = (seed * 1103515245 + 12345) % 2147483648);
+    // a third of the groups 0: runs of zeros of every length and place, for the shortest form
+    const group = () => (next() % 3 === 0 ? 0 : (next() >> 8) & 0xffff);
+    const random = Array.from({ length: 2_000 }, () => Array.from({ length: 8 }, () => group().toString(16)).join(':'));
+    const rows = [...EDGES, ...random].flatMap((ip) => PREFIXES.map((prefix) => [ip, prefix] as const));
+    const differing = rows.filter(
+      ([ip, prefix]) => ours.normalizeIp(ip as string, prefix) !== nt.normalizeIp(ip as string, prefix),
+    );
+    expect(differing).toEqual([]);
+    expect(ours.DEFAULT_IPV6_SUBNET_PREFIX).toBe(nt.DEFAULT_IPV6_SUBNET_PREFIX);
   });
 });
 

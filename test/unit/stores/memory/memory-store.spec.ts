@@ -15,9 +15,9 @@ describe('MemoryStore bound (clock pinned)', () => {
   beforeEach(() => (now = 1_000_000));
 
   const take = (store: MemoryStore, key: string, rule = SLOW, cost = 1) =>
-    store.decide([{ key, policy: 'p', rule, cost }], true)[0];
+    store.decideSync([{ key, policy: 'p', rule, cost }], true)[0];
   const remaining = (store: MemoryStore, key: string, rule = SLOW) =>
-    store.decide([{ key, policy: 'p', rule, cost: 1 }], false)[0].remaining;
+    store.decideSync([{ key, policy: 'p', rule, cost: 1 }], false)[0].remaining;
 
   it('holds at most maxKeys buckets, freeing 1 % of them when full', () => {
     const store = new MemoryStore({ clock, maxKeys: 1_000 });
@@ -59,7 +59,7 @@ describe('MemoryStore bound (clock pinned)', () => {
     now += 1;
     take(store, 'b');
     now += 1;
-    const both = store.decide(
+    const both = store.decideSync(
       [
         { key: 'a', policy: 'p', rule: SLOW, cost: 1 },
         { key: 'c', policy: 'q', rule: SLOW, cost: 1 },
@@ -218,19 +218,19 @@ describe('MemoryStore requests (clock pinned)', () => {
     const store = new MemoryStore({ clock, maxKeys: 1 });
     const both = [req('a', SLOW), req('b', SLOW)];
     for (const expected of [1, 0])
-      expect(store.decide(both, true).map((d) => [d.allowed, d.remaining])).toEqual([
+      expect(store.decideSync(both, true).map((d) => [d.allowed, d.remaining])).toEqual([
         [true, expected],
         [true, expected],
       ]);
-    expect(store.decide(both, true).map((d) => [d.allowed, d.remaining])).toEqual([
+    expect(store.decideSync(both, true).map((d) => [d.allowed, d.remaining])).toEqual([
       [false, 0],
       [false, 0],
     ]);
     expect(store.size).toBe(2);
     // the next new bucket makes room: the store is back within maxKeys
-    expect(store.decide([req('c', SLOW)], true)[0].remaining).toBe(1);
+    expect(store.decideSync([req('c', SLOW)], true)[0].remaining).toBe(1);
     expect(store.size).toBe(1);
-    expect(store.decide([req('a', SLOW)], false)[0].remaining).toBe(2);
+    expect(store.decideSync([req('a', SLOW)], false)[0].remaining).toBe(2);
   });
 });
 

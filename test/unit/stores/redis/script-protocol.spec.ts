@@ -99,6 +99,34 @@ describe("the calls' protocol", () => {
     expect(encodeDecide([charging([log])]).flat).toBe(false);
   });
 
+  // the flat call's arguments after the deadline, per algorithm, as `flat.lua.ts` reads them
+  it.each([
+    ['token_bucket', {}, ['token_bucket', '2', '4']],
+    ['leaky_bucket', {}, ['leaky_bucket', '2', '4']],
+    ['gcra', {}, ['gcra', '2', '4']],
+    ['fixed_window', { limit: 2.5 }, ['fixed_window', '2', '4', '2.5']],
+    ['fixed_window', { anchor: 'first-request' }, ['fixed_window', '2', '4', '-4']],
+    ['sliding_window_counter', {}, ['sliding_window_counter', '2', '4', '']],
+    ['quota', { origin: 1_767_225_600_000 }, ['quota', '2', '4', '', '1767225600000']],
+    ['quota', {}, ['quota', '2', '4', '', '0']],
+  ] as const)(
+    'sends a plain %s call %j as a flat call of its rule, then its flat arguments',
+    (algorithm, fields, args) => {
+      const plain: RateLimitRequest = {
+        key: 'rl:e',
+        policy: 'e',
+        rule: { algorithm, rps: 2, burst: 4, ...fields },
+        cost: 1,
+      };
+      expect(encodeDecide([charging([plain], '7')])).toMatchObject({ flat: true, args: ['7', ...args] });
+    },
+  );
+
+  it.each(['sliding_window_log', 'concurrency'] as const)('sends a plain %s call as the general call', (algorithm) => {
+    const plain: RateLimitRequest = { key: 'rl:e', policy: 'e', rule: { algorithm, rps: 2, burst: 4 }, cost: 1 };
+    expect(encodeDecide([charging([plain])]).flat).toBe(false);
+  });
+
   it('lays out a refund policy after policy, with the time each charge was', () => {
     expect(encodeRefund([tokens, window], [1_000, 2_000])).toEqual({
       keys: ['rl:a', 'rl:b'],
