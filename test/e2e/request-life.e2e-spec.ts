@@ -6,8 +6,9 @@
  * 1. in flight, as the handlers count themselves (from when one starts its work until it stops:
  *    when it ends, or as soon as its client goes), never went past 2 at any moment;
  * 2. once every request has ended and every release has landed (`RateLimiter.release`'s promise,
- *    retries included), the store holds no slot: Redis, every sorted set under the app's prefix
- *    empty or gone; both stores, `RateLimiterService.usage()` says 0 used;
+ *    retries included), the store holds no slot of the run's client: on Redis, every sorted set
+ *    its requests were decided on is empty or gone; on both stores, `RateLimiterService.usage()`
+ *    says 0 used (and once every run passed, no sorted set under the app's prefix holds a slot);
  * and, on the way, each admitted request's slot was given back once, a refused one's never, and
  * each client got the answer its way gives.
  *
@@ -29,14 +30,15 @@
  * - `redis-cut`: a proxy between the app and Redis drops every connection and refuses new ones
  *   while the request's release happens; once the release has failed, it lets them through, and
  *   the release's retry lands. Everywhere, on Redis. Nothing else reaches Redis meanwhile: the
- *   test waits for every earlier release first, and no decision is under way.
+ *   test waits for every earlier release first, and no decision is under way (one held at its key
+ *   function has not reached Redis yet).
  *
  * The test waits for what the app reports (a key function asked, a decision, a handler entered
  * or stopped, a release landed or failed), never for time; a wait longer than `STUCK_MS` fails the
- * run as stuck. Runs per app: `DEFAULT_RUNS`, or `RATE_LIMIT_PROPERTY_RUNS`, after a first one
- * that meets every way of the app. A failure prints the shrunk run (its steps: replay it by
- * putting them in `examples`), what happened in it, and fast-check's seed
- * (`RATE_LIMIT_PROPERTY_SEED` draws the same runs again).
+ * run as stuck. Runs per app: `DEFAULT_RUNS`, or `RATE_LIMIT_PROPERTY_RUNS`; the first meets
+ * every way of the app, one request at a time. A failure prints the shrunk run, what happened in
+ * it, and the command that replays it alone (`RATE_LIMIT_LIFE_RUN`, its steps); fast-check's seed,
+ * given as `RATE_LIMIT_PROPERTY_SEED`, draws the same runs again.
  */
 import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
@@ -95,7 +97,7 @@ const waysOf = (transport: TransportName, store: StoreName): readonly Way[] =>
  */
 type Step = { send: Way[] } | { end: number } | { settle: true };
 
-const DEFAULT_RUNS = 12;
+const DEFAULT_RUNS = 40;
 const RUNS = Number(process.env.RATE_LIMIT_PROPERTY_RUNS ?? DEFAULT_RUNS);
 const SEED =
   process.env.RATE_LIMIT_PROPERTY_SEED === undefined ? undefined : Number(process.env.RATE_LIMIT_PROPERTY_SEED);
@@ -351,25 +353,40 @@ class Run {
     this.log.push(`${request.name}: ${decided}, answered ${request.answer}`);
   }
 
-  /** The slots the store still holds, described: Redis's sorted sets under the app's prefix, and `usage()` for the run's client. */
+  /**
+   * The slots the store still holds for the run's client, described: `usage()`, and on Redis the
+   * sorted sets its requests were decided on (another run's leak is not this one's).
+   */
   private async heldSlots(): Promise<string[]> {
     const held: string[] = [];
     const usage = await this.target.app.service.usage(identityOf(this.client), lifePolicy);
     if (usage.used !== 0) held.push(`usage() of the run's client: ${usage.used} used`);
-    const prefix = this.target.redis?.prefix;
-    if (prefix === undefined) return held;
-    let cursor = '0';
-    do {
-      const [next, keys] = await redis().scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
-      cursor = next;
-      for (const key of keys) {
-        const type = await redis().type(key);
-        const count = type === 'zset' ? await redis().zcard(key) : -1;
-        if (count !== 0) held.push(`${key}: ${type === 'zset' ? `${count} slots` : `a ${type}`}`);
-      }
-    } while (cursor !== '0');
+    if (this.target.redis === undefined) return held;
+    const keys = new Set(this.requests.flatMap(({ ask }) => this.watch.keysOf(ask.id)));
+    for (const key of keys) {
+      const type = await redis().type(key);
+      if (type === 'none') continue;
+      const slots = type === 'zset' ? await redis().zcard(key) : undefined;
+      if (slots !== 0) held.push(`${key}: ${slots === undefined ? `a ${type}` : `${slots} slots`}`);
+    }
     return held;
   }
+}
+
+/** The sorted sets under `prefix` that hold slots, with how many; any other key with -1. */
+async function slotsUnder(prefix: string): Promise<Map<string, number>> {
+  const held = new Map<string, number>();
+  let cursor = '0';
+  do {
+    const [next, keys] = await redis().scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
+    cursor = next;
+    for (const key of keys) {
+      const type = await redis().type(key);
+      const slots = type === 'zset' ? await redis().zcard(key) : type === 'none' ? 0 : -1;
+      if (slots !== 0) held.set(key, slots);
+    }
+  } while (cursor !== '0');
+  return held;
 }
 
 /** What the client of a request that ended `way` hears, given how the engine decided it. */
@@ -445,6 +462,8 @@ describe.each(SUITES)('a request life on %s, %s store', (transport, store) => {
       if (REPLAY !== undefined) return void (await fc.assert(property, { numRuns: 1, examples: [[REPLAY]] }));
       await fc.assert(property, { numRuns: RUNS, seed: SEED, examples: [[tour(ways)]] });
       expect(ways.filter((way) => !target.met.has(way))).toEqual([]);
+      // every run's slots back: under the app's prefix, no sorted set holds one
+      if (target.redis !== undefined) expect(await slotsUnder(target.redis.prefix)).toEqual(new Map());
     },
     Math.max(60_000, RUNS * 5_000),
   );

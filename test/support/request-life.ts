@@ -271,6 +271,8 @@ interface Release {
 export class EngineWatch {
   private readonly decisions = new Map<string, Signal<Decided>>();
   private readonly releases = new Map<string, Release>();
+  /** The store keys each request was decided on. */
+  private readonly keys = new Map<string, readonly string[]>();
   private readonly owners = new WeakMap<RateLimitDecision, string>();
   /** Releases of decisions no admitted request of this watch took. */
   readonly strays: string[] = [];
@@ -336,6 +338,11 @@ export class EngineWatch {
     return this.releaseOf(id).done.promise;
   }
 
+  /** The store keys request `id` was decided on (none before its decision). */
+  keysOf(id: string): readonly string[] {
+    return this.keys.get(id) ?? [];
+  }
+
   /** Releases of request `id`'s slot the engine started. */
   releaseCalls(id: string): number {
     return this.releases.get(id)?.calls ?? 0;
@@ -351,7 +358,9 @@ export class EngineWatch {
     for (const id of ids) {
       this.decisions.delete(id);
       this.releases.delete(id);
+      this.keys.delete(id);
     }
+    this.strays.length = 0;
     this.retries.length = 0;
   }
 
@@ -361,6 +370,10 @@ export class EngineWatch {
 
   private note(id: string, verdict: Awaited<ReturnType<RateLimiter['limit']>>): void {
     if (verdict === undefined) return;
+    this.keys.set(
+      id,
+      verdict.requests.map((request) => request.key),
+    );
     if (verdict.allowed) for (const decision of verdict.decisions) this.owners.set(decision, id);
     this.decided(id).resolve(verdict.allowed ? 'admitted' : 'refused');
   }
