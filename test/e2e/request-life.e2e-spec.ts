@@ -195,10 +195,13 @@ class Run {
     }
   }
 
-  /** Ends every open request, in order, and waits until every slot is back. */
+  /**
+   * Ends every open request, in order, and waits until every slot is back; a release that never
+   * comes is left for `check` to report with the rest.
+   */
   async finish(): Promise<void> {
     for (const request of this.open) await this.end(request);
-    await this.settle();
+    await this.settle().catch((error: Error) => this.log.push(error.message));
   }
 
   /** Waits until every request that has ended and was admitted has its slot back (its release landed). */
@@ -332,6 +335,7 @@ class Run {
     const { proxy, client } = this.target.redis!;
     // no other release on its way: the cut meets this request's alone
     await this.settle();
+    const retriesBefore = this.watch.retries.length;
     await cutUnder(proxy, client);
     try {
       const failed = this.watch.nextReleaseFailure();
@@ -342,7 +346,7 @@ class Run {
       proxy.restore();
     }
     await waitFor(this.watch.released(request.ask.id), `the release of ${request.name} to land`);
-    const outcomes = this.watch.retries.map(({ outcome }) => outcome);
+    const outcomes = this.watch.retries.slice(retriesBefore).map(({ outcome }) => outcome);
     this.log.push(`${request.name}: Redis back; the release's retries: ${outcomes.join(', ')}`);
   }
 

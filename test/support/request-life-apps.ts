@@ -97,6 +97,7 @@ interface GraphqlContext {
   req: { headers: Record<string, unknown>; res: ServerResponse };
 }
 
+/** The client of the request in `context`, as its transport tells that it has gone (a TCP message's never does). */
 function clientOf(context: ExecutionContext): ClientWatch {
   switch (context.getType<string>()) {
     case 'http':
@@ -197,8 +198,8 @@ class LifeController {
 class LifeResolver {
   @RateLimit(lifePolicy)
   @UseGuards(LaterGuard)
-  @Query(() => String, { nullable: true })
-  async life(@Context('req') req: GraphqlContext['req']): Promise<string> {
+  @Query(() => String, { name: 'life', nullable: true })
+  async work(@Context('req') req: GraphqlContext['req']): Promise<string> {
     const ask = parse(req.headers['x-ask'])!;
     const ending = await life.work(ask, responseWatch(req.res));
     if (ending === 'error') throw new Error(`request ${ask.id} failed`);
