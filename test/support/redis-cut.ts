@@ -90,7 +90,8 @@ export async function connectThrough(proxy: RedisCut): Promise<Redis> {
  * the proxy is restored and the client is ready again, every command it is given fails.
  */
 export async function cutUnder(proxy: RedisCut, client: Redis): Promise<void> {
-  const closed = client.status === 'ready' ? once(client, 'close') : undefined;
+  // not events.once: an 'error' the drop may bring first would reject it
+  const closed = client.status === 'ready' ? new Promise((resolve) => client.once('close', resolve)) : undefined;
   proxy.cut();
   await closed;
 }

@@ -390,7 +390,13 @@ function httpSend(url: string, path: string, ask: Ask, body?: string): Sent {
       text += data;
       chunk();
     });
-    response.once('end', () => set(path === '/graphql' ? graphqlAnswer(text) : httpAnswer(response.statusCode!, text)));
+    response.once('end', () => {
+      try {
+        set(path === '/graphql' ? graphqlAnswer(text) : httpAnswer(response.statusCode!, text));
+      } catch {
+        set(`unexpected ${response.statusCode} ${text}`);
+      }
+    });
     // cut short: the connection closed mid-answer
     response.once('close', () => {
       if (!response.complete) set(text === '' ? 'aborted' : 'stream-error');
