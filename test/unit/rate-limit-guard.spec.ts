@@ -698,8 +698,8 @@ describe('RateLimitInterceptor', () => {
     const interceptor = new RateLimitInterceptor(guard, outcomes);
     const route = routeWith([ONE]);
     const handle = jest.fn(() => handled);
-    expect(await interceptor.intercept(http(route), { handle })).toBe(handled);
-    expect(await rejection(interceptor.intercept(http(route), { handle }))).toBeInstanceOf(Refused);
+    expect(await lastValueFrom(interceptor.intercept(http(route), { handle }))).toBe('handled');
+    expect(await rejection(lastValueFrom(interceptor.intercept(http(route), { handle })))).toBeInstanceOf(Refused);
     expect(handle).toHaveBeenCalledTimes(1);
   });
 });
