@@ -39,14 +39,12 @@ export class RefusalGate {
   /** Charging calls on their way, by key. */
   private readonly pending = new PendingCalls();
   /**
-   * The requests `answer` had no answer for last, until the current turn of the event loop ends:
-   * `charge` of that very array (the module's `consume` right after its `cached`) does not look
-   * them up again, and a charge of any other array does.
+   * The requests `answer` last had no answer for: `charge` of that very array (the module's
+   * `consume` right after its `cached`) does not look them up again, and a charge of any other
+   * array does. A caller that handed the same array to `charge` later, without `answer` first,
+   * would only miss a lookup: its charge goes to the server, which decides it as well.
    */
   private unanswered: readonly RateLimitRequest[] | undefined;
-  private readonly turnEnded = (): void => {
-    this.unanswered = undefined;
-  };
 
   /** @param now the local clock, ms; `performance.now` will do (only its differences count) */
   constructor(private readonly now: () => number) {}
@@ -54,14 +52,11 @@ export class RefusalGate {
   /**
    * The decisions for a charge that the server would certainly refuse, from what it answered
    * before; `undefined` when the charge must go past the gate (`charge`, which then does not look
-   * up this very array again in this turn of the event loop). Charges nothing.
+   * up this very array again). Charges nothing.
    */
   answer(requests: readonly RateLimitRequest[]): RateLimitDecision[] | undefined {
     const known = this.lookup(requests);
-    if (known === undefined) {
-      if (this.unanswered === undefined) queueMicrotask(this.turnEnded);
-      this.unanswered = requests;
-    }
+    if (known === undefined) this.unanswered = requests;
     return known;
   }
 
