@@ -34,6 +34,7 @@ import {
   ExportsMessages,
   holds,
   newId,
+  settledCount,
   startGraphqlExports,
   STORES,
   type StoreName,
@@ -56,19 +57,6 @@ const REFUSAL_HEADERS = {
 
 /** A fresh client: a test's slots are its own. */
 const newClient = (): string => `client-${randomUUID()}`;
-
-/** Resolves once `count` of `promises` have settled. */
-function settledCount(promises: readonly Promise<unknown>[], count: number): Promise<void> {
-  return new Promise((resolve) => {
-    let settled = 0;
-    for (const promise of promises) {
-      const one = () => {
-        if (++settled === count) resolve();
-      };
-      void promise.then(one, one);
-    }
-  });
-}
 
 /** A GET sent with node:http, so the test can hang up whenever it likes. */
 interface RawRequest {

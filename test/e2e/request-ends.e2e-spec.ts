@@ -30,8 +30,11 @@ import {
 import { ADAPTERS, read, startApp, type TestApp } from '../support/app.js';
 import {
   type GraphqlAnswer,
+  type GraphqlTestApp,
   holds,
   newId,
+  settledCount,
+  startGraphql,
   STORES,
   type StoreName,
   storeOptions,
@@ -43,11 +46,9 @@ import { testRedisUrl, useTestRedis } from '../support/redis/test-redis.js';
 import {
   askedKeys,
   FastAndSlowResolver,
-  type GraphqlTestApp,
   GuardedResolver,
   oneSlot,
   OneSlotController,
-  startGraphql,
   type WorkMessage,
   workModule,
 } from '../support/request-end-apps.js';
@@ -56,19 +57,6 @@ const redis = useTestRedis();
 
 /** A fresh client: a test's slot is its own. */
 const newClient = (): string => `client-${randomUUID()}`;
-
-/** Resolves once `count` of `promises` have settled. */
-function settledCount(promises: readonly Promise<unknown>[], count: number): Promise<void> {
-  return new Promise((resolve) => {
-    let settled = 0;
-    for (const promise of promises) {
-      const one = () => {
-        if (++settled === count) resolve();
-      };
-      void promise.then(one, one);
-    }
-  });
-}
 
 /**
  * Sends `count` requests one after another with `send`, each once the slot of the one before is
@@ -257,7 +245,7 @@ describe.each(STORES)('TCP messages on the %s store', (storeName: StoreName) => 
 // GraphQL
 
 /** The code of an answer's first error, or `'ok'` when it has none. */
-const outcomeOf = (answer: GraphqlAnswer): unknown => answer.errors?.[0]?.extensions?.code ?? 'ok';
+const outcomeOf = ({ body }: { body: GraphqlAnswer }): unknown => body.errors?.[0]?.extensions?.code ?? 'ok';
 
 describe.each(STORES)('GraphQL (Apollo) on the %s store', (storeName: StoreName) => {
   let guarded: GraphqlTestApp;
@@ -311,7 +299,7 @@ describe.each(STORES)('GraphQL (Apollo) on the %s store', (storeName: StoreName)
     expect([holds.inFlight, holds.max]).toEqual([1, 1]);
 
     holds.end(held[0]);
-    expect((await answers[ids.indexOf(held[0])]).data).toEqual({ fast: 'fast', slow: held[0] });
+    expect((await answers[ids.indexOf(held[0])]).body.data).toEqual({ fast: 'fast', slow: held[0] });
     await operationReleases.released(released + 1);
     expect(holds.max).toBe(1);
   });

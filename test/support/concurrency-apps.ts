@@ -10,6 +10,7 @@ import {
   Module,
   Query,
   StreamableFile,
+  type Type,
 } from '@nestjs/common';
 import { Args, GraphQLModule, Query as GraphqlQuery, Resolver } from '@nestjs/graphql';
 import { MessagePattern, Payload, RpcException } from '@nestjs/microservices';
@@ -186,7 +187,7 @@ export interface GraphqlAnswer {
 }
 
 /** A started Apollo app: POSTs a query to `/graphql`. */
-export interface GraphqlExportsApp {
+export interface GraphqlTestApp {
   app: INestApplication;
   post(
     query: string,
@@ -195,17 +196,18 @@ export interface GraphqlExportsApp {
   close(): Promise<void>;
 }
 
-export async function startGraphqlExports(options: RateLimitModuleOptions): Promise<GraphqlExportsApp> {
+/** An Apollo app of `resolvers` under `RateLimitModule.forRoot(options)`, listening on a free loopback port. */
+export async function startGraphql(options: RateLimitModuleOptions, resolvers: Type[]): Promise<GraphqlTestApp> {
   @Module({
     imports: [
       RateLimitModule.forRoot(options),
       GraphQLModule.forRoot<ApolloDriverConfig>({ driver: ApolloDriver, autoSchemaFile: true, graphiql: false }),
     ],
-    providers: [ExportsResolver],
+    providers: resolvers,
   })
-  class GraphqlExportsModule {}
+  class GraphqlModule {}
 
-  const moduleRef = await Test.createTestingModule({ imports: [GraphqlExportsModule] }).compile();
+  const moduleRef = await Test.createTestingModule({ imports: [GraphqlModule] }).compile();
   const app = moduleRef.createNestApplication(new ExpressAdapter(), { logger: false });
   await app.listen(0, '127.0.0.1');
   const url = (await app.getUrl()).replace('[::1]', '127.0.0.1');
@@ -221,6 +223,23 @@ export async function startGraphqlExports(options: RateLimitModuleOptions): Prom
     },
     close: () => closeApp(app),
   };
+}
+
+/** The exports resolver's app (see `startGraphql`). */
+export const startGraphqlExports = (options: RateLimitModuleOptions): Promise<GraphqlTestApp> =>
+  startGraphql(options, [ExportsResolver]);
+
+/** Resolves once `count` of `promises` have settled. */
+export function settledCount(promises: readonly Promise<unknown>[], count: number): Promise<void> {
+  return new Promise((resolve) => {
+    let settled = 0;
+    for (const promise of promises) {
+      const one = () => {
+        if (++settled === count) resolve();
+      };
+      void promise.then(one, one);
+    }
+  });
 }
 
 // ---------------------------------------------------------------------------------------------

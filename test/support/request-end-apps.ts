@@ -1,12 +1,10 @@
 import type { ServerResponse } from 'node:http';
-import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
 import {
   type CanActivate,
   type CallHandler,
   Controller,
   type ExecutionContext,
   Get,
-  type INestApplication,
   Injectable,
   Module,
   type NestInterceptor,
@@ -15,15 +13,12 @@ import {
   UseGuards,
 } from '@nestjs/common';
 import { APP_INTERCEPTOR } from '@nestjs/core';
-import { Args, GqlExecutionContext, GraphQLModule, Query as GraphqlQuery, Resolver } from '@nestjs/graphql';
+import { Args, GqlExecutionContext, Query as GraphqlQuery, Resolver } from '@nestjs/graphql';
 import { MessagePattern } from '@nestjs/microservices';
-import { ExpressAdapter } from '@nestjs/platform-express';
-import { Test } from '@nestjs/testing';
 import { type Observable, of } from 'rxjs';
 import { RateLimit, RateLimitModule, type RateLimitModuleOptions, type RateLimitPolicy } from '../../lib/index.js';
 import type { LimitedRequest } from '../../lib/keys/identity.js';
-import { closeApp } from './app.js';
-import { type GraphqlAnswer, holds } from './concurrency-apps.js';
+import { holds } from './concurrency-apps.js';
 
 /**
  * The harness of `test/e2e/request-ends.e2e-spec.ts`: routes under one `concurrency` slot per
@@ -197,40 +192,4 @@ export class FastAndSlowResolver {
     await holds.hold(id);
     return id;
   }
-}
-
-/** A started Apollo app: POSTs a query to `/graphql`. */
-export interface GraphqlTestApp {
-  app: INestApplication;
-  post(query: string, headers: Record<string, string>): Promise<GraphqlAnswer>;
-  close(): Promise<void>;
-}
-
-/** Builds an Apollo app of `resolvers` under `RateLimitModule.forRoot(options)` and listens on a free loopback port. */
-export async function startGraphql(options: RateLimitModuleOptions, resolvers: Type[]): Promise<GraphqlTestApp> {
-  @Module({
-    imports: [
-      RateLimitModule.forRoot(options),
-      GraphQLModule.forRoot<ApolloDriverConfig>({ driver: ApolloDriver, autoSchemaFile: true, graphiql: false }),
-    ],
-    providers: resolvers,
-  })
-  class GraphqlModule {}
-
-  const moduleRef = await Test.createTestingModule({ imports: [GraphqlModule] }).compile();
-  const app = moduleRef.createNestApplication(new ExpressAdapter(), { logger: false });
-  await app.listen(0, '127.0.0.1');
-  const url = (await app.getUrl()).replace('[::1]', '127.0.0.1');
-  return {
-    app,
-    async post(query, headers) {
-      const response = await fetch(`${url}/graphql`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json', ...headers },
-        body: JSON.stringify({ query }),
-      });
-      return (await response.json()) as GraphqlAnswer;
-    },
-    close: () => closeApp(app),
-  };
 }
