@@ -61,8 +61,10 @@ export class RateLimiterService {
   /**
    * How much of `policy`'s bucket `identity` has used, without taking anything (a peek): `used`,
    * `limit`, `remaining`, and `resetsAt`, when all of it is there again (a quota's: its period's
-   * end, in its time zone and from its anchor, which is called with no arguments here). For
-   * dashboards and "you have used 80 % of your monthly quota" mails. `tier` as for `consume`.
+   * end, in its time zone and from its anchor, which is called with no arguments here), and
+   * `source`: `'store'`, or `'local'` when `failMode: 'local'` answered while the store was
+   * unreachable (this process's own count: not one to bill by). For dashboards and "you have used
+   * 80 % of your monthly quota" mails. `tier` as for `consume`.
    *
    * @example const { used, limit, resetsAt } = await limiter.usage(`api-key:${key}`, monthlyQuota)
    */
@@ -140,7 +142,8 @@ export class RateLimiterService {
 
   /**
    * Gives back what the request of `decisions` (some or all of what `consume` returned) took, in the
-   * store that took it, within the timeout. Never rejects: a failed refund leaves the charge taken.
+   * store that took it, within the timeout. Never rejects: a failed refund leaves the charge taken,
+   * and refunding the same decisions again tries again (a refund that landed gives nothing more).
    */
   refund(decisions: readonly RateLimitDecision[]): Promise<void> {
     return this.engine.refund(decisions);
