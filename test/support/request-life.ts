@@ -118,39 +118,18 @@ export class Life {
 
   /** A handler's work: until the test ends it (its ending), or its client goes (`'gone'`). */
   async work(ask: Ask, client: ClientWatch): Promise<Ending | 'gone'> {
-    const tracked = this.of(ask.id);
     if (client.gone) return 'gone';
-    this.enter(ask);
-    return new Promise((resolve) => {
-      const stop = (ending: Ending | 'gone'): void => {
-        forget();
-        // stopped before its outcome reaches anyone: the engine hears of the end after this
-        this.exit(ask);
-        resolve(ending);
-      };
-      const forget = client.onGone(() => stop('gone'));
-      void tracked.ending.promise.then(stop);
-    });
+    return new Promise((resolve) => this.run(ask, client, resolve));
   }
 
   /** A streamed answer's work: the first chunk at once, then the rest or an error, as the test ends it. */
   stream(ask: Ask, client: ClientWatch): Readable {
-    const tracked = this.of(ask.id);
     const body = new PassThrough();
     if (client.gone) return body.end();
-    this.enter(ask);
-    let stopped = false;
-    const stop = (then: () => void): void => {
-      if (stopped) return;
-      stopped = true;
-      forget();
-      this.exit(ask);
-      then();
-    };
-    const forget = client.onGone(() => stop(() => body.destroy()));
-    void tracked.ending.promise.then((ending) =>
-      stop(() => (ending === 'ok' ? body.end(LAST_CHUNK) : body.destroy(new Error(`stream ${ask.id} failed`)))),
-    );
+    this.run(ask, client, (ending) => {
+      if (ending === 'ok') body.end(LAST_CHUNK);
+      else body.destroy(ending === 'gone' ? undefined : new Error(`stream ${ask.id} failed`));
+    });
     body.write(FIRST_CHUNK);
     return body;
   }
@@ -158,29 +137,37 @@ export class Life {
   /** A streamed answer as an observable (a gateway's, a microservice's): `failure` makes the error it ends with. */
   observe(ask: Ask, client: ClientWatch, failure: (message: string) => Error): Observable<string> {
     return new Observable<string>((subscriber) => {
-      const tracked = this.of(ask.id);
       if (client.gone) return subscriber.complete();
-      this.enter(ask);
-      let stopped = false;
-      const stop = (then: () => void): void => {
-        if (stopped) return;
-        stopped = true;
-        forget();
-        this.exit(ask);
-        then();
-      };
-      const forget = client.onGone(() => stop(() => subscriber.complete()));
-      void tracked.ending.promise.then((ending) =>
-        stop(() =>
-          ending === 'ok'
-            ? (subscriber.next(LAST_CHUNK), subscriber.complete())
-            : subscriber.error(failure(`stream ${ask.id} failed`)),
-        ),
-      );
+      const stop = this.run(ask, client, (ending) => {
+        if (ending === 'ok') subscriber.next(LAST_CHUNK);
+        if (ending === 'ok' || ending === 'gone') subscriber.complete();
+        else subscriber.error(failure(`stream ${ask.id} failed`));
+      });
       subscriber.next(FIRST_CHUNK);
       // unsubscribed (the transport dropped it): the work stops
-      return () => stop(() => undefined);
+      return stop;
     });
+  }
+
+  /**
+   * Counts `ask` in flight until the test ends it or its client goes, then leaves the count before
+   * `ended` hears how (so the engine hears of the end after the handler stopped). The function it
+   * returns stops the work without a word to `ended`.
+   */
+  private run(ask: Ask, client: ClientWatch, ended: (ending: Ending | 'gone') => void): () => void {
+    const tracked = this.of(ask.id);
+    this.enter(ask);
+    let stopped = false;
+    const stop = (ending?: Ending | 'gone'): void => {
+      if (stopped) return;
+      stopped = true;
+      forget();
+      this.exit(ask);
+      if (ending !== undefined) ended(ending);
+    };
+    const forget = client.onGone(() => stop('gone'));
+    void tracked.ending.promise.then(stop);
+    return () => stop();
   }
 
   // -------------------------------------------------------------------------------------------
