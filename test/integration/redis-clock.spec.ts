@@ -26,14 +26,20 @@ import { connectTestRedis, testRedisUrl } from '../support/redis/test-redis.js';
  * waits for the warning, or for a command sent after it (replies come in order).
  */
 
-/** Instants (ms after `CASE_EPOCH`) and how many requests each algorithm's bucket gets at each. */
+/**
+ * Instants (ms after `CASE_EPOCH`) and how many requests each algorithm's bucket gets at each, at
+ * `STEP_RPS`: 3 tokens refill in 96 s. Redis counts a key's TTL on its own clock while the app's is
+ * pinned, so a key written at one step must not expire in the real time the test takes to reach
+ * the next (a refill of 1.5 s did, on a loaded machine). 1/32 keeps the arithmetic exact.
+ */
 const STEPS: ReadonlyArray<[at: number, requests: number]> = [
   [0, 4],
-  [400, 2],
-  [1_500, 3],
-  [1_501, 1],
-  [9_000, 2],
+  [25_600, 2],
+  [96_000, 3],
+  [96_001, 1],
+  [576_000, 2],
 ];
+const STEP_RPS = 1 / 32;
 
 /** A probe that takes `PROBE_BUSY_MS` inside Redis, then fakes `TIME` answering 0. */
 const PROBE_BUSY_MS = 200;
@@ -85,8 +91,8 @@ async function clientWith(probe?: string): Promise<Redis> {
   return client;
 }
 
-const request = (prefix: string, algorithm: Algorithm): RateLimitRequest => {
-  const rule = ruleOf(algorithm, 2, 3);
+const request = (prefix: string, algorithm: Algorithm, rps = 2): RateLimitRequest => {
+  const rule = ruleOf(algorithm, rps, 3);
   return { key: bucketKey(prefix, algorithm, rule, 'ip:1'), policy: algorithm, rule, cost: 1 };
 };
 
@@ -97,7 +103,7 @@ async function decisionsAtSteps(store: RateLimitStore): Promise<RateLimitDecisio
   for (const [at, requests] of STEPS) {
     pinned.mockReturnValue(CASE_EPOCH + at);
     for (let i = 0; i < requests; i++) {
-      for (const algorithm of ALGORITHMS) decisions.push(await store.consume([request(prefix, algorithm)]));
+      for (const algorithm of ALGORITHMS) decisions.push(await store.consume([request(prefix, algorithm, STEP_RPS)]));
     }
   }
   return decisions;
