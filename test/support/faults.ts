@@ -83,8 +83,10 @@ export const runQueue = new RunQueueWait();
  * it, the app's own work on other requests holds it, which `timeout` does not count), and the
  * OS's run-queue wait over each.
  *
- * `lateMs`: how late a timer set when the call left, due when its timeout is, fired (0 until it
- * does). The product's own timer waits on the same event loop: what held the loop then (a
+ * `lateMs`: how late, after a timer set when the call left and due when its timeout is, the
+ * check phase that follows it ran (0 until it does): where the store checks its deadlines, after
+ * the reads that follow its timer (see `DeadlineQueue`), which also run the app's work on other
+ * requests. The product's own timer waits on the same event loop: what held the loop then (a
  * collection whose helper threads wait for a CPU, the app's work on other requests) held both, and
  * the run-queue wait does not count it, as the JS thread was not runnable.
  */
@@ -126,7 +128,7 @@ export class TimedGuard extends RateLimitGuard {
         const due = left.at + TIMEOUT;
         const probe = setTimeout(() => {
           TimedGuard.probes.delete(probe);
-          sample.lateMs = Math.max(0, performance.now() - due);
+          setImmediate(() => (sample.lateMs = Math.max(0, performance.now() - due)));
         }, TIMEOUT);
         TimedGuard.probes.add(probe);
       });
