@@ -6,16 +6,20 @@ import { RateLimitStoreError } from '../../lib/stores/rate-limit-store.error.js'
 import type { RateLimitRequest } from '../../lib/stores/rate-limit-store.interface.js';
 import { RedisStore } from '../../lib/stores/redis/redis.store.js';
 import { type RedisServer, startRedisServer, stopRedisServer } from '../support/redis/process.js';
+import { RunQueueWait } from '../support/run-queue.js';
 import { StandaloneLimiter } from '../support/standalone-limiter.js';
 
 const TIMEOUT_MS = 100;
 const POLICY = { name: 'timing', rps: 0.001, burst: 1_000 }; // a token back every 1,000 s: none during a test
 /**
  * Longest a decision may take past `timeout` once its call has left, ms, counted from a timer of
- * the same length started as the call left: what is left is the event loop's step from that timer
- * to the check after the reads.
+ * the same length started as the call left, less the time the OS kept this process's thread
+ * waiting for a CPU meanwhile: what is left is the event loop's step from that timer to the check
+ * after the reads.
  */
 const PAST_TIMEOUT_MS = 30;
+const runQueue = new RunQueueWait();
+afterAll(() => runQueue.close());
 
 /** Keeps the event loop busy for `ms`, as a CPU-bound request or a collection pause does. */
 function busyFor(ms: number): void {
@@ -37,7 +41,7 @@ async function rejection(promise: Promise<unknown>): Promise<unknown> {
  * A decision asked for now, and how it ended: its error (none: Redis decided), `ms` after it was
  * asked, and `lateMs` after a timer of `timeout` fired that started as its call left the process
  * (was handed to the client as an FCALL or EVALSHA, when the batch it joined was sent; NaN for a call
- * that never left).
+ * that never left), less the OS's run-queue wait meanwhile.
  */
 async function timedDecision(
   limiter: RateLimiterService,
@@ -45,26 +49,42 @@ async function timedDecision(
   identity: string,
 ): Promise<{ error: unknown; ms: number; lateMs: number }> {
   const asked = performance.now();
-  let timer: Promise<number> | undefined;
-  // the call leaves as an FCALL (the library loaded) or an EVALSHA
-  const { fcall, evalsha } = client;
-  const leaving = <Send extends (...args: never[]) => unknown>(send: Send) =>
-    ((...args: Parameters<Send>) => {
-      timer ??= new Promise<number>((resolve) => setTimeout(() => resolve(performance.now()), TIMEOUT_MS));
-      return send.apply(client, args);
-    }) as Send;
-  client.fcall = leaving(fcall);
-  client.evalsha = leaving(evalsha);
+  let timer: Promise<{ at: number; waited: number }> | undefined;
+  const restore = onLeaving(client, () => {
+    timer ??= new Promise((resolve) =>
+      setTimeout(() => resolve({ at: performance.now(), waited: runQueue.ms() }), TIMEOUT_MS),
+    );
+  });
   try {
     const error = await rejection(limiter.consume(identity, POLICY));
     const ended = performance.now();
+    const waited = runQueue.ms();
     // NaN for a call the open breaker held back: it never left
-    const timerFired = timer === undefined ? NaN : await timer;
-    return { error, ms: ended - asked, lateMs: ended - timerFired };
+    const fired = timer === undefined ? { at: NaN, waited } : await timer;
+    return { error, ms: ended - asked, lateMs: ended - fired.at - (waited - fired.waited) };
   } finally {
+    restore();
+  }
+}
+
+/**
+ * Runs `leaving` as each store call leaves, right after it is handed to the client (an FCALL, the
+ * library loaded, or an EVALSHA); the function it returns stops that.
+ */
+function onLeaving(client: Redis, leaving: () => void): () => void {
+  const { fcall, evalsha } = client;
+  const wrap = <Send extends (...args: never[]) => unknown>(send: Send) =>
+    ((...args: Parameters<Send>) => {
+      const reply = send.apply(client, args);
+      leaving();
+      return reply;
+    }) as Send;
+  client.fcall = wrap(fcall);
+  client.evalsha = wrap(evalsha);
+  return () => {
     client.fcall = fcall;
     client.evalsha = evalsha;
-  }
+  };
 }
 
 /**
@@ -113,12 +133,16 @@ describe('what `timeout` bounds (own redis-server, timeout 100 ms)', () => {
   it.each([150, 300, 1_000])(
     'a stall of %i ms while the reply waits to be read: every decision is Redis’s',
     async (stallMs) => {
-      for (let trial = 0; trial < 4; trial++) {
-        const decided = limiter.consume(`ip:after-${stallMs}`, POLICY);
-        // after the call is sent (its batch goes out in this check phase, before this callback)
-        await new Promise<void>((resolve) => setImmediate(() => (busyFor(stallMs), resolve())));
-        const [decision] = await decided;
-        expect(decision).toMatchObject({ allowed: true, remaining: 999 - trial });
+      // the loop held once the call is on the socket and its timeout counts (in the microtasks
+      // after the store sends it): its reply comes back meanwhile
+      const restore = onLeaving(client, () => queueMicrotask(() => busyFor(stallMs)));
+      try {
+        for (let trial = 0; trial < 4; trial++) {
+          const [decision] = await limiter.consume(`ip:after-${stallMs}`, POLICY);
+          expect(decision).toMatchObject({ allowed: true, remaining: 999 - trial });
+        }
+      } finally {
+        restore();
       }
       expect(await limiter.consume(`ip:after-${stallMs}`, POLICY)).toMatchObject([{ allowed: true, remaining: 995 }]);
     },

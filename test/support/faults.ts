@@ -1,4 +1,3 @@
-import { closeSync, openSync, readSync } from 'node:fs';
 import { Agent, request as httpRequest } from 'node:http';
 import { Controller, type ExecutionContext, Get, Injectable, Module, UseGuards } from '@nestjs/common';
 import {
@@ -15,6 +14,7 @@ import { bucketKey } from '../../lib/keys/bucket-key.js';
 import { type AdapterName, startApp, type TestApp } from './app.js';
 import { redisCommand } from './redis/client.js';
 import { type RedisServer, startRedisServer, stopRedisServer } from './redis/process.js';
+import { RunQueueWait } from './run-queue.js';
 
 /**
  * The harness of `test/e2e/faults.e2e-spec.ts`: an app whose guard times itself (`TimedGuard`), a
@@ -43,37 +43,6 @@ export const PROBE_LIMIT = 3;
 /** Probe requests beyond the limit, which Redis must refuse. */
 export const PROBE_EXTRA = 2;
 const PREFIX = 'rl-faults:';
-
-/**
- * How long this process's JS thread has waited for a CPU while runnable, ms (Linux schedstat;
- * 0 where it cannot be read, and then the raw latency is what is checked).
- */
-class RunQueueWait {
-  private readonly fd: number | undefined;
-  private readonly buffer = Buffer.alloc(128);
-
-  constructor() {
-    try {
-      this.fd = openSync(`/proc/${process.pid}/task/${process.pid}/schedstat`, 'r');
-    } catch {
-      this.fd = undefined;
-    }
-  }
-
-  get available(): boolean {
-    return this.fd !== undefined;
-  }
-
-  ms(): number {
-    if (this.fd === undefined) return 0;
-    const length = readSync(this.fd, this.buffer, 0, this.buffer.length, 0);
-    return Number(this.buffer.toString('latin1', 0, length).split(' ')[1]) / 1e6;
-  }
-
-  close(): void {
-    if (this.fd !== undefined) closeSync(this.fd);
-  }
-}
 
 export const runQueue = new RunQueueWait();
 
