@@ -11,8 +11,13 @@ import { type LatencyProxy, startLatencyProxy } from '../support/latency-proxy.j
 import { type RedisServer, startRedisServer, stopRedisServer } from '../support/redis/process.js';
 import { ADAPTERS, startApp, type TestApp } from '../support/app.js';
 
-const RPS = 200;
-const BURST = 200;
+/**
+ * The limit, well under what the app answers on a loaded machine: at 200 a second, with the suite
+ * and two busy processes on 2 cores, the app answered about 150 a second, every one under the
+ * limit, and the test saw no refusal at all.
+ */
+const RPS = 50;
+const BURST = 50;
 /** Requests per second offered: 4x the limit. */
 const OFFERED = 4 * RPS;
 const SECONDS = 3;
@@ -135,8 +140,9 @@ describe.each(ADAPTERS)('one hot key offered 4x its limit through 1-3 ms of late
     expect(admitted).toBeLessThanOrEqual(BURST + Math.ceil(RPS * lasted));
     // and not fewer than what refilled while they were offered (a cache that refused too long)
     expect(admitted).toBeGreaterThanOrEqual(BURST + Math.floor(RPS * offeredFor * 0.95));
-    // without the cache every refusal is a call (1.0); alone this measures 0.0006-0.003, under the
-    // whole suite's load on 2 cores up to 0.026, and 0.052 with a load average of 10. The cache
+    // without the cache every refusal is a call (1.0); at 200 a second, alone this measured
+    // 0.0006-0.003, under the whole suite's load on 2 cores up to 0.026, and 0.052 with a load
+    // average of 10. The cache
     // dates Redis's answers at the earliest (when the call left), so it over-counts what refilled
     // by the round trip: a loaded machine stretches the round trip (the proxy shares this process)
     // and its event-loop stalls let cached waits run out in batches, each sending one request too
