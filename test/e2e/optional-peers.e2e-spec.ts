@@ -25,7 +25,9 @@ let entry: string;
 beforeAll(async () => {
   buildDir = await mkdtemp(join(tmpdir(), 'rl-peers-'));
   entry = await buildApp(buildDir, 'test/support/processes/peers-app.ts');
-}, 60_000);
+  // a build, CPU-bound: about 10 s beside busy processes, past 60 s beside them and the suite's
+  // other builds (as package-entries' build, 3 minutes)
+}, 180_000);
 
 afterAll(async () => {
   await rm(buildDir, { recursive: true, force: true });

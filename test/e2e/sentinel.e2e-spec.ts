@@ -36,7 +36,9 @@ describe('through Sentinel (a primary, a replica, 3 sentinels), with the client 
     })
     class AppModule {}
     http = await startApp(AppModule, 'express');
-  }, 30_000);
+    // longer than the group's own waits (20 s each), which say what did not happen: beside busy
+    // processes the sentinels took past 30 s in all to see each other
+  }, 60_000);
   afterAll(async () => {
     await http?.close();
     if (group) await stopRedisGroup(group);
