@@ -4,6 +4,7 @@
  * what it loaded), asked over real HTTP, stopped by SIGTERM.
  */
 import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
+import { get as httpGet } from 'node:http';
 import { createInterface } from 'node:readline';
 import { childEnv } from './node-builds.js';
 
@@ -57,10 +58,30 @@ export interface Reply {
   body: unknown;
 }
 
-/** GET `path` from the app on `port`, with `headers`. */
-export async function getJson(port: number, path: string, headers: Record<string, string> = {}): Promise<Reply> {
-  const response = await fetch(`http://127.0.0.1:${port}${path}`, { headers });
-  return { status: response.status, headers: response.headers, body: await response.json() };
+/**
+ * GET `path` from the app on `port`, with `headers`, on a connection of its own: over a pooled one
+ * that the app had closed at its keep-alive timeout, while this loaded process had not yet run its
+ * own (shorter) timer for it, a request failed ('other side closed').
+ */
+export function getJson(port: number, path: string, headers: Record<string, string> = {}): Promise<Reply> {
+  return new Promise((resolve, reject) => {
+    httpGet({ host: '127.0.0.1', port, path, headers, agent: false }, (response) => {
+      const chunks: Buffer[] = [];
+      response.on('data', (chunk: Buffer) => chunks.push(chunk));
+      response.on('error', reject);
+      response.on('end', () => {
+        const replyHeaders = new Headers();
+        for (const [name, value] of Object.entries(response.headers))
+          for (const one of [value ?? []].flat()) replyHeaders.append(name, one);
+        try {
+          const body: unknown = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+          resolve({ status: response.statusCode ?? 0, headers: replyHeaders, body });
+        } catch (error) {
+          reject(error);
+        }
+      });
+    }).on('error', reject);
+  });
 }
 
 /** Within `tolerance` below `expected` (time passes between requests; buckets refill, windows run out). */
