@@ -150,7 +150,10 @@ describe.each(ADAPTERS)('a leaky_bucket wait on %s', (adapter) => {
       await waits.started(3);
 
       const started = performance.now();
-      const closed = await Promise.race([app.close().then(() => true), sleep(5_000).then(() => false)]);
+      const closed = await Promise.race([
+        app.close().then(() => true),
+        sleep(5_000, undefined, { ref: false }).then(() => false),
+      ]);
       const took = performance.now() - started;
       http = undefined;
       expect(closed).toBe(true);
