@@ -71,12 +71,12 @@ async function timedDecision(
  * Runs `leaving` as each store call leaves, right after it is handed to the client (an FCALL, the
  * library loaded, or an EVALSHA); the function it returns stops that.
  */
-function onLeaving(client: Redis, leaving: () => void): () => void {
+function onLeaving(client: Redis, leaving: (reply: Promise<unknown>) => void): () => void {
   const { fcall, evalsha } = client;
-  const wrap = <Send extends (...args: never[]) => unknown>(send: Send) =>
+  const wrap = <Send extends (...args: never[]) => Promise<unknown>>(send: Send) =>
     ((...args: Parameters<Send>) => {
       const reply = send.apply(client, args);
-      leaving();
+      leaving(reply);
       return reply;
     }) as Send;
   client.fcall = wrap(fcall);
@@ -84,6 +84,30 @@ function onLeaving(client: Redis, leaving: () => void): () => void {
   return () => {
     client.fcall = fcall;
     client.evalsha = evalsha;
+  };
+}
+
+/**
+ * Watches the next store call to leave: the function it returns says when its reply was read,
+ * after the call left, and how long this process and Redis waited for a CPU meanwhile.
+ */
+function watchCall(client: Redis, redisRunQueue: RunQueueWait): () => Promise<string> {
+  const at = () => ({ time: performance.now(), own: runQueue.ms(), redis: redisRunQueue.ms() });
+  let left: ReturnType<typeof at> | undefined;
+  let read: Promise<ReturnType<typeof at>> | undefined;
+  const restore = onLeaving(client, (reply) => {
+    if (left !== undefined) return;
+    left = at();
+    read = reply.then(at, at);
+  });
+  return async () => {
+    restore();
+    if (left === undefined || read === undefined) return 'no call left';
+    const { time, own, redis } = await read;
+    return (
+      `its reply was read ${(time - left.time).toFixed(1)} ms after the call left; meanwhile this process waited ` +
+      `${(own - left.own).toFixed(1)} ms for a CPU and Redis ${(redis - left.redis).toFixed(1)} ms`
+    );
   };
 }
 
@@ -119,12 +143,18 @@ describe('what `timeout` bounds (own redis-server, timeout 100 ms)', () => {
   it.each([150, 300, 1_000])(
     'a stall of %i ms right after a decision is asked for: every decision is Redis’s',
     async (stallMs) => {
+      const redisRunQueue = new RunQueueWait(server.pid);
       for (let trial = 0; trial < 4; trial++) {
         const decided = limiter.consume(`ip:before-${stallMs}`, POLICY);
+        const call = watchCall(client, redisRunQueue);
         busyFor(stallMs); // before the call is sent: it leaves once the loop turns
+        const error = await rejection(decided);
+        // what a failure under load needs to tell whose the time was
+        if (error !== undefined) throw new Error(`trial ${trial}: ${(error as Error).message}; ${await call()}`);
         const [decision] = await decided;
         expect(decision).toMatchObject({ allowed: true, remaining: 999 - trial });
       }
+      redisRunQueue.close();
       // the breaker stayed shut: a call now goes to Redis and is decided there
       expect(await limiter.consume(`ip:before-${stallMs}`, POLICY)).toMatchObject([{ allowed: true, remaining: 995 }]);
     },

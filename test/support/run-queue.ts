@@ -1,16 +1,17 @@
 import { closeSync, openSync, readSync } from 'node:fs';
 
 /**
- * How long this process's JS thread has waited for a CPU while runnable, ms (Linux schedstat;
- * 0 where it cannot be read, and then the raw latency is what is checked).
+ * How long this process's JS thread (or the main thread of process `pid`) has waited for a CPU
+ * while runnable, ms (Linux schedstat; 0 where it cannot be read, and then the raw latency is
+ * what is checked).
  */
 export class RunQueueWait {
   private readonly fd: number | undefined;
   private readonly buffer = Buffer.alloc(128);
 
-  constructor() {
+  constructor(pid = process.pid) {
     try {
-      this.fd = openSync(`/proc/${process.pid}/task/${process.pid}/schedstat`, 'r');
+      this.fd = openSync(`/proc/${pid}/task/${pid}/schedstat`, 'r');
     } catch {
       this.fd = undefined;
     }
