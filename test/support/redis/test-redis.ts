@@ -37,14 +37,21 @@ export function useTestRedis(): () => Redis {
   };
 }
 
-/** Every key under `prefix` with its remaining TTL in ms (-1: no TTL). */
+/**
+ * Every key under `prefix` with its remaining TTL in ms (-1: no TTL). A key that expires between
+ * the scan and its `PTTL` (-2: gone, as keys with TTLs of a few seconds do on a loaded machine)
+ * is left out: it is no longer under `prefix`.
+ */
 export async function ttlsUnder(client: Redis, prefix: string): Promise<Map<string, number>> {
   const ttls = new Map<string, number>();
   let cursor = '0';
   do {
     const [next, keys] = await client.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
     cursor = next;
-    for (const key of keys) ttls.set(key, await client.pttl(key));
+    for (const key of keys) {
+      const ttl = await client.pttl(key);
+      if (ttl !== -2) ttls.set(key, ttl);
+    }
   } while (cursor !== '0');
   return ttls;
 }
