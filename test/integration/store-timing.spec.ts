@@ -96,12 +96,11 @@ function watchCall(client: Redis, redisRunQueue: RunQueueWait): () => Promise<st
   let left: ReturnType<typeof at> | undefined;
   let read: Promise<ReturnType<typeof at>> | undefined;
   const restore = onLeaving(client, (reply) => {
-    if (left !== undefined) return;
+    restore();
     left = at();
     read = reply.then(at, at);
   });
   return async () => {
-    restore();
     if (left === undefined || read === undefined) return 'no call left';
     const { time, own, redis } = await read;
     return (
@@ -144,17 +143,20 @@ describe('what `timeout` bounds (own redis-server, timeout 100 ms)', () => {
     'a stall of %i ms right after a decision is asked for: every decision is Redis’s',
     async (stallMs) => {
       const redisRunQueue = new RunQueueWait(server.pid);
-      for (let trial = 0; trial < 4; trial++) {
-        const decided = limiter.consume(`ip:before-${stallMs}`, POLICY);
-        const call = watchCall(client, redisRunQueue);
-        busyFor(stallMs); // before the call is sent: it leaves once the loop turns
-        const error = await rejection(decided);
-        // what a failure under load needs to tell whose the time was
-        if (error !== undefined) throw new Error(`trial ${trial}: ${(error as Error).message}; ${await call()}`);
-        const [decision] = await decided;
-        expect(decision).toMatchObject({ allowed: true, remaining: 999 - trial });
+      try {
+        for (let trial = 0; trial < 4; trial++) {
+          const decided = limiter.consume(`ip:before-${stallMs}`, POLICY);
+          const call = watchCall(client, redisRunQueue);
+          busyFor(stallMs); // before the call is sent: it leaves once the loop turns
+          const error = await rejection(decided);
+          // what a failure under load needs to tell whose the time was
+          if (error !== undefined) throw new Error(`trial ${trial}: ${(error as Error).message}; ${await call()}`);
+          const [decision] = await decided;
+          expect(decision).toMatchObject({ allowed: true, remaining: 999 - trial });
+        }
+      } finally {
+        redisRunQueue.close();
       }
-      redisRunQueue.close();
       // the breaker stayed shut: a call now goes to Redis and is decided there
       expect(await limiter.consume(`ip:before-${stallMs}`, POLICY)).toMatchObject([{ allowed: true, remaining: 995 }]);
     },
