@@ -649,6 +649,20 @@ export function clientCommandTimeout(ms: number): string {
 }
 
 /**
+ * Logged once per Redis server (`node`: a Cluster master's address) whose `maxmemory-policy` can
+ * evict the store's keys (`maxmemory` 0: no limit set yet).
+ */
+export function evictingRedis(policy: string, maxmemory: number, node?: string): string {
+  const limit = maxmemory > 0 ? `maxmemory ${maxmemory} bytes` : 'a maxmemory (none is set now)';
+  return (
+    `Redis${node === undefined ? '' : ` ${node}`} has maxmemory-policy ${policy}: once it reaches ${limit} it evicts ` +
+    "keys, this store's among them (each has a TTL), and a limit whose key is evicted starts again from nothing " +
+    '(a full burst, a fresh window or quota, no slots held), admitting more than it allows. Give the limiter a Redis ' +
+    'whose maxmemory-policy is noeviction (see "Memory and eviction" in the README)'
+  );
+}
+
+/**
  * A decide call's verdict that the app, reading the buckets as the call read them, does not come to
  * (a bug: the script and the model it mirrors differ).
  */

@@ -7,6 +7,7 @@ import type { RateLimitRequest } from '../rate-limit-store.interface.js';
 import { DECIDE_LUA, LIBRARY, LIBRARY_LUA, REFUND_LUA } from './decide.lua.js';
 import { FLAT_LUA } from './flat.lua.js';
 import type { RedisClock } from './redis-clock.js';
+import { warnIfEvicting } from './eviction-check.js';
 import { type Answer, type DecideCall, decodeAnswer, encodeRefund } from './script-protocol.js';
 import { redisTimeUnusable, TIME_PROBE, TIME_PROBE_LUA, timeUnusable } from './time-probe.js';
 
@@ -31,14 +32,17 @@ const FLAT = script(LIBRARY.flat, FLAT_LUA);
 type ScriptCommand = (numKeys: number, ...args: string[]) => Promise<unknown>;
 
 /**
- * Per client: the one `ready` listener that loads the calls again after a reconnect, how many open
- * stores use it (a client that many stores share, one per test say, gets one), and whether the
- * library is loaded on every master the client knows, so that calls can be `FCALL`s.
+ * Per client: the one `ready` listener that loads the calls again after a reconnect (and reads the
+ * eviction policy of a server not read yet), how many open stores use it (a client that many stores
+ * share, one per test say, gets one), and whether the library is loaded on every master the client
+ * knows, so that calls can be `FCALL`s.
  */
 interface Loader {
   stores: number;
   load: () => void;
   functions: boolean;
+  /** The servers whose eviction policy has been read, by address (see `warnIfEvicting`). */
+  evictionRead: Set<string>;
   /** Whether a store of the client has loaded the calls: the next store made on it leaves that to `ready`. */
   started: boolean;
 }
@@ -101,7 +105,16 @@ export class RedisScripts {
     this.timeChecked = !clock.redisTime;
     let loader = loaders.get(client);
     if (loader === undefined) {
-      const created: Loader = { stores: 0, load: () => loadCalls(client, created), functions: false, started: false };
+      const created: Loader = {
+        stores: 0,
+        load: () => {
+          loadCalls(client, created);
+          void warnIfEvicting(client, created.evictionRead, this.logger);
+        },
+        functions: false,
+        evictionRead: new Set(),
+        started: false,
+      };
       loaders.set(client, (loader = created));
       client.on('ready', loader.load);
     }
