@@ -1,6 +1,7 @@
 import type { Logger } from '@nestjs/common';
 import type { Cluster, Redis } from 'ioredis';
 import { evictingRedis } from '../../rate-limit.messages.js';
+import { isCluster, mastersOf } from './client-nodes.js';
 
 /**
  * The `maxmemory-policy` values under which a full Redis evicts keys of this store. Every key the
@@ -32,10 +33,9 @@ interface Eviction {
  * `INFO memory`, which answers where `CONFIG` is disabled (as on managed services). Never rejects.
  */
 export async function warnIfEvicting(client: Redis | Cluster, read: Set<string>, logger: Logger): Promise<void> {
-  const cluster = (client as Cluster).isCluster === true;
-  const nodes: Redis[] = cluster ? (client as Cluster).nodes('master') : [client as Redis];
+  const cluster = isCluster(client);
   await Promise.all(
-    nodes.map(async (node) => {
+    mastersOf(client).map(async (node) => {
       const address = cluster ? `${node.options.host ?? ''}:${node.options.port ?? ''}` : '';
       if (read.has(address)) return;
       let eviction: Eviction;
@@ -44,7 +44,7 @@ export async function warnIfEvicting(client: Redis | Cluster, read: Set<string>,
       } catch {
         return; // out of reach: read at the next `ready`
       }
-      if (read.has(address)) return;
+      if (read.has(address)) return; // read meanwhile, by the reading a `ready` started beside this one
       read.add(address);
       if (EVICTING_POLICIES.has(eviction.policy))
         logger.warn(evictingRedis(eviction.policy, eviction.maxmemory, cluster ? address : undefined));

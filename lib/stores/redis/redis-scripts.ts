@@ -6,8 +6,9 @@ import { RateLimitStoreError } from '../rate-limit-store.error.js';
 import type { RateLimitRequest } from '../rate-limit-store.interface.js';
 import { DECIDE_LUA, LIBRARY, LIBRARY_LUA, REFUND_LUA } from './decide.lua.js';
 import { FLAT_LUA } from './flat.lua.js';
-import type { RedisClock } from './redis-clock.js';
+import { mastersOf } from './client-nodes.js';
 import { warnIfEvicting } from './eviction-check.js';
+import type { RedisClock } from './redis-clock.js';
 import { type Answer, type DecideCall, decodeAnswer, encodeRefund } from './script-protocol.js';
 import { redisTimeUnusable, TIME_PROBE, TIME_PROBE_LUA, timeUnusable } from './time-probe.js';
 
@@ -63,8 +64,7 @@ const FUNCTION_NOT_FOUND = /^ERR Function not found/;
  * that meets `NOSCRIPT` sends its script whole.
  */
 function loadCalls(client: Redis | Cluster, loader: Loader): void {
-  const nodes: (Redis | Cluster)[] =
-    (client as Cluster).isCluster === true ? (client as Cluster).nodes('master') : [client];
+  const nodes = mastersOf(client);
   for (const node of nodes) {
     for (const { lua } of [DECIDE, FLAT, REFUND]) node.script('LOAD', lua).catch(() => undefined);
   }

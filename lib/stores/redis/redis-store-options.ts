@@ -6,6 +6,7 @@ import {
   unknownStoreOption,
 } from '../../rate-limit.messages.js';
 import { clockReader, type StoreClock } from '../store-clock.js';
+import { isCluster } from './client-nodes.js';
 
 /** Options of `RedisStore`. */
 export interface RedisStoreOptions {
@@ -76,7 +77,6 @@ export function givenClock(clock: RedisStoreClock | undefined): (() => number) |
  * `clientCommandTimeout`).
  */
 export function commandTimeoutOf(client: Redis | Cluster): number | undefined {
-  const options =
-    (client as Cluster).isCluster === true ? (client as Cluster).options?.redisOptions : (client as Redis).options;
+  const options = isCluster(client) ? client.options?.redisOptions : client.options;
   return options?.commandTimeout;
 }

@@ -14,6 +14,7 @@ import type {
 } from '../rate-limit-store.interface.js';
 import { RefusalGate, type ServerAnswer } from '../refusal-gate/refusal-gate.js';
 import { type StoreClock, storeClock } from '../store-clock.js';
+import { isCluster } from './client-nodes.js';
 import { groupBySlot, HASH_SLOTS } from './hash-slot.js';
 import { RedisClock } from './redis-clock.js';
 import { RedisScripts } from './redis-scripts.js';
@@ -66,7 +67,7 @@ export class RedisStore implements RateLimitStore {
   constructor(options: RedisStoreOptions) {
     checkRedisStoreOptions(options);
     this.client = options.client;
-    this.cluster = (this.client as Cluster).isCluster === true;
+    this.cluster = isCluster(this.client);
     const given = givenClock(options.clock);
     this.clock = storeClock(options.clock);
     this.clocks = new RedisClock(given, options.clock === 'app' ? undefined : given, this.cluster ? HASH_SLOTS : 1);

@@ -1,4 +1,5 @@
 import type { Cluster, Redis } from 'ioredis';
+import { isCluster, mastersOf } from './client-nodes.js';
 import { groupBySlot } from './hash-slot.js';
 
 /** Keys SCAN looks at per step (its COUNT): each step's matches go in one UNLINK per hash slot. */
@@ -20,9 +21,10 @@ export function globLiteral(text: string): string {
  * @returns how many keys were unlinked
  */
 export async function unlinkUnder(client: Redis | Cluster, prefix: string): Promise<number> {
-  const cluster = (client as Cluster).isCluster === true;
-  const nodes = cluster ? (client as Cluster).nodes('master') : [client as Redis];
-  const unlinked = await Promise.all(nodes.map((node) => unlinkOnNode(node, `${globLiteral(prefix)}*`, cluster)));
+  const cluster = isCluster(client);
+  const unlinked = await Promise.all(
+    mastersOf(client).map((node) => unlinkOnNode(node, `${globLiteral(prefix)}*`, cluster)),
+  );
   return unlinked.reduce((sum, n) => sum + n, 0);
 }
 
