@@ -222,13 +222,26 @@ export function storeFailed(cause: unknown): string {
 /** A call not sent because the store failed repeatedly and is being probed. */
 export const circuitOpen = 'Rate limit store is failing: calls are stopped until a probe succeeds';
 
-/** Logged once when the circuit breaker opens. */
-export function storeFailing(cause: string, failMode: string, probeMs: number): string {
-  return `${cause}. Stopping store calls; failMode '${failMode}' decides until a probe every ${probeMs} ms succeeds`;
+/**
+ * A Redis that runs no script for the store's client: start fails with this (or it is logged,
+ * found after start), as no decision could ever be made there.
+ */
+export function redisRefusesScripts(reply: string): string {
+  return `Redis refuses to run scripts for this client ("${reply}"): RedisStore decides each request in one Lua script (EVALSHA, EVAL or FCALL of its function library). Allow the client's ACL user @scripting (ACL SETUSER <user> +@scripting), or use a server where those commands are not renamed away`;
 }
 
-/** Logged once when a probe succeeds. */
-export const storeBack = 'Rate limit store answers again: limiting with it';
+/** Logged once per outage, when the circuit breaker of the store (or of one of its servers, `node`) first opens. */
+export function storeFailing(cause: string, failMode: string, probeMs: number, node = ''): string {
+  const calls = node === '' ? 'store calls' : `calls to Redis node ${node} (the keys it holds; other nodes go on)`;
+  return `${cause.replace(/\.$/, '')}. Stopping ${calls}; failMode '${failMode}' decides until a probe every ${probeMs} ms succeeds`;
+}
+
+/** Logged once per outage, when the store (or its server `node`) has answered again for a while. */
+export function storeBack(node = ''): string {
+  return node === ''
+    ? 'Rate limit store answers again: limiting with it'
+    : `Redis node ${node} answers again: limiting with it`;
+}
 
 /**
  * Logged when the store fails to give back a request's slots (`concurrency`) as it ends, and no

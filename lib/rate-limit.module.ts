@@ -118,12 +118,14 @@ export class RateLimitModule extends RateLimitConfigurableModule implements OnMo
   }
 
   /**
-   * Reads every controller's policies, so a bad one fails start naming it; warns once when a quota
-   * counts in this process's memory, where it does not outlive a restart.
+   * Reads every controller's policies, so a bad one fails start naming it; waits for the store to
+   * be set to decide (see `RateLimitStore.ready`: a Redis that refuses scripts fails start); warns
+   * once when a quota counts in this process's memory, where it does not outlive a restart.
    */
   async onModuleInit(): Promise<void> {
     try {
       this.routes.compileAll();
+      await this.store.ready?.();
     } catch (error) {
       await this.owner.close();
       throw error;

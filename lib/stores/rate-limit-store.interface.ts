@@ -172,6 +172,21 @@ export interface RateLimitStore {
   refund?(decisions: readonly RateLimitDecision[]): Promise<void>;
   /** Releases what the store itself opened. */
   close?(): Promise<void>;
+  /**
+   * Resolves once the store is set to decide (what it loads into its server loaded), or once it
+   * has waited a bounded while for a server that does not answer: the module awaits it at start,
+   * so that the first decision pays for no set-up, and a server that is down never stops the app
+   * from starting. Rejects with an error naming the cause when the server can never decide (a
+   * Redis that refuses scripts): start fails with it.
+   */
+  ready?(): Promise<void>;
+  /**
+   * The servers that decide these requests, for a store whose servers fail apart (a Redis
+   * Cluster's masters, by address): the module keeps a circuit breaker per server, so one dead
+   * server gives `failMode` to its own keys alone. It names a failed server in its error's
+   * `node`. Absent: the store is one server, with one breaker.
+   */
+  readonly nodesOf?: (requests: readonly RateLimitRequest[]) => readonly string[];
 }
 
 /** Injection token of the store the module uses. */

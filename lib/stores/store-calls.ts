@@ -1,8 +1,8 @@
 import { Logger } from '@nestjs/common';
 import { circuitOpen, resetAllUnsupported, storeBack, storeFailed, storeFailing } from '../rate-limit.messages.js';
-import { CircuitBreaker } from '../utils/circuit-breaker.js';
 import { DeadlineQueue } from '../utils/deadline-queue.js';
 import { MemoryStore } from './memory/memory.store.js';
+import { BREAKER_PROBE_MS, NodeBreakers, ONE_NODE } from './node-breakers.js';
 import { RateLimitStoreError, storeTimeout } from './rate-limit-store.error.js';
 import type {
   RateLimitCallOptions,
@@ -11,11 +11,6 @@ import type {
   RateLimitStore,
 } from './rate-limit-store.interface.js';
 import { storeClock } from './store-clock.js';
-
-/** Store failures in a row after which calls stop going to the store. */
-const BREAKER_THRESHOLD = 3;
-/** How often a stopped store gets a probe call, ms: limiting is back within this after it answers. */
-const BREAKER_PROBE_MS = 250;
 
 /** What `StoreCalls` needs of the module's options. */
 export interface StoreCallOptions {
@@ -53,14 +48,17 @@ const UNWATCHED: StoreCallWatcher = {
 /**
  * The module's store as the service calls it: each call within `timeout` (from when it leaves the
  * process, for a store that `timesCalls`; else from when it is asked); after 3 failures in a row
- * a circuit breaker stops calling it (one probe every 250 ms); a failed call takes `failMode`'s
+ * a circuit breaker stops calling it (one probe every 250 ms), per server for a store that says
+ * which decides a call (`nodesOf`: a Redis Cluster's masters); a failed call takes `failMode`'s
  * way out (`'local'`: an in-process limiter decides). A store in this process cannot hang or lose
  * its server: it is called directly.
  */
 export class StoreCalls {
   private readonly deadlines: DeadlineQueue;
-  private readonly breaker = new CircuitBreaker({ threshold: BREAKER_THRESHOLD, probeAfterMs: BREAKER_PROBE_MS });
   private readonly logger = new Logger('RateLimitModule');
+  private readonly breakers: NodeBreakers;
+  /** The servers that decide a call, for a store of several (see `RateLimitStore.nodesOf`). */
+  private readonly nodesOf: RateLimitStore['nodesOf'];
   /** Decisions the local limiter made (failMode 'local'): their refunds go to it, not to the store. */
   private readonly localDecisions = new WeakSet<RateLimitDecision>();
   private local: MemoryStore | undefined;
@@ -77,6 +75,13 @@ export class StoreCalls {
     this.deadlines = new DeadlineQueue(options.timeout);
     this.callOptions = Object.freeze({ timeoutMs: options.timeout });
     this.decideNow = store.inProcess ? store.decideNow : undefined;
+    this.nodesOf = store.nodesOf?.bind(store);
+    this.breakers = new NodeBreakers({
+      transition: (state) => watcher.breaker(state),
+      outage: (failure, node) =>
+        this.logger.error(storeFailing(failure.message, options.failMode, BREAKER_PROBE_MS, node)),
+      over: (node) => this.logger.log(storeBack(node)),
+    });
   }
 
   /**
@@ -194,7 +199,8 @@ export class StoreCalls {
       this.ended('cached', started);
       return known;
     }
-    if (!this.breaker.allow()) {
+    const nodes = this.nodesOf?.(requests) ?? ONE_NODE;
+    if (!this.breakers.allow(nodes)) {
       this.ended('breaker_open', started);
       return this.fallback(requests, charge, new RateLimitStoreError(circuitOpen, { reason: 'breaker_open' }));
     }
@@ -210,17 +216,11 @@ export class StoreCalls {
       // a call Redis dropped as run too late timed out as much as one never answered
       this.ended(failure.reason === 'timeout' || failure.reason === 'stale' ? 'timeout' : 'error', started);
       this.watcher.failed(failure, this.options.failMode);
-      if (this.breaker.failed()) {
-        this.logger.error(storeFailing(failure.message, this.options.failMode, BREAKER_PROBE_MS));
-        this.watcher.breaker('open');
-      }
+      this.breakers.failed(nodes, failure);
       return this.fallback(requests, charge, failure);
     }
     this.ended('ok', started);
-    if (this.breaker.succeeded()) {
-      this.logger.log(storeBack);
-      this.watcher.breaker('closed');
-    }
+    this.breakers.succeeded(nodes);
     return decisions;
   }
 

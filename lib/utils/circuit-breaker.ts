@@ -35,10 +35,15 @@ export class CircuitBreaker {
     return this.openedAt !== undefined;
   }
 
+  /** Whether `allow()` would let a call through now, taking nothing (no probe). */
+  wouldAllow(): boolean {
+    return this.openedAt === undefined || (!this.probing && this.now() - this.openedAt >= this.options.probeAfterMs);
+  }
+
   /** Whether a call may go to the store now: always while closed, one probe at a time while open. */
   allow(): boolean {
     if (this.openedAt === undefined) return true;
-    if (this.probing || this.now() - this.openedAt < this.options.probeAfterMs) return false;
+    if (!this.wouldAllow()) return false;
     this.probing = true;
     return true;
   }

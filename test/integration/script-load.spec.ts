@@ -69,26 +69,26 @@ describe('loading the scripts (own redis-server)', () => {
   });
 
   it('loads them when the store is made: the first decision is one FCALL, never an EVAL', async () => {
-    // clock 'app': no probe of TIME, whose one-line script ioredis sends by EVAL
     const store = new RedisStore({ client, clock: 'app' });
-    await answered(client);
+    await store.ready();
     expect(await client.script('EXISTS', ...SCRIPTS)).toEqual([1, 1, 1]);
     expect(await hasLibrary(client)).toBe(true);
     expect(await store.consume([request()])).toMatchObject([{ allowed: true, remaining: 4 }]);
-    expect(await callCounts(client)).toEqual([1, 0, 0, 0]);
+    // the decision's FCALL; the EVALSHA is the start's probe that the server runs scripts (loaded too)
+    expect(await callCounts(client)).toEqual([1, 1, 0, 0]);
     await store.close();
   });
 
   it('runs a call as its script where the library is gone, and loads the library again', async () => {
     const store = new RedisStore({ client, clock: 'app' });
-    await answered(client);
+    await store.ready();
     await client.function('FLUSH');
     expect(await store.consume([request()])).toMatchObject([{ allowed: true, remaining: 4 }]);
     await answered(client);
     expect(await hasLibrary(client)).toBe(true);
     expect(await store.consume([request()])).toMatchObject([{ allowed: true, remaining: 4 }]);
-    // the FCALL that found no function, then its EVALSHA; then an FCALL again
-    expect(await callCounts(client)).toEqual([2, 1, 0, 0]);
+    // the FCALL that found no function, then its EVALSHA; then an FCALL again (and the start's probe)
+    expect(await callCounts(client)).toEqual([2, 2, 0, 0]);
     await store.close();
   });
 
@@ -114,8 +114,9 @@ describe('loading the scripts (own redis-server)', () => {
     const store = new RedisStore({ client: lazy, clock: 'app' });
     expect(lazy.status).toBe('wait');
     expect(await store.consume([request()])).toMatchObject([{ allowed: true, remaining: 4 }]);
-    // sent right behind the loads, before the library's answer: the script
-    expect(await callCounts(client)).toEqual([0, 1, 0, 0]);
+    await store.ready();
+    // sent right behind the loads, before the library's answer: the script (and the probe, after the loads)
+    expect(await callCounts(client)).toEqual([0, 2, 0, 0]);
     await store.close();
     lazy.disconnect();
   });
@@ -127,11 +128,12 @@ describe('a Redis without functions (own redis-server, FUNCTION renamed away)', 
     const client = new Redis(server.url);
     try {
       const store = new RedisStore({ client, clock: 'app' });
-      await answered(client);
+      await store.ready();
       expect(await client.script('EXISTS', ...SCRIPTS)).toEqual([1, 1, 1]);
       for (let i = 0; i < 3; i++)
         expect(await store.consume([request()])).toMatchObject([{ allowed: true, remaining: 4 }]);
-      expect(await callCounts(client)).toEqual([0, 3, 0, 0]);
+      // and the start's probe
+      expect(await callCounts(client)).toEqual([0, 4, 0, 0]);
       await store.close();
     } finally {
       client.disconnect();

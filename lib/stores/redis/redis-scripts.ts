@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { Logger } from '@nestjs/common';
 import type { Cluster, Redis } from 'ioredis';
-import { storeFailed } from '../../rate-limit.messages.js';
+import { redisRefusesScripts, storeFailed } from '../../rate-limit.messages.js';
 import { RateLimitStoreError } from '../rate-limit-store.error.js';
 import type { RateLimitRequest } from '../rate-limit-store.interface.js';
 import { DECIDE_LUA, LIBRARY, LIBRARY_LUA, REFUND_LUA } from './decide.lua.js';
@@ -10,7 +10,7 @@ import { mastersOf } from './client-nodes.js';
 import { warnIfEvicting } from './eviction-check.js';
 import type { RedisClock } from './redis-clock.js';
 import { type Answer, type DecideCall, decodeAnswer, encodeRefund } from './script-protocol.js';
-import { redisTimeUnusable, TIME_PROBE, TIME_PROBE_LUA, timeUnusable } from './time-probe.js';
+import { redisTimeUnusable, TIME_PROBE, TIME_PROBE_LUA, type TimeProbeResult, timeUnusable } from './time-probe.js';
 
 /**
  * A call as the store runs it: its function in the library (what FCALL names), and the same call
@@ -29,6 +29,10 @@ function script(fn: string, lua: string): Script {
 const DECIDE = script(LIBRARY.decide, DECIDE_LUA);
 const REFUND = script(LIBRARY.refund, REFUND_LUA);
 const FLAT = script(LIBRARY.flat, FLAT_LUA);
+const PROBE = script('', TIME_PROBE_LUA);
+
+/** How long start waits for the store's first talk with a Redis it can reach, ms (see `RedisScripts.ready`). */
+const START_CHECK_MS = 2_000;
 
 type ScriptCommand = (numKeys: number, ...args: string[]) => Promise<unknown>;
 
@@ -42,6 +46,8 @@ interface Loader {
   stores: number;
   load: () => void;
   functions: boolean;
+  /** The last load, settled once every master has answered it. */
+  loading: Promise<void>;
   /** The servers whose eviction policy has been read, by address (see `warnIfEvicting`). */
   evictionRead: Set<string>;
   /** Whether a store of the client has loaded the calls: the next store made on it leaves that to `ready`. */
@@ -65,17 +71,17 @@ const FUNCTION_NOT_FOUND = /^ERR Function not found/;
  */
 function loadCalls(client: Redis | Cluster, loader: Loader): void {
   const nodes = mastersOf(client);
-  for (const node of nodes) {
-    for (const { lua } of [DECIDE, FLAT, REFUND]) node.script('LOAD', lua).catch(() => undefined);
-  }
+  const scripts = nodes.flatMap((node) =>
+    [DECIDE, FLAT, REFUND, PROBE].map(({ lua }) => node.script('LOAD', lua).catch(() => undefined)),
+  );
   const loaded = nodes.map((node) =>
     node.function('LOAD', LIBRARY_LUA).then(
       () => true,
       (error: unknown) => error instanceof Error && LIBRARY_EXISTS.test(error.message),
     ),
   );
-  void Promise.all(loaded).then((all) => {
-    if (nodes.length > 0 && all.every(Boolean)) loader.functions = true;
+  loader.loading = Promise.all([...scripts, ...loaded]).then(async () => {
+    if (nodes.length > 0 && (await Promise.all(loaded)).every(Boolean)) loader.functions = true;
   });
 }
 
@@ -85,13 +91,17 @@ function loadCalls(client: Redis | Cluster, loader: Loader): void {
  * reconnect, so no decision pays for sending and compiling them; each call is an `FCALL` of the
  * library, or an `EVALSHA` (see `loadCalls` and `run`).
  * Every call's ARGV[1] is the clock (see `RedisClock.scriptNow`); with Redis `TIME`, a probe that
- * it works inside a script starts with the store, and no call waits for it (see `checkTime`).
+ * it works inside a script starts with the store, and no call waits for it (see `checkServer`).
  */
 export class RedisScripts {
-  /** Whether the scripts' clock is settled: a given one, or Redis `TIME` probed (see `checkTime`). */
-  private timeChecked: boolean;
-  /** The `TIME` probe under way, if any. */
-  private timeCheck: Promise<void> | undefined;
+  /** Whether the server has answered the probe (see `checkServer`). */
+  private probed: boolean;
+  /** The probe under way, if any. */
+  private probe: Promise<void> | undefined;
+  /** What the server answered when it refused to run a script for this client (see `ready`). */
+  private refusal: string | undefined;
+  /** Whether `ready` is waiting: a refusal found meanwhile is its error, else it is logged. */
+  private starting = false;
   /** Whether the store has started talking to Redis (a lazyConnect client is left alone until its first call). */
   private started = false;
   private closed = false;
@@ -102,7 +112,7 @@ export class RedisScripts {
     private readonly client: Redis | Cluster,
     private readonly clock: RedisClock,
   ) {
-    this.timeChecked = !clock.redisTime;
+    this.probed = false;
     let loader = loaders.get(client);
     if (loader === undefined) {
       const created: Loader = {
@@ -112,6 +122,7 @@ export class RedisScripts {
           void warnIfEvicting(client, created.evictionRead, this.logger);
         },
         functions: false,
+        loading: Promise.resolve(),
         evictionRead: new Set(),
         started: false,
       };
@@ -135,6 +146,26 @@ export class RedisScripts {
     return decodeAnswer((await this.run(REFUND, keys, args)) as number[], 0, requests.length);
   }
 
+  /**
+   * Resolves once the store's first talk with Redis is over (the calls loaded on every master, the
+   * server's scripts and `TIME` checked), so that the first decision pays for none of it; at once
+   * for a client that connects when first used (lazyConnect), and after `START_CHECK_MS` at the
+   * most: a Redis that is down or slow does not keep the app from starting.
+   *
+   * @throws Error when the server refuses to run scripts for this client (an ACL without
+   * `@scripting`, the commands renamed away): no decision could ever be made
+   */
+  async ready(): Promise<void> {
+    if (!this.started) return;
+    this.starting = true;
+    let timer: NodeJS.Timeout | undefined;
+    const waited = new Promise<void>((resolve) => (timer = setTimeout(resolve, START_CHECK_MS)));
+    await Promise.race([(this.probe ?? Promise.resolve()).then(() => this.loader.loading), waited]);
+    clearTimeout(timer);
+    this.starting = false;
+    if (this.refusal !== undefined) throw new Error(redisRefusesScripts(this.refusal));
+  }
+
   /** The store is closed: the last store of its client stops reloading the scripts on its reconnections. */
   close(): void {
     if (this.closed) return;
@@ -153,7 +184,7 @@ export class RedisScripts {
    */
   private async run({ fn, lua, sha }: Script, keys: readonly string[], args: readonly string[]): Promise<unknown> {
     if (!this.started) this.start();
-    if (!this.timeChecked) this.timeCheck ??= this.checkTime();
+    if (!this.probed) this.probe ??= this.checkServer();
     const now = this.clock.scriptNow();
     try {
       if (this.loader.functions) {
@@ -189,36 +220,56 @@ export class RedisScripts {
       this.loader.started = true;
       this.loader.load();
     }
-    if (!this.timeChecked) this.timeCheck ??= this.checkTime();
+    if (!this.probed) this.probe ??= this.checkServer();
   }
 
   /**
-   * Probes Redis `TIME` inside a script: one EVAL (ioredis sends a defined command's first call
-   * on a connection whole), sent when the store is made (on a lazyConnect client not yet used:
-   * with the first call, ahead of it on the connection). No call waits for it: those sent before
-   * its answer read `TIME` (on a server where it does not work, they decide at the epoch or
-   * fail, for that one round trip). When `TIME` does not work, warns once and sends the app's
-   * clock from then on. When Redis did not run the probe (down, loading), nothing is known: the
-   * next call starts it again, without waiting for it either.
+   * Checks, once the calls are loaded, that the server runs scripts for this client and, unless a
+   * clock is given, that Redis `TIME` works inside them: one probe script (`EVALSHA`, or the script
+   * whole when the server has not kept it). No call waits for it: those sent before its answer
+   * read `TIME` (on a server where it does not work, they decide at the epoch or fail, for that
+   * one round trip). When `TIME` does not work, warns once and sends the app's clock from then
+   * on. A server that refuses scripts (and has not taken the library either, whose `FCALL`s would
+   * do) is told by `ready`, or logged when start is over. When Redis did not run the probe (down,
+   * loading), nothing is known: the next call starts it again, without waiting for it either.
    */
-  private async checkTime(): Promise<void> {
+  private async checkServer(): Promise<void> {
     try {
-      const why = await timeUnusable(this.define(TIME_PROBE, TIME_PROBE_LUA)(0));
-      if (why !== undefined) {
-        this.clock.useAppClock();
-        this.logger.warn(redisTimeUnusable(why));
-      }
-      this.timeChecked = true;
+      await this.loader.loading;
+      const found = await timeUnusable(this.probeTime());
+      this.probed = true;
+      this.found(found);
     } catch {
       // not run: probed again by the next call
     } finally {
-      this.timeCheck = undefined;
+      this.probe = undefined;
     }
   }
 
-  private define(name: string, lua: string): ScriptCommand {
-    const client = this.client as unknown as Record<string, ScriptCommand>;
-    if (typeof client[name] !== 'function') this.client.defineCommand(name, { lua });
-    return client[name].bind(this.client);
+  /** Takes in what the probe found (see `checkServer`). */
+  private found(found: TimeProbeResult): void {
+    if (found === undefined) return;
+    if ('refused' in found) {
+      // the library's FCALLs run where EVAL and SCRIPT are renamed away
+      if (this.loader.functions) return;
+      this.refusal = found.refused;
+      if (!this.starting) this.logger.error(redisRefusesScripts(found.refused));
+      return;
+    }
+    if (!this.clock.redisTime) return;
+    this.clock.useAppClock();
+    this.logger.warn(redisTimeUnusable(found.unusable));
+  }
+
+  /** Runs the `TIME` probe: the client's own command of that name if it has one (a test's), else the loaded script. */
+  private async probeTime(): Promise<unknown> {
+    const own = (this.client as unknown as Record<string, ScriptCommand | undefined>)[TIME_PROBE];
+    if (typeof own === 'function') return own.call(this.client, 0);
+    try {
+      return await this.client.evalsha(PROBE.sha, 0);
+    } catch (error) {
+      if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT')) throw error;
+      return this.client.eval(PROBE.lua, 0);
+    }
   }
 }

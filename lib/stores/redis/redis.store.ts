@@ -5,7 +5,7 @@ import { clientCommandTimeout } from '../../rate-limit.messages.js';
 import { Deadlines } from '../../utils/deadline-queue.js';
 import { type Charge, restoreCharge, takeCharge, toDecision } from '../decision.js';
 import { distinctRequests, spreadDecisions } from '../distinct-requests.js';
-import { storeTimeout } from '../rate-limit-store.error.js';
+import { failedAt, storeTimeout } from '../rate-limit-store.error.js';
 import type {
   RateLimitCallOptions,
   RateLimitDecision,
@@ -63,6 +63,15 @@ export class RedisStore implements RateLimitStore {
   private readonly deadlines = new Deadlines();
   /** What stands in front of Redis for charges, unless `cacheRefusals` is false. */
   private readonly gate: RefusalGate | undefined;
+  /**
+   * On a Cluster, the masters that decide a call, by address (see `RateLimitStore.nodesOf`): the
+   * module keeps a breaker per master. Absent on a single Redis or Sentinel.
+   */
+  readonly nodesOf: ((requests: readonly RateLimitRequest[]) => readonly string[]) | undefined;
+  /** The hash slots of the requests `nodesOf` was last asked about, which `send` takes rather than working them out again. */
+  private lastSlots: { requests: readonly RateLimitRequest[]; groups: Map<number, number[]> } | undefined;
+  /** One array per master address, so that `nodesOf` makes none per call. */
+  private readonly nodeLists = new Map<string, readonly string[]>();
 
   constructor(options: RedisStoreOptions) {
     checkRedisStoreOptions(options);
@@ -72,7 +81,13 @@ export class RedisStore implements RateLimitStore {
     this.clock = storeClock(options.clock);
     this.clocks = new RedisClock(given, options.clock === 'app' ? undefined : given, this.cluster ? HASH_SLOTS : 1);
     this.scripts = new RedisScripts(this.client, this.clocks);
-    this.batches = new SlotBatches(this.scripts, this.clocks, this.deadlines);
+    this.batches = new SlotBatches(
+      this.scripts,
+      this.clocks,
+      this.deadlines,
+      this.cluster ? (slot) => this.masterOf(slot) : undefined,
+    );
+    this.nodesOf = this.cluster ? (requests) => this.mastersOf(requests) : undefined;
     this.gate = options.cacheRefusals === false ? undefined : new RefusalGate(() => this.clocks.localNow());
     const commandTimeout = commandTimeoutOf(this.client);
     if (commandTimeout !== undefined) new Logger('RedisStore').warn(clientCommandTimeout(commandTimeout));
@@ -102,6 +117,17 @@ export class RedisStore implements RateLimitStore {
     return this.forgetting(undefined, async () => {
       await unlinkUnder(this.client, prefix);
     });
+  }
+
+  /**
+   * Resolves once the store's first talk with Redis is over: its calls loaded on every master, and
+   * the server checked (scripts run, `TIME` works inside them); within 2 s at the most, so a Redis
+   * that is down does not stop the app from starting (see `RateLimitStore.ready`).
+   *
+   * @throws Error when the server refuses to run scripts for this client
+   */
+  ready(): Promise<void> {
+    return this.scripts.ready();
   }
 
   async close(): Promise<void> {
@@ -201,15 +227,44 @@ export class RedisStore implements RateLimitStore {
     timeoutMs: number | undefined,
   ): Promise<ServerAnswer> {
     // a single Redis (or Sentinel) takes every key in one call: no slots to work out
-    const groups = this.cluster
-      ? groupBySlot(
-          requests.map((request) => request.key),
-          true,
-        )
-      : undefined;
+    const groups = this.cluster ? this.slotsOf(requests) : undefined;
     return groups === undefined || groups.size === 1
       ? this.batches.join(requests, charge, groups?.keys().next().value ?? 0, timeoutMs)
       : this.acrossSlots(requests, groups, charge, timeoutMs);
+  }
+
+  /** The requests' indexes by hash slot (on a Cluster): those `nodesOf` worked out for them, if it was just asked. */
+  private slotsOf(requests: readonly RateLimitRequest[]): Map<number, number[]> {
+    const last = this.lastSlots;
+    this.lastSlots = undefined;
+    if (last?.requests === requests) return last.groups;
+    return groupBySlot(
+      requests.map((request) => request.key),
+      true,
+    );
+  }
+
+  /** The masters that hold the requests' keys, as the Cluster client last learned them ('' for a slot it knows no master of yet). */
+  private mastersOf(requests: readonly RateLimitRequest[]): readonly string[] {
+    const groups = this.slotsOf(requests);
+    this.lastSlots = { requests, groups };
+    let first: string | undefined;
+    let all: Set<string> | undefined;
+    for (const slot of groups.keys()) {
+      const master = this.masterOf(slot) ?? '';
+      if (first === undefined) first = master;
+      else if (master !== first) (all ??= new Set([first])).add(master);
+    }
+    if (all !== undefined) return [...all];
+    first ??= '';
+    let list = this.nodeLists.get(first);
+    if (list === undefined) this.nodeLists.set(first, (list = [first]));
+    return list;
+  }
+
+  /** The address of the master that serves `slot`, as the Cluster client last learned it. */
+  private masterOf(slot: number): string | undefined {
+    return (this.client as Cluster).slots[slot]?.[0];
   }
 
   /**
@@ -259,8 +314,8 @@ export class RedisStore implements RateLimitStore {
         }),
       );
     }
-    const failed = settled.find((result) => result.status === 'rejected');
-    if (failed) throw failed.reason;
+    const failed = settled.findIndex((result) => result.status === 'rejected');
+    if (failed >= 0) throw failedAt((settled[failed] as PromiseRejectedResult).reason, this.masterOf(slots[failed][0]));
     return { outcomes, decidedAt };
   }
 }

@@ -1,6 +1,6 @@
 import { staleStoreCall } from '../../rate-limit.messages.js';
 import type { Deadlines } from '../../utils/deadline-queue.js';
-import { RateLimitStoreError, storeTimeout } from '../rate-limit-store.error.js';
+import { failedAt, RateLimitStoreError, storeTimeout } from '../rate-limit-store.error.js';
 import type { RateLimitRequest } from '../rate-limit-store.interface.js';
 import type { RedisClock } from './redis-clock.js';
 import type { RedisScripts } from './redis-scripts.js';
@@ -49,10 +49,15 @@ export class SlotBatches {
   /** Requests not yet sent, by hash slot. */
   private readonly batches = new Map<number, Batch>();
 
+  /**
+   * @param nodeOf the address of the server a slot's calls go to, named by their errors (a
+   * Cluster's master); `undefined` for a single server
+   */
   constructor(
     private readonly scripts: RedisScripts,
     private readonly clock: RedisClock,
     private readonly deadlines: Deadlines,
+    private readonly nodeOf: (slot: number) => string | undefined = () => undefined,
   ) {}
 
   /**
@@ -90,10 +95,14 @@ export class SlotBatches {
     const sentAt = this.clock.localNow();
     for (const waiting of batch.waiting) waiting.deadline = this.clock.deadline(slot, sentAt, waiting.timeoutMs);
     const call = encodeDecide(batch.waiting);
+    const node = this.nodeOf(slot);
     // on the client's socket from here: each caller's time starts now
-    const answers = this.scripts
-      .runDecideCall(call)
-      .then((raw) => this.answers(slot, batch, decodeDecideReply(raw, batch.waiting, call), sentAt));
+    const answers = this.scripts.runDecideCall(call).then(
+      (raw) => this.answers(slot, batch, decodeDecideReply(raw, batch.waiting, call), sentAt, node),
+      (error: unknown) => {
+        throw failedAt(error, node);
+      },
+    );
     batch.waiting.forEach((waiting, i) => {
       const answer = answers.then((all) => {
         if (all[i] instanceof RateLimitStoreError) throw all[i];
@@ -101,7 +110,7 @@ export class SlotBatches {
       });
       const { timeoutMs } = waiting;
       const bounded =
-        timeoutMs === undefined ? answer : this.deadlines.race(answer, timeoutMs, () => storeTimeout(timeoutMs));
+        timeoutMs === undefined ? answer : this.deadlines.race(answer, timeoutMs, () => storeTimeout(timeoutMs, node));
       bounded.then(waiting.resolve, waiting.reject);
     });
   }
@@ -119,13 +128,14 @@ export class SlotBatches {
     batch: Batch,
     { answers, now: redisNow }: DecideReply,
     sentAt: number,
+    node: string | undefined,
   ): (Reply | RateLimitStoreError)[] {
     const readAt = this.clock.localNow();
     const decidedAt = this.clock.learn(slot, redisNow, sentAt, readAt);
     const late = this.clock.sinceDecided(slot, redisNow, readAt);
     return batch.waiting.map(({ timeoutMs }, j) => {
       const answer = answers[j];
-      if (answer === undefined) return new RateLimitStoreError(staleStoreCall(timeoutMs!), { reason: 'stale' });
+      if (answer === undefined) return new RateLimitStoreError(staleStoreCall(timeoutMs!), { reason: 'stale', node });
       const reply: Reply = { outcomes: answer.outcomes, at: answer.at, decidedAt };
       if (late > 0)
         for (const outcome of reply.outcomes)

@@ -15,20 +15,39 @@ return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 export const TIME_PROBE = 'nestjsRateLimitTimeProbe';
 
 /**
- * What the probe's outcome says of `TIME` inside scripts: `undefined` when it works, else why
- * not, for the warning. A reply error starting `ERR` is the script's own failure; any other
- * failure (Redis unreachable, loading, busy) says nothing of `TIME` and is thrown again.
+ * How a server that runs no scripts for this client answers a script command: its ACL leaves out
+ * `@scripting` (`NOPERM`), or the command is renamed away (`ERR unknown command`).
  */
-export async function timeUnusable(probe: Promise<unknown>): Promise<string | undefined> {
+const SCRIPTS_REFUSED = /^(NOPERM|ERR unknown command)/;
+
+/** Whether `error` is a server's refusal to run a script command for this client (see `SCRIPTS_REFUSED`). */
+function refusesScripts(error: unknown): error is Error {
+  return error instanceof Error && error.name === 'ReplyError' && SCRIPTS_REFUSED.test(error.message);
+}
+
+/**
+ * What the probe found of `TIME` inside scripts: it works (`undefined`), it does not (`unusable`,
+ * why, for the warning), or the server ran no script at all (`refused`, its reply).
+ */
+export type TimeProbeResult = undefined | { unusable: string } | { refused: string };
+
+/**
+ * What the probe's outcome says of `TIME` inside scripts (see `TimeProbeResult`). A reply error
+ * starting `ERR` is the script's own failure, `NOPERM` or an unknown command the server's
+ * refusal to run it; any other failure (Redis unreachable, loading, busy) says nothing of `TIME`
+ * and is thrown again.
+ */
+export async function timeUnusable(probe: Promise<unknown>): Promise<TimeProbeResult> {
   let ms: unknown;
   try {
     ms = await probe;
   } catch (error) {
+    if (refusesScripts(error)) return { refused: error.message };
     if (error instanceof Error && error.name === 'ReplyError' && error.message.startsWith('ERR'))
-      return `a script calling it failed: ${error.message}`;
+      return { unusable: `a script calling it failed: ${error.message}` };
     throw error;
   }
-  return typeof ms === 'number' && ms > 0 ? undefined : `it answered ${String(ms)}`;
+  return typeof ms === 'number' && ms > 0 ? undefined : { unusable: `it answered ${String(ms)}` };
 }
 
 /**
