@@ -5,34 +5,38 @@ import { HOST, parseInfo, withRedis } from './client.js';
 import { launch, makeTempDir, startOnFreePorts, stopRedisGroup } from './process.js';
 
 /**
- * @typedef {{ nodes: import('./process.js').RedisNode[], pids: number[], dir: string }} RedisCluster
- * a running Redis Cluster of masters only; `dir` holds the nodes' cluster config files
+ * @typedef {{ nodes: import('./process.js').RedisNode[], pids: number[], dir: string, members: { port: number, pid: number }[] }} RedisCluster
+ * a running Redis Cluster; `members` lists every node's port and pid (the masters first, then their
+ * replicas, in the order of their masters); `dir` holds the nodes' cluster config files
  */
 
 const CLUSTER_SLOTS = 16384;
 
 /**
- * Starts a Redis Cluster of `masters` masters and no replicas, each node on its own free port with
- * its cluster bus on another free port, and waits until every node reports `cluster_state:ok` and
- * all nodes agree on the owner of all 16384 slots (about 2 s: a fresh master waits 2 s before it
- * declares the cluster ok). The caller stops it with `stopRedisGroup`.
- * @param {{ masters?: number, timeoutMs?: number }} [options]
+ * Starts a Redis Cluster of `masters` masters and `replicas` replicas of each, each node on its own
+ * free port with its cluster bus on another free port, and waits until every node reports
+ * `cluster_state:ok`, all nodes agree on the owner of all 16384 slots (about 2 s: a fresh master
+ * waits 2 s before it declares the cluster ok) and every replica is in sync with its master.
+ * `nodeTimeoutMs` is the nodes' `cluster-node-timeout`: how long a master may be unreachable before
+ * its replica takes over. The caller stops it with `stopRedisGroup`.
+ * @param {{ masters?: number, replicas?: number, nodeTimeoutMs?: number, timeoutMs?: number }} [options]
  * @returns {Promise<RedisCluster>}
  */
-export async function startRedisCluster({ masters = 3, timeoutMs = 20_000 } = {}) {
+export async function startRedisCluster({ masters = 3, replicas = 0, nodeTimeoutMs, timeoutMs = 20_000 } = {}) {
   const dir = await makeTempDir('ratelimit-cluster-');
   /** @type {number[]} */
   const pids = [];
+  const extra = nodeTimeoutMs === undefined ? [] : ['--cluster-node-timeout', String(nodeTimeoutMs)];
   try {
     const started = await Promise.allSettled(
-      Array.from({ length: masters }, (_, index) => startClusterNode(dir, index)),
+      Array.from({ length: masters * (1 + replicas) }, (_, index) => startClusterNode(dir, index, extra)),
     );
     const nodes = started.flatMap((result) => (result.status === 'fulfilled' ? [result.value] : []));
     pids.push(...nodes.map(({ pid }) => pid));
     const failed = started.find((result) => result.status === 'rejected');
     if (failed) throw failed.reason;
     await Promise.all(
-      nodes.map(({ port }, index) =>
+      nodes.slice(0, masters).map(({ port }, index) =>
         withRedis(port, async (client) => {
           const first = Math.floor((CLUSTER_SLOTS * index) / masters);
           const last = Math.floor((CLUSTER_SLOTS * (index + 1)) / masters) - 1;
@@ -49,7 +53,13 @@ export async function startRedisCluster({ masters = 3, timeoutMs = 20_000 } = {}
       });
     }
     await waitUntil(`a Redis Cluster of ${masters} masters`, timeoutMs, () => clusterProblem(nodes));
-    return { nodes: nodes.map(({ port }) => ({ host: HOST, port })), pids, dir };
+    if (replicas > 0) await startReplicating(nodes, masters, timeoutMs);
+    return {
+      nodes: nodes.map(({ port }) => ({ host: HOST, port })),
+      pids,
+      dir,
+      members: nodes.map(({ port, pid }) => ({ port, pid })),
+    };
   } catch (error) {
     await stopRedisGroup({ pids, dir });
     throw error;
@@ -57,11 +67,34 @@ export async function startRedisCluster({ masters = 3, timeoutMs = 20_000 } = {}
 }
 
 /**
+ * Makes every node after the first `masters` a replica of master `index % masters`, and waits until
+ * each is in sync with it (`master_link_status:up`).
+ * @param {{ port: number }[]} nodes
+ * @param {number} masters
+ * @param {number} timeoutMs
+ */
+async function startReplicating(nodes, masters, timeoutMs) {
+  const ids = await Promise.all(
+    nodes.slice(0, masters).map(({ port }) => withRedis(port, (client) => client.call('CLUSTER', 'MYID'))),
+  );
+  for (const [index, { port }] of nodes.slice(masters).entries())
+    await withRedis(port, (client) => client.call('CLUSTER', 'REPLICATE', String(ids[index % masters])));
+  await waitUntil('the replicas in sync', timeoutMs, async () => {
+    for (const { port } of nodes.slice(masters)) {
+      const info = parseInfo(await withRedis(port, (client) => client.info('replication')));
+      if (info.master_link_status !== 'up') return `replica ${port}: master_link_status:${info.master_link_status}`;
+    }
+    return '';
+  });
+}
+
+/**
  * @param {string} dir
  * @param {number} index
+ * @param {string[]} extra more options of the node
  * @returns {Promise<import('./process.js').RedisServer & { busPort: number }>}
  */
-function startClusterNode(dir, index) {
+function startClusterNode(dir, index, extra) {
   return startOnFreePorts(`cluster node ${index}`, 2, async ([port, busPort]) => {
     const started = await launch(port, [
       '--dir',
@@ -74,6 +107,7 @@ function startClusterNode(dir, index) {
       String(busPort),
       '--cluster-announce-ip',
       HOST,
+      ...extra,
     ]);
     return 'pid' in started ? { ...started, busPort } : started;
   });

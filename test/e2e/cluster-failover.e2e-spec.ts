@@ -1,0 +1,162 @@
+import { randomUUID } from 'node:crypto';
+import { jest } from '@jest/globals';
+import { Logger } from '@nestjs/common';
+import { Cluster } from 'ioredis';
+import type { Rule } from '../../lib/algorithms/algorithm.types.js';
+import { RateLimitStoreError } from '../../lib/stores/rate-limit-store.error.js';
+import { hashSlot } from '../../lib/stores/redis/hash-slot.js';
+import { RedisStore } from '../../lib/stores/redis/redis.store.js';
+import { StoreCalls } from '../../lib/stores/store-calls.js';
+import { type RedisCluster, startRedisCluster } from '../support/redis/cluster.js';
+import { redisCommand } from '../support/redis/client.js';
+import { stopRedisGroup } from '../support/redis/process.js';
+import { delay, waitUntil } from '../support/wait.js';
+
+/**
+ * A Redis Cluster of 3 masters and 3 replicas, started here, and two app instances (two Cluster
+ * clients, each with its store and its module's calls: breakers, timeout, `failMode: 'closed'`)
+ * sending a steady load over identities on every master. A master killed outright gives
+ * `failMode` to its own keys until its replica takes over, and to no other key: the breakers are
+ * per master (see `NodeBreakers`).
+ */
+
+/** The module's timeout, ms. */
+const TIMEOUT = 100;
+/** The nodes' cluster-node-timeout, ms: a replica takes over about twice this after its master dies. */
+const NODE_TIMEOUT_MS = 1_000;
+/** Each identity's limit: 40 an hour, so that none refills during the test. */
+const LIMIT = 40;
+const RULE: Rule = { algorithm: 'token_bucket', rps: LIMIT / 3600, burst: LIMIT };
+/** Identities per master. */
+const PER_MASTER = 12;
+/** Requests in flight per instance, each sent as the last one's answer comes. */
+const WORKERS = 6;
+
+/** One decision as an instance saw it: when its call started and ended (ms, performance.now), on which master's keys, and its answer. */
+interface Seen {
+  start: number;
+  end: number;
+  master: string;
+  identity: string;
+  answer: 'admitted' | 'refused' | 'failMode';
+}
+
+let cluster: RedisCluster;
+
+beforeAll(async () => {
+  cluster = await startRedisCluster({ masters: 3, replicas: 1, nodeTimeoutMs: NODE_TIMEOUT_MS });
+}, 60_000);
+afterAll(async () => {
+  await stopRedisGroup(cluster);
+});
+beforeEach(() => {
+  jest.spyOn(Logger.prototype, 'error').mockImplementation(() => undefined);
+  jest.spyOn(Logger.prototype, 'log').mockImplementation(() => undefined);
+  jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+});
+afterEach(() => jest.restoreAllMocks());
+
+/** An app instance's client of the test cluster, as the README configures one, ready. */
+async function connect(): Promise<Cluster> {
+  const client = new Cluster(cluster.nodes, {
+    enableOfflineQueue: false,
+    redisOptions: { maxRetriesPerRequest: 0, autoResendUnfulfilledCommands: false },
+  });
+  client.on('error', () => undefined);
+  await new Promise((resolve) => client.once('ready', resolve));
+  return client;
+}
+
+const keyOf = (prefix: string, identity: string) => `${prefix}tb:{${identity}}`;
+
+/** `PER_MASTER` identities on each master, by the master's address. */
+function identitiesByMaster(client: Cluster, prefix: string): Map<string, string[]> {
+  const byMaster = new Map<string, string[]>();
+  while ([...byMaster.values()].reduce((n, ids) => n + Math.min(ids.length, PER_MASTER), 0) < 3 * PER_MASTER) {
+    const identity = randomUUID().slice(0, 8);
+    const master = client.slots[hashSlot(keyOf(prefix, identity))][0];
+    const ids = byMaster.get(master) ?? [];
+    if (ids.length < PER_MASTER) byMaster.set(master, [...ids, identity]);
+  }
+  return byMaster;
+}
+
+/** Load from one instance until `stop()`: every decision it saw. */
+function load(calls: StoreCalls, prefix: string, identities: { identity: string; master: string }[]) {
+  const seen: Seen[] = [];
+  let running = true;
+  const worker = async (offset: number) => {
+    for (let i = offset; running; i += WORKERS) {
+      const { identity, master } = identities[i % identities.length];
+      const start = performance.now();
+      let answer: Seen['answer'];
+      try {
+        const [decision] = await calls.consume([{ key: keyOf(prefix, identity), policy: 'p', rule: RULE, cost: 1 }]);
+        answer = decision.allowed ? 'admitted' : 'refused';
+      } catch (error) {
+        if (!(error instanceof RateLimitStoreError)) throw error;
+        answer = 'failMode';
+      }
+      seen.push({ start, end: performance.now(), master, identity, answer });
+      await delay(5);
+    }
+  };
+  const workers = Array.from({ length: WORKERS }, (_, k) => worker(k));
+  return {
+    seen,
+    stop: async () => {
+      running = false;
+      await Promise.all(workers);
+    },
+  };
+}
+
+it('a master killed: its keys get failMode until its replica takes over, no other key does, none is over-admitted', async () => {
+  const prefix = `rl-failover-${randomUUID().slice(0, 8)}:`;
+  const clients = [await connect(), await connect()];
+  const instances = clients.map(
+    (client) => new StoreCalls(new RedisStore({ client }), { timeout: TIMEOUT, failMode: 'closed' }),
+  );
+  const byMaster = identitiesByMaster(clients[0], prefix);
+  const identities = [...byMaster].flatMap(([master, ids]) => ids.map((identity) => ({ identity, master })));
+  const [dead] = [...byMaster.keys()];
+  const deadPort = Number(dead.split(':')[1]);
+  const deadMember = cluster.members.findIndex(({ port }) => port === deadPort);
+  const [, , [[, replica]]] = (await redisCommand(deadPort, ['ROLE'])) as [string, number, [string, string][]];
+  const replicaPort = Number(replica);
+  const loads = instances.map((calls) => load(calls, prefix, identities));
+  try {
+    await delay(500);
+    const killedAt = performance.now();
+    process.kill(cluster.members[deadMember].pid, 'SIGKILL');
+    await waitUntil('the replica to take over', 15_000, async () => {
+      const [role] = (await redisCommand(replicaPort, ['ROLE'])) as [string];
+      return role === 'master' ? '' : `replica ${replicaPort} is still a ${role}`;
+    });
+    const promotedAt = performance.now();
+    await delay(1_500);
+    const seen = (await Promise.all(loads.map(async ({ seen, stop }) => (await stop(), seen)))).flat();
+
+    const healthyFailMode = seen.filter(
+      (s) => s.master !== dead && s.start > killedAt + TIMEOUT && s.answer === 'failMode',
+    );
+    const deadKeys = seen.filter((s) => s.master === dead && s.start > killedAt);
+    const backAt = deadKeys.find((s) => s.start > promotedAt && s.answer !== 'failMode')?.end ?? Infinity;
+    const admitted = new Map<string, number>();
+    for (const s of seen) if (s.answer === 'admitted') admitted.set(s.identity, (admitted.get(s.identity) ?? 0) + 1);
+    console.log(
+      `killed ${dead}: promoted ${Math.round(promotedAt - killedAt)} ms after; ` +
+        `${seen.length} decisions, ${healthyFailMode.length} failMode for healthy keys, ` +
+        `${deadKeys.filter((s) => s.answer === 'failMode').length} for the dead master's; ` +
+        `its keys decided by Redis again ${Math.round(backAt - promotedAt)} ms after the promotion was seen`,
+    );
+    expect(healthyFailMode.length).toBe(0);
+    expect(deadKeys.some((s) => s.answer === 'failMode')).toBe(true);
+    expect(backAt - promotedAt).toBeLessThan(1_000);
+    expect(Math.max(...admitted.values())).toBeLessThanOrEqual(LIMIT);
+  } finally {
+    await Promise.all(loads.map(({ stop }) => stop()));
+    for (const calls of instances) await calls.close();
+    for (const client of clients) client.disconnect();
+  }
+}, 60_000);
