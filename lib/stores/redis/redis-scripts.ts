@@ -95,7 +95,7 @@ function loadCalls(client: Redis | Cluster, loader: Loader): void {
  */
 export class RedisScripts {
   /** Whether the server has answered the probe (see `checkServer`). */
-  private probed: boolean;
+  private probed = false;
   /** The probe under way, if any. */
   private probe: Promise<void> | undefined;
   /** What the server answered when it refused to run a script for this client (see `ready`). */
@@ -112,7 +112,6 @@ export class RedisScripts {
     private readonly client: Redis | Cluster,
     private readonly clock: RedisClock,
   ) {
-    this.probed = false;
     let loader = loaders.get(client);
     if (loader === undefined) {
       const created: Loader = {

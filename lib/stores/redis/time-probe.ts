@@ -9,8 +9,8 @@ return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 `;
 
 /**
- * The name the probe is defined under on the ioredis client. Defined once per client: a client
- * that has a command of this name keeps its own (a test's probe that fakes `TIME`).
+ * A command of this name on the ioredis client (`defineCommand`) runs instead of the store's own
+ * probe, the script loaded with the calls: how a test fakes a server whose `TIME` fails.
  */
 export const TIME_PROBE = 'nestjsRateLimitTimeProbe';
 
