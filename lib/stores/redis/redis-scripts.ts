@@ -6,7 +6,7 @@ import { RateLimitStoreError } from '../rate-limit-store.error.js';
 import type { RateLimitRequest } from '../rate-limit-store.interface.js';
 import { DECIDE_LUA, LIBRARY, LIBRARY_LUA, REFUND_LUA } from './decide.lua.js';
 import { FLAT_LUA } from './flat.lua.js';
-import { mastersOf } from './client-nodes.js';
+import { isCluster, mastersOf } from './client-nodes.js';
 import { warnIfEvicting } from './eviction-check.js';
 import type { RedisClock } from './redis-clock.js';
 import { type Answer, type DecideCall, decodeAnswer, encodeRefund } from './script-protocol.js';
@@ -35,6 +35,32 @@ const PROBE = script('', TIME_PROBE_LUA);
 const START_CHECK_MS = 2_000;
 
 type ScriptCommand = (numKeys: number, ...args: string[]) => Promise<unknown>;
+
+/** A call as `run` sends it: its script, keys, and arguments (the clock first). */
+interface Call {
+  readonly script: Script;
+  readonly keys: readonly string[];
+  readonly args: readonly string[];
+}
+
+/**
+ * A call that met a hash slot being moved from one master to another with its keys on both sides
+ * (`TRYAGAIN`): no call on several of those keys can run until the move is over, while a call on
+ * one key can, where the key is. Thrown by `RedisScripts` for `RedisStore` to decide the keys one
+ * by one; never a store error.
+ */
+export class SlotMoving extends Error {
+  override readonly name = 'SlotMoving';
+
+  constructor() {
+    super('the hash slot is being moved: its keys are on two masters');
+  }
+}
+
+/** The Cluster client's connection to the node at `address` (`host:port`), if it has one. */
+function nodeAt(cluster: Cluster, address: string): Redis | undefined {
+  return cluster.nodes('all').find(({ options }) => `${options.host}:${options.port}` === address);
+}
 
 /**
  * Per client: the one `ready` listener that loads the calls again after a reconnect (and reads the
@@ -107,11 +133,13 @@ export class RedisScripts {
   private closed = false;
   private readonly loader: Loader;
   private readonly logger = new Logger('RedisStore');
+  private readonly cluster: boolean;
 
   constructor(
     private readonly client: Redis | Cluster,
     private readonly clock: RedisClock,
   ) {
+    this.cluster = isCluster(client);
     let loader = loaders.get(client);
     if (loader === undefined) {
       const created: Loader = {
@@ -134,15 +162,15 @@ export class RedisScripts {
     if (client.status !== 'wait') this.start();
   }
 
-  /** Runs a decide call as `encodeDecide` made it (the flat call, or the general one; see `script-protocol.ts`): its raw reply. */
-  runDecideCall({ keys, args, flat }: DecideCall): Promise<unknown> {
-    return this.run(flat ? FLAT : DECIDE, keys, args);
+  /** Runs a decide call as `encodeDecide` made it (the flat call, or the general one; see `script-protocol.ts`) on the keys of `slot`: its raw reply. */
+  runDecideCall({ keys, args, flat }: DecideCall, slot: number): Promise<unknown> {
+    return this.run(flat ? FLAT : DECIDE, keys, args, slot);
   }
 
   /** Gives back what a decide call charged for requests of one hash slot (`at` from its reply). */
-  async refund(requests: readonly RateLimitRequest[], at: readonly number[]): Promise<Answer> {
+  async refund(requests: readonly RateLimitRequest[], at: readonly number[], slot: number): Promise<Answer> {
     const { keys, args } = encodeRefund(requests, at);
-    return decodeAnswer((await this.run(REFUND, keys, args)) as number[], 0, requests.length);
+    return decodeAnswer((await this.run(REFUND, keys, args, slot)) as number[], 0, requests.length);
   }
 
   /**
@@ -178,34 +206,89 @@ export class RedisScripts {
    * Runs a call (sent on the client's socket before this returns): its function where the library
    * is loaded, else its script by SHA, and the script whole when Redis has neither. A server that
    * lost the library (restarted, a new master) has the calls loaded again, and this one runs as a
-   * script. A failure is a `RateLimitStoreError`: `'unavailable'` when Redis could not be reached,
-   * `'error'` when it answered one.
+   * script. On a Cluster the call goes straight to the master of `slot`, so that a slot being
+   * moved is seen at once (see `redirected`). A failure is a `RateLimitStoreError`: `'unavailable'`
+   * when Redis could not be reached, `'error'` when it answered one.
+   *
+   * @throws SlotMoving when the slot is being moved and the call's keys are on both sides
    */
-  private async run({ fn, lua, sha }: Script, keys: readonly string[], args: readonly string[]): Promise<unknown> {
+  private async run(script: Script, keys: readonly string[], args: readonly string[], slot: number): Promise<unknown> {
     if (!this.started) this.start();
     if (!this.probed) this.probe ??= this.checkServer();
-    const now = this.clock.scriptNow();
+    const call: Call = { script, keys, args: [this.clock.scriptNow(), ...args] };
+    const master = this.cluster ? this.masterOf(slot) : undefined;
     try {
-      if (this.loader.functions) {
-        try {
-          return await this.client.fcall(fn, keys.length, ...keys, now, ...args);
-        } catch (error) {
-          if (!(error instanceof Error) || !FUNCTION_NOT_FOUND.test(error.message)) throw error;
-          this.loader.functions = false;
-          this.loader.load();
-        }
-      }
+      if (master === undefined) return await this.runOn(this.client, call);
       try {
-        return await this.client.evalsha(sha, keys.length, ...keys, now, ...args);
+        return await this.runOn(master, call);
       } catch (error) {
-        if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT')) throw error;
-        return await this.client.eval(lua, keys.length, ...keys, now, ...args);
+        return await this.redirected(error, call);
       }
     } catch (error) {
+      if (error instanceof SlotMoving) throw error;
       // a reply error is Redis's answer; anything else (closed, not writable, refused) is Redis out of reach
       const reason = error instanceof Error && error.name === 'ReplyError' ? 'error' : 'unavailable';
       throw new RateLimitStoreError(storeFailed(error), { cause: error, reason });
     }
+  }
+
+  /** Runs a call on a server, or through the Cluster client's routing (see `run`). */
+  private async runOn(on: Redis | Cluster, { script: { fn, lua, sha }, keys, args }: Call): Promise<unknown> {
+    if (this.loader.functions) {
+      try {
+        return await on.fcall(fn, keys.length, ...keys, ...args);
+      } catch (error) {
+        if (!(error instanceof Error) || !FUNCTION_NOT_FOUND.test(error.message)) throw error;
+        this.loader.functions = false;
+        this.loader.load();
+      }
+    }
+    try {
+      return await on.evalsha(sha, keys.length, ...keys, ...args);
+    } catch (error) {
+      if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT')) throw error;
+      return await on.eval(lua, keys.length, ...keys, ...args);
+    }
+  }
+
+  /**
+   * What a call sent straight to a slot's master does when it failed there: the slot has another
+   * master (`MOVED`: the client learns the new owners, and the call goes through its routing), the
+   * slot is being moved and the call's keys are no longer here (`ASK`: to the importing master,
+   * after `ASKING`), or are on both sides (`TRYAGAIN`, also from the importing master: the caller
+   * decides the keys one by one, see `RedisStore`); the connection closed under it (the client
+   * dropped the node after a failover): through the client's routing, as the client itself would
+   * send it again. ioredis's own handling of `TRYAGAIN` waits 100 ms a try, up to 16 tries.
+   *
+   * @throws SlotMoving on `TRYAGAIN`
+   */
+  private async redirected(error: unknown, call: Call): Promise<unknown> {
+    const cluster = this.client as Cluster;
+    if (!(error instanceof Error)) throw error;
+    if (error.name !== 'ReplyError') return this.runOn(cluster, call);
+    const [code, , address] = error.message.split(' ');
+    if (code === 'TRYAGAIN') throw new SlotMoving();
+    if (code === 'MOVED') {
+      cluster.refreshSlotsCache();
+      return this.runOn(cluster, call);
+    }
+    if (code !== 'ASK') throw error;
+    const importing = nodeAt(cluster, address);
+    if (importing === undefined) return this.runOn(cluster, call);
+    // ASKING lets the next command on this connection in: the call's first command follows it at once
+    importing.asking().catch(() => undefined);
+    try {
+      return await this.runOn(importing, call);
+    } catch (asked) {
+      if (asked instanceof Error && asked.message.startsWith('TRYAGAIN')) throw new SlotMoving();
+      throw asked;
+    }
+  }
+
+  /** The Cluster client's connection to the master of `slot`, as it last learned it; `undefined` before it knows. */
+  private masterOf(slot: number): Redis | undefined {
+    const address = (this.client as Cluster).slots[slot]?.[0];
+    return address === undefined ? undefined : nodeAt(this.client as Cluster, address);
   }
 
   /**

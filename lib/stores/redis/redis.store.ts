@@ -12,14 +12,15 @@ import type {
   RateLimitRequest,
   RateLimitStore,
 } from '../rate-limit-store.interface.js';
-import { RefusalGate, type ServerAnswer } from '../refusal-gate/refusal-gate.js';
+import { RefusalGate } from '../refusal-gate/refusal-gate.js';
 import { type StoreClock, storeClock } from '../store-clock.js';
 import { isCluster } from './client-nodes.js';
 import { groupBySlot, HASH_SLOTS } from './hash-slot.js';
 import { RedisClock } from './redis-clock.js';
-import { RedisScripts } from './redis-scripts.js';
+import { RedisScripts, SlotMoving } from './redis-scripts.js';
 import { checkRedisStoreOptions, commandTimeoutOf, givenClock, type RedisStoreOptions } from './redis-store-options.js';
-import { SlotBatches } from './slot-batches.js';
+import { type Reply, SlotBatches } from './slot-batches.js';
+import type { Answer } from './script-protocol.js';
 import { unlinkUnder } from './unlink-under.js';
 
 export type { RedisStoreClock, RedisStoreOptions } from './redis-store-options.js';
@@ -34,7 +35,9 @@ export type { RedisStoreClock, RedisStoreOptions } from './redis-store-options.j
  *
  * On a Redis Cluster, the buckets of one identity share a hash slot. A request whose policies
  * key different identities spans slots: one call per slot runs in parallel, and when any slot
- * refuses, what the others charged is given back, so a refused request leaves no charge.
+ * refuses, what the others charged is given back, so a refused request leaves no charge. Calls go
+ * straight to the slot's master, so that a slot being moved to another master is seen at once:
+ * while its keys are on both, a request's keys there are decided one by one, the same way.
  *
  * Each call is bounded by the caller's `timeoutMs` from when it is sent (see `timesCalls`): a
  * stall of the app's own event loop before it leaves, or while its reply waits to be read, is not
@@ -163,11 +166,12 @@ export class RedisStore implements RateLimitStore {
     }
     if (taken.length === 0) return;
     const keys = taken.map(({ charge }) => charge.request.key);
-    const groups = [...groupBySlot(keys, this.cluster).values()];
+    const groups = [...groupBySlot(keys, this.cluster)];
     const settled = await this.forgetting(keys, () =>
       Promise.allSettled(
-        groups.map((group) =>
-          this.scripts.refund(
+        groups.map(([slot, group]) =>
+          this.refundIn(
+            slot,
             group.map((i) => taken[i].charge.request),
             group.map((i) => taken[i].charge.at),
           ),
@@ -178,7 +182,7 @@ export class RedisStore implements RateLimitStore {
     for (const [k, result] of settled.entries()) {
       if (result.status === 'fulfilled') continue;
       failure ??= result;
-      for (const i of groups[k]) restoreCharge(taken[i].decision, taken[i].charge);
+      for (const i of groups[k][1]) restoreCharge(taken[i].decision, taken[i].charge);
     }
     if (failure !== undefined) throw failure.reason;
   }
@@ -221,16 +225,106 @@ export class RedisStore implements RateLimitStore {
   }
 
   /** Redis's answer for requests on distinct keys: one batched call, or one per hash slot of a Cluster. */
-  private send(
+  private send(requests: readonly RateLimitRequest[], charge: boolean, timeoutMs: number | undefined): Promise<Reply> {
+    // a single Redis (or Sentinel) takes every key in one call: no slots to work out
+    if (!this.cluster) return this.batches.join(requests, charge, 0, timeoutMs);
+    const groups = this.slotsOf(requests);
+    if (groups.size > 1) return this.across(requests, [...groups], charge, timeoutMs, false);
+    return this.inSlot(requests, charge, groups.keys().next().value ?? 0, timeoutMs, false);
+  }
+
+  /**
+   * Decides requests of one hash slot of a Cluster in the slot's batch (`alone`: in a call of
+   * their own). While the slot is being moved with their keys on both masters, no call on several
+   * of them can run (see `SlotMoving`): they are decided key by key, each where it is, and a key
+   * that refuses has the others' charges given back (see `across`).
+   */
+  private inSlot(
     requests: readonly RateLimitRequest[],
     charge: boolean,
+    slot: number,
     timeoutMs: number | undefined,
-  ): Promise<ServerAnswer> {
-    // a single Redis (or Sentinel) takes every key in one call: no slots to work out
-    const groups = this.cluster ? this.slotsOf(requests) : undefined;
-    return groups === undefined || groups.size === 1
-      ? this.batches.join(requests, charge, groups?.keys().next().value ?? 0, timeoutMs)
-      : this.acrossSlots(requests, groups, charge, timeoutMs);
+    alone: boolean,
+  ): Promise<Reply> {
+    const reply = alone
+      ? this.batches.alone(requests, charge, slot, timeoutMs)
+      : this.batches.join(requests, charge, slot, timeoutMs);
+    if (alone && requests.length === 1) return reply;
+    return reply.catch((error: unknown) => {
+      if (!(error instanceof SlotMoving)) throw error;
+      // a key alone is decided where it is (on the importing master after ASKING)
+      if (requests.length === 1) return this.batches.alone(requests, charge, slot, timeoutMs);
+      const keys = requests.map((_, i): [number, number[]] => [slot, [i]]);
+      return this.across(requests, keys, charge, timeoutMs, true);
+    });
+  }
+
+  /**
+   * Decides requests in parts, one call per part in parallel: a part per hash slot of a request
+   * whose policies live in several, or a key per part in a slot being moved (`alone`). When a part
+   * refuses (or fails), what the others charged is given back.
+   */
+  private async across(
+    requests: readonly RateLimitRequest[],
+    parts: [slot: number, indexes: number[]][],
+    charge: boolean,
+    timeoutMs: number | undefined,
+    alone: boolean,
+  ): Promise<Reply> {
+    const settled = await Promise.allSettled(
+      parts.map(([slot, part]) =>
+        this.inSlot(
+          part.map((i) => requests[i]),
+          charge,
+          slot,
+          timeoutMs,
+          alone,
+        ),
+      ),
+    );
+    const outcomes: Outcome[] = new Array<Outcome>(requests.length);
+    const at: number[] = new Array<number>(requests.length);
+    let allowed = true;
+    let decidedAt = Infinity;
+    settled.forEach((result, k) => {
+      if (result.status === 'rejected') return void (allowed = false);
+      parts[k][1].forEach((i, j) => {
+        outcomes[i] = result.value.outcomes[j];
+        at[i] = result.value.at[j];
+      });
+      allowed &&= result.value.outcomes.every((outcome) => outcome.allowed);
+      decidedAt = Math.min(decidedAt, result.value.decidedAt);
+    });
+    if (charge && !allowed) {
+      await Promise.all(
+        settled.map(async (result, k) => {
+          if (result.status === 'rejected' || !result.value.outcomes.every((outcome) => outcome.allowed)) return;
+          const [slot, part] = parts[k];
+          const refund = this.refundIn(
+            slot,
+            part.map((i) => requests[i]),
+            result.value.at,
+          );
+          const refunded =
+            timeoutMs === undefined
+              ? await refund
+              : await this.deadlines.race(refund, timeoutMs, () => storeTimeout(timeoutMs));
+          part.forEach((i, j) => (outcomes[i] = refunded.outcomes[j]));
+        }),
+      );
+    }
+    const failed = settled.findIndex((result) => result.status === 'rejected');
+    if (failed >= 0) throw failedAt((settled[failed] as PromiseRejectedResult).reason, this.masterOf(parts[failed][0]));
+    return { outcomes, at, decidedAt };
+  }
+
+  /** Gives back what a call charged for requests of one hash slot; key by key while the slot is being moved (see `inSlot`). */
+  private refundIn(slot: number, requests: readonly RateLimitRequest[], at: readonly number[]): Promise<Answer> {
+    return this.scripts.refund(requests, at, slot).catch(async (error: unknown) => {
+      if (!(error instanceof SlotMoving) || requests.length === 1) throw error;
+      const each = await Promise.all(requests.map((request, i) => this.scripts.refund([request], [at[i]], slot)));
+      return { outcomes: each.flatMap(({ outcomes }) => outcomes), at: each.flatMap((answer) => answer.at) };
+    });
   }
 
   /** The requests' indexes by hash slot (on a Cluster): those `nodesOf` worked out for them, if it was just asked. */
@@ -265,57 +359,5 @@ export class RedisStore implements RateLimitStore {
   /** The address of the master that serves `slot`, as the Cluster client last learned it. */
   private masterOf(slot: number): string | undefined {
     return (this.client as Cluster).slots[slot]?.[0];
-  }
-
-  /**
-   * Decides a request whose policies live in several hash slots: one call per slot, in
-   * parallel. When a slot refuses (or fails), what the others charged is given back.
-   */
-  private async acrossSlots(
-    requests: readonly RateLimitRequest[],
-    groups: Map<number, number[]>,
-    charge: boolean,
-    timeoutMs: number | undefined,
-  ): Promise<{ outcomes: Outcome[]; decidedAt: number }> {
-    const slots = [...groups];
-    const settled = await Promise.allSettled(
-      slots.map(([slot, group]) =>
-        this.batches.join(
-          group.map((i) => requests[i]),
-          charge,
-          slot,
-          timeoutMs,
-        ),
-      ),
-    );
-    const outcomes: Outcome[] = new Array<Outcome>(requests.length);
-    let allowed = true;
-    let decidedAt = Infinity;
-    settled.forEach((result, k) => {
-      if (result.status === 'rejected') return void (allowed = false);
-      slots[k][1].forEach((i, j) => (outcomes[i] = result.value.outcomes[j]));
-      allowed &&= result.value.outcomes.every((outcome) => outcome.allowed);
-      decidedAt = Math.min(decidedAt, result.value.decidedAt);
-    });
-    if (charge && !allowed) {
-      await Promise.all(
-        settled.map(async (result, k) => {
-          if (result.status === 'rejected' || !result.value.outcomes.every((outcome) => outcome.allowed)) return;
-          const group = slots[k][1];
-          const refund = this.scripts.refund(
-            group.map((i) => requests[i]),
-            result.value.at,
-          );
-          const refunded =
-            timeoutMs === undefined
-              ? await refund
-              : await this.deadlines.race(refund, timeoutMs, () => storeTimeout(timeoutMs));
-          group.forEach((i, j) => (outcomes[i] = refunded.outcomes[j]));
-        }),
-      );
-    }
-    const failed = settled.findIndex((result) => result.status === 'rejected');
-    if (failed >= 0) throw failedAt((settled[failed] as PromiseRejectedResult).reason, this.masterOf(slots[failed][0]));
-    return { outcomes, decidedAt };
   }
 }

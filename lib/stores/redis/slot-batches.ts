@@ -80,11 +80,27 @@ export class SlotBatches {
       setImmediate(() => this.send(slot, opened));
     }
     const opened = batch;
-    const reply = new Promise<Reply>((resolve, reject) =>
-      opened.waiting.push({ requests, charge, deadline: '', timeoutMs, resolve, reject }),
-    );
+    const reply = waitFor(opened, requests, charge, timeoutMs);
     batch.keys += requests.length;
     if (batch.keys >= MAX_BATCH_KEYS) this.send(slot, batch);
+    return reply;
+  }
+
+  /**
+   * Sends requests of one hash slot in a call of their own, at once (a key of a slot being moved:
+   * see `SlotMoving`): their reply, as `join`'s.
+   *
+   * @throws RateLimitStoreError as `join`
+   */
+  alone(
+    requests: readonly RateLimitRequest[],
+    charge: boolean,
+    slot: number,
+    timeoutMs: number | undefined,
+  ): Promise<Reply> {
+    const batch: Batch = { waiting: [], keys: requests.length };
+    const reply = waitFor(batch, requests, charge, timeoutMs);
+    this.sendNow(slot, batch);
     return reply;
   }
 
@@ -92,12 +108,16 @@ export class SlotBatches {
   private send(slot: number, batch: Batch): void {
     if (this.batches.get(slot) !== batch) return;
     this.batches.delete(slot);
+    this.sendNow(slot, batch);
+  }
+
+  private sendNow(slot: number, batch: Batch): void {
     const sentAt = this.clock.localNow();
     for (const waiting of batch.waiting) waiting.deadline = this.clock.deadline(slot, sentAt, waiting.timeoutMs);
     const call = encodeDecide(batch.waiting);
     const node = this.nodeOf(slot);
     // on the client's socket from here: each caller's time starts now
-    const answers = this.scripts.runDecideCall(call).then(
+    const answers = this.scripts.runDecideCall(call, slot).then(
       (raw) => this.answers(slot, batch, decodeDecideReply(raw, batch.waiting, call), sentAt, node),
       (error: unknown) => {
         throw failedAt(error, node);
@@ -143,4 +163,16 @@ export class SlotBatches {
       return reply;
     });
   }
+}
+
+/** Adds requests to a batch: their reply, once the batch's call has answered them. */
+function waitFor(
+  batch: Batch,
+  requests: readonly RateLimitRequest[],
+  charge: boolean,
+  timeoutMs: number | undefined,
+): Promise<Reply> {
+  return new Promise<Reply>((resolve, reject) =>
+    batch.waiting.push({ requests, charge, deadline: '', timeoutMs, resolve, reject }),
+  );
 }

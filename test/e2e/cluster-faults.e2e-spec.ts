@@ -19,7 +19,10 @@ import { delay, waitUntil } from '../support/wait.js';
  * `failMode` to its own keys until its replica takes over, and to no other key: the breakers are
  * per master (see `NodeBreakers`). A graceful failover gives no `failMode` answer at all, on a
  * client as the README sets one up (`retryDelayOnFailover: 10`: with ioredis's 100 ms, a call
- * that meets the failover waits past the timeout before it is sent again).
+ * that meets the failover waits past the timeout before it is sent again). A slot moved to another
+ * master under load (at once, and key by key with an identity's three buckets split over both
+ * masters for a while) is decided by Redis throughout, and what Redis holds at the end is exactly
+ * what the instances were told it took (see `SlotMoving`).
  */
 
 /** The module's timeout, ms. */
@@ -168,6 +171,154 @@ it('a graceful failover (CLUSTER FAILOVER), 5 times in turn on each master: no f
     await run.close();
   }
 }, 60_000);
+
+/**
+ * The policies of an identity on the slot being moved: three buckets in one slot, decided all or
+ * none, refilling a token a day, so that what Redis holds at the end tells exactly what it took.
+ */
+const MOVING_RULES: Record<string, Rule[]> = {
+  // refuses soon: its refusals after the move starts are decided key by key too
+  hot: [300, 250, 200].map((burst) => ({ algorithm: 'token_bucket', rps: 1 / 86_400, burst })),
+  // admits throughout
+  busy: [1e5, 1e5, 1e5].map((burst) => ({ algorithm: 'token_bucket', rps: 1 / 86_400, burst })),
+};
+
+/** One request as an instance saw it while a slot moved: when, on the moving slot or not, and its answer. */
+interface Moved {
+  start: number;
+  end: number;
+  moving: boolean;
+  identity: string;
+  answer: 'admitted' | 'refused' | 'failMode';
+}
+
+/**
+ * Moves `slot` from the master at `from` to the one at `to` as `redis-cli --cluster reshard` does
+ * (IMPORTING, MIGRATING, MIGRATE, NODE on every master), its keys in one MIGRATE (`perKey` false)
+ * or one by one `gapMs` apart, `holdMs` after MIGRATING and before NODE: the time it took, ms.
+ */
+async function moveSlot(slot: number, from: number, to: number, perKey: boolean, gapMs: number, holdMs: number) {
+  const started = performance.now();
+  const [fromId, toId] = await Promise.all([from, to].map((port) => redisCommand(port, ['CLUSTER', 'MYID'])));
+  await redisCommand(to, ['CLUSTER', 'SETSLOT', slot, 'IMPORTING', String(fromId)]);
+  await redisCommand(from, ['CLUSTER', 'SETSLOT', slot, 'MIGRATING', String(toId)]);
+  await delay(holdMs);
+  for (let round = 0; round < 2; round++) {
+    // the second round: keys made on `from` meanwhile (none expected: a missing key is asked for on `to`)
+    const keys = (await redisCommand(from, ['CLUSTER', 'GETKEYSINSLOT', slot, 1_000])) as string[];
+    for (const batch of perKey ? keys.map((key) => [key]) : keys.length > 0 ? [keys] : []) {
+      await redisCommand(from, ['MIGRATE', '127.0.0.1', to, '', 0, 5_000, 'KEYS', ...batch]);
+      await delay(gapMs);
+    }
+  }
+  await delay(holdMs);
+  const masters = cluster.members.slice(0, 3).map(({ port }) => port);
+  for (const port of [to, from, ...masters.filter((port) => port !== to && port !== from)])
+    await redisCommand(port, ['CLUSTER', 'SETSLOT', slot, 'NODE', String(toId)]).catch(() => undefined);
+  return Math.round(performance.now() - started);
+}
+
+describe('a hot slot moved to another master under load', () => {
+  it.each([
+    ['fast: its keys in one MIGRATE', false, 0, 0],
+    ['slow: its keys one by one, 50 ms apart', true, 50, 300],
+  ])(
+    '%s: decided by Redis throughout, none wrong',
+    async (_move, perKey, gapMs, holdMs) => {
+      const prefix = `rl-reshard-${randomUUID().slice(0, 8)}:`;
+      const clients = [await connect(), await connect()];
+      const stores = clients.map((client) => new RedisStore({ client }));
+      const instances = stores.map((store) => new StoreCalls(store, { timeout: TIMEOUT, failMode: 'closed' }));
+      const requestsOf = (identity: string, rules: Rule[]) =>
+        rules.map((rule, k) => ({ key: `${prefix}p${k}:{${identity}}`, policy: `p${k}`, rule, cost: 1 }));
+      // the hot identity, 5 busy ones in its slot, and 30 others each with one policy, on any slot
+      const hot = randomUUID().slice(0, 8);
+      const slot = hashSlot(`{${hot}}`);
+      const sameSlot: string[] = [];
+      for (let i = 0; sameSlot.length < 5; i++) if (hashSlot(`{${hot}-${i}}`) === slot) sameSlot.push(`${hot}-${i}`);
+      const others = Array.from({ length: 30 }, () => randomUUID().slice(0, 8)).filter(
+        (id) => hashSlot(`{${id}}`) !== slot,
+      );
+      const picks = [
+        ...[hot, ...sameSlot].map((identity, k) => ({
+          identity,
+          moving: true,
+          requests: requestsOf(identity, k === 0 ? MOVING_RULES.hot : MOVING_RULES.busy),
+        })),
+        ...others.map((identity) => ({
+          identity,
+          moving: false,
+          requests: requestsOf(identity, [MOVING_RULES.busy[0]]),
+        })),
+      ];
+      const seen: Moved[] = [];
+      let running = true;
+      const worker = async (calls: StoreCalls, offset: number) => {
+        for (let i = offset; running; i += 1) {
+          // every other request on the moving slot, the hot identity one in four
+          const pick =
+            i % 2 === 0 ? picks[0] : picks[i % 4 === 1 ? 1 + ((i >> 2) % 5) : 6 + ((i >> 1) % others.length)];
+          const start = performance.now();
+          let answer: Moved['answer'];
+          try {
+            const decisions = await calls.consume(pick.requests);
+            answer = decisions.every((decision) => decision.allowed) ? 'admitted' : 'refused';
+          } catch (error) {
+            if (!(error instanceof RateLimitStoreError)) throw error;
+            answer = 'failMode';
+          }
+          seen.push({ start, end: performance.now(), moving: pick.moving, identity: pick.identity, answer });
+          await delay(2);
+        }
+      };
+      const workers = instances.flatMap((calls) => Array.from({ length: WORKERS }, (_, k) => worker(calls, k)));
+      try {
+        await delay(300);
+        const from = Number(clients[0].slots[slot][0].split(':')[1]);
+        const to = cluster.members.slice(0, 3).find(({ port }) => port !== from)!.port;
+        const movedAt = performance.now();
+        const took = await moveSlot(slot, from, to, perKey, gapMs, holdMs);
+        const doneAt = performance.now();
+        await delay(300);
+        running = false;
+        await Promise.all(workers);
+
+        const during = seen.filter((s) => s.start >= movedAt && s.start <= doneAt + TIMEOUT);
+        const moving = during.filter((s) => s.moving);
+        const other = during.filter((s) => !s.moving);
+        const share = (list: Moved[]) => list.filter((s) => s.answer !== 'failMode').length / list.length;
+        // what Redis holds of each identity on the moving slot against what the instances were told
+        const wrong: string[] = [];
+        for (const pick of picks.slice(0, 6)) {
+          const admitted = seen.filter((s) => s.identity === pick.identity && s.answer === 'admitted').length;
+          const left = await stores[0].peek(pick.requests);
+          pick.requests.forEach(({ rule, policy }, k) => {
+            if (left[k].remaining !== rule.burst - admitted)
+              wrong.push(
+                `${pick.identity} ${policy}: ${left[k].remaining} left of ${rule.burst} after ${admitted} admitted`,
+              );
+          });
+        }
+        console.log(
+          `moved slot ${slot} (${perKey ? 'key by key' : 'at once'}) in ${took} ms: ` +
+            `${moving.length} decisions on it meanwhile, ${(share(moving) * 100).toFixed(1)} % by Redis; ` +
+            `${other.length} on other slots, ${(share(other) * 100).toFixed(1)} %; wrong: ${wrong.length}`,
+        );
+        expect(clients[0].slots[slot][0]).toBe(`127.0.0.1:${to}`);
+        expect(moving.length).toBeGreaterThan(0);
+        expect(other.filter((s) => s.answer === 'failMode')).toEqual([]);
+        expect(share(moving)).toBeGreaterThanOrEqual(0.95);
+        expect(wrong).toEqual([]);
+      } finally {
+        running = false;
+        await Promise.all(workers);
+        for (const calls of instances) await calls.close();
+        for (const client of clients) client.disconnect();
+      }
+    },
+    60_000,
+  );
+});
 
 it('a master killed: its keys get failMode until its replica takes over, no other key does, none is over-admitted', async () => {
   const prefix = `rl-failover-${randomUUID().slice(0, 8)}:`;
