@@ -157,7 +157,11 @@ export function resolveOptions(options: RateLimitModuleOptions | undefined): Res
     );
   }
   if (redis !== undefined && typeof redis !== 'string' && !isRedisClient(redis) && !isPlainObject(redis)) {
-    fail('redis', redis, 'must be an ioredis client, a redis:// URL or ioredis options');
+    fail(
+      'redis',
+      redis,
+      'must be a Redis client (ioredis, iovalkey, node-redis v5), a redis:// URL or ioredis options',
+    );
   }
 
   const resolvedPolicies = policies.map((policy, i) =>

@@ -638,7 +638,7 @@ export function invalidRedisClient(client: unknown): string {
     'RedisStore',
     'client',
     client,
-    'must be an ioredis Redis or Cluster client, as in new RedisStore({ client: redis })',
+    'must be a Redis client (ioredis or iovalkey Redis or Cluster, node-redis v5), as in new RedisStore({ client: redis })',
   );
 }
 

@@ -1,13 +1,20 @@
 import { once } from 'node:events';
 import { type OnApplicationShutdown } from '@nestjs/common';
-import type { Cluster, Redis, RedisOptions } from 'ioredis';
+import type { Redis, RedisOptions } from 'ioredis';
 import { ioredisMissing } from '../rate-limit.messages.js';
 import { MemoryStore } from './memory/memory.store.js';
 import type { RateLimitStore } from './rate-limit-store.interface.js';
+import { isRedisClient, type RedisClient } from './redis/redis-clients.js';
 import { RedisStore } from './redis/redis.store.js';
 
-/** What the module's `redis` option takes: an ioredis client, a `redis://` URL or ioredis options. */
-export type RedisOption = Redis | Cluster | string | RedisOptions;
+export { isRedisClient } from './redis/redis-clients.js';
+
+/**
+ * What the module's `redis` option takes: a client (ioredis or iovalkey `Redis` or `Cluster`, a
+ * node-redis v5 client), or a `redis://` URL or ioredis options, from which it creates an ioredis
+ * client.
+ */
+export type RedisOption = RedisClient | string | RedisOptions;
 
 /** The module options that say which store to use (checked before, by `resolveOptions`). */
 export interface StoreChoice {
@@ -63,11 +70,6 @@ export class StoreOwner implements OnApplicationShutdown {
   onApplicationShutdown(): Promise<void> {
     return this.close();
   }
-}
-
-/** Whether `value` is an ioredis `Redis` or `Cluster` client. */
-export function isRedisClient(value: unknown): value is Redis | Cluster {
-  return typeof value === 'object' && value !== null && typeof (value as Redis).defineCommand === 'function';
 }
 
 /**

@@ -72,18 +72,14 @@ async function timedDecision(
  * library loaded, or an EVALSHA); the function it returns stops that.
  */
 function onLeaving(client: Redis, leaving: (reply: Promise<unknown>) => void): () => void {
-  const { fcall, evalsha } = client;
-  const wrap = <Send extends (...args: never[]) => Promise<unknown>>(send: Send) =>
-    ((...args: Parameters<Send>) => {
-      const reply = send.apply(client, args);
-      leaving(reply);
-      return reply;
-    }) as Send;
-  client.fcall = wrap(fcall);
-  client.evalsha = wrap(evalsha);
+  const { call } = client;
+  client.call = (command: string, ...args: unknown[]) => {
+    const reply = (call as (...all: unknown[]) => Promise<unknown>).call(client, command, ...args);
+    if (command === 'FCALL' || command === 'EVALSHA') leaving(reply);
+    return reply;
+  };
   return () => {
-    client.fcall = fcall;
-    client.evalsha = evalsha;
+    client.call = call;
   };
 }
 

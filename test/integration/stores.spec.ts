@@ -34,7 +34,7 @@ afterAll(async () => {
  * A `RedisStore` on a `ManualClock`, set before each step, whose keys the shared tests look at;
  * every call notes the keys it charged, for the TTL checks at the end.
  */
-function onRedis(make: (clock: ManualClock) => RedisStore): () => ClockedStore {
+function onRedis(make: (clock: ManualClock) => RedisStore, admin: () => Redis | Cluster): () => ClockedStore {
   return () => {
     const clock = new ManualClock(CASE_EPOCH);
     const store = make(clock);
@@ -53,8 +53,8 @@ function onRedis(make: (clock: ManualClock) => RedisStore): () => ClockedStore {
       return decisions;
     };
     const keys = {
-      logEntries: (key: string) => store.client.zcard(key),
-      expiresAt: (key: string) => store.client.pexpiretime(key),
+      logEntries: (key: string) => admin().zcard(key),
+      expiresAt: (key: string) => admin().pexpiretime(key),
       lateByMs: (key: string) => callTookMs.get(key)!,
     };
     return { store, setNow: (at) => void clock.set(CASE_EPOCH + at), consume, keys };
@@ -64,12 +64,21 @@ function onRedis(make: (clock: ManualClock) => RedisStore): () => ClockedStore {
 describeStoreCases(
   [
     ['MemoryStore', clocked((clock) => new MemoryStore({ clock }))],
-    ['RedisStore (real Redis)', onRedis((clock) => new RedisStore({ client: redis, clock, cacheRefusals: false }))],
+    [
+      'RedisStore (real Redis)',
+      onRedis(
+        (clock) => new RedisStore({ client: redis, clock, cacheRefusals: false }),
+        () => redis,
+      ),
+    ],
     // the tight and loose policies key different identities, so on the Cluster they live in
     // different hash slots: two script calls, and a refund when the tight one refuses
     [
       'RedisStore (Redis Cluster)',
-      onRedis((clock) => new RedisStore({ client: cluster, clock, cacheRefusals: false })),
+      onRedis(
+        (clock) => new RedisStore({ client: cluster, clock, cacheRefusals: false }),
+        () => cluster,
+      ),
     ],
   ],
   prefix,

@@ -1,7 +1,6 @@
 import type { Logger } from '@nestjs/common';
-import type { Cluster, Redis } from 'ioredis';
 import { evictingRedis } from '../../rate-limit.messages.js';
-import { isCluster, mastersOf } from './client-nodes.js';
+import type { RedisPort } from './redis-port.js';
 
 /**
  * The `maxmemory-policy` values under which a full Redis evicts keys of this store. Every key the
@@ -32,15 +31,15 @@ interface Eviction {
  * one out of reach (or a Cluster that knows no master yet) is read at the next `ready`. Read from
  * `INFO memory`, which answers where `CONFIG` is disabled (as on managed services). Never rejects.
  */
-export async function warnIfEvicting(client: Redis | Cluster, read: Set<string>, logger: Logger): Promise<void> {
-  const cluster = isCluster(client);
+export async function warnIfEvicting(port: RedisPort, read: Set<string>, logger: Logger): Promise<void> {
+  const { cluster } = port;
   await Promise.all(
-    mastersOf(client).map(async (node) => {
-      const address = cluster ? `${node.options.host ?? ''}:${node.options.port ?? ''}` : '';
+    port.masters().map(async (node) => {
+      const { address } = node;
       if (read.has(address)) return;
       let eviction: Eviction;
       try {
-        eviction = evictionOf(await node.info('memory'));
+        eviction = evictionOf(String(await node.call(['INFO', 'memory'])));
       } catch {
         return; // out of reach: read at the next `ready`
       }

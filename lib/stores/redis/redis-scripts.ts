@@ -1,14 +1,14 @@
 import { createHash } from 'node:crypto';
 import { Logger } from '@nestjs/common';
-import type { Cluster, Redis } from 'ioredis';
 import { redisRefusesScripts, storeFailed } from '../../rate-limit.messages.js';
 import { RateLimitStoreError } from '../rate-limit-store.error.js';
 import type { RateLimitRequest } from '../rate-limit-store.interface.js';
 import { DECIDE_LUA, LIBRARY, LIBRARY_LUA, REFUND_LUA } from './decide.lua.js';
 import { FLAT_LUA } from './flat.lua.js';
-import { isCluster, mastersOf } from './client-nodes.js';
 import { warnIfEvicting } from './eviction-check.js';
 import type { RedisClock } from './redis-clock.js';
+import { type RedisClient, redisPortOf } from './redis-clients.js';
+import { type RedisPort, SlotMoving } from './redis-port.js';
 import { type Answer, type DecideCall, decodeAnswer, encodeRefund } from './script-protocol.js';
 import { redisTimeUnusable, TIME_PROBE, TIME_PROBE_LUA, type TimeProbeResult, timeUnusable } from './time-probe.js';
 
@@ -36,32 +36,6 @@ const START_CHECK_MS = 2_000;
 
 type ScriptCommand = (numKeys: number, ...args: string[]) => Promise<unknown>;
 
-/** A call as `run` sends it: its script, keys, and arguments (the clock first). */
-interface Call {
-  readonly script: Script;
-  readonly keys: readonly string[];
-  readonly args: readonly string[];
-}
-
-/**
- * A call that met a hash slot being moved from one master to another with its keys on both sides
- * (`TRYAGAIN`): no call on several of those keys can run until the move is over, while a call on
- * one key can, where the key is. Thrown by `RedisScripts` for `RedisStore` to decide the keys one
- * by one; never a store error.
- */
-export class SlotMoving extends Error {
-  override readonly name = 'SlotMoving';
-
-  constructor() {
-    super('the hash slot is being moved: its keys are on two masters');
-  }
-}
-
-/** The Cluster client's connection to the node at `address` (`host:port`), if it has one. */
-function nodeAt(cluster: Cluster, address: string): Redis | undefined {
-  return cluster.nodes('all').find(({ options }) => `${options.host}:${options.port}` === address);
-}
-
 /**
  * Per client: the one `ready` listener that loads the calls again after a reconnect (and reads the
  * eviction policy of a server not read yet), how many open stores use it (a client that many stores
@@ -71,6 +45,8 @@ function nodeAt(cluster: Cluster, address: string): Redis | undefined {
 interface Loader {
   stores: number;
   load: () => void;
+  /** Stops `load` being called on the client's `ready`. */
+  off: () => void;
   functions: boolean;
   /** The last load, settled once every master has answered it. */
   loading: Promise<void>;
@@ -80,7 +56,7 @@ interface Loader {
   started: boolean;
 }
 
-const loaders = new WeakMap<Redis | Cluster, Loader>();
+const loaders = new WeakMap<RedisClient, Loader>();
 
 /** How a server that has the library already answers `FUNCTION LOAD` of it (Redis 7.0 on). */
 const LIBRARY_EXISTS = /^ERR Library '[^']*' already exists/;
@@ -95,13 +71,13 @@ const FUNCTION_NOT_FOUND = /^ERR Function not found/;
  * (Redis down, the Cluster not ready yet), the next `ready` loads them again, and until then a call
  * that meets `NOSCRIPT` sends its script whole.
  */
-function loadCalls(client: Redis | Cluster, loader: Loader): void {
-  const nodes = mastersOf(client);
+function loadCalls(port: RedisPort, loader: Loader): void {
+  const nodes = port.masters();
   const scripts = nodes.flatMap((node) =>
-    [DECIDE, FLAT, REFUND, PROBE].map(({ lua }) => node.script('LOAD', lua).catch(() => undefined)),
+    [DECIDE, FLAT, REFUND, PROBE].map(({ lua }) => node.call(['SCRIPT', 'LOAD', lua]).catch(() => undefined)),
   );
   const loaded = nodes.map((node) =>
-    node.function('LOAD', LIBRARY_LUA).then(
+    node.call(['FUNCTION', 'LOAD', LIBRARY_LUA]).then(
       () => true,
       (error: unknown) => error instanceof Error && LIBRARY_EXISTS.test(error.message),
     ),
@@ -112,7 +88,7 @@ function loadCalls(client: Redis | Cluster, loader: Loader): void {
 }
 
 /**
- * The store's calls (decide, flat, refund) on one ioredis client. They are loaded into Redis when
+ * The store's calls (decide, flat, refund) on one Redis client (through its port: see `RedisPort`). They are loaded into Redis when
  * the store starts (on every master of a Cluster) and again whenever the client is ready after a
  * reconnect, so no decision pays for sending and compiling them; each call is an `FCALL` of the
  * library, or an `EVALSHA` (see `loadCalls` and `run`).
@@ -133,33 +109,34 @@ export class RedisScripts {
   private closed = false;
   private readonly loader: Loader;
   private readonly logger = new Logger('RedisStore');
-  private readonly cluster: boolean;
+  private readonly port: RedisPort;
 
   constructor(
-    private readonly client: Redis | Cluster,
+    private readonly client: RedisClient,
     private readonly clock: RedisClock,
   ) {
-    this.cluster = isCluster(client);
+    const port = (this.port = redisPortOf(client)!);
     let loader = loaders.get(client);
     if (loader === undefined) {
       const created: Loader = {
         stores: 0,
         load: () => {
-          loadCalls(client, created);
-          void warnIfEvicting(client, created.evictionRead, this.logger);
+          loadCalls(port, created);
+          void warnIfEvicting(port, created.evictionRead, this.logger);
         },
+        off: () => undefined,
         functions: false,
         loading: Promise.resolve(),
         evictionRead: new Set(),
         started: false,
       };
       loaders.set(client, (loader = created));
-      client.on('ready', loader.load);
+      created.off = port.onReady(created.load);
     }
     this.loader = loader;
     loader.stores++;
     // a client that is to connect only when used (lazyConnect) is left alone until then
-    if (client.status !== 'wait') this.start();
+    if (!port.waiting()) this.start();
   }
 
   /** Runs a decide call as `encodeDecide` made it (the flat call, or the general one; see `script-protocol.ts`) on the keys of `slot`: its raw reply. */
@@ -198,31 +175,44 @@ export class RedisScripts {
     if (this.closed) return;
     this.closed = true;
     if (--this.loader.stores > 0) return;
-    this.client.off('ready', this.loader.load);
+    this.loader.off();
     loaders.delete(this.client);
   }
 
   /**
-   * Runs a call (sent on the client's socket before this returns): its function where the library
-   * is loaded, else its script by SHA, and the script whole when Redis has neither. A server that
-   * lost the library (restarted, a new master) has the calls loaded again, and this one runs as a
-   * script. On a Cluster the call goes straight to the master of `slot`, so that a slot being
-   * moved is seen at once (see `redirected`). A failure is a `RateLimitStoreError`: `'unavailable'`
-   * when Redis could not be reached, `'error'` when it answered one.
+   * Runs a call (sent on the client's socket before this returns, on ioredis): its function where
+   * the library is loaded, else its script by SHA, and the script whole when Redis has neither. A
+   * server that lost the library (restarted, a new master) has the calls loaded again, and this
+   * one runs as a script. On a Cluster the call goes to the master of `slot` (see
+   * `RedisPort.script`). A failure is a `RateLimitStoreError`: `'unavailable'` when Redis could not
+   * be reached, `'error'` when it answered one.
    *
-   * @throws SlotMoving when the slot is being moved and the call's keys are on both sides
+   * @throws SlotMoving when the slot is being moved and the call's keys are on both masters
    */
-  private async run(script: Script, keys: readonly string[], args: readonly string[], slot: number): Promise<unknown> {
+  private async run(
+    { fn, lua, sha }: Script,
+    keys: readonly string[],
+    args: readonly string[],
+    slot: number,
+  ): Promise<unknown> {
     if (!this.started) this.start();
     if (!this.probed) this.probe ??= this.checkServer();
-    const call: Call = { script, keys, args: [this.clock.scriptNow(), ...args] };
-    const master = this.cluster ? this.masterOf(slot) : undefined;
+    const tail = [keys.length, ...keys, this.clock.scriptNow(), ...args];
     try {
-      if (master === undefined) return await this.runOn(this.client, call);
+      if (this.loader.functions) {
+        try {
+          return await this.port.script(slot, ['FCALL', fn, ...tail]);
+        } catch (error) {
+          if (!(error instanceof Error) || !FUNCTION_NOT_FOUND.test(error.message)) throw error;
+          this.loader.functions = false;
+          this.loader.load();
+        }
+      }
       try {
-        return await this.runOn(master, call);
+        return await this.port.script(slot, ['EVALSHA', sha, ...tail]);
       } catch (error) {
-        return await this.redirected(error, call);
+        if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT')) throw error;
+        return await this.port.script(slot, ['EVAL', lua, ...tail]);
       }
     } catch (error) {
       if (error instanceof SlotMoving) throw error;
@@ -230,65 +220,6 @@ export class RedisScripts {
       const reason = error instanceof Error && error.name === 'ReplyError' ? 'error' : 'unavailable';
       throw new RateLimitStoreError(storeFailed(error), { cause: error, reason });
     }
-  }
-
-  /** Runs a call on a server, or through the Cluster client's routing (see `run`). */
-  private async runOn(on: Redis | Cluster, { script: { fn, lua, sha }, keys, args }: Call): Promise<unknown> {
-    if (this.loader.functions) {
-      try {
-        return await on.fcall(fn, keys.length, ...keys, ...args);
-      } catch (error) {
-        if (!(error instanceof Error) || !FUNCTION_NOT_FOUND.test(error.message)) throw error;
-        this.loader.functions = false;
-        this.loader.load();
-      }
-    }
-    try {
-      return await on.evalsha(sha, keys.length, ...keys, ...args);
-    } catch (error) {
-      if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT')) throw error;
-      return await on.eval(lua, keys.length, ...keys, ...args);
-    }
-  }
-
-  /**
-   * What a call sent straight to a slot's master does when it failed there: the slot has another
-   * master (`MOVED`: the client learns the new owners, and the call goes through its routing), the
-   * slot is being moved and the call's keys are no longer here (`ASK`: to the importing master,
-   * after `ASKING`), or are on both sides (`TRYAGAIN`, also from the importing master: the caller
-   * decides the keys one by one, see `RedisStore`); the connection closed under it (the client
-   * dropped the node after a failover): through the client's routing, as the client itself would
-   * send it again. ioredis's own handling of `TRYAGAIN` waits 100 ms a try, up to 16 tries.
-   *
-   * @throws SlotMoving on `TRYAGAIN`
-   */
-  private async redirected(error: unknown, call: Call): Promise<unknown> {
-    const cluster = this.client as Cluster;
-    if (!(error instanceof Error)) throw error;
-    if (error.name !== 'ReplyError') return this.runOn(cluster, call);
-    const [code, , address] = error.message.split(' ');
-    if (code === 'TRYAGAIN') throw new SlotMoving();
-    if (code === 'MOVED') {
-      cluster.refreshSlotsCache();
-      return this.runOn(cluster, call);
-    }
-    if (code !== 'ASK') throw error;
-    const importing = nodeAt(cluster, address);
-    if (importing === undefined) return this.runOn(cluster, call);
-    // ASKING lets the next command on this connection in: the call's first command follows it at once
-    importing.asking().catch(() => undefined);
-    try {
-      return await this.runOn(importing, call);
-    } catch (asked) {
-      if (asked instanceof Error && asked.message.startsWith('TRYAGAIN')) throw new SlotMoving();
-      throw asked;
-    }
-  }
-
-  /** The Cluster client's connection to the master of `slot`, as it last learned it; `undefined` before it knows. */
-  private masterOf(slot: number): Redis | undefined {
-    const address = (this.client as Cluster).slots[slot]?.[0];
-    return address === undefined ? undefined : nodeAt(this.client as Cluster, address);
   }
 
   /**
@@ -348,10 +279,10 @@ export class RedisScripts {
     const own = (this.client as unknown as Record<string, ScriptCommand | undefined>)[TIME_PROBE];
     if (typeof own === 'function') return own.call(this.client, 0);
     try {
-      return await this.client.evalsha(PROBE.sha, 0);
+      return await this.port.anyServer(['EVALSHA', PROBE.sha, 0]);
     } catch (error) {
       if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT')) throw error;
-      return this.client.eval(PROBE.lua, 0);
+      return this.port.anyServer(['EVAL', PROBE.lua, 0]);
     }
   }
 }

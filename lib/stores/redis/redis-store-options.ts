@@ -1,4 +1,3 @@
-import type { Cluster, Redis } from 'ioredis';
 import {
   invalidCacheRefusals,
   invalidRedisClient,
@@ -6,12 +5,16 @@ import {
   unknownStoreOption,
 } from '../../rate-limit.messages.js';
 import { clockReader, type StoreClock } from '../store-clock.js';
-import { isCluster } from './client-nodes.js';
+import { isRedisClient, type RedisClient } from './redis-clients.js';
 
 /** Options of `RedisStore`. */
-export interface RedisStoreOptions {
-  /** An ioredis client, `Redis` (single server or Sentinel) or `Cluster`. The store never closes it: whoever created it does. */
-  client: Redis | Cluster;
+export interface RedisStoreOptions<C extends RedisClient = RedisClient> {
+  /**
+   * The Redis client: ioredis (or iovalkey) `Redis` (single server or Sentinel) or `Cluster`, or a
+   * node-redis v5 client (`createClient`, `createCluster`, `createSentinel`), connected or to be.
+   * The store never closes it: whoever created it does.
+   */
+  client: C;
   /**
    * Remember refusals, so a flood from a refused client is refused without a Redis call until
    * Redis would admit it again (never longer). Default `true`.
@@ -47,9 +50,8 @@ const OPTIONS = new Set<string>(['client', 'cacheRefusals', 'clock']);
  * @throws Error naming the first bad option
  */
 export function checkRedisStoreOptions(options: RedisStoreOptions): void {
-  // an ioredis client given as the options themselves has no `client`: the same message says how
-  if (typeof (options?.client as Redis | undefined)?.defineCommand !== 'function')
-    throw new Error(invalidRedisClient(options?.client));
+  // a client given as the options themselves has no `client`: the same message says how
+  if (!isRedisClient(options?.client)) throw new Error(invalidRedisClient(options?.client));
   for (const option of Object.keys(options)) {
     if (!OPTIONS.has(option)) {
       throw new Error(
@@ -69,14 +71,4 @@ export function checkRedisStoreOptions(options: RedisStoreOptions): void {
 /** The clock a `RedisStore` sends with its calls, ms: `undefined` for Redis `TIME` (and for a bad option). */
 export function givenClock(clock: RedisStoreClock | undefined): (() => number) | undefined {
   return clock === 'app' ? Date.now : clockReader(clock);
-}
-
-/**
- * The `commandTimeout` the client gives each command, ms, when it sets one: ioredis's timer per
- * command fires before a reply that arrived during a stall of the app is read (see
- * `clientCommandTimeout`).
- */
-export function commandTimeoutOf(client: Redis | Cluster): number | undefined {
-  const options = isCluster(client) ? client.options?.redisOptions : client.options;
-  return options?.commandTimeout;
 }

@@ -1,5 +1,4 @@
 import { Logger } from '@nestjs/common';
-import type { Cluster, Redis } from 'ioredis';
 import type { Outcome } from '../../algorithms/algorithm.types.js';
 import { clientCommandTimeout } from '../../rate-limit.messages.js';
 import { Deadlines } from '../../utils/deadline-queue.js';
@@ -14,11 +13,12 @@ import type {
 } from '../rate-limit-store.interface.js';
 import { RefusalGate } from '../refusal-gate/refusal-gate.js';
 import { type StoreClock, storeClock } from '../store-clock.js';
-import { isCluster } from './client-nodes.js';
 import { groupBySlot, HASH_SLOTS } from './hash-slot.js';
 import { RedisClock } from './redis-clock.js';
-import { RedisScripts, SlotMoving } from './redis-scripts.js';
-import { checkRedisStoreOptions, commandTimeoutOf, givenClock, type RedisStoreOptions } from './redis-store-options.js';
+import { type RedisClient, redisPortOf } from './redis-clients.js';
+import { type RedisPort, SlotMoving } from './redis-port.js';
+import { RedisScripts } from './redis-scripts.js';
+import { checkRedisStoreOptions, givenClock, type RedisStoreOptions } from './redis-store-options.js';
 import { type Reply, SlotBatches } from './slot-batches.js';
 import type { Answer } from './script-protocol.js';
 import { unlinkUnder } from './unlink-under.js';
@@ -51,11 +51,13 @@ export type { RedisStoreClock, RedisStoreOptions } from './redis-store-options.j
  * @example new RedisStore({ client: new Cluster([{ host: 'redis-1', port: 6379 }]) })
  * @example new RedisStore({ client: new Redis(process.env.DRAGONFLY_URL), clock: 'app' })
  */
-export class RedisStore implements RateLimitStore {
+export class RedisStore<C extends RedisClient = RedisClient> implements RateLimitStore {
   /** Every call is bounded by its `timeoutMs` from when it leaves the process (see `SlotBatches`). */
   readonly timesCalls = true;
   readonly kind = 'redis';
-  readonly client: Redis | Cluster;
+  /** The client it was given, of the type it was given. */
+  readonly client: C;
+  private readonly port: RedisPort;
   /** The clock given in the options (`{ now() }` or a function), if any (see `RateLimitStore.clock`). */
   readonly clock: StoreClock | undefined;
   private readonly cluster: boolean;
@@ -76,10 +78,11 @@ export class RedisStore implements RateLimitStore {
   /** One array per master address, so that `nodesOf` makes none per call. */
   private readonly nodeLists = new Map<string, readonly string[]>();
 
-  constructor(options: RedisStoreOptions) {
+  constructor(options: RedisStoreOptions<C>) {
     checkRedisStoreOptions(options);
     this.client = options.client;
-    this.cluster = isCluster(this.client);
+    this.port = redisPortOf(this.client)!;
+    this.cluster = this.port.cluster;
     const given = givenClock(options.clock);
     this.clock = storeClock(options.clock);
     this.clocks = new RedisClock(given, options.clock === 'app' ? undefined : given, this.cluster ? HASH_SLOTS : 1);
@@ -92,7 +95,7 @@ export class RedisStore implements RateLimitStore {
     );
     this.nodesOf = this.cluster ? (requests) => this.mastersOf(requests) : undefined;
     this.gate = options.cacheRefusals === false ? undefined : new RefusalGate(() => this.clocks.localNow());
-    const commandTimeout = commandTimeoutOf(this.client);
+    const commandTimeout = this.port.commandTimeout;
     if (commandTimeout !== undefined) new Logger('RedisStore').warn(clientCommandTimeout(commandTimeout));
   }
 
@@ -108,7 +111,9 @@ export class RedisStore implements RateLimitStore {
   reset(keys: readonly string[]): Promise<void> {
     return this.forgetting(keys, async () => {
       const groups = groupBySlot(keys, this.cluster);
-      await Promise.all([...groups.values()].map((group) => this.client.del(...group.map((i) => keys[i]))));
+      await Promise.all(
+        [...groups.values()].map((group) => this.port.onKey(keys[group[0]], ['DEL', ...group.map((i) => keys[i])])),
+      );
     });
   }
 
@@ -118,7 +123,7 @@ export class RedisStore implements RateLimitStore {
    */
   resetAll(prefix: string): Promise<void> {
     return this.forgetting(undefined, async () => {
-      await unlinkUnder(this.client, prefix);
+      await unlinkUnder(this.port, prefix);
     });
   }
 
@@ -358,6 +363,6 @@ export class RedisStore implements RateLimitStore {
 
   /** The address of the master that serves `slot`, as the Cluster client last learned it. */
   private masterOf(slot: number): string | undefined {
-    return (this.client as Cluster).slots[slot]?.[0];
+    return this.port.masterOf(slot);
   }
 }

@@ -1178,17 +1178,17 @@ const ROWS: Row[] = [
   [
     'redis a port number',
     options({ redis: 6379 }),
-    `${OPTION} "redis": must be an ioredis client, a redis:// URL or ioredis options, got 6379`,
+    `${OPTION} "redis": must be a Redis client (ioredis, iovalkey, node-redis v5), a redis:// URL or ioredis options, got 6379`,
   ],
   [
     'redis a list',
     options({ redis: [] }),
-    `${OPTION} "redis": must be an ioredis client, a redis:// URL or ioredis options, got []`,
+    `${OPTION} "redis": must be a Redis client (ioredis, iovalkey, node-redis v5), a redis:// URL or ioredis options, got []`,
   ],
   [
     'redis a client of another library',
     options({ redis: new Map() }),
-    `${OPTION} "redis": must be an ioredis client, a redis:// URL or ioredis options, got an instance of Map`,
+    `${OPTION} "redis": must be a Redis client (ioredis, iovalkey, node-redis v5), a redis:// URL or ioredis options, got an instance of Map`,
   ],
   [
     'two unnamed module policies',
@@ -1303,17 +1303,17 @@ const ROWS: Row[] = [
   [
     'RedisStore without options',
     store(() => new RedisStore(undefined as never)),
-    'Invalid RedisStore option "client": must be an ioredis Redis or Cluster client, as in new RedisStore({ client: redis }), got undefined',
+    'Invalid RedisStore option "client": must be a Redis client (ioredis or iovalkey Redis or Cluster, node-redis v5), as in new RedisStore({ client: redis }), got undefined',
   ],
   [
     'RedisStore given the client itself',
     store(() => new RedisStore(fakeClient as never)),
-    'Invalid RedisStore option "client": must be an ioredis Redis or Cluster client, as in new RedisStore({ client: redis }), got undefined',
+    'Invalid RedisStore option "client": must be a Redis client (ioredis or iovalkey Redis or Cluster, node-redis v5), as in new RedisStore({ client: redis }), got undefined',
   ],
   [
     'RedisStore client not a client',
     store(() => new RedisStore({ client: {} as never })),
-    'Invalid RedisStore option "client": must be an ioredis Redis or Cluster client, as in new RedisStore({ client: redis }), got {}',
+    'Invalid RedisStore option "client": must be a Redis client (ioredis or iovalkey Redis or Cluster, node-redis v5), as in new RedisStore({ client: redis }), got {}',
   ],
   [
     'RedisStore with a prefix',

@@ -1,0 +1,88 @@
+import type { Cluster, Redis } from 'ioredis';
+import { type RedisPort, type RedisServer, SlotMoving } from './redis-port.js';
+
+type Args = readonly (string | number)[];
+
+/** Sends a command on an ioredis connection or Cluster client. */
+function send(on: Redis | Cluster, [command, ...args]: Args): Promise<unknown> {
+  return on.call(String(command), ...args);
+}
+
+/**
+ * The port of an ioredis client (`Redis`, single server or Sentinel's primary, or `Cluster`), and
+ * of iovalkey's, the same API. On a Cluster a script call goes straight to the master of its
+ * slot on the client's own connection, so that what the master answers reaches the store at once:
+ * ioredis itself answers `TRYAGAIN` by sending the call again every 100 ms (`retryDelayOnTryAgain`),
+ * up to 16 times, past any timeout.
+ */
+export function ioredisPort(client: Redis | Cluster): RedisPort {
+  const cluster = (client as Cluster).isCluster === true;
+  const options = cluster ? (client as Cluster).options?.redisOptions : (client as Redis).options;
+  const server = (node: Redis): RedisServer => ({
+    address: cluster ? `${node.options.host ?? ''}:${node.options.port ?? ''}` : '',
+    call: (args) => send(node, args),
+  });
+  const nodeAt = (address: string): Redis | undefined =>
+    (client as Cluster).nodes('all').find(({ options: { host, port } }) => `${host}:${port}` === address);
+  const masterOf = (slot: number): string | undefined => (client as Cluster).slots[slot]?.[0];
+  return {
+    cluster,
+    commandTimeout: options?.commandTimeout,
+    async script(slot, args) {
+      const address = cluster ? masterOf(slot) : undefined;
+      const master = address === undefined ? undefined : nodeAt(address);
+      if (master === undefined) return send(client, args);
+      try {
+        return await send(master, args);
+      } catch (error) {
+        return redirected(client as Cluster, error, args, nodeAt);
+      }
+    },
+    anyServer: (args) => send(client, args),
+    onKey: (_key, args) => send(client, args),
+    masters: () => (cluster ? (client as Cluster).nodes('master') : [client as Redis]).map(server),
+    masterOf: (slot) => (cluster ? masterOf(slot) : undefined),
+    waiting: () => client.status === 'wait',
+    onReady(listener) {
+      client.on('ready', listener);
+      return () => void client.off('ready', listener);
+    },
+  };
+}
+
+/**
+ * What a call sent straight to a slot's master does when it failed there: the slot has another
+ * master (`MOVED`: the client learns the new owners, and the call goes through its routing), the
+ * slot is being moved and the call's keys are no longer here (`ASK`: to the importing master,
+ * after `ASKING`), or are on both sides (`TRYAGAIN`, also from the importing master); the
+ * connection closed under it (the client dropped the node after a failover): through the
+ * client's routing, as the client itself would send it again.
+ *
+ * @throws SlotMoving on `TRYAGAIN`
+ */
+async function redirected(
+  cluster: Cluster,
+  error: unknown,
+  args: Args,
+  nodeAt: (address: string) => Redis | undefined,
+): Promise<unknown> {
+  if (!(error instanceof Error)) throw error;
+  if (error.name !== 'ReplyError') return send(cluster, args);
+  const [code, , address] = error.message.split(' ');
+  if (code === 'TRYAGAIN') throw new SlotMoving();
+  if (code === 'MOVED') {
+    cluster.refreshSlotsCache();
+    return send(cluster, args);
+  }
+  if (code !== 'ASK') throw error;
+  const importing = nodeAt(address);
+  if (importing === undefined) return send(cluster, args);
+  // ASKING lets the next command on this connection in: the call follows it at once
+  importing.asking().catch(() => undefined);
+  try {
+    return await send(importing, args);
+  } catch (asked) {
+    if (asked instanceof Error && asked.message.startsWith('TRYAGAIN')) throw new SlotMoving();
+    throw asked;
+  }
+}

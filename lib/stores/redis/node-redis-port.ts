@@ -1,0 +1,126 @@
+import { type RedisPort, type RedisServer, replyError, SlotMoving } from './redis-port.js';
+
+type Args = readonly (string | number)[];
+
+/** An event emitter, as node-redis's clients are. */
+interface Emitter {
+  on(event: string, listener: () => void): unknown;
+  off(event: string, listener: () => void): unknown;
+}
+
+/** A node-redis v5 client of one server (`createClient`), as the port uses it. */
+interface NodeRedisSingle extends Emitter {
+  readonly isOpen: boolean;
+  sendCommand(args: readonly string[]): Promise<unknown>;
+}
+
+/** A node-redis v5 Sentinel client (`createSentinel`): commands go to the primary. */
+interface NodeRedisSentinel extends Emitter {
+  readonly isOpen: boolean;
+  getMasterNode(): unknown;
+  sendCommand(isReadonly: boolean | undefined, args: readonly string[]): Promise<unknown>;
+}
+
+/** A master as node-redis's Cluster client knows it. */
+interface NodeRedisMaster {
+  readonly address: string;
+}
+
+/** A node-redis v5 Cluster client (`createCluster`). */
+interface NodeRedisCluster extends Emitter {
+  readonly isOpen: boolean;
+  readonly masters: readonly NodeRedisMaster[];
+  getSlotMaster(slot: number): NodeRedisMaster | undefined;
+  nodeClient(node: NodeRedisMaster): Promise<NodeRedisSingle> | NodeRedisSingle;
+  sendCommand(firstKey: string | undefined, isReadonly: boolean | undefined, args: readonly string[]): Promise<unknown>;
+}
+
+/** A node-redis v5 client: of one server, of a Cluster, or through Sentinel. */
+export type NodeRedisClient = NodeRedisSingle | NodeRedisSentinel | NodeRedisCluster;
+
+/** Whether `client` is a node-redis v5 client (see `NodeRedisClient`). */
+export function isNodeRedis(client: object): client is NodeRedisClient {
+  const candidate = client as Partial<NodeRedisSingle>;
+  return typeof candidate.sendCommand === 'function' && typeof candidate.isOpen === 'boolean';
+}
+
+const isCluster = (client: NodeRedisClient): client is NodeRedisCluster =>
+  typeof (client as NodeRedisCluster).getSlotMaster === 'function';
+const isSentinel = (client: NodeRedisClient): client is NodeRedisSentinel =>
+  typeof (client as NodeRedisSentinel).getMasterNode === 'function';
+
+/** node-redis's error replies are `ErrorReply`s (their `name` is plain `'Error'`). */
+function isErrorReply(error: unknown): error is Error {
+  for (let proto: unknown = Object.getPrototypeOf(error); proto !== null; proto = Object.getPrototypeOf(proto))
+    if ((proto as { constructor?: { name?: string } }).constructor?.name === 'ErrorReply') return true;
+  return false;
+}
+
+/** A command's promise, its error replies rejecting as the port says (`replyError`), `TRYAGAIN` as `SlotMoving`. */
+async function replied(reply: Promise<unknown>): Promise<unknown> {
+  try {
+    return await reply;
+  } catch (error) {
+    if (!isErrorReply(error)) throw error;
+    if (error.message.startsWith('TRYAGAIN')) throw new SlotMoving();
+    throw replyError(error.message);
+  }
+}
+
+const strings = (args: Args): string[] => args.map(String);
+
+/**
+ * The port of a node-redis v5 client. Its Cluster client routes each command by its first key
+ * and follows `MOVED` and `ASK` itself; `TRYAGAIN` it hands on, as the store wants.
+ */
+export function nodeRedisPort(client: NodeRedisClient): RedisPort {
+  if (isCluster(client)) return clusterPort(client);
+  const send = isSentinel(client)
+    ? (args: Args) => replied(client.sendCommand(false, strings(args)))
+    : (args: Args) => replied(client.sendCommand(strings(args)));
+  const server: RedisServer = { address: '', call: send };
+  // a Sentinel client says its primary changed; a client of one server that it is ready again
+  const readyEvent = isSentinel(client) ? 'topology-change' : 'ready';
+  return {
+    cluster: false,
+    commandTimeout: undefined,
+    script: (_slot, args) => send(args),
+    anyServer: send,
+    onKey: (_key, args) => send(args),
+    masters: () => [server],
+    masterOf: () => undefined,
+    waiting: () => !client.isOpen,
+    onReady(listener) {
+      client.on(readyEvent, listener);
+      return () => void client.off(readyEvent, listener);
+    },
+  };
+}
+
+function clusterPort(cluster: NodeRedisCluster): RedisPort {
+  const onServer = (master: NodeRedisMaster): RedisServer => ({
+    address: master.address,
+    call: async (args) => replied((await cluster.nodeClient(master)).sendCommand(strings(args))),
+  });
+  const firstKey = ([command, , numKeys, key]: Args): string | undefined =>
+    command !== 'FUNCTION' && command !== 'SCRIPT' && Number(numKeys) > 0 ? String(key) : undefined;
+  return {
+    cluster: true,
+    commandTimeout: undefined,
+    script: (_slot, args) => replied(cluster.sendCommand(firstKey(args), false, strings(args))),
+    anyServer: (args) => replied(cluster.sendCommand(undefined, false, strings(args))),
+    onKey: (key, args) => replied(cluster.sendCommand(key, false, strings(args))),
+    masters: () => (cluster.isOpen ? cluster.masters.map(onServer) : []),
+    masterOf: (slot) => (cluster.isOpen ? cluster.getSlotMaster(slot)?.address : undefined),
+    waiting: () => !cluster.isOpen,
+    onReady(listener) {
+      // the first connection, and each node's (a restarted master has lost the library)
+      cluster.on('connect', listener);
+      cluster.on('node-ready', listener);
+      return () => {
+        cluster.off('connect', listener);
+        cluster.off('node-ready', listener);
+      };
+    },
+  };
+}
