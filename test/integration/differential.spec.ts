@@ -18,6 +18,8 @@ import { MemoryStore } from '../../lib/stores/memory/memory.store.js';
 import type { RateLimitDecision, RateLimitRequest } from '../../lib/stores/rate-limit-store.interface.js';
 import { RedisStore } from '../../lib/stores/redis/redis.store.js';
 import { CASE_EPOCH, ruleOf } from '../cases/index.js';
+import type { RedisClient } from '../../lib/stores/redis/redis-clients.js';
+import { connectClient, type OpenClient, type OtherClient, OTHER_CLIENTS } from '../support/redis/clients.js';
 import { connectTestRedis } from '../support/redis/test-redis.js';
 
 /**
@@ -408,15 +410,19 @@ function runArbitrary(algorithm: Algorithm): fc.Arbitrary<Run> {
 }
 
 let redis: Redis;
+/** The other clients the store takes (node-redis, iovalkey), of the same server. */
+const others = new Map<OtherClient, OpenClient>();
 /** Every run writes under a prefix of its own, and deletes its keys when done. */
 const prefix = `rl-diff-${randomUUID()}:`;
 let runs = 0;
 
 beforeAll(async () => {
   redis = await connectTestRedis();
+  for (const kind of OTHER_CLIENTS) others.set(kind, await connectClient(kind));
 });
 afterAll(async () => {
   await redis.quit();
+  for (const { close } of others.values()) await close();
 });
 
 /**
@@ -435,14 +441,17 @@ function same(a: readonly RateLimitDecision[], b: readonly RateLimitDecision[]):
   );
 }
 
-/** Replays a run on the model and both stores; fails at the first request they decide differently. */
-async function replay({ policies, trace }: Run): Promise<void> {
+/**
+ * Replays a run on the model and both stores, the Redis one on `client`; fails at the first request
+ * they decide differently.
+ */
+async function replay({ policies, trace }: Run, client: RedisClient = redis): Promise<void> {
   const runPrefix = `${prefix}${runs++}:`;
   let now = CASE_EPOCH;
   const clock = () => now;
   const model = new Model();
   const memory = new MemoryStore({ clock });
-  const onRedis = new RedisStore({ client: redis, clock, cacheRefusals: false });
+  const onRedis = new RedisStore({ client, clock, cacheRefusals: false });
   // each step's request and decisions, to give back (`Step.release`): only admitted ones took anything
   const taken: Array<
     | { requests: RateLimitRequest[]; chargedAt: number[]; memory: RateLimitDecision[]; redis: RateLimitDecision[] }
@@ -484,12 +493,31 @@ describe('the pure model, MemoryStore and RedisStore decide alike', () => {
       // a hung run fails on its own (a run takes about 13 ms on a quiet 2-core machine); the whole
       // test has 100 ms a run, as the other property specs: at 30 ms, the suite beside busy
       // processes ran out of it, and a timed-out test's runs went on beside the next test's
-      await fc.assert(fc.asyncProperty(runArbitrary(algorithm), replay), {
-        numRuns: RUNS,
-        seed: SEED,
-        timeout: 10_000,
-      });
+      await fc.assert(
+        fc.asyncProperty(runArbitrary(algorithm), (run) => replay(run)),
+        {
+          numRuns: RUNS,
+          seed: SEED,
+          timeout: 10_000,
+        },
+      );
     },
     Math.max(30_000, RUNS * 100),
+  );
+});
+
+/** Runs per algorithm on the other clients: a tenth, as the Lua and the decisions are the same; what differs is the client. */
+const OTHER_RUNS = Math.ceil(RUNS / 10);
+
+describe.each(OTHER_CLIENTS.map((kind) => [kind]))('the same on a %s client', (kind) => {
+  it.each(ALGORITHMS.map((a) => [a]))(
+    'on random traces of requests that all include a %s policy',
+    async (algorithm) => {
+      await fc.assert(
+        fc.asyncProperty(runArbitrary(algorithm), (run) => replay(run, others.get(kind)!.client)),
+        { numRuns: OTHER_RUNS, seed: SEED, timeout: 10_000 },
+      );
+    },
+    Math.max(30_000, OTHER_RUNS * 100),
   );
 });

@@ -7,11 +7,14 @@ import { hashSlot } from '../../lib/stores/redis/hash-slot.js';
 import { RedisStore } from '../../lib/stores/redis/redis.store.js';
 import { ManualClock } from '../../lib/testing/index.js';
 import { CASE_EPOCH, CASES, longestTtlMs, ruleOf } from '../cases/index.js';
+import { connectClient, connectClusterClient, type OpenClient, OTHER_CLIENTS } from '../support/redis/clients.js';
 import { connectTestCluster, connectTestRedis, ttlsUnder } from '../support/redis/test-redis.js';
 import { clocked, type ClockedStore, describeStoreCases, requestsUnder } from '../support/store-cases.js';
 
 let redis: Redis;
 let cluster: Cluster;
+/** node-redis and iovalkey clients, of the test server and of the test Cluster, by name. */
+const others = new Map<string, OpenClient>();
 const prefix = `rl-test-${randomUUID()}:`;
 /** Every Redis key a test charged: its rule and the latest time (test clock, ms) it was charged. */
 const written = new Map<string, { rule: Rule; at: number }>();
@@ -25,10 +28,17 @@ const callTookMs = new Map<string, number>();
 
 beforeAll(async () => {
   [redis, cluster] = await Promise.all([connectTestRedis(), connectTestCluster()]);
+  for (const kind of OTHER_CLIENTS) {
+    others.set(kind, await connectClient(kind));
+    others.set(`${kind} Cluster`, await connectClusterClient(kind));
+  }
 });
 afterAll(async () => {
-  await Promise.all([redis.quit(), cluster.quit()]);
+  await Promise.all([redis.quit(), cluster.quit(), ...[...others.values()].map(({ close }) => close())]);
 });
+
+/** The client of `name` (see `others`), once connected. */
+const other = (name: string) => others.get(name)!.client;
 
 /**
  * A `RedisStore` on a `ManualClock`, set before each step, whose keys the shared tests look at;
@@ -80,6 +90,23 @@ describeStoreCases(
         () => cluster,
       ),
     ],
+    // the same server and Cluster through the other clients the store takes: keys looked at with ioredis
+    ...OTHER_CLIENTS.flatMap((kind): [string, () => ClockedStore][] => [
+      [
+        `RedisStore (real Redis, ${kind})`,
+        onRedis(
+          (clock) => new RedisStore({ client: other(kind), clock, cacheRefusals: false }),
+          () => redis,
+        ),
+      ],
+      [
+        `RedisStore (Redis Cluster, ${kind})`,
+        onRedis(
+          (clock) => new RedisStore({ client: other(`${kind} Cluster`), clock, cacheRefusals: false }),
+          () => cluster,
+        ),
+      ],
+    ]),
   ],
   prefix,
 );

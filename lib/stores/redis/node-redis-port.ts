@@ -11,14 +11,14 @@ interface Emitter {
 /** A node-redis v5 client of one server (`createClient`), as the port uses it. */
 interface NodeRedisSingle extends Emitter {
   readonly isOpen: boolean;
-  sendCommand(args: readonly string[]): Promise<unknown>;
+  sendCommand(args: string[]): Promise<unknown>;
 }
 
 /** A node-redis v5 Sentinel client (`createSentinel`): commands go to the primary. */
 interface NodeRedisSentinel extends Emitter {
   readonly isOpen: boolean;
   getMasterNode(): unknown;
-  sendCommand(isReadonly: boolean | undefined, args: readonly string[]): Promise<unknown>;
+  sendCommand(isReadonly: boolean | undefined, args: string[]): Promise<unknown>;
 }
 
 /** A master as node-redis's Cluster client knows it. */
@@ -32,7 +32,7 @@ interface NodeRedisCluster extends Emitter {
   readonly masters: readonly NodeRedisMaster[];
   getSlotMaster(slot: number): NodeRedisMaster | undefined;
   nodeClient(node: NodeRedisMaster): Promise<NodeRedisSingle> | NodeRedisSingle;
-  sendCommand(firstKey: string | undefined, isReadonly: boolean | undefined, args: readonly string[]): Promise<unknown>;
+  sendCommand(firstKey: string | undefined, isReadonly: boolean | undefined, args: string[]): Promise<unknown>;
 }
 
 /** A node-redis v5 client: of one server, of a Cluster, or through Sentinel. */

@@ -4,11 +4,20 @@ import { isNodeRedis, type NodeRedisClient, nodeRedisPort } from './node-redis-p
 import type { RedisPort } from './redis-port.js';
 
 /**
- * A Redis client `RedisStore` takes: an ioredis (or iovalkey, its fork) `Redis` or `Cluster`, or
- * a node-redis v5 client (`createClient`, `createCluster`, `createSentinel`). Neither package is
- * loaded here: a client is known by its shape.
+ * A client with ioredis's API that is not ioredis's own class: iovalkey's `Redis` and `Cluster`
+ * (a fork of ioredis). Known by `defineCommand`, as ioredis's are.
  */
-export type RedisClient = Redis | Cluster | NodeRedisClient;
+export interface IoredisApiClient {
+  readonly status: string;
+  defineCommand(name: string, definition: { lua: string }): unknown;
+}
+
+/**
+ * A Redis client `RedisStore` takes: an ioredis or iovalkey `Redis` or `Cluster`, or a node-redis
+ * v5 client (`createClient`, `createCluster`, `createSentinel`). No package is loaded here: a
+ * client is known by its shape.
+ */
+export type RedisClient = Redis | Cluster | IoredisApiClient | NodeRedisClient;
 
 const ports = new WeakMap<object, RedisPort>();
 
