@@ -27,6 +27,7 @@ import { Cluster, type Redis } from 'ioredis';
 import { type Algorithm, RATE_ALGORITHMS } from '../../lib/algorithms/algorithm.types.js';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
 import { buildApp } from '../support/processes/build-app.js';
+import { type OtherClient, OTHER_CLIENTS } from '../support/redis/clients.js';
 import { connectTestCluster, connectTestRedis, testClusterNodes, testRedisUrl } from '../support/redis/test-redis.js';
 
 /** The rates, and a quota (as test/support/processes/limited-app.ts limits them); slots in flight: concurrency.e2e. */
@@ -39,6 +40,8 @@ const TOTAL = PROCESSES * PER_PROCESS;
 const LIMIT = 100;
 const WINDOW_MS = 3_600_000;
 const TRIALS = 20;
+/** Trials per algorithm through node-redis and iovalkey. */
+const OTHER_CLIENT_TRIALS = 5;
 /** Longest a trial may take before it fails (it takes a fraction of a second). */
 const TRIAL_DEADLINE_MS = 20_000;
 const LOCALHOST_IDENTITY = 'ip:127.0.0.1';
@@ -297,6 +300,8 @@ function expected(algorithm: Algorithm): Omit<TrialResult, 'ms'> {
 
 interface Topology {
   name: string;
+  /** Trials per algorithm. */
+  trials: number;
   /** The app's environment for this topology. */
   env: Record<string, string>;
   redis: Redis | Cluster;
@@ -306,12 +311,18 @@ interface Topology {
   close(): Promise<void>;
 }
 
-async function singleRedis(): Promise<Topology> {
+/** The client the apps use (`REDIS_CLIENT`): ioredis, or node-redis or iovalkey with fewer trials (the Lua is the same). */
+type ClientKind = 'ioredis' | OtherClient;
+const trialsOn = (client: ClientKind) => (client === 'ioredis' ? TRIALS : OTHER_CLIENT_TRIALS);
+const onClient = (client: ClientKind) => (client === 'ioredis' ? '' : `, ${client}`);
+
+async function singleRedis(client: ClientKind): Promise<Topology> {
   const redis = await connectTestRedis();
   const prefix = `rl-e2e-processes-${randomUUID()}:`;
   return {
-    name: 'single Redis',
-    env: { REDIS_URL: testRedisUrl(), RATE_LIMIT_PREFIX: prefix },
+    name: `single Redis${onClient(client)}`,
+    trials: trialsOn(client),
+    env: { REDIS_URL: testRedisUrl(), RATE_LIMIT_PREFIX: prefix, REDIS_CLIENT: client },
     redis,
     prefix,
     apiKey: async () => `key-${randomUUID()}`,
@@ -325,7 +336,7 @@ async function singleRedis(): Promise<Topology> {
  * different masters, odd ones on the same master (Redis refuses a multi-key call across slots
  * even there).
  */
-async function redisCluster(): Promise<Topology> {
+async function redisCluster(client: ClientKind): Promise<Topology> {
   const redis = await connectTestCluster();
   const prefix = `rl-e2e-processes-${randomUUID()}:`;
   const masterOf = async (key: string): Promise<{ slot: number; master: string }> => {
@@ -336,12 +347,14 @@ async function redisCluster(): Promise<Topology> {
   };
   const perIp = await masterOf(bucketKey(prefix, 'per-ip', 'sliding_window_log', LOCALHOST_IDENTITY));
   return {
-    name: 'Redis Cluster',
+    name: `Redis Cluster${onClient(client)}`,
+    trials: trialsOn(client),
     env: {
       REDIS_CLUSTER: testClusterNodes()
         .map(({ host, port }) => `${host}:${port}`)
         .join(','),
       RATE_LIMIT_PREFIX: prefix,
+      REDIS_CLIENT: client,
     },
     redis,
     prefix,
@@ -395,10 +408,12 @@ afterAll(async () => {
   process.stdout.write(`\nprocesses.e2e-spec:\n${summaries.map((line) => `  ${line}`).join('\n')}\n`);
 });
 
-describe.each([
-  ['single Redis', singleRedis],
-  ['Redis Cluster', redisCluster],
-] as const)('%s, 2 app processes', (name, makeTopology) => {
+describe.each(
+  (['ioredis', ...OTHER_CLIENTS] as const).flatMap((client) => [
+    [`single Redis${onClient(client)}`, () => singleRedis(client)] as const,
+    [`Redis Cluster${onClient(client)}`, () => redisCluster(client)] as const,
+  ]),
+)('%s, 2 app processes', (name, makeTopology) => {
   let topology: Topology;
   const apps: AppProcess[] = [];
 
@@ -416,7 +431,8 @@ describe.each([
     await topology?.close();
   }, 30_000);
 
-  const title = `%s: ${PER_PROCESS} concurrent requests to each process admit exactly ${LIMIT}, in ${TRIALS} of ${TRIALS} trials`;
+  const trials = name.includes(',') ? OTHER_CLIENT_TRIALS : TRIALS;
+  const title = `%s: ${PER_PROCESS} concurrent requests to each process admit exactly ${LIMIT}, in ${trials} of ${trials} trials`;
   it.each(PROCESS_ALGORITHMS)(
     title,
     async (algorithm) => {
@@ -425,7 +441,7 @@ describe.each([
       const stderrFrom = apps.map((app) => app.stderr().length);
       const started = performance.now();
       const results: TrialResult[] = [];
-      for (let trial = 0; trial < TRIALS; trial++) {
+      for (let trial = 0; trial < topology.trials; trial++) {
         results.push(await runTrial(topology, ports, algorithm, await topology.apiKey(trial)));
       }
       const seconds = (performance.now() - started) / 1000;
@@ -437,7 +453,7 @@ describe.each([
       const range = (values: number[]) => `${Math.min(...values)}-${Math.max(...values)}`;
       const nonRefusals = results.reduce((n, r) => n + r.failed.length, 0);
       summaries.push(
-        `${topology.name.padEnd(14)} ${algorithm.padEnd(22)} ${exact}/${TRIALS} trials exact, admitted ${range(admitted)}, ` +
+        `${topology.name.padEnd(25)} ${algorithm.padEnd(22)} ${exact}/${topology.trials} trials exact, admitted ${range(admitted)}, ` +
           `per-IP charged ${range(results.map((r) => r.perIpCharged))}, non-429 refusals ${nonRefusals}, ` +
           `trial ${range(results.map((r) => Math.round(r.ms)))} ms, ${seconds.toFixed(1)} s; ` +
           `Redis: ${statsAfter.scriptCalls - statsBefore.scriptCalls} script calls, ` +
@@ -450,6 +466,6 @@ describe.each([
       const outcomes = results.map(({ ms: _ms, ...outcome }) => outcome);
       expect({ stderr, outcomes }).toEqual({ stderr: '', outcomes: results.map(() => expected(algorithm)) });
     },
-    TRIALS * TRIAL_DEADLINE_MS,
+    trials * TRIAL_DEADLINE_MS,
   );
 });

@@ -8,6 +8,9 @@
  * - `REDIS_URL` (`redis://127.0.0.1:port`) or `REDIS_CLUSTER` (`127.0.0.1:p1,127.0.0.1:p2,...`);
  *   with a cluster, the app creates the ioredis `Cluster` itself, passes it as `redis`, and so
  *   closes it itself on shutdown.
+ * - `REDIS_CLIENT`: `ioredis` (default), `node-redis` or `iovalkey`: with another than ioredis,
+ *   the app creates that client itself (of the server or the cluster), passes it as `redis`, and
+ *   closes it on shutdown.
  * - `RATE_LIMIT_PREFIX`: the key prefix (one per test run).
  *
  * Routes: `GET /limited/<algorithm>`, one per algorithm, each `limit: 100` per `'1h'` keyed by
@@ -30,6 +33,9 @@ import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fa
 import { Cluster } from 'ioredis';
 import { RATE_ALGORITHMS } from '../../../lib/algorithms/algorithm.types.js';
 import { type Algorithm, RateLimit, type RateLimitPolicy, RateLimitModule } from '../../../lib/index.js';
+import { Cluster as ValkeyCluster, Redis as Valkey } from 'iovalkey';
+import { createClient, createCluster } from 'redis';
+import type { RedisClient } from '../../../lib/stores/redis/redis-clients.js';
 
 /**
  * The algorithms limited here: the rates, and a quota (100 a year: no period ends within a run).
@@ -75,6 +81,31 @@ function causes(error: unknown): string {
   return messages.join(' <- ');
 }
 
+/** A node-redis or iovalkey client of the server at `url` or of the cluster of `clusterNodes`, connected; `undefined` for ioredis. */
+async function otherClient(
+  kind: string,
+  url: string | undefined,
+  clusterNodes: string | undefined,
+): Promise<{ client: RedisClient; close: () => Promise<unknown> } | undefined> {
+  if (kind === 'ioredis') return undefined;
+  const nodes = clusterNodes?.split(',').map((node) => {
+    const [host, port] = node.split(':');
+    return { host, port: Number(port) };
+  });
+  if (kind === 'node-redis') {
+    const client = nodes
+      ? createCluster({ rootNodes: nodes.map(({ host, port }) => ({ url: `redis://${host}:${port}` })) })
+      : createClient({ url });
+    client.on('error', (error: Error) => process.stderr.write(`client error: ${error.message}\n`));
+    await client.connect();
+    return { client, close: () => client.close() };
+  }
+  if (kind !== 'iovalkey') throw new Error(`REDIS_CLIENT: ioredis, node-redis or iovalkey, not ${kind}`);
+  const client = nodes ? new ValkeyCluster(nodes, { lazyConnect: true }) : new Valkey(url!, { lazyConnect: true });
+  await client.connect();
+  return { client, close: () => client.quit() };
+}
+
 async function main(): Promise<void> {
   const url = process.env.REDIS_URL;
   const clusterNodes = process.env.REDIS_CLUSTER;
@@ -83,8 +114,10 @@ async function main(): Promise<void> {
     throw new Error('set RATE_LIMIT_PREFIX and exactly one of REDIS_URL, REDIS_CLUSTER');
   }
 
+  const own = await otherClient(process.env.REDIS_CLIENT ?? 'ioredis', url, clusterNodes);
+
   let cluster: Cluster | undefined;
-  if (clusterNodes) {
+  if (clusterNodes && own === undefined) {
     cluster = new Cluster(
       clusterNodes.split(',').map((node) => {
         const [host, port] = node.split(':');
@@ -101,7 +134,7 @@ async function main(): Promise<void> {
   @Module({
     imports: [
       RateLimitModule.forRoot({
-        redis: cluster ?? url,
+        redis: own?.client ?? cluster ?? url,
         prefix,
         failMode: 'closed',
         // Exactness is under test, not latency: a noisy 2-core machine with 400 requests in
@@ -132,6 +165,7 @@ async function main(): Promise<void> {
     server.closeAllConnections();
     await app.close();
     if (cluster) await cluster.quit().catch(() => cluster.disconnect());
+    await own?.close();
     process.exit(0);
   };
   process.once('SIGTERM', () => void shutdown());
