@@ -27,6 +27,7 @@ import {
   timeToCorrectLimiting,
 } from '../support/faults.js';
 import { redisCommand } from '../support/redis/client.js';
+import { type OtherClient, OTHER_CLIENTS } from '../support/redis/clients.js';
 import { freePort, stopRedisServer } from '../support/redis/process.js';
 
 /**
@@ -88,10 +89,23 @@ function expectLedger({ admitted, late, counted }: Ledger) {
   expect(counted - admitted).toBeLessThanOrEqual(late);
 }
 
-describe('faults under load (timeout 100 ms, the module makes the client from a redis:// URL)', () => {
+/**
+ * The faults, on the module's own client (ioredis, from a redis:// URL) and on a node-redis and an
+ * iovalkey client set up as the README shows: on those, Redis killed, frozen with failMode
+ * 'closed', and flushed (the other failModes and the start while down are the module's, whichever
+ * client).
+ */
+describe.each<['url' | OtherClient, string]>([
+  ['url', 'the module makes the client from a redis:// URL'],
+  ...OTHER_CLIENTS.map((kind): [OtherClient, string] => [kind, `a ${kind} client`]),
+])('faults under load (timeout 100 ms, %s: %s)', (kind) => {
   let scenario: Scenario;
+  /** A test of the module's own client alone. */
+  const ownClient = (name: string, test: () => Promise<void>) => {
+    if (kind === 'url') it(name, test);
+  };
   beforeEach(() => {
-    scenario = new Scenario();
+    scenario = new Scenario(kind);
   });
   afterEach(async () => {
     await scenario.close();
@@ -99,7 +113,10 @@ describe('faults under load (timeout 100 ms, the module makes the client from a 
 
   it('Redis killed (SIGKILL), restarted on its port 1.5 s later: failMode closed, Express', async () => {
     const server = await scenario.startServer();
-    const client = await scenario.startApp('express', { redis: server.url, failMode: 'closed' });
+    const client = await scenario.startApp('express', {
+      redis: await scenario.redisOf(server.url),
+      failMode: 'closed',
+    });
     const before = keyGroup('before');
     const after = keyGroup('after');
     const load = (scenario.load = new Load(client, before));
@@ -145,12 +162,13 @@ describe('faults under load (timeout 100 ms, the module makes the client from a 
 
   describe.each<[FailMode, AdapterName]>([
     ['closed', 'express'],
-    ['open', 'fastify'],
-    ['local', 'express'],
+    ...(kind === 'url'
+      ? [['open', 'fastify'] satisfies [FailMode, AdapterName], ['local', 'express'] satisfies [FailMode, AdapterName]]
+      : []),
   ])('Redis frozen (SIGSTOP) for 1.5 s', (failMode, adapter) => {
     it(`failMode ${failMode}, ${adapter}`, async () => {
       const server = await scenario.startServer();
-      const client = await scenario.startApp(adapter, { redis: server.url, failMode });
+      const client = await scenario.startApp(adapter, { redis: await scenario.redisOf(server.url), failMode });
       const before = keyGroup('before');
       const frozen = keyGroup('frozen');
       const after = keyGroup('after');
@@ -230,7 +248,10 @@ describe('faults under load (timeout 100 ms, the module makes the client from a 
 
   it('SCRIPT FLUSH and FUNCTION FLUSH every 20 ms for 1 s under load: failMode closed, Fastify', async () => {
     const server = await scenario.startServer();
-    const client = await scenario.startApp('fastify', { redis: server.url, failMode: 'closed' });
+    const client = await scenario.startApp('fastify', {
+      redis: await scenario.redisOf(server.url),
+      failMode: 'closed',
+    });
     const loadKeys = keyGroup('flush');
     const load = (scenario.load = new Load(client, loadKeys));
     await load.warm();
@@ -278,38 +299,41 @@ describe('faults under load (timeout 100 ms, the module makes the client from a 
     expectLedger(flushLedger);
   });
 
-  it('app started while Redis is down, Redis started on that port 0.5 s later: failMode closed, Fastify', async () => {
-    const port = await freePort();
-    const startedAt = performance.now();
-    const client = await scenario.startApp('fastify', { redis: `redis://127.0.0.1:${port}`, failMode: 'closed' });
-    const appStartMs = performance.now() - startedAt;
-    const loadKeys = keyGroup('late');
-    const load = (scenario.load = new Load(client, loadKeys));
-    await pause(OUTAGE_MS / 3);
-    const downUntil = performance.now();
-    const server = await scenario.startServer(port);
-    const answeredAt = performance.now();
-    const recovery = await timeToCorrectLimiting(client, server, answeredAt, 'late');
-    await pause(AFTER_MS);
-    await load.stop();
-    await scenario.quiesce();
+  ownClient(
+    'app started while Redis is down, Redis started on that port 0.5 s later: failMode closed, Fastify',
+    async () => {
+      const port = await freePort();
+      const startedAt = performance.now();
+      const client = await scenario.startApp('fastify', { redis: `redis://127.0.0.1:${port}`, failMode: 'closed' });
+      const appStartMs = performance.now() - startedAt;
+      const loadKeys = keyGroup('late');
+      const load = (scenario.load = new Load(client, loadKeys));
+      await pause(OUTAGE_MS / 3);
+      const downUntil = performance.now();
+      const server = await scenario.startServer(port);
+      const answeredAt = performance.now();
+      const recovery = await timeToCorrectLimiting(client, server, answeredAt, 'late');
+      await pause(AFTER_MS);
+      await load.stop();
+      await scenario.quiesce();
 
-    const outcomes = load.outcomes;
-    const down = outcomes.filter((o) => o.ended < downUntil);
-    const lateLedger = await ledger(server, outcomes, loadKeys);
-    await scenario.stopApp();
+      const outcomes = load.outcomes;
+      const down = outcomes.filter((o) => o.ended < downUntil);
+      const lateLedger = await ledger(server, outcomes, loadKeys);
+      await scenario.stopApp();
 
-    report('App started while Redis is down, Redis started 0.5 s later (closed, fastify)', scenario, outcomes, [
-      `app start ${appStartMs.toFixed(0)} ms with nothing listening on the Redis port`,
-      `while down: ${tally(down)}, client latency ${latency(down.map((o) => o.ended - o.started))}`,
-      `correct limiting ${showRecovery(recovery)} after Redis answered`,
-      showLedger('load keys', lateLedger),
-    ]);
-    expectCommon(scenario, outcomes, [200, 503]);
-    expect(appStartMs).toBeLessThan(APP_START_BOUND_MS);
-    expect(down.length).toBeGreaterThan(0);
-    expect(down.filter((o) => o.status !== 503)).toHaveLength(0);
-    expect(recovery.ms - recovery.stolenMs).toBeLessThan(RECOVERY_BOUND_MS);
-    expectLedger(lateLedger);
-  });
+      report('App started while Redis is down, Redis started 0.5 s later (closed, fastify)', scenario, outcomes, [
+        `app start ${appStartMs.toFixed(0)} ms with nothing listening on the Redis port`,
+        `while down: ${tally(down)}, client latency ${latency(down.map((o) => o.ended - o.started))}`,
+        `correct limiting ${showRecovery(recovery)} after Redis answered`,
+        showLedger('load keys', lateLedger),
+      ]);
+      expectCommon(scenario, outcomes, [200, 503]);
+      expect(appStartMs).toBeLessThan(APP_START_BOUND_MS);
+      expect(down.length).toBeGreaterThan(0);
+      expect(down.filter((o) => o.status !== 503)).toHaveLength(0);
+      expect(recovery.ms - recovery.stolenMs).toBeLessThan(RECOVERY_BOUND_MS);
+      expectLedger(lateLedger);
+    },
+  );
 });

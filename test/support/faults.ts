@@ -13,6 +13,7 @@ import type { RateLimitStoreErrorReason } from '../../lib/stores/rate-limit-stor
 import { bucketKey } from '../../lib/keys/bucket-key.js';
 import { type AdapterName, startApp, type TestApp } from './app.js';
 import { redisCommand } from './redis/client.js';
+import { connectLimiterClient, type OpenClient, type OtherClient } from './redis/clients.js';
 import { type RedisServer, startRedisServer, stopRedisServer } from './redis/process.js';
 import { RunQueueWait } from './run-queue.js';
 
@@ -415,6 +416,8 @@ const hostProcess = ((Buffer.constructor as FunctionConstructor)('return process
 /** One scenario's servers, app, client and load, all stopped by `close()`, also on failure. */
 export class Scenario {
   readonly servers: RedisServer[] = [];
+  /** The client the scenario made for the app (`redisOf`), closed with the app. */
+  private own: OpenClient | undefined;
   readonly rejections: unknown[] = [];
   http: TestApp | undefined;
   client: HttpClient | undefined;
@@ -422,9 +425,17 @@ export class Scenario {
   private readonly frozen = new Set<number>();
   private readonly onRejection = (reason: unknown) => this.rejections.push(reason);
 
-  constructor() {
+  /** @param kind the app's Redis client: the module's own from the URL, or one of the others the scenario makes */
+  constructor(private readonly kind: 'url' | OtherClient = 'url') {
     hostProcess.on('unhandledRejection', this.onRejection);
     TimedGuard.samples = [];
+  }
+
+  /** The module's `redis` option for the server at `url`: the URL, or a client of the scenario's kind. */
+  async redisOf(url: string): Promise<RateLimitModuleOptions['redis']> {
+    if (this.kind === 'url') return url;
+    this.own = await connectLimiterClient(this.kind, url);
+    return this.own.client;
   }
 
   async startServer(port?: number): Promise<RedisServer> {
@@ -466,6 +477,8 @@ export class Scenario {
     const http = this.http;
     this.http = undefined;
     await http?.close();
+    await this.own?.close().catch(() => undefined);
+    this.own = undefined;
     for (const probe of TimedGuard.probes) clearTimeout(probe);
     TimedGuard.probes.clear();
   }

@@ -41,3 +41,31 @@ export async function connectClusterClient(kind: OtherClient, nodes = testCluste
   await cluster.connect();
   return { client: cluster, close: () => cluster.quit().then(() => undefined) };
 }
+
+/**
+ * A client of `kind` set up for a limiter as the README shows (no offline queue, no retry or resend,
+ * a quick reconnect), of the server at `url`, connected; with the function that closes it.
+ */
+export async function connectLimiterClient(kind: OtherClient, url: string): Promise<OpenClient> {
+  if (kind === 'node-redis') {
+    const client = createClient({
+      url,
+      disableOfflineQueue: true,
+      socket: { reconnectStrategy: (retries: number) => Math.min(retries * 50, 250) },
+    });
+    client.on('error', () => undefined);
+    await client.connect();
+    return { client, close: () => client.close() };
+  }
+  const client = new Valkey(url, {
+    lazyConnect: true,
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 0,
+    autoResendUnfulfilledCommands: false,
+    retryStrategy: (attempt) => Math.min(attempt * 50, 250),
+    reconnectOnError: (error) => /READONLY|LOADING/.test(error.message),
+  });
+  client.on('error', () => undefined);
+  await client.connect();
+  return { client, close: async () => client.disconnect() };
+}
