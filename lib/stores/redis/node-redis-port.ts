@@ -21,10 +21,14 @@ interface NodeRedisSentinel extends Emitter {
   sendCommand(isReadonly: boolean | undefined, args: string[]): Promise<unknown>;
 }
 
-/** A master as node-redis's Cluster client knows it. */
+/** A master as node-redis's Cluster client knows it, and its client once it has connected. */
 interface NodeRedisMaster {
   readonly address: string;
+  readonly client?: { readonly isReady: boolean };
 }
+
+/** How often at most a node-redis Cluster client is asked to learn its slots again after a failed call, ms. */
+const REDISCOVER_EVERY_MS = 100;
 
 /** A node-redis v5 Cluster client (`createCluster`). */
 interface NodeRedisCluster extends Emitter {
@@ -97,7 +101,26 @@ export function nodeRedisPort(client: NodeRedisClient): RedisPort {
   };
 }
 
+/**
+ * Has the Cluster client learn its slots again, `REDISCOVER_EVERY_MS` apart at most, from a master
+ * it reaches. node-redis does so on `MOVED` alone: a call to a dead master fails, and so do the
+ * calls after it to the replica that took over, until something else moves a slot. Through
+ * `_slots.rediscover`, which its typings declare (not its documentation).
+ */
+function rediscovery(cluster: NodeRedisCluster): () => void {
+  let last = -Infinity;
+  return () => {
+    const now = performance.now();
+    if (now - last < REDISCOVER_EVERY_MS) return;
+    last = now;
+    const slots = (cluster as { _slots?: { rediscover?: (startWith: object) => Promise<void> } })._slots;
+    const from = cluster.masters.find((master) => master.client?.isReady === true)?.client;
+    if (from !== undefined && typeof slots?.rediscover === 'function') slots.rediscover(from).catch(() => undefined);
+  };
+}
+
 function clusterPort(cluster: NodeRedisCluster): RedisPort {
+  const rediscover = rediscovery(cluster);
   const onServer = (master: NodeRedisMaster): RedisServer => ({
     address: master.address,
     call: async (args) => replied((await cluster.nodeClient(master)).sendCommand(strings(args))),
@@ -107,7 +130,15 @@ function clusterPort(cluster: NodeRedisCluster): RedisPort {
   return {
     cluster: true,
     commandTimeout: undefined,
-    script: (_slot, args) => replied(cluster.sendCommand(firstKey(args), false, strings(args))),
+    async script(_slot, args) {
+      try {
+        return await replied(cluster.sendCommand(firstKey(args), false, strings(args)));
+      } catch (error) {
+        // a master out of reach: a replica may have taken over, which the client would not learn
+        if (error instanceof Error && error.name !== 'ReplyError' && !(error instanceof SlotMoving)) rediscover();
+        throw error;
+      }
+    },
     anyServer: (args) => replied(cluster.sendCommand(undefined, false, strings(args))),
     onKey: (key, args) => replied(cluster.sendCommand(key, false, strings(args))),
     masters: () => (cluster.isOpen ? cluster.masters.map(onServer) : []),
