@@ -28,16 +28,19 @@ export function ioredisPort(client: Redis | Cluster): RedisPort {
   return {
     cluster,
     commandTimeout: options?.commandTimeout,
-    async script(slot, args) {
-      const address = cluster ? masterOf(slot) : undefined;
-      const master = address === undefined ? undefined : nodeAt(address);
-      if (master === undefined) return send(client, args);
-      try {
-        return await send(master, args);
-      } catch (error) {
-        return redirected(client as Cluster, error, args, nodeAt);
-      }
-    },
+    // a single server's calls go as they are: no promise of the port's own around them
+    script: cluster
+      ? async (slot, args) => {
+          const address = masterOf(slot);
+          const master = address === undefined ? undefined : nodeAt(address);
+          if (master === undefined) return send(client, args);
+          try {
+            return await send(master, args);
+          } catch (error) {
+            return redirected(client as Cluster, error, args, nodeAt);
+          }
+        }
+      : (_slot, args) => send(client, args),
     anyServer: (args) => send(client, args),
     onKey: (_key, args) => send(client, args),
     masters: () => (cluster ? (client as Cluster).nodes('master') : [client as Redis]).map(server),
@@ -52,7 +55,8 @@ export function ioredisPort(client: Redis | Cluster): RedisPort {
 
 /**
  * What a call sent straight to a slot's master does when it failed there: the slot has another
- * master (`MOVED`: the client learns the new owners, and the call goes through its routing), the
+ * master (`MOVED`: the call goes to it, and through the client's routing if it fails there again
+ * for want of a connection or a moved slot; the client learns the new owners meanwhile), the
  * slot is being moved and the call's keys are no longer here (`ASK`: to the importing master,
  * after `ASKING`), or are on both sides (`TRYAGAIN`, also from the importing master); the
  * connection closed under it (the client dropped the node after a failover): through the
@@ -71,8 +75,18 @@ async function redirected(
   const [code, , address] = error.message.split(' ');
   if (code === 'TRYAGAIN') throw new SlotMoving();
   if (code === 'MOVED') {
+    // straight to the master the reply names, while the client learns the new owners: during a
+    // failover a node may list the slot as unserved for a moment, and a call that waits for the
+    // client's map waits with it
     cluster.refreshSlotsCache();
-    return send(cluster, args);
+    const owner = nodeAt(address);
+    if (owner === undefined) return send(cluster, args);
+    try {
+      return await send(owner, args);
+    } catch (moved) {
+      if (moved instanceof Error && moved.name === 'ReplyError' && !moved.message.startsWith('MOVED')) throw moved;
+      return send(cluster, args);
+    }
   }
   if (code !== 'ASK') throw error;
   const importing = nodeAt(address);

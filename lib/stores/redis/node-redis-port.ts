@@ -79,9 +79,10 @@ const strings = (args: Args): string[] => args.map(String);
  */
 export function nodeRedisPort(client: NodeRedisClient): RedisPort {
   if (isCluster(client)) return clusterPort(client);
+  // async: a client that throws rather than rejects still rejects
   const send = isSentinel(client)
-    ? (args: Args) => replied(client.sendCommand(false, strings(args)))
-    : (args: Args) => replied(client.sendCommand(strings(args)));
+    ? async (args: Args) => replied(client.sendCommand(false, strings(args)))
+    : async (args: Args) => replied(client.sendCommand(strings(args)));
   const server: RedisServer = { address: '', call: send };
   // a Sentinel client says its primary changed; a client of one server that it is ready again
   const readyEvent = isSentinel(client) ? 'topology-change' : 'ready';
@@ -125,8 +126,8 @@ function clusterPort(cluster: NodeRedisCluster): RedisPort {
     address: master.address,
     call: async (args) => replied((await cluster.nodeClient(master)).sendCommand(strings(args))),
   });
-  const firstKey = ([command, , numKeys, key]: Args): string | undefined =>
-    command !== 'FUNCTION' && command !== 'SCRIPT' && Number(numKeys) > 0 ? String(key) : undefined;
+  // a script command: FCALL / EVALSHA / EVAL, its function or script, the number of keys, the keys
+  const firstKey = ([, , numKeys, key]: Args): string | undefined => (Number(numKeys) > 0 ? String(key) : undefined);
   return {
     cluster: true,
     commandTimeout: undefined,
@@ -139,8 +140,8 @@ function clusterPort(cluster: NodeRedisCluster): RedisPort {
         throw error;
       }
     },
-    anyServer: (args) => replied(cluster.sendCommand(undefined, false, strings(args))),
-    onKey: (key, args) => replied(cluster.sendCommand(key, false, strings(args))),
+    anyServer: async (args) => replied(cluster.sendCommand(undefined, false, strings(args))),
+    onKey: async (key, args) => replied(cluster.sendCommand(key, false, strings(args))),
     masters: () => (cluster.isOpen ? cluster.masters.map(onServer) : []),
     masterOf: (slot) => (cluster.isOpen ? cluster.getSlotMaster(slot)?.address : undefined),
     waiting: () => !cluster.isOpen,

@@ -18,15 +18,22 @@ const CLUSTER_SLOTS = 16384;
  * `cluster_state:ok`, all nodes agree on the owner of all 16384 slots (about 2 s: a fresh master
  * waits 2 s before it declares the cluster ok) and every replica is in sync with its master.
  * `nodeTimeoutMs` is the nodes' `cluster-node-timeout`: how long a master may be unreachable before
- * its replica takes over. The caller stops it with `stopRedisGroup`.
- * @param {{ masters?: number, replicas?: number, nodeTimeoutMs?: number, timeoutMs?: number }} [options]
+ * its replica takes over; `config` more options of every node (`['--cluster-require-full-coverage', 'no']`).
+ * The caller stops it with `stopRedisGroup`.
+ * @param {{ masters?: number, replicas?: number, nodeTimeoutMs?: number, config?: string[], timeoutMs?: number }} [options]
  * @returns {Promise<RedisCluster>}
  */
-export async function startRedisCluster({ masters = 3, replicas = 0, nodeTimeoutMs, timeoutMs = 20_000 } = {}) {
+export async function startRedisCluster({
+  masters = 3,
+  replicas = 0,
+  nodeTimeoutMs,
+  config = [],
+  timeoutMs = 20_000,
+} = {}) {
   const dir = await makeTempDir('ratelimit-cluster-');
   /** @type {number[]} */
   const pids = [];
-  const extra = nodeTimeoutMs === undefined ? [] : ['--cluster-node-timeout', String(nodeTimeoutMs)];
+  const extra = [...(nodeTimeoutMs === undefined ? [] : ['--cluster-node-timeout', String(nodeTimeoutMs)]), ...config];
   try {
     const started = await Promise.allSettled(
       Array.from({ length: masters * (1 + replicas) }, (_, index) => startClusterNode(dir, index, extra)),
