@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { Controller, Get, Module } from '@nestjs/common';
 import { RateLimit, RateLimitModule } from '../../lib/index.js';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
+import { createSentinel } from 'redis';
 import { redisCommand } from '../support/redis/client.js';
 import { stopRedisGroup } from '../support/redis/process.js';
 import { type RedisSentinelGroup, startRedisSentinel } from '../support/redis/sentinel.js';
@@ -17,17 +18,26 @@ class QuotaController {
   }
 }
 
-describe('through Sentinel (a primary, a replica, 3 sentinels), with the client the module creates', () => {
+describe.each([
+  ['the client the module creates (ioredis)', false],
+  ['a node-redis createSentinel client', true],
+])('through Sentinel (a primary, a replica, 3 sentinels), with %s', (_client, nodeRedis) => {
   let group: RedisSentinelGroup;
   let http: TestApp;
+  let sentinel: ReturnType<typeof createSentinel> | undefined;
 
   beforeAll(async () => {
     // failing over by hand: a long down-after keeps a loaded machine from failing over by itself
     group = await startRedisSentinel({ downAfterMs: 5_000 });
+    if (nodeRedis) {
+      sentinel = createSentinel({ name: group.name, sentinelRootNodes: group.sentinels });
+      sentinel.on('error', () => undefined);
+      await sentinel.connect();
+    }
     @Module({
       imports: [
         RateLimitModule.forRoot({
-          redis: { sentinels: group.sentinels, name: group.name },
+          redis: sentinel ?? { sentinels: group.sentinels, name: group.name },
           failMode: 'closed',
           prefix: 'rl-sentinel:',
         }),
@@ -41,6 +51,7 @@ describe('through Sentinel (a primary, a replica, 3 sentinels), with the client 
   }, 60_000);
   afterAll(async () => {
     await http?.close();
+    await sentinel?.destroy();
     if (group) await stopRedisGroup(group);
   });
 

@@ -94,7 +94,8 @@ describe('loading the scripts (own redis-server)', () => {
 
   it('loads them again when its client is ready after Redis restarted', async () => {
     const store = new RedisStore({ client, clock: 'app' });
-    await answered(client);
+    // the start's probe answered before the restart: the new server sees the decision alone
+    await store.ready();
     const { port } = server;
     stopRedisServer(server.pid);
     // listened for before the new server starts: the client may be ready again before that start returns

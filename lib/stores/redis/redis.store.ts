@@ -50,6 +50,7 @@ export type { RedisStoreClock, RedisStoreOptions } from './redis-store-options.j
  * @example new RedisStore({ client: new Redis(process.env.REDIS_URL) })
  * @example new RedisStore({ client: new Cluster([{ host: 'redis-1', port: 6379 }]) })
  * @example new RedisStore({ client: new Redis(process.env.DRAGONFLY_URL), clock: 'app' })
+ * @example new RedisStore({ client: await createClient({ url: process.env.REDIS_URL }).connect() }) // node-redis
  */
 export class RedisStore<C extends RedisClient = RedisClient> implements RateLimitStore {
   /** Every call is bounded by its `timeoutMs` from when it leaves the process (see `SlotBatches`). */
