@@ -6,9 +6,10 @@ import { DECIDE_LUA, LIBRARY, REFUND_LUA } from '../../lib/stores/redis/decide.l
 import { FLAT_LUA } from '../../lib/stores/redis/flat.lua.js';
 import { RedisStore } from '../../lib/stores/redis/redis.store.js';
 import { ruleOf } from '../cases/index.js';
-import { parseInfo } from '../support/redis/client.js';
+import { parseInfo, redisCommand } from '../support/redis/client.js';
 import { startRedisCluster } from '../support/redis/cluster.js';
 import { type RedisServer, startRedisServer, stopRedisGroup, stopRedisServer } from '../support/redis/process.js';
+import { waitUntil } from '../support/wait.js';
 
 const sha = (lua: string) => createHash('sha1').update(lua).digest('hex');
 const SCRIPTS = [sha(DECIDE_LUA), sha(FLAT_LUA), sha(REFUND_LUA)];
@@ -162,6 +163,86 @@ describe('loading the scripts on a Redis Cluster (own cluster)', () => {
     } finally {
       cluster.disconnect();
       await stopRedisGroup(started);
+    }
+  });
+});
+
+describe("a Cluster's replica, and the master it becomes (own cluster: a master and its replica)", () => {
+  let started: Awaited<ReturnType<typeof startRedisCluster>>;
+  beforeAll(async () => {
+    started = await startRedisCluster({ masters: 1, replicas: 1, nodeTimeoutMs: 1_000 });
+  });
+  afterAll(() => stopRedisGroup(started));
+
+  /** The ports of the servers CLUSTER SLOTS lists for the slots, from the server at `port`. */
+  const listed = async (port: number) => {
+    const [[, , ...servers]] = (await redisCommand(port, ['CLUSTER', 'SLOTS'])) as [
+      [number, number, ...[string, number][]],
+    ];
+    return servers.map(([, listedPort]) => listedPort);
+  };
+  const moved = async (port: number) =>
+    Number(
+      /count=(\d+)/.exec(
+        parseInfo(String(await redisCommand(port, ['INFO', 'errorstats']))).errorstat_MOVED ?? '',
+      )?.[1] ?? 0,
+    );
+
+  it('a failover to a master the client has not met: the call meets MOVED once, and waits for the client to learn the slots', async () => {
+    const [master, replica] = started.nodes;
+    // Redis leaves out a replica that has replicated nothing yet: the client knows the master alone
+    expect(await listed(master.port)).toEqual([master.port]);
+    const cluster = new Cluster([master], { slotsRefreshInterval: 60_000 });
+    try {
+      await new Promise((resolve) => cluster.once('ready', resolve));
+      expect(cluster.nodes('all').map(({ options }) => options.port)).toEqual([master.port]);
+      const store = new RedisStore({ client: cluster, clock: 'app' });
+      await store.ready();
+      // TAKEOVER: no other master to vote for a graceful one
+      await redisCommand(replica.port, ['CLUSTER', 'FAILOVER', 'TAKEOVER']);
+      await waitUntil('the replica to take over', 10_000, async () => {
+        const [role] = (await redisCommand(replica.port, ['ROLE'])) as [string];
+        return role === 'master' && (await listed(master.port))[0] === replica.port ? '' : `the replica is a ${role}`;
+      });
+      await redisCommand(master.port, ['CONFIG', 'RESETSTAT']);
+      expect(await store.consume([request()])).toMatchObject([{ allowed: true, remaining: 4 }]);
+      // sent through the client's routing meanwhile, it would have met MOVED twice
+      expect(await moved(master.port)).toBe(1);
+      await store.close();
+    } finally {
+      cluster.disconnect();
+    }
+  });
+
+  it('a replica is kept connected while a store uses the client, so that a failover finds its new master connected', async () => {
+    // the roles as the last test left them, or as started
+    const ports = await Promise.all(
+      started.nodes.map(async ({ port }) => [port, ((await redisCommand(port, ['ROLE'])) as [string])[0]] as const),
+    );
+    const master = started.nodes[ports.findIndex(([, role]) => role === 'master')];
+    const replica = started.nodes.find(({ port }) => port !== master.port)!;
+    // Redis lists a replica for its slots once it has replicated something
+    await redisCommand(master.port, ['SET', 'replicated', '1']);
+    await waitUntil('CLUSTER SLOTS to list the replica', 5_000, async () => {
+      const servers = await listed(master.port);
+      return servers.length === 2 ? '' : `${servers.length} listed`;
+    });
+    // from the master alone, and no refresh of the slots meanwhile: nothing the client does itself would send to the replica
+    const cluster = new Cluster([master], { slotsRefreshInterval: 60_000 });
+    try {
+      await new Promise((resolve) => cluster.once('ready', resolve));
+      const listeners = cluster.listenerCount('+node');
+      const store = new RedisStore({ client: cluster, clock: 'app' });
+      expect(cluster.nodes('slave').map(({ options }) => options.port)).toEqual([replica.port]);
+      // ioredis itself connects to a node when it first sends to it: to a replica, never
+      await waitUntil('every node connected', 5_000, async () => {
+        const waiting = cluster.nodes('all').filter(({ status }) => status !== 'ready');
+        return waiting.map(({ options, status }) => `${options.port} ${status}`).join(', ');
+      });
+      await store.close();
+      expect(cluster.listenerCount('+node')).toBe(listeners);
+    } finally {
+      cluster.disconnect();
     }
   });
 });

@@ -99,6 +99,7 @@ export function nodeRedisPort(client: NodeRedisClient): RedisPort {
       client.on(readyEvent, listener);
       return () => void client.off(readyEvent, listener);
     },
+    keepConnected: () => () => undefined,
   };
 }
 
@@ -154,5 +155,7 @@ function clusterPort(cluster: NodeRedisCluster): RedisPort {
         cluster.off('node-ready', listener);
       };
     },
+    // the client connects to each master as it learns of it
+    keepConnected: () => () => undefined,
   };
 }

@@ -34,6 +34,12 @@ export interface RedisPort {
   waiting(): boolean;
   /** Calls `listener` each time the client is ready after connecting (again); the function returned stops it. */
   onReady(listener: () => void): () => void;
+  /**
+   * Has the client keep a connection to every server it knows, a Cluster's replicas included, so
+   * that a failover's new master answers the calls sent to it at once; the function returned
+   * stops it. A no-op where the client does so itself (node-redis connects to every master it learns of).
+   */
+  keepConnected(): () => void;
   /** The timeout the client sets on each command, ms, if any (see `clientCommandTimeout`). */
   readonly commandTimeout: number | undefined;
 }

@@ -38,14 +38,15 @@ type ScriptCommand = (numKeys: number, ...args: string[]) => Promise<unknown>;
 
 /**
  * Per client: the one `ready` listener that loads the calls again after a reconnect (and reads the
- * eviction policy of a server not read yet), how many open stores use it (a client that many stores
+ * eviction policy of a server not read yet), the port keeping its servers connected (see
+ * `RedisPort.keepConnected`), how many open stores use them (a client that many stores
  * share, one per test say, gets one), and whether the library is loaded on every master the client
  * knows, so that calls can be `FCALL`s.
  */
 interface Loader {
   stores: number;
   load: () => void;
-  /** Stops `load` being called on the client's `ready`. */
+  /** Stops `load` being called on the client's `ready`, and the port keeping its servers connected. */
   off: () => void;
   functions: boolean;
   /** The last load, settled once every master has answered it. */
@@ -131,7 +132,12 @@ export class RedisScripts {
         started: false,
       };
       loaders.set(client, (loader = created));
-      created.off = port.onReady(created.load);
+      const offReady = port.onReady(created.load);
+      const offNodes = port.keepConnected();
+      created.off = () => {
+        offReady();
+        offNodes();
+      };
     }
     this.loader = loader;
     loader.stores++;

@@ -114,6 +114,9 @@ function startClusterNode(dir, index, extra) {
       String(busPort),
       '--cluster-announce-ip',
       HOST,
+      // a replica's first sync starts at once, not after Redis's 5 s wait for more replicas
+      '--repl-diskless-sync-delay',
+      '0',
       ...extra,
     ]);
     return 'pid' in started ? { ...started, busPort } : started;
