@@ -9,7 +9,7 @@ import {
   resolveKeySources,
   resolvePolicy,
 } from './policy/resolve-policy.js';
-import { invalidOption, invalidOptions, invalidOptionsObject } from './rate-limit.messages.js';
+import { invalidOption, invalidOptions, invalidOptionsObject, withoutPassword } from './rate-limit.messages.js';
 import type {
   ContextType,
   ErrorFormat,
@@ -149,12 +149,7 @@ export function resolveOptions(options: RateLimitModuleOptions | undefined): Res
   if (given !== undefined && !isStore(given))
     fail('store', given, 'must implement RateLimitStore (consume, peek, reset)');
   if (typeof redis === 'string' && !(/^rediss?:\/\//i.test(redis) && URL.canParse(redis))) {
-    // a URL may carry a password: the message shows it without
-    fail(
-      'redis',
-      redis.replace(/\/\/[^/@]*@/, '//***@'),
-      `must be a redis:// or rediss:// URL such as 'redis://localhost:6379'`,
-    );
+    fail('redis', withoutPassword(redis), `must be a redis:// or rediss:// URL such as 'redis://localhost:6379'`);
   }
   if (redis !== undefined && typeof redis !== 'string' && !isRedisClient(redis) && !isPlainObject(redis)) {
     fail(

@@ -671,7 +671,7 @@ export function evictingRedis(policy: string, maxmemory: number, node?: string):
     `Redis${node === undefined ? '' : ` ${node}`} has maxmemory-policy ${policy}: once it reaches ${limit} it evicts ` +
     "keys, this store's among them (each has a TTL), and a limit whose key is evicted starts again from nothing " +
     '(a full burst, a fresh window or quota, no slots held), admitting more than it allows. Give the limiter a Redis ' +
-    'whose maxmemory-policy is noeviction (see "Memory and eviction" in the README)'
+    'whose maxmemory-policy is noeviction (see "Memory and eviction" in docs/08-redis-in-production.md)'
   );
 }
 
@@ -713,7 +713,14 @@ export function invalidRequestKey(where: string, index: number, key: unknown): s
 
 /** The module's `redis` option given where the optional `ioredis` package is not installed. */
 export function ioredisMissing(redis: unknown): string {
-  return invalidOption('redis', redis, 'needs the "ioredis" package: npm install ioredis');
+  return invalidOption('redis', withoutPassword(redis), 'needs the "ioredis" package: npm install ioredis');
+}
+
+/** A `redis` option as a message may show it: a URL's credentials and an options object's `password` as `***`. */
+export function withoutPassword(redis: unknown): unknown {
+  if (typeof redis === 'string') return redis.replace(/\/\/[^/@]*@/, '//***@');
+  if (typeof redis === 'object' && redis !== null && 'password' in redis) return { ...redis, password: '***' };
+  return redis;
 }
 
 /** An argument of the `nestjs-ratelimit simulate` command line that does not hold; `value` undefined: not given. */
