@@ -287,7 +287,7 @@ async function measure(url: string, seconds: number, load: Load): Promise<Sample
 }
 
 /**
- * Calls the store sent (EVALSHA and EVAL: RedisStore sends nothing else while deciding), and
+ * Calls the store sent (FCALL, EVALSHA and EVAL: RedisStore sends nothing else while deciding), and
  * every command Redis ran but the bench's own (INFO, FLUSHALL) and connection set-up (INFO,
  * CLIENT), those inside scripts included.
  */
@@ -298,7 +298,7 @@ async function commandStats(context: BenchContext): Promise<{ scripts: number; c
   for (const [, command, calls] of info.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) {
     if (command === 'info' || command === 'flushall' || command.startsWith('client|')) continue;
     commands += Number(calls);
-    if (/^eval(sha)?(_ro)?$/.test(command)) scripts += Number(calls);
+    if (/^(eval(sha)?|fcall)(_ro)?$/.test(command)) scripts += Number(calls);
   }
   return { scripts, commands };
 }

@@ -1,6 +1,6 @@
 /**
  * redis-cost: what a decision costs Redis, in Redis's own CPU: the microseconds `INFO
- * commandstats` counts inside the script calls (`cmdstat_evalsha` and `cmdstat_eval`, reset by
+ * commandstats` counts inside the script calls (`cmdstat_fcall`, `cmdstat_evalsha` and `cmdstat_eval`, reset by
  * `CONFIG RESETSTAT` before each run) over the decisions the run made. Unlike decisions per
  * second, it hardly depends on who else shares the cores; but Redis times a command by the wall
  * clock, so a script that loses its core midway is charged for the wait. Beside it, for
@@ -97,12 +97,12 @@ async function costOf(context: BenchContext, decide: Decide, seconds: number, in
   return { ...sample, cpu: usec / Math.max(1, counts.decisions) };
 }
 
-/** Calls and µs of EVALSHA and EVAL (read-only forms too) in an `INFO commandstats` reply. */
+/** Calls and µs of EVALSHA, EVAL and FCALL (read-only forms too) in an `INFO commandstats` reply. */
 function scriptStats(info: string): { calls: number; usec: number } {
   let calls = 0;
   let usec = 0;
   for (const [, , count, micros] of info.matchAll(
-    /^cmdstat_(eval|evalsha|eval_ro|evalsha_ro):calls=(\d+),usec=(\d+)/gm,
+    /^cmdstat_(eval|evalsha|eval_ro|evalsha_ro|fcall|fcall_ro):calls=(\d+),usec=(\d+)/gm,
   )) {
     calls += Number(count);
     usec += Number(micros);
