@@ -1,6 +1,6 @@
 /**
  * redis-ir: the user-space instructions (Ir) `redis-server` runs per decision, counted by
- * `valgrind --tool=callgrind` (the recipe: docs/instruction-meter.md). Unlike time, a count
+ * `valgrind --tool=callgrind` (the recipe: bench/instruction-meter.md). Unlike time, a count
  * does not move with whoever else shares the machine, so it can be compared run to run.
  *
  * What is replayed is the very call the contender sends, never a re-encoding of it: an ioredis
@@ -121,7 +121,7 @@ const RELEASES = 1000;
 const ALGORITHM_RATIO_TARGET: Target = { op: '<=', value: 1.5 };
 
 /**
- * The lean reference (docs/instruction-meter.md): one SET per distinct key, an integer TAT in ms, the
+ * The lean reference (bench/instruction-meter.md): one SET per distinct key, an integer TAT in ms, the
  * rule once per call. A floor to measure against, not a design: ARGV[1] is the emission
  * interval T, ms; ARGV[2] the tolerance τ = (burst - 1) * T, ms.
  */

@@ -18,7 +18,7 @@ type Answer = boolean | Promise<boolean>;
 /**
  * Limits each request by its route's policies, once however many times it runs on it: the Nest adapter of the engine
  * (`RateLimiter`), answering through the seam of the request's kind (`RateLimitContext`; a kind without one passes).
- * Its steps take the run's one record (`LimitedCall`): subclass it to change one (see the README's "Extending").
+ * Its steps take the run's one record (`LimitedCall`): subclass it to change one (see docs/12-extending.md).
  */
 @Injectable()
 export class RateLimitGuard implements CanActivate {

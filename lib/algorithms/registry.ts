@@ -9,7 +9,7 @@ import { SLIDING_WINDOW_LOG } from './sliding-window-log.js';
 import { TOKEN_BUCKET } from './token-bucket.js';
 
 /**
- * The one list of algorithms: each by the name a policy gives it, in the order the README lists
+ * The one list of algorithms: each by the name a policy gives it, in the order docs/02-policies-and-algorithms.md lists
  * them. `Algorithm` is its keys, so every record keyed by `Algorithm` elsewhere (the tables of
  * cases, their TTLs) fails to compile until it has an entry for a new one, and refuses one for a
  * name not here; the Redis store's scripts assemble the Lua mirrors from it
@@ -38,7 +38,7 @@ export type Algorithm = keyof typeof DESCRIPTORS;
  */
 export const ALGORITHM_DESCRIPTORS: { readonly [A in Algorithm]: AlgorithmDescriptor } = DESCRIPTORS;
 
-/** Every algorithm name, in the order the README lists them (its `algorithm` row). */
+/** Every algorithm name, in the order docs/02-policies-and-algorithms.md lists them (its `algorithm` row). */
 export const ALGORITHMS: readonly Algorithm[] = Object.keys(DESCRIPTORS) as Algorithm[];
 
 /**

@@ -1,7 +1,7 @@
 /**
  * `nestjs-ratelimit/throttler`: @nestjs/throttler 6.x's public surface under its names and
  * shapes, on our engine. Swap `@nestjs/throttler` for `nestjs-ratelimit/throttler` in the imports
- * and the app behaves as before (see the README's "Migrating from @nestjs/throttler"), and
+ * and the app behaves as before (see docs/13-migrating-from-throttler.md), and
  * better: GraphQL, gateways and microservices without a subclass, bounded memory, Redis through
  * our stores (`ThrottlerModule.forRoot(options, { redis })`). An entry of its own: the package
  * root never loads it.

@@ -2,7 +2,7 @@
  * The simulator as users run it: the built `nestjs-ratelimit` command in a Node process of its
  * own. A 1,000,000-line combined access log (with a few bad lines) replays in under a minute,
  * streamed: the peak RSS the command reports for it (`process.resourceUsage().maxRSS`, on stderr)
- * stays within 1.5 times that of a 100,000-line log. The README's picture is what
+ * stays within 1.5 times that of a 100,000-line log. The simulator page's picture is what
  * `npm run readme:chart` makes now.
  */
 import { spawn } from 'node:child_process';
@@ -150,7 +150,7 @@ describe('nestjs-ratelimit simulate, built, as a process', () => {
     expect(await countLines(largeCsv)).toBe(1_000_001);
   }, 120_000);
 
-  it("draws the README's picture: docs/simulator.svg is what npm run readme:chart writes now", async () => {
+  it("draws the simulator page's picture: docs/simulator.svg is what npm run readme:chart writes now", async () => {
     const pkg = JSON.parse(await readFile(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> };
     const command = /node dist\/simulator\/cli\.js (simulate .*)$/.exec(pkg.scripts['readme:chart']);
     expect(command).not.toBeNull();

@@ -1,5 +1,5 @@
 /**
- * One test per rule of @nestjs/throttler's guard (the section "The guard" of docs/throttler-compat.md):
+ * One test per rule of @nestjs/throttler's guard (the section "The guard" of lib/throttler/README.md):
  * headers, the refusal's body, `totalHits` on a refusal, the block and its end, the order the
  * throttlers are evaluated in, how decorators override, and keys per route per tracker. Each runs
  * against the real `@nestjs/throttler` and against `nestjs-ratelimit/throttler`, in memory and on

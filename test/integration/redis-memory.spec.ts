@@ -13,7 +13,7 @@ const WINDOW_MS = (RULE.burst / RULE.rps) * 1_000;
 /**
  * Redis memory per bucket, for each algorithm: 100,000 clients make one request each through
  * `RedisStore`, on a server of the test's own (another suite's keys would count), and
- * `used_memory` from `INFO memory` is read before and after. Printed and written in the README.
+ * `used_memory` from `INFO memory` is read before and after. Printed, and written in docs/08-redis-in-production.md.
  */
 describe('Redis memory per bucket', () => {
   let server: RedisServer;
@@ -70,7 +70,7 @@ describe('Redis memory per bucket', () => {
       console.log(
         `Redis used_memory per bucket after one request each: ${algorithm} ${perKey.toFixed(1)} B/key   key ${key.length} B, value ${JSON.stringify(value)}`,
       );
-      // a regression guard, not the target: a key and its TTL entry cost 85 B before any key or value bytes (see README)
+      // a regression guard, not the target: a key and its TTL entry cost 85 B before any key or value bytes (see docs/08-redis-in-production.md)
       expect(perKey).toBeLessThan(260);
     },
     120_000,

@@ -3,7 +3,7 @@
  * memory storage: each table runs on NT's `ThrottlerStorageService` (its `Date.now()` pinned to
  * the test's clock) and on ours over a `MemoryStore` and a `RedisStore` on the same clock, with
  * the same expectations, so each row proves what NT answers and that ours answers it too. Where
- * ours differs on purpose (see docs/throttler-compat.md), the last tests show both answers.
+ * ours differs on purpose (see lib/throttler/README.md), the last tests show both answers.
  *
  * A row checks `totalHits` and `isBlocked`, and `timeToBlockExpire` of a refusal (NT's on an
  * admitted hit is a meaningless negative number); `timeToExpire` differs knowingly and is left out.

@@ -4,9 +4,9 @@ import { fileURLToPath } from 'node:url';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 
-/** The folders and files the README's layout names, as paths, from the indentation of its tree. */
+/** The folders and files CONTRIBUTING.md's layout names, as paths, from the indentation of its tree. */
 function layoutPaths(): string[] {
-  const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+  const readme = readFileSync(join(ROOT, 'CONTRIBUTING.md'), 'utf8');
   const section = readme.slice(readme.indexOf('## Layout'));
   const tree = section.slice(section.indexOf('```\n') + 4, section.indexOf('\n```', section.indexOf('```\n') + 4));
   const parents: string[] = [];
@@ -31,7 +31,7 @@ function foldersUnder(dir: string): string[] {
     .flatMap((entry) => [`${dir}/${entry.name}`, ...foldersUnder(`${dir}/${entry.name}`)]);
 }
 
-describe("the README's layout", () => {
+describe("CONTRIBUTING.md's layout", () => {
   const named = layoutPaths();
 
   it('names only what is there', () => {

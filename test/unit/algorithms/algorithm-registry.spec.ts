@@ -34,7 +34,7 @@ const RELEASED_TAGS: Record<Algorithm, string> = {
 };
 
 describe('the algorithm registry', () => {
-  it('lists the algorithms in the order the README does', () => {
+  it('lists the algorithms in the order docs/02-policies-and-algorithms.md does', () => {
     expect(ALGORITHMS).toEqual([
       'token_bucket',
       'leaky_bucket',

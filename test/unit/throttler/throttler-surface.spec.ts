@@ -36,7 +36,7 @@ function metadataOf(target: object): Array<[string, unknown]> {
 }
 
 describe('nestjs-ratelimit/throttler exports', () => {
-  it("the names of the public surface (docs/throttler-compat.md), of the same kinds as NT's", () => {
+  it("the names of the public surface (lib/throttler/README.md), of the same kinds as NT's", () => {
     const names = [
       'ThrottlerModule',
       'ThrottlerGuard',

@@ -41,7 +41,7 @@ const SINCE: Readonly<Record<string, string>> = {
   EXPIRETIME: '7.0.0',
 };
 
-/** The oldest Redis the scripts must run on, as the README says. */
+/** The oldest Redis the scripts must run on, as docs/08-redis-in-production.md says. */
 const OLDEST = '6.0.0';
 
 /** Whether version `a` is no later than `b` ('6.0.0' style). */
