@@ -6,18 +6,12 @@
  * through the require conditions) and under `tsc` (NodeNext resolution, so the `types` conditions
  * are what is read). The root entry's import graph, as built, never reaches the other three.
  */
-import { execFile, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdir, mkdtemp, readdir, readFile, rename, rm, symlink, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { readFile, rm, writeFile } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
 import ts from 'typescript';
-import { packedPackage } from '../support/processes/packed-app.js';
-
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-const run = promisify(execFile);
+import { unpackedProject } from '../support/processes/packed-app.js';
 
 /** What a user's test does, after its imports: prints what it saw as one JSON line. */
 const CONSUMER_BODY = `
@@ -162,16 +156,7 @@ let pkg: string;
 
 beforeAll(async () => {
   const started = performance.now();
-  project = await mkdtemp(join(tmpdir(), 'rl-package-entries-'));
-  const { tarball } = await packedPackage();
-  await run('tar', ['-xzf', tarball, '-C', project]);
-  await mkdir(join(project, 'node_modules'));
-  pkg = join(project, 'node_modules', 'nestjs-ratelimit');
-  await rename(join(project, 'package'), pkg);
-  for (const entry of await readdir(join(ROOT, 'node_modules'))) {
-    if (entry !== 'nestjs-ratelimit' && !entry.startsWith('.'))
-      await symlink(join(ROOT, 'node_modules', entry), join(project, 'node_modules', entry));
-  }
+  ({ project, pkg } = await unpackedProject('rl-package-entries-'));
   await writeFile(join(project, 'consumer.mjs'), CONSUMER_MJS);
   await writeFile(join(project, 'consumer.cjs'), CONSUMER_CJS);
   await writeFile(join(project, 'consumer.mts'), CONSUMER_MTS);

@@ -1,10 +1,12 @@
 /**
  * The package as users get it: built (`npm run build`), packed (`npm pack`) and installed into a
  * copy of an app folder under test/, so the repository stays clean. The app's own dependencies
- * come from its package-lock.json (npm's cache first), the package from the tarball.
+ * come from its package-lock.json (npm's cache first), the package from the tarball. Or unpacked
+ * into a temp project whose other packages are this repository's, for specs that use it without an install.
  */
 import { execFile } from 'node:child_process';
-import { copyFile, mkdir, readdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { copyFile, mkdir, mkdtemp, readdir, readFile, rename, rm, symlink, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { basename, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -92,6 +94,30 @@ async function awaitAnswer(answer: string): Promise<PackedPackage> {
     }
     await sleep(250);
   }
+}
+
+/**
+ * A project in a new temp dir (named from `prefix`) with the packed package unpacked as its
+ * `node_modules/nestjs-ratelimit`, its other `node_modules/*` entries links to this repository's:
+ * what a user's project sees, without an install. Gives the project's path and the package's.
+ */
+export async function unpackedProject(prefix: string): Promise<{ project: string; pkg: string }> {
+  const { tarball } = await packedPackage();
+  const project = await mkdtemp(join(tmpdir(), prefix));
+  const pkg = join(project, 'node_modules', 'nestjs-ratelimit');
+  try {
+    await run('tar', ['-xzf', tarball, '-C', project]);
+    await mkdir(join(project, 'node_modules'));
+    await rename(join(project, 'package'), pkg);
+    for (const entry of await readdir(join(ROOT, 'node_modules'))) {
+      if (entry !== 'nestjs-ratelimit' && !entry.startsWith('.'))
+        await symlink(join(ROOT, 'node_modules', entry), join(project, 'node_modules', entry));
+    }
+  } catch (error) {
+    await rm(project, { recursive: true, force: true });
+    throw error;
+  }
+  return { project, pkg };
 }
 
 /**
