@@ -1,7 +1,7 @@
 /**
  * redis-cost: what a decision costs Redis, in Redis's own CPU: the microseconds `INFO
- * commandstats` counts inside the script calls (`cmdstat_fcall`, `cmdstat_evalsha` and `cmdstat_eval`, reset by
- * `CONFIG RESETSTAT` before each run) over the decisions the run made. Unlike decisions per
+ * commandstats` counts inside the script calls (`cmdstat_fcall`, `cmdstat_evalsha` and
+ * `cmdstat_eval`, reset by `CONFIG RESETSTAT` before each run) over the decisions the run made. Unlike decisions per
  * second, it hardly depends on who else shares the cores; but Redis times a command by the wall
  * clock, so a script that loses its core midway is charged for the wait. Beside it, for
  * information, the redis-server process's own CPU (user + system, `/proc`) over the same

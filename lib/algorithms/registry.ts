@@ -9,11 +9,11 @@ import { SLIDING_WINDOW_LOG } from './sliding-window-log.js';
 import { TOKEN_BUCKET } from './token-bucket.js';
 
 /**
- * The one list of algorithms: each by the name a policy gives it, in the order docs/02-policies-and-algorithms.md lists
- * them. `Algorithm` is its keys, so every record keyed by `Algorithm` elsewhere (the tables of
- * cases, their TTLs) fails to compile until it has an entry for a new one, and refuses one for a
- * name not here; the Redis store's scripts assemble the Lua mirrors from it
- * (`stores/redis/models.lua.ts`).
+ * The one list of algorithms: each by the name a policy gives it, in the order
+ * docs/02-policies-and-algorithms.md lists them. `Algorithm` is its keys, so every record keyed
+ * by `Algorithm` elsewhere (the tables of cases, their TTLs) fails to compile until it has an
+ * entry for a new one, and refuses one for a name not here; the Redis store's scripts assemble
+ * the Lua mirrors from it (`stores/redis/models.lua.ts`).
  */
 const DESCRIPTORS = {
   token_bucket: TOKEN_BUCKET,
