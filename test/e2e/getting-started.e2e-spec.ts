@@ -8,25 +8,16 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import ts from 'typescript';
 import { APP_COMPILER_OPTIONS, tsBlocks } from '../support/docs-check.js';
 import { unpackedProject } from '../support/processes/packed-app.js';
 import { withRedis } from '../support/redis/client.js';
-import { startRedisServer, stopRedisProcesses } from '../support/redis/process.js';
+import { freePort, startRedisServer, stopRedisProcesses } from '../support/redis/process.js';
+import { waitUntil } from '../support/wait.js';
 
 const PAGE = fileURLToPath(new URL('../../docs/01-getting-started.md', import.meta.url));
-
-/** A loopback port no one listens on now. */
-async function freePort(): Promise<number> {
-  const server = createServer().listen(0, '127.0.0.1');
-  await new Promise((listening) => server.once('listening', listening));
-  const { port } = server.address() as { port: number };
-  await new Promise((closed) => server.close(closed));
-  return port;
-}
 
 /** Writes the page's `file=` blocks into `dir` and compiles them to `dir/dist`; gives the compiler's errors. */
 async function buildPageApp(dir: string): Promise<string[]> {
@@ -52,21 +43,6 @@ async function get(url: string, headers: Record<string, string> = {}) {
   return { status: response.status, headers: response.headers, body: await response.text() };
 }
 
-/** Asks the app until it answers, for at most 30 s. */
-async function untilListening(url: string, app: ChildProcess, output: () => string): Promise<void> {
-  const deadline = Date.now() + 30_000;
-  for (;;) {
-    if (app.exitCode !== null) throw new Error(`the app exited (${app.exitCode}):\n${output()}`);
-    try {
-      await get(url);
-      return;
-    } catch {
-      if (Date.now() > deadline) throw new Error(`the app did not listen within 30 s:\n${output()}`);
-      await new Promise((retry) => setTimeout(retry, 100));
-    }
-  }
-}
-
 let project: string;
 let redis: { pid: number; port: number; url: string };
 let app: ChildProcess;
@@ -87,7 +63,11 @@ beforeAll(async () => {
   });
   app.stdout?.setEncoding('utf8').on('data', (chunk: string) => (output += chunk));
   app.stderr?.setEncoding('utf8').on('data', (chunk: string) => (output += chunk));
-  await untilListening(`${base}/health`, app, () => output);
+  await waitUntil('the app to listen', 30_000, async () => {
+    if (app.exitCode !== null) return `the app exited (${app.exitCode}):\n${output}`;
+    await get(`${base}/health`);
+    return '';
+  });
 }, 180_000);
 
 afterAll(async () => {
