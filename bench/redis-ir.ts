@@ -23,6 +23,8 @@
  * names the ms its slot was taken at, so only its first replay would find a slot to give back.
  * It is counted by the store itself driving a server under callgrind instead: one slot taken and
  * given back on each of `RELEASES` fresh keys, less the same slots only taken (see `releaseIr`).
+ * So are a token bucket's refund and settles (the same refund call, its amount signed), beside it
+ * (see `settleIr`).
  */
 import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
@@ -35,6 +37,7 @@ import { Redis } from 'ioredis';
 import {
   type Algorithm,
   ALGORITHMS,
+  type RateLimitDecision,
   type RateLimitRequest,
   RedisStore,
   type RedisStoreOptions,
@@ -115,8 +118,10 @@ const ONE_A_CALL_TARGETS: Record<string, Target> = {
 };
 /** The algorithms also measured at one decision a call: the two whose rules are not a rate's. */
 const ONE_A_CALL_ALGORITHMS: ReadonlySet<Algorithm> = new Set(['concurrency', 'quota']);
-/** Slots taken and given back for the release's count (see `releaseIr`). */
+/** Charges given back or settled for each call-counted figure (see `afterChargeIr`). */
 const RELEASES = 1000;
+/** Tokens each reservation of the settle counts takes up front (see `settleIr`). */
+const SETTLE_COST = 5;
 /** Every other algorithm's Ir per decision at 64 fresh keys over the token bucket's, at most. */
 const ALGORITHM_RATIO_TARGET: Target = { op: '<=', value: 1.5 };
 
@@ -208,9 +213,10 @@ export async function redisIr(context: BenchContext): Promise<ComparisonReport> 
     }
     const repeat = await repeatOnce(context, dir, figures[0], await idleOf('ours', figures[0].storeOptions));
     notes.push(repeat);
-    const release = await releaseIr(context, dir);
-    figures.push(release);
-    context.log(`ours, concurrency, release (a refund call): ${formatRate(release.ir)} Ir per call`);
+    for (const figure of [await releaseIr(context, dir), ...(await settleIr(context, dir))]) {
+      figures.push(figure);
+      context.log(`ours, ${figure.algorithm}, ${figure.shape.name}: ${formatRate(figure.ir)} Ir per call`);
+    }
     if (!figures.some((figure) => figure.setup === 'ours' && /^fcall/i.test(figure.command[0])))
       notes.push(
         'Ours one decision a call via Redis Functions (target <= 55,000 Ir per call): n/a, the store calls EVALSHA.',
@@ -557,40 +563,83 @@ async function runBenchmark(context: BenchContext, port: number, { shape, comman
     throw new Error(`redis-benchmark ${args.slice(0, 12).join(' ')} ... failed (exit ${code}): ${output.trim()}`);
 }
 
+/** What is done after each charge a call-counted figure takes (see `afterChargeIr`): nothing, for the count it is less. */
+type AfterCharge = ((store: RedisStore, decisions: RateLimitDecision[]) => Promise<unknown>) | undefined;
+
 /**
- * Ir per `concurrency` release (a refund call of one decision), counted on servers the store
- * itself drives: `RELEASES` slots each taken on a key of its own and given back, one call at a
- * time, less the same slots only taken; the store's other calls (its setup, its clock) are in
- * both counts alike. Each refund finds the slot it names, as a request's end does.
+ * The instructions of a server the store itself drives: `RELEASES` requests of `cost` each charged
+ * on a key of its own, one call at a time, each followed by `after` (a refund, a settle) where one
+ * is given. A call-counted figure is such a count less the same charges alone: the store's other
+ * calls (its setup, its clock) are in both counts alike, and each refund or settle finds the
+ * charge it names, as a request's end does.
  */
-async function releaseIr(context: BenchContext, dir: string): Promise<Figure> {
-  const drive = (release: boolean) => async (port: number) => {
+async function afterChargeIr(
+  context: BenchContext,
+  dir: string,
+  rule: RateLimitRequest['rule'],
+  cost: number,
+  after: AfterCharge,
+): Promise<number> {
+  return countInstructions(context, dir, 'ours', undefined, async (port) => {
     const client = await readyClient(`redis://127.0.0.1:${port}`);
     const store = new RedisStore({ client });
     try {
-      const rule = ruleOf('concurrency');
       for (let i = 0; i < RELEASES; i++) {
-        const decisions = await store.consume([{ key: `rl:bench:release:${i}`, policy: 'bench', rule, cost: 1 }], {
+        const decisions = await store.consume([{ key: `rl:bench:after:${i}`, policy: 'bench', rule, cost }], {
           timeoutMs: CALLER_TIMEOUT_MS,
         });
-        if (!decisions[0].allowed) throw new Error('a concurrency slot for the release count was refused');
-        if (release) await store.refund(decisions);
+        if (!decisions[0].allowed) throw new Error(`a ${rule.algorithm} charge for a call-counted figure was refused`);
+        await after?.(store, decisions);
       }
     } finally {
       await store.close();
       client.disconnect();
     }
-  };
-  const released = await countInstructions(context, dir, 'ours', undefined, drive(true));
-  const taken = await countInstructions(context, dir, 'ours', undefined, drive(false));
+  });
+}
+
+/** A call-counted figure (see `afterChargeIr`): Ir per call of what `name` says. */
+function callFigure(name: string, algorithm: Algorithm, ir: number): Figure {
   return {
     contender: 'ours',
-    shape: { name: 'release (a refund call)', keys: ['rl:bench:release:<i>'], calls: RELEASES, per: 'call' },
-    algorithm: 'concurrency',
+    shape: { name, keys: ['rl:bench:after:<i>'], calls: RELEASES, per: 'call' },
+    algorithm,
     setup: 'ours',
     command: ['(driven by the store)'],
-    ir: (released - taken) / RELEASES,
+    ir,
   };
+}
+
+/**
+ * Ir per `concurrency` release (a refund call of one decision): `RELEASES` slots each taken and
+ * given back, less the same slots only taken.
+ */
+async function releaseIr(context: BenchContext, dir: string): Promise<Figure> {
+  const rule = ruleOf('concurrency');
+  const released = await afterChargeIr(context, dir, rule, 1, (store, decisions) => store.refund(decisions));
+  const taken = await afterChargeIr(context, dir, rule, 1, undefined);
+  return callFigure('release (a refund call)', 'concurrency', (released - taken) / RELEASES);
+}
+
+/**
+ * Ir per call of a token bucket that settles (its rule with a debt): a reservation of `SETTLE_COST`
+ * given back whole (a refund), settled up (the refund call taking more: 3 tokens more) and settled
+ * down (the refund call giving back: 3 of them), each less the same reservations alone. The
+ * reservations are the general call's (a rule that settles never takes the flat one).
+ */
+async function settleIr(context: BenchContext, dir: string): Promise<Figure[]> {
+  const rule = { ...ruleOf('token_bucket'), debt: 1000 };
+  const taken = await afterChargeIr(context, dir, rule, SETTLE_COST, undefined);
+  const figures: Figure[] = [];
+  for (const [name, after] of [
+    ['refund', (store, decisions) => store.refund(decisions)],
+    ['settle up (3 more)', (store, [decision]) => store.settle([{ decision, actual: SETTLE_COST + 3 }])],
+    ['settle down (3 back)', (store, [decision]) => store.settle([{ decision, actual: SETTLE_COST - 3 }])],
+  ] as const satisfies readonly (readonly [string, AfterCharge])[]) {
+    const total = await afterChargeIr(context, dir, rule, SETTLE_COST, after);
+    figures.push(callFigure(`${name} (a refund call), with a debt`, 'token_bucket', (total - taken) / RELEASES));
+  }
+  return figures;
 }
 
 /** Shape by contender: Ir per decision (per call for one decision a call), token bucket unless named. */

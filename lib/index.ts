@@ -4,8 +4,16 @@ export { RateLimitContexts } from './contexts/rate-limit-contexts.js';
 export type { HeaderFamily } from './headers/rate-limit-headers.js';
 export type { LimitedRequest } from './keys/identity.js';
 export type { LimitedCall } from './limiter/limited-call.js';
-export type { RateLimitUsage, RateLimitVerdict } from './limiter/rate-limiter.js';
-export type { CostSource, KeySource, RateLimitPolicy, TierLimits, TierSource } from './policy/policy.types.js';
+export type { RateLimitReservation, RateLimitUsage, RateLimitVerdict } from './limiter/rate-limiter.js';
+export { RateLimitBudgetSpent } from './limiter/rate-limit-meter.js';
+export type {
+  CostSource,
+  KeySource,
+  RateLimitPolicy,
+  SettleSource,
+  TierLimits,
+  TierSource,
+} from './policy/policy.types.js';
 export type { AdaptiveRate, BlockFor, QuotaAnchor, SkipIf } from './policy/policy.types.js';
 export type {
   RateLimitDecisionEvent,
@@ -16,6 +24,7 @@ export type {
 } from './observability/rate-limit-events.js';
 export { InvalidPolicyError } from './policy/resolve-policy.js';
 export { RateLimit, SkipRateLimit } from './rate-limit.decorator.js';
+export { RateLimitMeter } from './rate-limit-meter.decorator.js';
 export { RateLimitExceededException, RateLimitUnavailableException } from './rate-limit.exception.js';
 export { RateLimitGuard } from './rate-limit.guard.js';
 export { RateLimitInterceptor } from './rate-limit.interceptor.js';
@@ -32,6 +41,7 @@ export {
   type RateLimitCallOptions,
   type RateLimitDecision,
   type RateLimitRequest,
+  type RateLimitSettle,
   RateLimitStore,
 } from './stores/rate-limit-store.interface.js';
 export { RedisStore, type RedisStoreClock, type RedisStoreOptions } from './stores/redis/redis.store.js';

@@ -45,7 +45,7 @@ export interface ResolvedOptions {
   exceptionFactory: ExceptionFactory | undefined;
 }
 
-const HEADER_FAMILIES: readonly HeaderFamily[] = ['ietf', 'legacy', 'x-ratelimit'];
+const HEADER_FAMILIES: readonly HeaderFamily[] = ['ietf', 'legacy', 'x-ratelimit', 'dimensions'];
 const FAIL_MODES: readonly FailMode[] = ['open', 'closed', 'local'];
 const CONTEXT_TYPES: readonly ContextType[] = ['http', 'graphql', 'ws', 'rpc'];
 /** Every option there is: any other key is a typo, refused rather than ignored. */
@@ -120,7 +120,7 @@ export function resolveOptions(options: RateLimitModuleOptions | undefined): Res
     fail('ipv6Subnet', ipv6Subnet, 'must be a whole number of bits from 32 to 64');
   }
   if (headers !== false && (!Array.isArray(headers) || !headers.every((h) => HEADER_FAMILIES.includes(h)))) {
-    fail('headers', headers, `must be false or a list of 'ietf', 'legacy', 'x-ratelimit'`);
+    fail('headers', headers, `must be false or a list of 'ietf', 'legacy', 'x-ratelimit', 'dimensions'`);
   }
   if (!FAIL_MODES.includes(failMode)) fail('failMode', failMode, `must be 'open', 'closed' or 'local'`);
   if (typeof timeout !== 'number' || !(timeout > 0 && timeout <= MAX_TIMER_MS)) {

@@ -6,10 +6,12 @@ import {
   type NestInterceptor,
   Optional,
 } from '@nestjs/common';
-import { finalize, from, mergeMap, type Observable, tap } from 'rxjs';
+import { defer, finalize, from, mergeMap, type Observable, tap } from 'rxjs';
 import { RateLimitContexts } from './contexts/rate-limit-contexts.js';
 import type { AfterGuards } from './limiter/limited-call.js';
+import { lendMeters } from './limiter/meter-loans.js';
 import { RateLimiter } from './limiter/rate-limiter.js';
+import type { RequestEnd } from './limiter/request-end.js';
 
 /**
  * Tells the engine a request's handler outcome, where that is the request's end (see
@@ -56,15 +58,36 @@ export class RateLimitOutcomeInterceptor implements NestInterceptor {
     );
   }
 
-  /** The handler's observable, its outcome told to the engine when it completes, fails or is dropped. */
+  /**
+   * The handler's observable, its outcome told to the engine when it completes, fails or is
+   * dropped; for a request that settles its real cost, its values too (the last is its result),
+   * and its meters lent to its parameters while it runs (`@RateLimitMeter()`).
+   */
   private watch(context: ExecutionContext, next: CallHandler): Observable<unknown> {
     const ended = this.outcome(context);
-    if (ended === undefined) return next.handle();
+    const settling = this.settling(context);
+    if (ended === undefined && settling === undefined) return next.handle();
     let completed = false;
-    return next.handle().pipe(
-      tap({ complete: () => (completed = true) }),
-      finalize(() => ended(completed)),
+    const handled = settling === undefined ? next.handle() : this.lending(settling, context, next);
+    const heard = settling === undefined ? undefined : (value: unknown) => settling.forEach((end) => end.heard(value));
+    return handled.pipe(
+      tap({ next: heard, complete: () => (completed = true) }),
+      finalize(() => ended?.(completed)),
     );
+  }
+
+  /** The handler called with the meters of `settling` lent to its parameters, taken back when it is done. */
+  private lending(settling: readonly RequestEnd[], context: ExecutionContext, next: CallHandler): Observable<unknown> {
+    return defer(() => {
+      const meters = new Map(settling.flatMap((end) => [...end.meters()]));
+      return next.handle().pipe(finalize(lendMeters(context, meters)));
+    });
+  }
+
+  /** The ends of the request of `context` that settle its real cost (see `RateLimiter.settling`). */
+  private settling(context: ExecutionContext): RequestEnd[] | undefined {
+    const seam = this.contexts?.for(context.getType());
+    return seam === undefined ? undefined : this.limiter?.settling(seam, context);
   }
 
   /** What the handler's outcome settles for the request of `context` (see `RateLimiter.outcome`); its seam is loaded by now. */

@@ -261,6 +261,26 @@ export function releasesSettled(landed: number, lapsed: number): string {
 export const resetAllUnsupported =
   'RateLimiterService.resetAll() needs a store with resetAll(prefix), as MemoryStore and RedisStore have: this store has none';
 
+/** A meter's `add` or `set` given an amount that is not a finite number >= 0. */
+export function meterAmount(call: 'add' | 'set', n: unknown): string {
+  return `RateLimitMeter.${call}: the amount must be a finite number >= 0, got ${show(n)}`;
+}
+
+/** A policy's `settle` that gave no cost a request can be charged (it threw, or gave no finite number >= 0). */
+export function settleUnusable(policy: string, what: unknown): string {
+  const said = what instanceof Error ? `threw ${what.message}` : `returned ${show(what)}`;
+  return `The settle of policy '${policy}' ${said}: the request keeps its reservation (or its meter's count). Warned once per policy.`;
+}
+
+/** Why a `@RateLimitMeter()` parameter got a meter that charges nothing. */
+export function meterUnavailable(
+  context: { getClass(): { name: string }; getHandler(): { name: string } },
+  policy: string | undefined,
+): string {
+  const route = `${context.getClass().name}.${context.getHandler().name}`;
+  return `${route}: no request meter${policy === undefined ? '' : ` for policy '${policy}'`} (the rate limit module does not limit this call): counts are not charged`;
+}
+
 // Policies: what validation tells of a field (`expected`, framed by `invalidPolicyField` as
 // `"<field>" <expected>, got <value>`) or of a policy as a whole (`problem`, framed by
 // `invalidPolicy`). Each has a row in test/unit/policy/validation.spec.ts.
@@ -291,7 +311,7 @@ export function expectedCostQuery(): string {
 
 /** A cost that is none of the sources of one. */
 export function expectedCost(): string {
-  return `must be a positive number, 'header:<name>', 'query:<name>' or a function`;
+  return `must be a positive number, 'header:<name>', 'query:<name>' or a function (0 too on a policy that settles)`;
 }
 
 /** A `defaultCost` that is not a positive number. */
@@ -357,6 +377,35 @@ export function expectedDaysAtMost(days: number): string {
 /** A `lease` that is not a duration of at least 1 ms. */
 export function expectedLease(): string {
   return `must be a duration of at least 1 ms: seconds, or a string such as '30s', '5m', '1h'`;
+}
+
+/** A `@RateLimitMeter()` whose route has no policy of that name that settles. */
+export function meterWithoutSettle(policy: string | undefined, settling: readonly string[]): string {
+  if (policy === undefined)
+    return settling.length === 0
+      ? '@RateLimitMeter() needs a policy on the route that settles (with settle, maxDebt or settleEvery); it has none'
+      : `@RateLimitMeter() must name one of the route's policies that settle: ${settling.map((name) => `'${name}'`).join(', ')}`;
+  return `@RateLimitMeter('${policy}') names no policy of the route that settles (with settle, maxDebt or settleEvery)${settling.length === 0 ? '' : `; those that do: ${settling.map((name) => `'${name}'`).join(', ')}`}`;
+}
+
+/** `settle`: what it must be. */
+export function expectedSettle(): string {
+  return "must be a function of the handler's result (and the execution context) returning the real cost, a number >= 0";
+}
+
+/** `maxDebt`: what it must be. */
+export function expectedMaxDebt(): string {
+  return 'must be a whole number >= 0: how far past empty (cost units) a settle may take a bucket';
+}
+
+/** `settleEvery`: what it must be. */
+export function expectedSettleEvery(): string {
+  return `must be a duration of at least 1 s: seconds, or a string such as '10s', '1m'`;
+}
+
+/** `unit`: what it must be. */
+export function expectedUnit(): string {
+  return `must be a word of letters, digits and '-' (up to 32), such as 'requests' or 'tokens'`;
 }
 
 /** A field only the `algorithms` take (`lease`, `period`, `anchor`), on a policy of `algorithm`. */
@@ -694,6 +743,34 @@ export function staleStoreCall(timeoutMs: number): string {
 /** A cost that is not a finite number > 0; `argument` names what holds it (`cost`, `requests[1].cost`). */
 export function invalidCost(where: string, argument: string, cost: unknown): string {
   return invalidArgument(where, argument, cost, 'must be a finite number > 0 (the tokens the request takes)');
+}
+
+/**
+ * A cost of a request whose rule settles (`Rule.debt`) that is not a finite number >= 0; `argument`
+ * names what holds it (`requests[1].cost`).
+ */
+export function invalidReservedCost(where: string, argument: string, cost: unknown): string {
+  return invalidArgument(
+    where,
+    argument,
+    cost,
+    'must be a finite number >= 0 (the tokens the request reserves: one whose policy settles may reserve none)',
+  );
+}
+
+/** A store's `settle` given `settles` that is not a list. */
+export function invalidSettles(where: string, settles: unknown): string {
+  return invalidArgument(where, 'settles', settles, 'must be a list of settles such as { decision, actual }');
+}
+
+/** A settle of a store's `settle` call that is not `{ decision, actual }`. */
+export function invalidSettle(where: string, index: number, settle: unknown): string {
+  return invalidArgument(where, `settles[${index}]`, settle, 'must be a settle such as { decision, actual }');
+}
+
+/** A settle's `actual` that is not a finite number >= 0; `argument` names it (`settles[0].actual`). */
+export function invalidSettleActual(where: string, argument: string, actual: unknown): string {
+  return invalidArgument(where, argument, actual, 'must be a finite number >= 0 (the tokens the request costs in all)');
 }
 
 /** A store call's `requests` that is not a list. */

@@ -1,5 +1,5 @@
 import { Injectable } from '@nestjs/common';
-import { RateLimiter, type RateLimitUsage } from './limiter/rate-limiter.js';
+import { RateLimiter, type RateLimitReservation, type RateLimitUsage } from './limiter/rate-limiter.js';
 import type { RateLimitPolicy } from './policy/policy.types.js';
 import type { RateLimitDecision } from './stores/rate-limit-store.interface.js';
 
@@ -46,6 +46,25 @@ export class RateLimiterService {
     tier?: string,
   ): Promise<RateLimitDecision[]> {
     return this.engine.consume('RateLimiterService.consume', identity, policies, cost, tier);
+  }
+
+  /**
+   * Reserves `cost` (an estimate, cost units; 0 when every policy settles) for work done outside a
+   * request (a queue's job, a cron task), and hands back the reservation, whose `settle(actual)`
+   * charges the real cost once the work is done, or `cancel()` gives it all back (see
+   * `RateLimitReservation`). `tier` as for `consume`.
+   *
+   * @example
+   * const job = await limiter.reserve(`tenant:${tenant}`, { name: 'tokens', limit: 1_000_000, window: '1d', settle: () => 0 }, 2_000);
+   * if (job.allowed) await job.settle(await runSummary(tenant));
+   */
+  async reserve(
+    identity: string,
+    policies: RateLimitPolicy | RateLimitPolicy[],
+    cost = 1,
+    tier?: string,
+  ): Promise<RateLimitReservation> {
+    return this.engine.reserve(identity, policies, cost, tier);
   }
 
   /** What `consume` would decide, without taking anything. */

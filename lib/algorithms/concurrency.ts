@@ -23,5 +23,6 @@ export const CONCURRENCY: AlgorithmDescriptor<SlidingWindowLogState> = {
     blockFor: 'a slot comes back when a request ends, and a block would keep the client out with slots free',
     adaptive: 'requests in flight are not a rate to scale',
     "count: 'failures'": 'every request gives its slot back when it ends',
+    settle: 'a request holds one slot while it runs, whatever it costs, and gives it back when it ends',
   },
 };

@@ -109,6 +109,38 @@ export function settle(
 }
 
 /**
+ * What settling one charge does to its bucket (`RateLimitStore.settle`): the state as of `now`, as
+ * a decision reads it (`currentOf`), with `actual - taken` tokens more taken (the model's
+ * `debit`: past empty, down to `rule.debt` past it) or, for less, given back as a refund of the
+ * difference charged at `chargedAt` gives it (`refund`: never past full, never into another window
+ * than the charge's). `changed` is false when nothing moved (the charge was right, a window that has
+ * ended keeps what it took, a debt at its cap, an algorithm without `debit`): the stored state and
+ * its expiry then stand. Otherwise a store writes `next`, to expire at
+ * `expiryAfter(next.at, outcome.fullMs)`, or drops its key when `outcome.fullMs` is 0 (full again).
+ * `outcome` is the bucket after, as a peek of a request of cost 0 reports it: not `allowed` while it
+ * is in debt (or blocked). Lua: `refund_call` in `stores/redis/decide.lua.ts`.
+ *
+ * @example settleState(state, now, rule, 100, 340, charge.at) // 240 tokens more taken
+ */
+export function settleState(
+  state: Held | undefined,
+  now: number,
+  rule: Rule,
+  taken: number,
+  actual: number,
+  chargedAt: number,
+): { next: Held; changed: boolean; outcome: Outcome } {
+  const model = modelOf(rule);
+  // a block that has ended and resets the bucket leaves a fresh one, as for a decision
+  const current = currentOf(model, state, now, rule);
+  let next = current;
+  if (actual > taken) next = model.debit?.(current, rule, actual - taken) ?? current;
+  else if (actual < taken) next = model.refund(current, rule, taken - actual, chargedAt);
+  const entry = { state: next, rule, cost: 0 };
+  return { next, changed: next !== current, outcome: report(model, next, entry, admitted(model, next, rule, 0), 0) };
+}
+
+/**
  * The state as of `now` (the model's `current`), or, for a rule whose block's end resets the
  * bucket (`Rule.blockResets`) and a state whose block has ended, a fresh one: as if the key had
  * never been seen. A block ends at the state's own time (`at`, which a clock that went back keeps).
@@ -168,7 +200,11 @@ function fullMsOf<S extends Held>(model: AlgorithmModel<S>, state: S, rule: Rule
  * The verdict `state` (charged or not) gives, every time derived from `waitMs`. During a block
  * nothing is left, and every time is at least the block's: a request is admitted, another token
  * comes, and the bucket is full (so the key lives) no sooner than the block ends; for a rule whose
- * block resets the bucket, exactly when it ends (all of it comes back then).
+ * block resets the bucket, exactly when it ends (all of it comes back then). A rule that settles
+ * (`Rule.debt`) reports what its bucket owes past empty (the model's `debt`) when it owes some: only
+ * a settle takes a bucket there, and a rule that never settles reports none (its window's count
+ * past a factor's scaled limit is the factor's doing, not a debt). Lua: `report` in
+ * `stores/redis/decide.lua.ts`.
  */
 function report<S extends Held>(
   model: AlgorithmModel<S>,
@@ -180,7 +216,7 @@ function report<S extends Held>(
   const blockMs = blockLeftMs(state, rule);
   const remaining = blockMs > 0 ? 0 : model.remaining(state, rule);
   const resets = blockMs > 0 && rule.blockResets === true;
-  return {
+  const outcome: Outcome = {
     allowed: admits,
     remaining,
     retryMs: admits
@@ -197,6 +233,10 @@ function report<S extends Held>(
     blockedMs: blockMs,
     at: state.at,
   };
+  // absent unless above 0, so an outcome without one keeps its shape
+  const debt = rule.debt === undefined || model.debt === undefined ? 0 : model.debt(state, rule);
+  if (debt > 0) outcome.debt = debt;
+  return outcome;
 }
 
 /**

@@ -35,9 +35,10 @@ function fixed_window.current(state, now, rule)
   else
     start = at
   end
-  -- a count written under a larger limit (the limit was lowered) is the whole limit now
+  -- a count written under a larger limit (the limit was lowered) is the whole limit now (and
+  -- what a settle may take past it; rule.debt is 0 for a rule without one: see read_rule)
   local count = 0
-  if state ~= nil and state.start == start then count = min(rule.burst, state.count) end
+  if state ~= nil and state.start == start then count = min(rule.burst + rule.debt, state.count) end
   local blocked_until = 0
   if state ~= nil then blocked_until = state.blocked_until end
   return { start = start, count = count, at = at, blocked_until = blocked_until }
@@ -75,5 +76,19 @@ function fixed_window.refund(s, rule, cost, charged_at)
     return s
   end
   return { start = s.start, count = max(0, s.count - cost), at = s.at, blocked_until = s.blocked_until }
+end
+
+-- fixedWindow.debit
+function fixed_window.debit(s, rule, cost)
+  -- counted in the window the state is in, up to debt past burst, never down
+  local count = min(s.count + cost, rule.burst + rule.debt)
+  if count <= s.count then return s end
+  return { start = s.start, count = count, at = s.at, blocked_until = s.blocked_until }
+end
+
+-- fixedWindow.debt
+function fixed_window.debt(s, rule)
+  -- the count past what the window admits, rounded up: remaining's other side
+  return max(0, ceil(s.count - window_limit(rule, 1)))
 end
 `;

@@ -10,7 +10,7 @@ export interface FixedWindowState {
    * at a key's first request (`Rule.anchor`), the time of the request that started it.
    */
   start: number;
-  /** Tokens taken in that window, 0 <= count <= burst. */
+  /** Tokens taken in that window, 0 <= count <= burst, or up to `burst + debt` after a settle (`ModelRule.debt`). */
   count: number;
   /** The time the state is as of (not stored): `now`, or `start` if the clock went back before it. */
   at: number;
@@ -29,15 +29,16 @@ export interface FixedWindowState {
  * Mirrored line for line by `fixed-window.lua.ts` beside it: change both together.
  */
 export const fixedWindow: AlgorithmModel<FixedWindowState> = {
-  current(state, now, { rps, burst, anchor }) {
+  current(state, now, { rps, burst, anchor, debt }) {
     const w = windowMs(rps, burst);
     // A clock that goes back into an earlier window stays in the stored one: no fresh quota.
     const at = state === undefined ? now : Math.max(now, state.start);
     // Anchored: the stored window while it lasts, else one that starts now.
     const start =
       anchor === undefined ? Math.floor(at / w) * w : state !== undefined && at < state.start + w ? state.start : at;
-    // A count written under a larger limit (the limit was lowered) is the whole limit now.
-    const count = state !== undefined && state.start === start ? Math.min(burst, state.count) : 0;
+    // A count written under a larger limit (the limit was lowered) is the whole limit now (and
+    // what a settle may take past it).
+    const count = state !== undefined && state.start === start ? Math.min(burst + (debt ?? 0), state.count) : 0;
     return { start, count, at, blockedUntil: state === undefined ? 0 : state.blockedUntil };
   },
 
@@ -71,6 +72,17 @@ export const fixedWindow: AlgorithmModel<FixedWindowState> = {
       at: state.at,
       blockedUntil: state.blockedUntil,
     };
+  },
+
+  debit(state, { burst, debt = 0 }, cost) {
+    // Counted in the window the state is in, up to `debt` past burst, never down.
+    const count = Math.min(state.count + cost, burst + debt);
+    return count <= state.count ? state : { start: state.start, count, at: state.at, blockedUntil: state.blockedUntil };
+  },
+
+  debt(state, rule) {
+    // the count past what the window admits, rounded up: `remaining`'s other side
+    return Math.max(0, Math.ceil(state.count - windowLimit(rule, 1)));
   },
 };
 

@@ -25,8 +25,9 @@ function gcra.current(state, now, rule)
   -- a clock that goes backwards drains nothing, and at never moves back
   local elapsed = max(0, now - state.at)
   -- a backlog written under a larger burst (the limit was lowered since) was a full one as of
-  -- its at, and drains from there
-  local stored = min(rule.burst, state.backlog)
+  -- its at (one in debt as far as the rule lets a settle go), and drains from there (rule.debt
+  -- is 0 for a rule without one: see read_rule)
+  local stored = min(rule.burst + rule.debt, state.backlog)
   -- empty once the whole ms its key expires after have passed, even a rounding step short
   local backlog = whole_if_near(max(0, stored - (elapsed * rule.rps) / 1000), rule.burst)
   if elapsed >= duration_ms(stored, rule.rps) then backlog = 0 end
@@ -35,7 +36,8 @@ end
 
 -- gcra.remaining
 function gcra.remaining(s, rule)
-  return floor(rule.burst - s.backlog)
+  -- a backlog past burst (in debt) leaves none
+  return max(0, floor(rule.burst - s.backlog))
 end
 
 -- gcra.waitMs
@@ -57,6 +59,20 @@ end
 -- gcra.refund
 function gcra.refund(s, rule, cost, charged_at)
   return { backlog = max(0, s.backlog - cost), at = s.at, blocked_until = s.blocked_until }
+end
+
+-- gcra.debit
+function gcra.debit(s, rule, cost)
+  -- up to debt tokens past burst, never down: a backlog already past that stays as it is
+  local backlog = min(s.backlog + cost, rule.burst + rule.debt)
+  if backlog <= s.backlog then return s end
+  return { backlog = backlog, at = s.at, blocked_until = s.blocked_until }
+end
+
+-- gcra.debt
+function gcra.debt(s, rule)
+  -- the backlog past burst, rounded up: remaining's other side
+  return max(0, ceil(s.backlog - rule.burst))
 end
 
 -- leakyBucket: gcra plus the wait in the queue

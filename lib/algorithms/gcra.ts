@@ -7,8 +7,8 @@ import { storedFields } from './stored-fields.js';
 export interface GcraState {
   /**
    * How far the theoretical arrival time (TAT) lies ahead of `at`, in emission intervals
-   * (tokens), 0 <= backlog <= burst (`current` brings one written under a larger burst down to
-   * it). Kept in tokens, not as an absolute TAT in ms, so a burst at one instant is counted
+   * (tokens), 0 <= backlog <= burst, or up to `burst + debt` after a settle (`ModelRule.debt`;
+   * `current` brings one written under a larger burst down to that). Kept in tokens, not as an absolute TAT in ms, so a burst at one instant is counted
    * exactly even when the interval `1000 / rps` has no exact binary form, and rps up to 1e6
    * keeps full precision next to a 13-digit clock.
    */
@@ -29,14 +29,15 @@ export interface GcraState {
  * Mirrored line for line by `gcra.lua.ts` beside it: change both together.
  */
 export const gcra: AlgorithmModel<GcraState> = {
-  current(state, now, { rps, burst }) {
+  current(state, now, { rps, burst, debt }) {
     if (state === undefined) return { backlog: 0, at: now, blockedUntil: 0 };
     // A clock that goes backwards drains nothing, and `at` never moves back.
     const elapsed = Math.max(0, now - state.at);
     // A backlog written under a larger burst (the limit was lowered since) was a full one as of
-    // its `at`, and drains from there: no figure asks for more than the current rule's drain
-    // time, and what a refusal reports still holds when nothing was written in between.
-    const stored = Math.min(burst, state.backlog);
+    // its `at` (one in debt as far as the rule lets a settle go), and drains from there: no figure
+    // asks for more than the current rule's drain time, and what a refusal reports still holds
+    // when nothing was written in between.
+    const stored = Math.min(burst + (debt ?? 0), state.backlog);
     // Empty once the whole ms its key expires after have passed, even where elapsed * rps / 1000
     // falls a rounding step short, so the state then is exactly an absent key's.
     const drained = elapsed >= durationMs(stored, rps);
@@ -48,7 +49,8 @@ export const gcra: AlgorithmModel<GcraState> = {
   },
 
   remaining(state, { burst }) {
-    return Math.floor(burst - state.backlog);
+    // a backlog past burst (in debt) leaves none
+    return Math.max(0, Math.floor(burst - state.backlog));
   },
 
   waitMs(state, { rps, burst }, need) {
@@ -63,6 +65,17 @@ export const gcra: AlgorithmModel<GcraState> = {
 
   refund(state, _rule, cost) {
     return { backlog: Math.max(0, state.backlog - cost), at: state.at, blockedUntil: state.blockedUntil };
+  },
+
+  debit(state, { burst, debt = 0 }, cost) {
+    // Up to `debt` tokens past burst, never down: a backlog already past that stays as it is.
+    const backlog = Math.min(state.backlog + cost, burst + debt);
+    return backlog <= state.backlog ? state : { backlog, at: state.at, blockedUntil: state.blockedUntil };
+  },
+
+  debt(state, { burst }) {
+    // the backlog past burst, rounded up: `remaining`'s other side
+    return Math.max(0, Math.ceil(state.backlog - burst));
   },
 };
 

@@ -55,6 +55,16 @@ export interface ModelRule {
   origin?: number;
   /** `quota` only: the calendar its periods follow (see `QuotaCalendar`). */
   calendar?: QuotaCalendar;
+  /**
+   * Tokens a settle (`RateLimitStore.settle`, a request charged its real cost after it ran) may
+   * take the bucket past empty: a whole number >= 0, the policy's `maxDebt`. A token bucket's
+   * tokens go down to `-debt`; a backlog, a window's count or a log's entries up to `burst + debt`.
+   * The requests that follow are refused until time has paid the debt back. Absent: the rule does
+   * not settle, and every figure stays within `burst` (what `current` brings a stored one down to).
+   * A rule with it may also be asked for a cost of 0 (a reservation of nothing): admitted while
+   * the bucket is not in debt, it takes nothing.
+   */
+  debt?: number;
 }
 
 /**
@@ -86,6 +96,13 @@ export interface Outcome {
   delayMs: number;
   /** Milliseconds the policy's block still holds (see `Rule.blockMs`); 0 when none does. */
   blockedMs: number;
+  /**
+   * Whole tokens the bucket owes past empty after a settle (the model's `debt`), for a rule that
+   * settles (`ModelRule.debt`) and only when above 0; `remaining` is 0 then. Absent when none. A
+   * script's reply carries it as minus itself in the place of `remaining` (see
+   * `stores/redis/script-protocol.ts`).
+   */
+  debt?: number;
   /**
    * The time the state is as of, integer ms on the deciding store's clock: for an admitted and
    * charged request, when the charge was taken (the `chargedAt` a refund names). Absent on an
@@ -120,10 +137,11 @@ export interface Held {
 export interface AlgorithmModel<State extends Held> {
   /** The state as of `now` (refilled or expired, clock-safe). `undefined` is a key never seen or expired. */
   current(state: State | undefined, now: number, rule: ModelRule): State;
-  /** Whole tokens free in `state`, 0 to `burst`. */
+  /** Whole tokens free in `state`, 0 to `burst`: never negative, 0 while a settle's debt is unpaid. */
   remaining(state: State, rule: ModelRule): number;
   /**
-   * Milliseconds until `need` tokens are free (`0 < need <= burst`): 0 when they are now.
+   * Milliseconds until `need` tokens are free (`0 <= need <= burst`): 0 when they are now; for
+   * a `need` of 0, 0 unless the bucket is in debt (`ModelRule.debt`), else the time until it is not.
    * Every time a decision reports comes from it: a request of `cost` is admitted when
    * `waitMs(cost)` is 0, `retryAfter` is `waitMs(cost)`, `t` is `waitMs(remaining + 1)`, and the
    * time until full, which is also the key's TTL, is `waitMs(burst)`.
@@ -138,6 +156,25 @@ export interface AlgorithmModel<State extends Held> {
    * than the charge took, never past a full bucket.
    */
   refund(state: State, rule: ModelRule, cost: number, chargedAt: number): State;
+  /**
+   * The state with `cost` more taken, as a settle takes what a request cost beyond what it took up
+   * front: past empty, down to `rule.debt ?? 0` tokens past it, and never giving anything back (a
+   * bucket already that far past empty stays as it is). `state` itself when nothing more is taken,
+   * so a store writes nothing then. A window's debit counts in the window `state` is in (the one
+   * of the settle's time). Absent: the algorithm cannot settle (see `RefusableOption`).
+   */
+  debit?(state: State, rule: ModelRule, cost: number): State;
+  /**
+   * Whole tokens `state` holds past empty (past its limit), rounded up: what settles took beyond
+   * what the bucket had (`debit`), not yet paid back by time; 0 when none. The other side of
+   * `remaining`, which is 0 whenever this is above 0: a token bucket's tokens below 0, a backlog
+   * past `burst`, a window's count (or a sliding window counter's weighted estimate) past the
+   * limit it admits under (`windowLimit(rule, 1)`), a log's entries past `burst`. Absent exactly
+   * where `debit` is: an algorithm that cannot settle owes nothing.
+   *
+   * @example tokenBucket.debt({ tokens: -2.5, at, blockedUntil: 0 }, rule) // 3
+   */
+  debt?(state: State, rule: ModelRule): number;
   /**
    * Milliseconds an admitted request waits before it proceeds, from the state before the
    * charge. Only queues (`leaky_bucket`) have it; the others never delay.
@@ -251,6 +288,7 @@ export interface AlgorithmDescriptor<State extends Held = any> {
 
 /**
  * A policy option that some algorithms cannot honour (see `AlgorithmDescriptor.refuses`): a block
- * after a refusal, an adaptive rate, counting failures only. Named as a policy writes it.
+ * after a refusal, an adaptive rate, counting failures only, charging a request its real cost when
+ * it ends (`settle`, with its `maxDebt` and `settleEvery`). Named as a policy writes it.
  */
-export type RefusableOption = 'blockFor' | 'adaptive' | "count: 'failures'";
+export type RefusableOption = 'blockFor' | 'adaptive' | "count: 'failures'" | 'settle';

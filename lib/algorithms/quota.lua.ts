@@ -12,10 +12,11 @@ import { FIXED_WINDOW_LUA } from './fixed-window.lua.js';
  * the Lua of both descriptors, so a call defines them together.
  */
 const QUOTA_LUA = `
--- quota: a fixed window (decode, encode, remaining, wait_ms, charge) whose windows are periods
+-- quota: a fixed window (decode, encode, remaining, wait_ms, charge, debit, debt) whose windows are periods
 local quota = {
   decode = fixed_window.decode, encode = fixed_window.encode, remaining = fixed_window.remaining,
-  wait_ms = fixed_window.wait_ms, charge = fixed_window.charge,
+  wait_ms = fixed_window.wait_ms, charge = fixed_window.charge, debit = fixed_window.debit,
+  debt = fixed_window.debt,
 }
 
 -- periodStart
@@ -32,8 +33,9 @@ function quota.current(state, now, rule)
   if state ~= nil then at = max(at, state.start) end
   local start = period_start(at, origin, w)
   -- a count of another period is none; one written under a larger limit is the whole limit now
+  -- (and what a settle may take past it)
   local count = 0
-  if state ~= nil and state.start == start then count = min(rule.burst, state.count) end
+  if state ~= nil and state.start == start then count = min(rule.burst + rule.debt, state.count) end
   local blocked_until = 0
   if state ~= nil then blocked_until = state.blocked_until end
   return { start = start, count = count, at = at, blocked_until = blocked_until }

@@ -36,8 +36,10 @@ export const quota: AlgorithmModel<FixedWindowState> = {
     // Never before the period the request is in, nor (a clock that went back) before the stored one.
     const at = Math.max(now, origin, state === undefined ? origin : state.start);
     const start = periodStart(at, origin, w);
-    // A count of another period is none; one written under a larger limit is the whole limit now.
-    const count = state !== undefined && state.start === start ? Math.min(rule.burst, state.count) : 0;
+    // A count of another period is none; one written under a larger limit is the whole limit now
+    // (and what a settle may take past it).
+    const count =
+      state !== undefined && state.start === start ? Math.min(rule.burst + (rule.debt ?? 0), state.count) : 0;
     return { start, count, at, blockedUntil: state === undefined ? 0 : state.blockedUntil };
   },
 
@@ -45,6 +47,8 @@ export const quota: AlgorithmModel<FixedWindowState> = {
   remaining: (state, rule) => fixedWindow.remaining(state, rule),
   waitMs: (state, rule, need) => fixedWindow.waitMs(state, rule, need),
   charge: (state, rule, cost) => fixedWindow.charge(state, rule, cost),
+  debit: (state, rule, cost) => fixedWindow.debit!(state, rule, cost),
+  debt: (state, rule) => fixedWindow.debt!(state, rule),
 
   refund(state, rule, cost, chargedAt) {
     // Given back only to the period it was taken from, while that period is the stored one.

@@ -31,8 +31,9 @@ function sliding_window_counter.current(state, now, rule)
   if state ~= nil then at = max(now, state.start) end
   local start = floor(at / w) * w
   if state == nil then return { start = start, previous = 0, count = 0, at = at, blocked_until = 0 } end
-  -- counts written under a larger limit (the limit was lowered) are the whole limit now
-  local b, blocked_until = rule.burst, state.blocked_until
+  -- counts written under a larger limit (the limit was lowered) are the whole limit now (and
+  -- what a settle may take past it; rule.debt is 0 for a rule without one: see read_rule)
+  local b, blocked_until = rule.burst + rule.debt, state.blocked_until
   if state.start == start then
     return { start = start, previous = min(b, state.previous), count = min(b, state.count), at = at, blocked_until = blocked_until }
   end
@@ -82,5 +83,20 @@ function sliding_window_counter.refund(s, rule, cost, charged_at)
     return { start = s.start, previous = max(0, s.previous - cost), count = s.count, at = s.at, blocked_until = s.blocked_until }
   end
   return s
+end
+
+-- slidingWindowCounter.debit
+function sliding_window_counter.debit(s, rule, cost)
+  -- counted in the window the state is in, up to debt past burst, never down
+  local count = min(s.count + cost, rule.burst + rule.debt)
+  if count <= s.count then return s end
+  return { start = s.start, previous = s.previous, count = count, at = s.at, blocked_until = s.blocked_until }
+end
+
+-- slidingWindowCounter.debt
+function sliding_window_counter.debt(s, rule)
+  -- the weighted estimate past what the window admits, rounded up: remaining's other side
+  local w = window_ms(rule.rps, rule.burst)
+  return max(0, ceil(((s.count - window_limit(rule, 1)) * w + previous_scaled(s, w)) / w))
 end
 `;

@@ -36,23 +36,25 @@ function previousScaled(state: SlidingWindowCounterState, w: number): number {
  * Mirrored line for line by `sliding-window-counter.lua.ts` beside it: change both together.
  */
 export const slidingWindowCounter: AlgorithmModel<SlidingWindowCounterState> = {
-  current(state, now, { rps, burst }) {
+  current(state, now, { rps, burst, debt }) {
     const w = windowMs(rps, burst);
     // A clock that goes back into an earlier window stays in the stored one: no fresh quota.
     const at = state === undefined ? now : Math.max(now, state.start);
     const start = Math.floor(at / w) * w;
     if (state === undefined) return { start, previous: 0, count: 0, at, blockedUntil: 0 };
     const { blockedUntil } = state;
-    // Counts written under a larger limit (the limit was lowered) are the whole limit now.
+    // Counts written under a larger limit (the limit was lowered) are the whole limit now (and
+    // what a settle may take past it).
+    const most = burst + (debt ?? 0);
     if (state.start === start)
       return {
         start,
-        previous: Math.min(burst, state.previous),
-        count: Math.min(burst, state.count),
+        previous: Math.min(most, state.previous),
+        count: Math.min(most, state.count),
         at,
         blockedUntil,
       };
-    if (state.start + w === start) return { start, previous: Math.min(burst, state.count), count: 0, at, blockedUntil };
+    if (state.start + w === start) return { start, previous: Math.min(most, state.count), count: 0, at, blockedUntil };
     return { start, previous: 0, count: 0, at, blockedUntil };
   },
 
@@ -93,6 +95,18 @@ export const slidingWindowCounter: AlgorithmModel<SlidingWindowCounterState> = {
     if (state.start === charged) return { ...state, count: Math.max(0, state.count - cost) };
     if (state.start === charged + w) return { ...state, previous: Math.max(0, state.previous - cost) };
     return state;
+  },
+
+  debit(state, { burst, debt = 0 }, cost) {
+    // Counted in the window the state is in, up to `debt` past burst, never down.
+    const count = Math.min(state.count + cost, burst + debt);
+    return count <= state.count ? state : { ...state, count };
+  },
+
+  debt(state, rule) {
+    // the weighted estimate past what the window admits, rounded up: `remaining`'s other side
+    const w = windowMs(rule.rps, rule.burst);
+    return Math.max(0, Math.ceil(((state.count - windowLimit(rule, 1)) * w + previousScaled(state, w)) / w));
   },
 };
 

@@ -40,8 +40,9 @@ function sliding_window_log.load(key, now, rule)
   -- leaves the set as it was, as the pure model stores nothing for it
   local expired = redis.call('ZCOUNT', key, '-inf', cutoff)
   local total = redis.call('ZCARD', key)
-  -- a log written under a larger limit (the limit was lowered) keeps its newest burst entries
-  expired = max(expired, total - rule.burst)
+  -- a log written under a larger limit (the limit was lowered) keeps its newest burst entries (and
+  -- those a settle may take past it; rule.debt is 0 for a rule without one: see read_rule)
+  expired = max(expired, total - (rule.burst + rule.debt))
   local blocked_until = 0
   if rule.block_ms > 0 then
     local score = redis.call('ZSCORE', key, BLOCK_MEMBER)
@@ -58,7 +59,8 @@ end
 
 -- slidingWindowLog.remaining
 function sliding_window_log.remaining(s, rule)
-  return rule.burst - s.count
+  -- more entries than burst (in debt) leave none
+  return max(0, rule.burst - s.count)
 end
 
 -- slidingWindowLog.waitMs
@@ -94,6 +96,8 @@ function sliding_window_log.add(key, s)
     redis.call('ZREMRANGEBYRANK', key, 0, s.expired - 1)
   end
   s.expired = 0
+  -- a charge of 0 (a reservation of nothing) logs nothing: the newest entry stays the newest
+  if s.added == 0 then return end
   local at = string.format('%d', s.at)
   -- entries already at this ms (only when the newest is: at is never before it)
   local n = 0
@@ -126,6 +130,8 @@ end
 -- slidingWindowLog.refund: drops the newest-numbered entries at charged_at, so those left stay
 -- numbered 1..n and add's next numbers stay unique (entries at one ms are otherwise alike)
 function sliding_window_log.refund(s, rule, cost, charged_at)
+  -- a log forgotten (its block's end reset it) holds nothing to give back: save deletes its set
+  if s.forgotten then return s end
   local at = string.format('%d', charged_at)
   local members = redis.call('ZRANGEBYSCORE', s.key, at, at)
   local numbers = {}
@@ -141,6 +147,23 @@ function sliding_window_log.refund(s, rule, cost, charged_at)
   end
   if #drop > 0 then redis.call('ZREM', s.key, unpack(drop)) end
   return sliding_window_log.load(s.key, s.at, rule)
+end
+
+-- slidingWindowLog.debit (add writes the entries, as a charge's)
+function sliding_window_log.debit(s, rule, cost)
+  -- entries at the state's time, as a charge's, up to debt past burst: never any dropped
+  local n = min(log_entries(cost), rule.burst + rule.debt - s.count)
+  if n <= 0 then return s end
+  return {
+    key = s.key, count = s.count + n, expired = s.expired, at = s.at, newest = s.newest, added = n,
+    blocked_until = s.blocked_until, forgotten = s.forgotten,
+  }
+end
+
+-- slidingWindowLog.debt
+function sliding_window_log.debt(s, rule)
+  -- the entries past burst: remaining's other side
+  return max(0, s.count - rule.burst)
 end
 
 -- algorithms/concurrency.ts: the same log, its window the lease (one entry per slot held)

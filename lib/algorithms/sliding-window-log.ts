@@ -19,7 +19,7 @@ export interface SlidingWindowLogState {
   times: readonly number[];
   /** Index in `times` of the oldest entry of this state. */
   head: number;
-  /** Entries in this state, at most `burst`. */
+  /** Entries in this state, at most `burst`, or `burst + debt` after a settle (`ModelRule.debt`). */
   count: number;
   /** The time the state is as of (not stored): `now`, or the newest entry if the clock went back before it. */
   at: number;
@@ -54,7 +54,7 @@ function firstAfter(times: readonly number[], from: number, to: number, cutoff: 
  * Mirrored line for line by `sliding-window-log.lua.ts` beside it: change both together.
  */
 export const slidingWindowLog: AlgorithmModel<SlidingWindowLogState> = {
-  current(state, now, { rps, burst }) {
+  current(state, now, { rps, burst, debt }) {
     if (state === undefined) return { times: [], head: 0, count: 0, at: now, blockedUntil: 0 };
     const { times, head, count } = state;
     const end = head + count;
@@ -63,13 +63,15 @@ export const slidingWindowLog: AlgorithmModel<SlidingWindowLogState> = {
     const cutoff = at - windowMs(rps, burst);
     // Expired entries are skipped, not removed: a binary search, as many may have expired at once.
     let first = count > 0 && times[head] <= cutoff ? firstAfter(times, head, end, cutoff) : head;
-    // A log written under a larger limit (the limit was lowered) keeps its newest `burst` entries.
-    first = Math.max(first, end - burst);
+    // A log written under a larger limit (the limit was lowered) keeps its newest `burst` entries
+    // (and those a settle may take past it).
+    first = Math.max(first, end - (burst + (debt ?? 0)));
     return { times, head: first, count: end - first, at, blockedUntil: state.blockedUntil };
   },
 
   remaining(state, { burst }) {
-    return burst - state.count;
+    // more entries than burst (in debt) leave none
+    return Math.max(0, burst - state.count);
   },
 
   waitMs(state, { rps, burst }, need) {
@@ -101,6 +103,17 @@ export const slidingWindowLog: AlgorithmModel<SlidingWindowLogState> = {
       times.splice(i, 1);
     }
     return { times, head: 0, count: times.length, at: state.at, blockedUntil: state.blockedUntil };
+  },
+
+  debit(state, rule, cost) {
+    // Entries at the state's time, as a charge's, up to `debt` past burst: never any dropped.
+    const entries = Math.min(logEntries(cost), rule.burst + (rule.debt ?? 0) - state.count);
+    return entries <= 0 ? state : slidingWindowLog.charge(state, rule, entries);
+  },
+
+  debt(state, { burst }) {
+    // the entries past burst: `remaining`'s other side
+    return Math.max(0, state.count - burst);
   },
 };
 

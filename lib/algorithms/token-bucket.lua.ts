@@ -32,7 +32,8 @@ end
 
 -- tokenBucket.remaining
 function token_bucket.remaining(s, rule)
-  return floor(s.tokens)
+  -- a bucket in debt (below empty) has none left
+  return max(0, floor(s.tokens))
 end
 
 -- tokenBucket.waitMs
@@ -52,5 +53,19 @@ end
 -- tokenBucket.refund
 function token_bucket.refund(s, rule, cost, charged_at)
   return { tokens = min(rule.burst, s.tokens + cost), at = s.at, blocked_until = s.blocked_until }
+end
+
+-- tokenBucket.debit (rule.debt is 0 for a rule without one: see read_rule)
+function token_bucket.debit(s, rule, cost)
+  -- down to debt tokens below empty, never up: a bucket already below that stays as it is
+  local tokens = max(s.tokens - cost, -rule.debt)
+  if tokens >= s.tokens then return s end
+  return { tokens = tokens, at = s.at, blocked_until = s.blocked_until }
+end
+
+-- tokenBucket.debt
+function token_bucket.debt(s, rule)
+  -- the tokens below empty, rounded up: remaining's other side
+  return max(0, ceil(-s.tokens))
 end
 `;

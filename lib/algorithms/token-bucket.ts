@@ -5,7 +5,7 @@ import { storedFields } from './stored-fields.js';
 
 /** A token bucket's stored state. */
 export interface TokenBucketState {
-  /** Tokens in the bucket, fractional, 0 <= tokens <= burst. */
+  /** Tokens in the bucket, fractional, 0 <= tokens <= burst; down to `-debt` after a settle (`ModelRule.debt`). */
   tokens: number;
   /** When `tokens` was last brought up to date, integer ms. Never moves backwards. */
   at: number;
@@ -39,7 +39,8 @@ export const tokenBucket: AlgorithmModel<TokenBucketState> = {
   },
 
   remaining(state) {
-    return Math.floor(state.tokens);
+    // a bucket in debt (below empty) has none left
+    return Math.max(0, Math.floor(state.tokens));
   },
 
   waitMs(state, { rps }, need) {
@@ -52,6 +53,17 @@ export const tokenBucket: AlgorithmModel<TokenBucketState> = {
 
   refund(state, { burst }, cost) {
     return { tokens: Math.min(burst, state.tokens + cost), at: state.at, blockedUntil: state.blockedUntil };
+  },
+
+  debit(state, { debt = 0 }, cost) {
+    // Down to `debt` tokens below empty, never up: a bucket already below that stays as it is.
+    const tokens = Math.max(state.tokens - cost, -debt);
+    return tokens >= state.tokens ? state : { tokens, at: state.at, blockedUntil: state.blockedUntil };
+  },
+
+  debt(state) {
+    // the tokens below empty, rounded up: `remaining`'s other side
+    return Math.max(0, Math.ceil(-state.tokens));
   },
 };
 

@@ -3,8 +3,12 @@ import { ALGORITHM_DESCRIPTORS } from '../algorithms/registry.js';
 import { limitOf } from '../stores/decision.js';
 import type { RateLimitDecision } from '../stores/rate-limit-store.interface.js';
 
-/** Header families the guard can send. */
-export type HeaderFamily = 'ietf' | 'legacy' | 'x-ratelimit';
+/**
+ * Header families the guard can send. `'dimensions'` adds, per unit its policies count
+ * (`RateLimitPolicy.unit`), `x-ratelimit-limit-<unit>`, `x-ratelimit-remaining-<unit>` and
+ * `x-ratelimit-reset-<unit>` (`'6m0s'`, until full again), as LLM API clients read them.
+ */
+export type HeaderFamily = 'ietf' | 'legacy' | 'x-ratelimit' | 'dimensions';
 
 /**
  * What the headers need of a rule: its capacity and rate, a scaled window's limit, and its
@@ -22,6 +26,8 @@ export interface DescribedPolicy {
   rule: DescribedRule;
   tiers?: { byName: ReadonlyMap<string, { rule: DescribedRule }> } | undefined;
   owes?: { readonly period: boolean };
+  /** What its cost counts (`RateLimitPolicy.unit`); absent: `'requests'`. */
+  unit?: string;
 }
 
 /**
@@ -42,11 +48,21 @@ export interface HeaderPlan {
    * its member made from each request's rule (its `w` is the period the request falls in: a month is 28 to 31
    * days). `undefined` on a route without a quota.
    */
-  periodic: Array<string | { quota: string }> | undefined;
+  periodic: Array<string | { quota: string; unit?: string }> | undefined;
   /** Per policy, `"<name>";r=`: its `RateLimit` member up to the remaining. */
   members: string[];
   xRateLimit: boolean;
   legacy: boolean;
+  /** With `'dimensions'`: each unit's header names and the indexes of its policies. */
+  dimensions: Dimension[] | undefined;
+}
+
+/** The `x-ratelimit-*-<unit>` headers of one unit, and the policies that count in it. */
+interface Dimension {
+  limit: string;
+  remaining: string;
+  reset: string;
+  policies: number[];
 }
 
 /** The plan of a route's headers, `undefined` when no family is sent. */
@@ -59,21 +75,66 @@ export function headerPlan(
   const tiered = ietf && policies.some(({ tiers }) => tiers !== undefined);
   const periodic = ietf && policies.some(isPeriodic);
   return {
-    policy: ietf ? policies.map(({ name, rule }) => policyMember(name, rule)).join(', ') : undefined,
+    policy: ietf ? policies.map(({ name, rule, unit }) => policyMember(name, rule, unit)).join(', ') : undefined,
     tiered: tiered
-      ? policies.map(({ name, rule, tiers }) =>
+      ? policies.map(({ name, rule, tiers, unit }) =>
           tiers === undefined
-            ? policyMember(name, rule)
-            : new Map([...tiers.byName].map(([tier, { rule }]) => [tier, policyMember(name, rule)])),
+            ? policyMember(name, rule, unit)
+            : new Map([...tiers.byName].map(([tier, { rule }]) => [tier, policyMember(name, rule, unit)])),
         )
       : undefined,
     periodic: periodic
-      ? policies.map((policy) => (isPeriodic(policy) ? { quota: policy.name } : policyMember(policy.name, policy.rule)))
+      ? policies.map((policy) =>
+          isPeriodic(policy)
+            ? { quota: policy.name, unit: policy.unit }
+            : policyMember(policy.name, policy.rule, policy.unit),
+        )
       : undefined,
     members: policies.map(({ name }) => `${sfString(name)};r=`),
     xRateLimit: families.includes('x-ratelimit'),
     legacy: families.includes('legacy'),
+    dimensions: families.includes('dimensions') ? dimensionsOf(policies) : undefined,
   };
+}
+
+/** Each unit the policies count in, with its header names and its policies, in the order first named. */
+function dimensionsOf(policies: readonly DescribedPolicy[]): Dimension[] {
+  const byUnit = new Map<string, Dimension>();
+  policies.forEach(({ unit = 'requests' }, i) => {
+    let dimension = byUnit.get(unit);
+    if (dimension === undefined) {
+      const [limit, remaining, reset] = ['limit', 'remaining', 'reset'].map((kind) => `x-ratelimit-${kind}-${unit}`);
+      byUnit.set(unit, (dimension = { limit, remaining, reset, policies: [] }));
+    }
+    dimension.policies.push(i);
+  });
+  return [...byUnit.values()];
+}
+
+/**
+ * The `x-ratelimit-*-<unit>` headers: per unit, the figures of its policy closest to refusing (see
+ * `limiting`); reset as LLM APIs write it, the time until that bucket is full again (`'1m30s'`).
+ */
+function writeDimensions(
+  dimensions: readonly Dimension[],
+  decisions: readonly RateLimitDecision[],
+  set: (name: string, value: string) => void,
+): void {
+  for (const { limit, remaining, reset, policies } of dimensions) {
+    const closest = limiting(policies.map((i) => decisions[i]));
+    set(limit, String(closest.limit));
+    set(remaining, String(closest.remaining));
+    set(reset, durationText(closest.fullAfter));
+  }
+}
+
+/** Whole seconds as `'45s'`, `'6m0s'`, `'1h0m5s'`. */
+export function durationText(seconds: number): string {
+  const h = Math.floor(seconds / 3600);
+  const m = Math.floor((seconds % 3600) / 60);
+  const s = seconds % 60;
+  if (h > 0) return `${h}h${m}m${s}s`;
+  return m > 0 ? `${m}m${s}s` : `${s}s`;
 }
 
 /**
@@ -125,6 +186,7 @@ export function writeRateLimitHeaders(
     );
     set('RateLimit', members);
   }
+  if (plan.dimensions !== undefined) writeDimensions(plan.dimensions, decisions, set);
   if (!plan.xRateLimit && !plan.legacy) return;
   const closest = limiting(decisions);
   if (plan.xRateLimit) {
@@ -178,12 +240,14 @@ function tieredPolicy(
 }
 
 /**
- * A policy's `RateLimit-Policy` member: `"name";q=<limit>;w=<window s>`, and for slots in flight
- * (`concurrency`) the draft's quota unit in place of a window: `"name";q=<limit>;qu="concurrent-requests"`.
+ * A policy's `RateLimit-Policy` member: `"name";q=<limit>;w=<window s>`, with the draft's quota
+ * unit for a unit other than requests (`;qu="tokens"`), and for slots in flight (`concurrency`)
+ * that unit in place of a window: `"name";q=<limit>;qu="concurrent-requests"`.
  */
-function policyMember(name: string, rule: DescribedRule): string {
+function policyMember(name: string, rule: DescribedRule, unit = 'requests'): string {
   if (saidAs(rule) === 'lease') return `${sfString(name)};q=${limitOf(rule)};qu="concurrent-requests"`;
-  return `${sfString(name)};q=${limitOf(rule)};w=${windowSeconds(rule)}`;
+  const member = `${sfString(name)};q=${limitOf(rule)};w=${windowSeconds(rule)}`;
+  return unit === 'requests' ? member : `${member};qu=${sfString(unit)}`;
 }
 
 /** How a rule's limit is said, when it is not a rate (see `AlgorithmDescriptor.saidAs`). */
@@ -203,7 +267,7 @@ function isPeriodic({ owes }: DescribedPolicy): boolean {
  * period's length as `w`), the others as planned (a tiered one's for its tier).
  */
 function periodicPolicy(
-  periodic: ReadonlyArray<string | { quota: string }>,
+  periodic: ReadonlyArray<string | { quota: string; unit?: string }>,
   tiered: ReadonlyArray<string | ReadonlyMap<string, string>> | undefined,
   decisions: readonly RateLimitDecision[],
   rules: readonly DescribedRule[],
@@ -215,7 +279,7 @@ function periodicPolicy(
     const tier = decisions[i].tier;
     const member =
       typeof planned === 'object'
-        ? policyMember(planned.quota, rules[i])
+        ? policyMember(planned.quota, rules[i], planned.unit)
         : typeof byTier === 'object' && tier !== undefined
           ? (byTier.get(tier) ?? planned)
           : planned;

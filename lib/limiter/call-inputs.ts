@@ -54,5 +54,6 @@ export function identityOf(call: LimitedCall, policy: RoutePolicy, options: KeyO
 
 /** The tokens a run takes under a policy (see `CostSource`), `defaultCost` when unusable: `RateLimitGuard.cost`'s own. */
 export function costOf(call: LimitedCall, policy: RoutePolicy): number | Promise<number> {
-  return resolveCost(policy.cost, policy.defaultCost, call.request, call.context);
+  // a rule that settles (it has a debt) may reserve nothing up front
+  return resolveCost(policy.cost, policy.defaultCost, call.request, call.context, policy.rule.debt !== undefined);
 }

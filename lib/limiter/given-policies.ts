@@ -61,9 +61,15 @@ export class GivenPolicies {
       throw new TypeError(invalidArgument(where, 'identity', identity, "must be a string such as 'user:42'"));
     if (tier !== undefined && typeof tier !== 'string')
       throw new TypeError(invalidArgument(where, 'tier', tier, "must be a tier's name, a string"));
-    checkCost(cost, where, 'cost');
     const routes = (Array.isArray(policies) ? policies : [policies]).map((policy) =>
       this.scales.scaled(this.compile(policy)),
+    );
+    // policies that all settle (their rules have a debt) may reserve nothing up front
+    checkCost(
+      cost,
+      where,
+      'cost',
+      routes.every((policy) => policy.rule.debt !== undefined),
     );
     // a policy's name is its bucket: two of one name would be one bucket under two rules, as a route refuses
     for (let i = 1; i < routes.length; i++) {

@@ -64,6 +64,8 @@ export interface CallRecord {
   failed?: boolean;
   /** The guard that left it to be decided after every guard (see `RateLimiter.defers`), until an interceptor takes it. */
   deferred?: AfterGuards;
+  /** Its ends whose policies settle the real cost: its handler's values and meters go there, until an interceptor takes them. */
+  settling?: RequestEnd[];
 }
 
 /** A guard that can limit a request from after every guard (`RateLimitGuard.limitAfterGuards`). */
@@ -124,6 +126,14 @@ export function takeEnds(holder: object): RequestEnd[] | undefined {
   const ends = record?.ends;
   if (ends !== undefined) record!.ends = undefined;
   return ends;
+}
+
+/** The ends of `holder` (a selection, else a target) that settle its real cost, taken off it: one interceptor hears its handler. */
+export function takeSettling(holder: object): RequestEnd[] | undefined {
+  const record = (holder as Recorded)[RECORD];
+  const settling = record?.settling;
+  if (settling !== undefined) record!.settling = undefined;
+  return settling;
 }
 
 /** The guard that deferred the request of `target`, taken off it: one interceptor decides it. */

@@ -16,7 +16,7 @@ import { RateLimitTelemetry } from '../observability/rate-limit-telemetry.js';
 import type { RateLimitPolicy } from '../policy/policy.types.js';
 import { RATE_LIMIT_OPTIONS } from '../rate-limit.constants.js';
 import { RateLimitUnavailableException } from '../rate-limit.exception.js';
-import { invalidArgument, shuttingDown } from '../rate-limit.messages.js';
+import { invalidArgument, settleUnusable, shuttingDown } from '../rate-limit.messages.js';
 import type { ResolvedOptions } from '../rate-limit-options.js';
 import { RoutePolicies } from '../routes/route-policies.js';
 import { type RoutePolicy, routePolicy } from '../routes/route-policy.js';
@@ -28,9 +28,9 @@ import { WakeQueue } from '../utils/wake-queue.js';
 import { AdaptiveRates } from './adaptive-rates.js';
 import { type CallHooks, CallInputs, costOf, identityOf } from './call-inputs.js';
 import { GIVEN_INPUTS, GivenPolicies } from './given-policies.js';
-import { type AfterGuards, type LimitedCall, recordOn, takeDeferred, takeEnds } from './limited-call.js';
+import { type AfterGuards, type LimitedCall, recordOn, takeDeferred, takeEnds, takeSettling } from './limited-call.js';
 import { ReleaseRetries } from './release-retries.js';
-import { type Owed, owedBy, RequestEnd } from './request-end.js';
+import { type Ending, owedBy, RequestEnd, type Settling } from './request-end.js';
 import { Scales } from './scales.js';
 import { storeFailure } from './store-failure.js';
 import { StoreRequests } from './store-requests.js';
@@ -42,7 +42,10 @@ import { StoreRequests } from './store-requests.js';
  * @example { used: 8_000, limit: 10_000, remaining: 2_000, resetsAt: new Date('2026-12-01T00:00:00+01:00'), source: 'store' }
  */
 export interface RateLimitUsage {
-  /** Tokens taken and still counted: `limit - remaining` (slots held, for `concurrency`). */
+  /**
+   * Tokens taken and still counted: `limit - remaining` (slots held, for `concurrency`); above
+   * `limit` while a settle past the limit is being paid back (see `RateLimitPolicy.settle`).
+   */
   used: number;
   /** The policy's limit (`burst`, or `limit`), as decisions give it. */
   limit: number;
@@ -56,6 +59,35 @@ export interface RateLimitUsage {
    * process alone, not one to bill by.
    */
   source: 'store' | 'local';
+}
+
+/**
+ * Work reserved outside a request (`RateLimiterService.reserve`): its cost taken up front, its
+ * real cost settled when it is done. The first of `settle` and `cancel` acts; later calls do
+ * nothing, and neither does anything for a refused reservation.
+ *
+ * @example
+ * const job = await limiter.reserve(`tenant:${id}`, tokensPerDay, estimate);
+ * if (!job.allowed) return requeue(job.decision.retryAfter);
+ * try { await job.settle((await summarize(doc)).usage.total_tokens); } catch (error) { await job.cancel(); throw error; }
+ */
+export interface RateLimitReservation {
+  /** Whether every policy admitted the reservation. */
+  readonly allowed: boolean;
+  /** The decision that speaks for it (a refusal's: the one that frees up last; see `limiting`). */
+  readonly decision: RateLimitDecision;
+  /** One decision per policy. */
+  readonly decisions: readonly RateLimitDecision[];
+  /**
+   * Charges the work its real cost, `actual` (cost units, a finite number >= 0), in every policy:
+   * the difference with the reservation taken past empty (into debt, down to the policy's
+   * `maxDebt`) or given back. Tried again for a while if the store fails; never rejects for that.
+   *
+   * @throws RangeError (rejects) for an `actual` that is not a finite number >= 0
+   */
+  settle(actual: number): Promise<void>;
+  /** Gives the whole reservation back: the work did not happen. */
+  cancel(): Promise<void>;
 }
 
 /** What the engine decided for one run of the guard: every policy's decision, all-or-nothing. */
@@ -101,6 +133,9 @@ export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShut
   /** The module's policies as they apply to requests, for `setScale` to check a factor against. */
   private readonly modulePolicies: readonly RoutePolicy[];
   private readonly telemetry: RateLimitTelemetry;
+  /** Policies whose `settle` gave no usable cost: warned of once each. */
+  private readonly unusableSettles = new Set<string>();
+  private readonly logger = new Logger('RateLimitModule');
 
   constructor(
     @Inject(RATE_LIMIT_OPTIONS) private readonly options: ResolvedOptions,
@@ -118,9 +153,9 @@ export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShut
     this.sleepers = new WakeQueue(this.clock);
     this.requests = new StoreRequests(this);
     this.releases = new ReleaseRetries(
-      (decisions) => this.calls.release(decisions),
+      { release: (decisions) => this.calls.release(decisions), settle: (settles) => this.calls.settle(settles) },
       (outcome, decisions, error) => this.telemetry.released(outcome, decisions, error),
-      new Logger('RateLimitModule'),
+      this.logger,
     );
   }
 
@@ -179,7 +214,11 @@ export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShut
   began(call: LimitedCall, holder: object, verdict: RateLimitVerdict): void {
     const owed = owedBy(verdict.policies, verdict.requests, verdict.decisions);
     if (owed === undefined) return;
-    const end = new RequestEnd(owed, this.settle);
+    const end = new RequestEnd(owed, call.context, this.settle);
+    if (owed.settles.length > 0) {
+      (recordOn(call.selection).settling ??= []).push(end);
+      for (const settling of owed.settles) this.settleEvery(end, settling);
+    }
     const transport = this.transportEnd(call);
     const ofSelection = holder !== call.target;
     if (transport !== undefined) {
@@ -206,6 +245,16 @@ export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShut
       if (!completed && judged) recordOn(target).failed = true;
       if (ends !== undefined) for (const end of ends) end.end(completed);
     };
+  }
+
+  /**
+   * The ends of the request in `context` that settle its real cost, for its handler's values (the
+   * last one is what `settle` reads) and its meters; `undefined` when none of its policies settles.
+   * Taken once, by `RateLimitOutcomeInterceptor`.
+   */
+  settling(seam: RateLimitContext, context: ExecutionContext): RequestEnd[] | undefined {
+    const target = seam.target?.(context) ?? context.getArgs();
+    return takeSettling(seam.selection?.(context) ?? target);
   }
 
   /** The guard that left the request in `context` to be decided after every guard (see `defers`), taken: once. */
@@ -237,6 +286,41 @@ export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShut
     return this.decisions(await this.givenRequests(where, identity, policies, cost, tier), true);
   }
 
+  /** See `RateLimiterService.reserve`. */
+  async reserve(
+    identity: string,
+    policies: RateLimitPolicy | RateLimitPolicy[],
+    cost: number,
+    tier: string | undefined,
+  ): Promise<RateLimitReservation> {
+    const requests = await this.givenRequests('RateLimiterService.reserve', identity, policies, cost, tier);
+    const decisions = await this.decisions(requests, true);
+    const decision = limiting(decisions);
+    let open = decision.allowed;
+    const settle = async (actual: number): Promise<void> => {
+      if (typeof actual !== 'number' || !(actual >= 0 && actual < Infinity))
+        throw new RangeError(
+          invalidArgument('RateLimitReservation.settle', 'actual', actual, 'must be a finite number >= 0'),
+        );
+      if (!open) return;
+      open = false;
+      const settles = decisions.map((each) => ({ decision: each, actual }));
+      const leaseMs = Math.max(...requests.map(({ rule }) => windowMs(rule.rps, rule.burst + (rule.debt ?? 0))));
+      await this.releases.settle(settles, leaseMs, () =>
+        this.calls.settleLocally(
+          requests,
+          requests.map((request) => actual - request.cost),
+        ),
+      );
+    };
+    const cancel = async (): Promise<void> => {
+      if (!open) return;
+      open = false;
+      await this.calls.refund(decisions);
+    };
+    return { allowed: decision.allowed, decision, decisions, settle, cancel };
+  }
+
   /** See `RateLimiterService.peek`; `where` names the call in messages. */
   async peek(
     where: string,
@@ -260,7 +344,8 @@ export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShut
     const resetsAt =
       rule.origin !== undefined ? rule.origin + windowMs(rule.rps, rule.burst) : this.now() + decision.fullAfter * 1000;
     return {
-      used: Math.max(0, decision.limit - decision.remaining),
+      // in debt (a settle past the limit), what it owes past empty counts too
+      used: Math.max(0, decision.limit - decision.remaining) + (decision.debt ?? 0),
       limit: decision.limit,
       remaining: decision.remaining,
       resetsAt: new Date(resetsAt),
@@ -431,11 +516,112 @@ export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShut
   }
 
   /** Settles what an admitted request owed when it ended (see `RequestEnd`). */
-  private readonly settle = (owed: Owed, succeeded: boolean, latencyMs: number): void => {
-    if (succeeded && owed.refunds.length > 0) void this.calls.refund(owed.refunds);
+  private readonly settle = ({ owed, succeeded, latencyMs, result, context }: Ending): void => {
+    const refunds = succeeded ? owed.refunds : [];
+    if (owed.settles.length > 0) void this.settleCosts(owed.settles, refunds, result, context);
+    else if (refunds.length > 0) void this.calls.refund(refunds);
     if (owed.releases.length > 0) void this.release(owed.releases, owed.leaseMs);
     for (const policy of owed.latencies) this.adaptive.record(policy, latencyMs);
   };
+
+  /**
+   * Charges each settling policy of an ended request its real cost (see `actualOf`), in one store
+   * call with its refunds (`count: 'failures'`, as a settle of nothing), after the interval settle
+   * still on its way; a settle the store fails is tried again as a release is.
+   */
+  private async settleCosts(
+    settles: readonly Settling[],
+    refunds: readonly RateLimitDecision[],
+    result: { value: unknown } | undefined,
+    context: ExecutionContext,
+  ): Promise<void> {
+    const due: Settling[] = [];
+    const actuals: number[] = [];
+    for (const settling of settles) {
+      const actual = await this.actualOf(settling, result, context);
+      if (actual === undefined) continue;
+      await settling.meter.idle;
+      due.push(settling);
+      actuals.push(actual);
+    }
+    if (due.length === 0) {
+      if (refunds.length > 0) await this.calls.refund(refunds);
+      return;
+    }
+    const leaseMs = Math.max(...due.map((settling) => settling.leaseMs));
+    await this.settleNow(due, actuals, refunds, leaseMs);
+  }
+
+  /**
+   * A settling policy's real cost when its request ended: what its handler counted on its meter;
+   * else, from its result, what the policy's `settle` says; else `undefined`, the reservation
+   * stands (a request that ended before its handler counted or returned anything, say its client
+   * gone while the work went on, is not let off for free).
+   */
+  private async actualOf(
+    { policy, meter }: Settling,
+    result: { value: unknown } | undefined,
+    context: ExecutionContext,
+  ): Promise<number | undefined> {
+    if (meter.touched) return meter.count;
+    const fromResult = policy.settles?.result;
+    if (fromResult !== undefined && result !== undefined) {
+      try {
+        const actual: unknown = await fromResult(result.value, context);
+        if (typeof actual === 'number' && actual >= 0 && actual < Infinity) return actual;
+        this.unusable(policy.name, actual);
+      } catch (error) {
+        this.unusable(policy.name, error);
+      }
+    }
+    return undefined;
+  }
+
+  /** Warns, once per policy, of a `settle` that gave no usable cost (the reservation then stands, or the meter's count). */
+  private unusable(policy: string, what: unknown): void {
+    if (this.unusableSettles.has(policy)) return;
+    this.unusableSettles.add(policy);
+    this.logger.warn(settleUnusable(policy, what));
+  }
+
+  /** Charges `due` their `actuals` (with `refunds` given back), telling each meter what its bucket holds after. */
+  private async settleNow(
+    due: readonly Settling[],
+    actuals: readonly number[],
+    refunds: readonly RateLimitDecision[],
+    leaseMs: number,
+  ): Promise<void> {
+    const settles = due.map(({ decision }, i) => ({ decision, actual: actuals[i] }));
+    // a refund is a settle of nothing; a policy that settles its real cost is charged that instead
+    for (const decision of refunds)
+      if (!due.some((settling) => settling.decision === decision)) settles.push({ decision, actual: 0 });
+    const after = await this.releases.settle(settles, leaseMs, () =>
+      this.calls.settleLocally(
+        due.map(({ request }) => request),
+        due.map(({ meter }, i) => actuals[i] - meter.charged),
+      ),
+    );
+    due.forEach(({ meter }, i) => meter.settledAt(actuals[i], after?.[i]));
+  }
+
+  /**
+   * Settles what a meter has counted so far at its policy's `settleEvery`, while its request runs:
+   * one wait in the engine's queue at a time (no timer of its own), ended by the request's end.
+   */
+  private settleEvery(end: RequestEnd, settling: Settling): void {
+    const everyMs = settling.policy.settles?.everyMs;
+    if (everyMs === undefined) return;
+    const { meter } = settling;
+    const tick = async (): Promise<void> => {
+      if (!(await this.sleepers.wait(everyMs, end.signal)) || end.over) return;
+      if (meter.touched && meter.count !== meter.charged) {
+        meter.idle = this.settleNow([settling], [meter.count], [], settling.leaseMs);
+        await meter.idle;
+      }
+      void tick();
+    };
+    void tick();
+  }
 
   /** Sleeps until the turn comes; when the wait ends early, gives the charge back and rejects. */
   private async waitTurn(

@@ -25,19 +25,28 @@ export interface Obligations {
   readonly period: boolean;
   /** A quota's function naming an identity's own period start (its `anchor`). */
   readonly anchor: QuotaAnchor | undefined;
-  /** Whether the request's end owes it anything: a refund, a latency or a release. */
+  /**
+   * `settle`, `maxDebt` or `settleEvery`: the request's real cost is settled when it ends (from
+   * its handler's result or its meter), and it may take a reservation of 0.
+   */
+  readonly settle: boolean;
+  /** Whether the request's end owes it anything: a refund, a latency, a release or a settle. */
   readonly atEnd: boolean;
 }
 
-/** The fields of a policy its obligations are read from: its algorithms (its own or its tiers'), `count`, `adaptive`, `anchor`. */
+/**
+ * The fields of a policy its obligations are read from: its algorithms (its own or its tiers'),
+ * `count`, `adaptive`, `anchor`, and whether it settles.
+ */
 interface Owing {
   algorithms: Iterable<unknown>;
   count: unknown;
   adaptive: unknown;
   anchor: unknown;
+  settle: boolean;
 }
 
-function read({ algorithms, count, adaptive, anchor }: Owing): Obligations {
+function read({ algorithms, count, adaptive, anchor, settle }: Owing): Obligations {
   let release = false;
   let period = false;
   for (const algorithm of algorithms) {
@@ -55,7 +64,8 @@ function read({ algorithms, count, adaptive, anchor }: Owing): Obligations {
     release,
     period,
     anchor: period && typeof anchor === 'function' ? (anchor as QuotaAnchor) : undefined,
-    atEnd: refundOnSuccess || latency || release,
+    settle,
+    atEnd: refundOnSuccess || latency || release || settle,
   };
 }
 
@@ -72,13 +82,15 @@ export function obligationsOf(policy: RateLimitPolicy): Obligations {
       typeof tier === 'object' && tier !== null ? (tier as RateLimitPolicy).algorithm : undefined,
     ),
   ];
-  return read({ algorithms, count: policy.count, adaptive: policy.adaptive, anchor: policy.anchor });
+  const settle = policy.settle !== undefined || policy.maxDebt !== undefined || policy.settleEvery !== undefined;
+  return read({ algorithms, count: policy.count, adaptive: policy.adaptive, anchor: policy.anchor, settle });
 }
 
 /** A validated policy's obligations (see `Obligations`). */
-export function resolvedObligations({ rule, tiers, count, adaptive, quotaAnchor }: ResolvedPolicy): Obligations {
+export function resolvedObligations(resolved: ResolvedPolicy): Obligations {
+  const { rule, tiers, count, adaptive, quotaAnchor, settles } = resolved;
   const algorithms = [rule.algorithm, ...[...(tiers?.rules.values() ?? [])].map((each) => each.algorithm)];
-  return read({ algorithms, count, adaptive, anchor: quotaAnchor });
+  return read({ algorithms, count, adaptive, anchor: quotaAnchor, settle: settles !== undefined });
 }
 
-const NOTHING: Owing = { algorithms: [], count: undefined, adaptive: undefined, anchor: undefined };
+const NOTHING: Owing = { algorithms: [], count: undefined, adaptive: undefined, anchor: undefined, settle: false };

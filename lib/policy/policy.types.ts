@@ -13,6 +13,8 @@ export interface LimitedRequest {
   user?: { id?: unknown; sub?: unknown } | null;
   /** Parsed query parameters (`'query:<name>'` costs). */
   query?: Record<string, unknown>;
+  /** The parsed body where the transport has one (an HTTP request's, as the app's body parser left it), for a cost function's estimate. */
+  body?: unknown;
 }
 
 /**
@@ -41,12 +43,28 @@ export type KeySource =
 
 /**
  * Tokens one request takes: a number, a request header or query parameter (parsed as a decimal
- * number; `defaultCost` when absent, not numeric, not finite or not positive), or a function.
+ * number; `defaultCost` when absent, not numeric, not finite or not positive), or a function of
+ * the execution context and the request (sync or async). A policy that settles (see
+ * `RateLimitPolicy.settle`) may take 0 up front: its cost is then its estimate of the real one.
  *
  * @example cost: 'header:x-request-weight'
+ * @example cost: (ctx, request) => estimateTokens(request.body)
  */
 export type CostSource =
-  number | `header:${string}` | `query:${string}` | ((context: ExecutionContext) => number | Promise<number>);
+  | number
+  | `header:${string}`
+  | `query:${string}`
+  | ((context: ExecutionContext, request: LimitedRequest) => number | Promise<number>);
+
+/**
+ * A request's real cost under a policy that settles, from what its handler returned (for a
+ * stream, its last value): tokens, charged (or given back) as `actual - already charged` when the
+ * request ends. Called once, only when the handler returned something; a value that is not a
+ * finite number >= 0 (or a function that throws or rejects) leaves the charge as it stands.
+ *
+ * @example settle: (result: ChatCompletion) => result.usage.total_tokens
+ */
+export type SettleSource = (result: any, context: ExecutionContext) => number | Promise<number>;
 
 /**
  * Where a tiered policy reads a request's tier: `'user:<field>'` is `req.user[field]` (as the
@@ -209,6 +227,33 @@ export interface RateLimitPolicy {
    * back up to the full rate while it is below. See `RateLimiterService.setScale`.
    */
   adaptive?: AdaptiveRate;
+  /**
+   * The request's real cost, known when it ends (see `SettleSource`): `cost` is then only what is
+   * taken up front (an estimate; may be 0), and the difference is taken (past the limit, into
+   * debt: the next requests wait until time pays it back) or given back when the request ends.
+   * A handler can count its cost itself with `@RateLimitMeter()` instead (a stream). Not for
+   * `concurrency`.
+   * @example { name: 'tpm', limit: 40_000, window: '1m', key: 'api-key', unit: 'tokens', cost: 500, settle: (result) => result.usage.total_tokens }
+   */
+  settle?: SettleSource;
+  /**
+   * How far past empty, in cost units, a settle may take this policy's buckets: the debt the next
+   * requests pay back. Giving it (without `settle`) makes a policy settle too, from a meter.
+   * Default (for a policy that settles): its `burst` (or `limit`).
+   */
+  maxDebt?: number;
+  /**
+   * With a meter (`@RateLimitMeter()`): also settle what the handler has counted so far at this
+   * interval, seconds or a string such as `'10s'`, so a long stream counts against the time it
+   * runs in. Makes a policy settle. Default: only when the request ends.
+   */
+  settleEvery?: number | string;
+  /**
+   * What the cost counts: `'requests'` (default), `'tokens'`, or another word (letters, digits, `-`).
+   * Written as `qu` in `RateLimit-Policy`, and the suffix of the per-dimension headers
+   * (`x-ratelimit-remaining-tokens`; module option `headers: [..., 'dimensions']`).
+   */
+  unit?: string;
 }
 
 /**
@@ -246,6 +291,18 @@ export interface ResolvedPolicy {
   adaptive: Required<AdaptiveRate> | undefined;
   /** A quota's anchor (see `QuotaAnchor`); `undefined` for every other policy, and a quota without one. */
   quotaAnchor?: QuotaAnchor;
+  /** How it settles a request's real cost; `undefined` for a policy that does not. */
+  settles?: ResolvedSettle;
+  /** What its cost counts (`'requests'` by default). */
+  unit: string;
+}
+
+/** How a policy settles (see `RateLimitPolicy.settle`): every rule of it carries its `debt`. */
+export interface ResolvedSettle {
+  /** The real cost from the handler's result; `undefined`: from a meter only. */
+  result: SettleSource | undefined;
+  /** Interval settles of a meter, ms; `undefined`: at the end only. */
+  everyMs: number | undefined;
 }
 
 /** A tiered policy's tiers after validation. */

@@ -43,15 +43,21 @@ export function resolveKeySources(key: unknown, fail: Fail): readonly KeySource[
 }
 
 /** A policy's `cost` and `defaultCost`, each 1 when left out. */
-export function resolveCost(policy: RateLimitPolicy, fail: Fail): { cost: CostSource; defaultCost: number } {
+export function resolveCost(
+  policy: RateLimitPolicy,
+  settles: boolean,
+  fail: Fail,
+): { cost: CostSource; defaultCost: number } {
+  // a policy that settles may take nothing up front: its real cost comes at the end
+  const allowed = (value: unknown) => isPositive(value) || (settles && value === 0);
   // A field set to null is a value, and refused as one: only a field left out takes its default.
   const cost = policy.cost === undefined ? 1 : policy.cost;
   if (typeof cost === 'string' && cost.startsWith('header:') && !isHeaderName(cost.slice('header:'.length)))
     fail('cost', cost, expectedCostHeader());
   if (cost === 'query:') fail('cost', cost, expectedCostQuery());
-  if (!(isPositive(cost) || typeof cost === 'function' || (typeof cost === 'string' && /^(header|query):/.test(cost))))
+  if (!(allowed(cost) || typeof cost === 'function' || (typeof cost === 'string' && /^(header|query):/.test(cost))))
     fail('cost', cost, expectedCost());
   const defaultCost = policy.defaultCost === undefined ? 1 : policy.defaultCost;
-  if (!isPositive(defaultCost)) fail('defaultCost', defaultCost, expectedDefaultCost());
+  if (!allowed(defaultCost)) fail('defaultCost', defaultCost, expectedDefaultCost());
   return { cost, defaultCost };
 }

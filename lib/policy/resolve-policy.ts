@@ -8,6 +8,7 @@ import { anchorFunctionOf } from './resolve-anchor.js';
 import { resolveBlock } from './resolve-block.js';
 import { OUTCOME_FIELDS, resolveOutcomeFields } from './resolve-outcome-fields.js';
 import { type PolicyWide, resolveRule } from './resolve-rule.js';
+import { resolveSettle, SETTLE_FIELDS } from './resolve-settle.js';
 import { LIMIT_FIELDS, resolveTiers, TIER_FIELDS } from './resolve-tiers.js';
 
 // What the rest of the package takes from policy validation, wherever in lib/policy it lives.
@@ -27,6 +28,7 @@ const FIELDS = new Set<string>([
   ...TIER_FIELDS,
   'blockFor',
   ...OUTCOME_FIELDS,
+  ...SETTLE_FIELDS,
 ]);
 
 /**
@@ -45,11 +47,12 @@ export function resolvePolicy(policy: RateLimitPolicy, where: string, defaultNam
     if (!FIELDS.has(field)) fail(field, (policy as Record<string, unknown>)[field], expectedPolicyField(FIELDS));
   }
 
-  const { cost, defaultCost } = resolveCost(policy, fail);
+  const { settles, maxDebt, unit } = resolveSettle(policy, fail);
+  const { cost, defaultCost } = resolveCost(policy, settles !== undefined, fail);
   const outcome = resolveOutcomeFields(policy, fail);
   // every tier's rule is checked against what the policy says for all of them
   const block = resolveBlock(policy.blockFor, fail);
-  const wide: PolicyWide = { cost, defaultCost, block, count: outcome.count, adaptive: outcome.adaptive };
+  const wide: PolicyWide = { cost, defaultCost, block, count: outcome.count, adaptive: outcome.adaptive, maxDebt };
   // a tiered policy has a rule per tier, each checked as a policy's own, in messages that name the tier
   const tiered = resolveTiers(policy, fail, conflict);
   const tiers: ResolvedTiers | undefined = tiered && {
@@ -77,8 +80,9 @@ export function resolvePolicy(policy: RateLimitPolicy, where: string, defaultNam
   }
   const resolved: ResolvedPolicy =
     tiers === undefined
-      ? { name, rule, cost, defaultCost, key, scope, ...outcome }
-      : { name, rule, cost, defaultCost, key, scope, tiers, ...outcome };
+      ? { name, rule, cost, defaultCost, key, scope, ...outcome, unit }
+      : { name, rule, cost, defaultCost, key, scope, tiers, ...outcome, unit };
   if (quotaAnchor !== undefined) resolved.quotaAnchor = quotaAnchor;
+  if (settles !== undefined) resolved.settles = settles;
   return resolved;
 }

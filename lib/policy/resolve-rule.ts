@@ -23,6 +23,8 @@ import { resolveRate } from './resolve-rate.js';
 export interface PolicyWide extends Pick<ResolvedPolicy, 'cost' | 'defaultCost' | 'count' | 'adaptive'> {
   /** The policy's block, as a rule's fields (see `resolveBlock`); `undefined`: none. */
   block: Pick<Rule, 'blockMs' | 'blockResets'> | undefined;
+  /** For a policy that settles, its rules' `debt`: tokens, or `'burst'`, each rule's capacity; `undefined`: it does not settle. */
+  maxDebt: number | 'burst' | undefined;
 }
 
 /**
@@ -48,18 +50,24 @@ export function resolveRule(limits: TierLimits, wide: PolicyWide, fail: Fail, co
 
   const anchor = resolveAnchor(limits.anchor, algorithm, fail);
   const rule: Rule = block === undefined ? { algorithm, rps, burst } : { algorithm, rps, burst, ...block };
+  if (wide.maxDebt !== undefined) rule.debt = wide.maxDebt === 'burst' ? burst : wide.maxDebt;
   if (counted?.calendar !== undefined) return { ...rule, calendar: counted.calendar };
   return anchor === undefined ? rule : { ...rule, anchor };
 }
 
 /** Refuses the options of the policy that `algorithm` cannot honour (`AlgorithmDescriptor.refuses`), saying why. */
-function refuseOptions(algorithm: Algorithm, { block, adaptive, count }: PolicyWide, conflict: Conflict): void {
+function refuseOptions(
+  algorithm: Algorithm,
+  { block, adaptive, count, maxDebt }: PolicyWide,
+  conflict: Conflict,
+): void {
   const refuses = ALGORITHM_DESCRIPTORS[algorithm].refuses;
   if (refuses === undefined) return;
   const given: Record<RefusableOption, boolean> = {
     blockFor: block !== undefined,
     adaptive: adaptive !== undefined,
     "count: 'failures'": count === 'failures',
+    settle: maxDebt !== undefined,
   };
   for (const [option, why] of Object.entries(refuses) as Array<[RefusableOption, string]>)
     if (given[option]) conflict(optionNotFor(option, algorithm, why));

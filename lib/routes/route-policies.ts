@@ -2,12 +2,18 @@ import { type ExecutionContext, Inject, Injectable, Logger, type Type } from '@n
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import type { RateLimitPolicy, ResolvedPolicy } from '../policy/policy.types.js';
 import { defaultPolicyName, InvalidPolicyError, resolvePolicy } from '../policy/resolve-policy.js';
-import { RATE_LIMIT_OPTIONS, RATE_LIMIT_POLICIES, RATE_LIMIT_SKIP } from '../rate-limit.constants.js';
+import {
+  RATE_LIMIT_METERS,
+  RATE_LIMIT_OPTIONS,
+  RATE_LIMIT_POLICIES,
+  RATE_LIMIT_SKIP,
+} from '../rate-limit.constants.js';
 import { resolvedObligations } from '../policy/obligations.js';
 import {
   duplicatePolicyName,
   invalidPolicy,
   invalidSkip,
+  meterWithoutSettle,
   slotOnSubscription,
   unknownSkip,
 } from '../rate-limit.messages.js';
@@ -149,13 +155,15 @@ export class RoutePolicies {
     if (skip === true) return [];
     // what a policy scoped to the route (`scope: 'route'`) puts in its bucket keys
     const keyed = defaultPolicyName(route);
-    return [...byName.values()]
+    const policies = [...byName.values()]
       .filter((policy) => !skip.has(policy.name))
       .map((policy) =>
         onHandler.has(policy.name)
           ? { ...routePolicy(policy, this.options, keyed), onHandler: true }
           : routePolicy(policy, this.options, keyed),
       );
+    checkMeters(route, handler, policies);
+    return policies;
   }
 
   private skipped(controller: Type, handler: Handler, route: string, names: ReadonlySet<string>): true | Set<string> {
@@ -182,4 +190,20 @@ const RESOLVER_TYPE = 'graphql:resolver_type';
 /** Whether a handler is a GraphQL subscription's (`@Subscription()`): the guard limits no point of a subscription's life. */
 function isSubscription(handler: Handler): boolean {
   return Reflect.getMetadata(RESOLVER_TYPE, handler) === 'Subscription';
+}
+
+/**
+ * The policies a handler's `@RateLimitMeter()` parameters name: each one the route has and that
+ * settles (unnamed: its only one that does).
+ *
+ * @throws InvalidPolicyError naming the route
+ */
+function checkMeters(route: string, handler: Handler, policies: readonly RoutePolicy[]): void {
+  const named = Reflect.getMetadata(RATE_LIMIT_METERS, handler) as (string | undefined)[] | undefined;
+  if (named === undefined) return;
+  const settling = policies.filter((policy) => policy.settles !== undefined).map((policy) => policy.name);
+  for (const name of named) {
+    const found = name === undefined ? settling.length === 1 : settling.includes(name);
+    if (!found) throw new InvalidPolicyError(invalidPolicy(route, meterWithoutSettle(name, settling)));
+  }
 }

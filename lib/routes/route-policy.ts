@@ -6,6 +6,7 @@ import type {
   CostSource,
   KeySource,
   ResolvedPolicy,
+  ResolvedSettle,
   SkipIf,
   TierSource,
 } from '../policy/policy.types.js';
@@ -35,6 +36,10 @@ export interface RoutePolicy {
   readonly adaptive: Required<AdaptiveRate> | undefined;
   /** What it owes each request it admits (see `Obligations`). */
   readonly owes: Obligations;
+  /** How it settles a request's real cost (see `RateLimitPolicy.settle`); `undefined`: it does not. */
+  readonly settles: ResolvedSettle | undefined;
+  /** What its cost counts (`RateLimitPolicy.unit`). */
+  readonly unit: string;
   /**
    * Whether the route's handler declares it itself (not its class or the module): a GraphQL
    * field charges such a policy once per selection, the others once per operation.
@@ -73,9 +78,9 @@ export interface RouteDefaults {
  * the route (`scope: 'route'`) has buckets of that route's own (see `keyPrefix`).
  */
 export function routePolicy(resolved: ResolvedPolicy, defaults: RouteDefaults, route?: string): RoutePolicy {
-  const { name, rule, cost, defaultCost, key, tiers, scope, skipIf, adaptive } = resolved;
+  const { name, rule, cost, defaultCost, key, tiers, scope, skipIf, adaptive, settles, unit } = resolved;
   const on = scope === 'route' ? route : undefined;
-  const watched = { skipIf, adaptive, owes: resolvedObligations(resolved) };
+  const watched = { skipIf, adaptive, owes: resolvedObligations(resolved), settles, unit };
   if (tiers === undefined) {
     return {
       name,

@@ -8,11 +8,16 @@
  *    all-or-nothing, on the store's own clock (integer ms);
  * 3. write `verdict.next` back when `verdict.allowed && charge`, or only where `verdict.blocks`
  *    says a refusal starts a block; each written key may be dropped at
- *    `expiryAfter(state.at, outcome.fullMs)` (then it is the same as an absent key);
+ *    `expiryAfter(state.at, outcome.fullMs)` (then it is the same as an absent key), and one whose
+ *    `outcome.fullMs` is 0 (full: a reservation of 0 that found nothing taken) is dropped at once;
  * 4. answer `toDecision(request, outcome)` per request (`spreadDecisions` for repeated keys).
- * A refund is `takeCharge(decision)` and the model's `refund` (`restoreCharge` when it failed, so
- * that refunding again tries again); a store that cannot decide throws `RateLimitStoreError`,
- * never for "limited". The shared case tables hold such a store to it.
+ * A refund is `takeCharge(decision)` and the model's `refund` of `chargedCost(charge)`
+ * (`restoreCharge` when it failed, so that refunding again tries again). A settle (a request charged
+ * its real cost when it ends, `RateLimitStore.settle`) is `checkSettles`, then per settle
+ * `takeCharge(decision)`, `settleState(state, now, rule, chargedCost(charge), actual, charge.at)`
+ * (write `next` when `changed`), and `settledCharge(charge, actual, outcome)`: the charge to
+ * `restoreCharge` on the decision and the decision to answer. A store that cannot decide throws
+ * `RateLimitStoreError`, never for "limited". The shared case tables hold such a store to it.
  *
  * @example
  * const { requests, positions } = distinctRequests(given, 'MyStore.consume');
@@ -27,14 +32,16 @@
 
 /**
  * What a store implements (`RateLimitStore`, also the module's injection token), what it is
- * given (`RateLimitRequest`: a bucket key, a policy name, a `Rule`, a cost in tokens; and per
- * call, `RateLimitCallOptions`: how long its caller waits) and what it answers
- * (`RateLimitDecision`, seconds, made by `toDecision`).
+ * given (`RateLimitRequest`: a bucket key, a policy name, a `Rule`, a cost in tokens; per
+ * call, `RateLimitCallOptions`: how long its caller waits; to `settle`, `RateLimitSettle`: an
+ * admitted decision and what its request cost in all) and what it answers (`RateLimitDecision`,
+ * seconds, made by `toDecision`).
  */
 export {
   type RateLimitCallOptions,
   type RateLimitDecision,
   type RateLimitRequest,
+  type RateLimitSettle,
   RateLimitStore,
 } from '../stores/rate-limit-store.interface.js';
 
@@ -57,9 +64,18 @@ export {
  * requests against their stored states, all-or-nothing, and says which states to write
  * (`Verdict.next`, `Verdict.blocks`). `expiryAfter(at, fullMs)` is when a written state may be
  * dropped, ms on the store's clock; `expiresAt` works it out from a state alone (after a refund).
- * `modelOf(rule)` is the rule's algorithm, for `current` and `refund` outside `decideAll`.
+ * `modelOf(rule)` is the rule's algorithm, for `current` and `refund` outside `decideAll`;
+ * `settleState` what a settle does to a bucket (its `debit` or `refund`) and reports of it.
  */
-export { decideAll, type Entry, expiresAt, expiryAfter, modelOf, type Verdict } from '../algorithms/decide.js';
+export {
+  decideAll,
+  type Entry,
+  expiresAt,
+  expiryAfter,
+  modelOf,
+  settleState,
+  type Verdict,
+} from '../algorithms/decide.js';
 
 /**
  * Each algorithm's pure functions and the shape of its state: a store that stores states as
@@ -78,18 +94,30 @@ export { tokenBucket, type TokenBucketState } from '../algorithms/token-bucket.j
  * store, and records on an admitted one what it charged and when (`outcome.at`, the store's
  * clock). `takeCharge(decision)` hands that record (`Charge`) to the store's `refund`, once;
  * `restoreCharge(decision, charge)` puts it back when that refund failed, so the next one tries
- * again. `limitOf(rule)` is the `limit` a decision shows.
+ * again. `chargedCost(charge)` is what the charge holds (what a refund gives back, what a settle
+ * starts from); `settledCharge(charge, actual, outcome)` the charge a settle leaves and the decision
+ * it answers. `limitOf(rule)` is the `limit` a decision shows.
  */
-export { type Charge, limitOf, restoreCharge, takeCharge, toDecision } from '../stores/decision.js';
+export {
+  type Charge,
+  chargedCost,
+  limitOf,
+  restoreCharge,
+  settledCharge,
+  takeCharge,
+  toDecision,
+} from '../stores/decision.js';
 
 /**
  * The checks every store runs on a call before it reads anything: `distinctRequests` rejects a
  * bad cost or a key repeated with another rule or cost (`TypeError` / `RangeError`, never
  * `RateLimitStoreError`) and gives each key once; `spreadDecisions` gives each request as given
  * its decision back. `checkCost` and `sameRule` are the single checks they are made of.
+ * `checkSettles` checks a `settle` call's settles the same way.
  */
 export {
   checkCost,
+  checkSettles,
   type DistinctRequests,
   distinctRequests,
   sameRule,

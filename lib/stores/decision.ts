@@ -3,10 +3,18 @@ import { ceilSeconds } from '../algorithms/conversions.js';
 import { RELEASED } from '../algorithms/registry.js';
 import type { RateLimitDecision, RateLimitRequest } from './rate-limit-store.interface.js';
 
-/** What an admitted decision took: its request, and when, ms on the store's clock (the charged state's `at`). */
+/**
+ * What an admitted decision took: its request, and when, ms on the store's clock (the charged state's
+ * `at`); after a settle, what it has taken in all and when it last took more.
+ */
 export interface Charge {
   request: RateLimitRequest;
   at: number;
+  /**
+   * Tokens taken so far, once a settle (`RateLimitStore.settle`) made the request's cost up to
+   * this; absent: `request.cost`, what it took up front. See `chargedCost`.
+   */
+  cost?: number;
 }
 
 /** Hands back the object it is given: a subclass constructed on it adds its private fields to that object. */
@@ -69,6 +77,13 @@ export function limitOf(rule: Pick<Rule, 'burst' | 'limit'>): number {
  * retry in 1 s, and its `resetAfter` is 0 while a slot is left, else 1.
  */
 export function toDecision(request: RateLimitRequest, outcome: Outcome): RateLimitDecision {
+  const decision = decisionOf(request, outcome);
+  if (outcome.allowed && outcome.at !== undefined) ChargeOf.stamp(decision, { request, at: outcome.at });
+  return decision;
+}
+
+/** `toDecision` without the charge record: a decision that took nothing (a settle's answer). */
+function decisionOf(request: RateLimitRequest, outcome: Outcome): RateLimitDecision {
   // a slot (`concurrency`) comes back when a request ends, which no time tells: ask again in a second
   const released = RELEASED.has(request.rule.algorithm);
   const decision: RateLimitDecision = {
@@ -88,7 +103,8 @@ export function toDecision(request: RateLimitRequest, outcome: Outcome): RateLim
     delay: outcome.delayMs / 1000,
   };
   if (request.tier !== undefined) decision.tier = request.tier;
-  if (outcome.allowed && outcome.at !== undefined) ChargeOf.stamp(decision, { request, at: outcome.at });
+  // only when owed: every other decision keeps its shape
+  if (outcome.debt !== undefined && outcome.debt > 0) decision.debt = outcome.debt;
   return decision;
 }
 
@@ -115,4 +131,37 @@ export function takeCharge(decision: RateLimitDecision): Charge | undefined {
  */
 export function restoreCharge(decision: RateLimitDecision, charge: Charge): void {
   ChargeOf.restore(decision, charge);
+}
+
+/**
+ * Tokens a charge has taken so far: what a settle made it (`Charge.cost`), else what its request
+ * took up front. What a refund gives back, and what a settle makes up the difference from.
+ *
+ * @example const refunded = model.refund(current, rule, chargedCost(charge), charge.at);
+ */
+export function chargedCost(charge: Charge): number {
+  return charge.cost ?? charge.request.cost;
+}
+
+/**
+ * What a settle of `charge` to `actual` tokens leaves, from `outcome`, the bucket after it (as
+ * `settleState` reports it, or a Redis refund call): the charge to put back on its decision
+ * (`restoreCharge`), now `actual` tokens, and as of the settle's time (`outcome.at`) when it took
+ * more, so that a later give-back comes from the window it was taken in; and the decision the
+ * settle answers, the bucket as a peek of a request of cost 0 sees it, which records no charge
+ * (refunding it gives nothing back).
+ *
+ * @example
+ * const { next, changed, outcome } = settleState(state, now, charge.request.rule, chargedCost(charge), actual, charge.at);
+ * const settled = settledCharge(charge, actual, outcome);
+ * restoreCharge(decision, settled.charge);
+ * return settled.decision;
+ */
+export function settledCharge(
+  charge: Charge,
+  actual: number,
+  outcome: Outcome,
+): { charge: Charge; decision: RateLimitDecision } {
+  const at = actual > chargedCost(charge) && outcome.at !== undefined ? outcome.at : charge.at;
+  return { charge: { request: charge.request, at, cost: actual }, decision: decisionOf(charge.request, outcome) };
 }

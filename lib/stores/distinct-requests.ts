@@ -5,8 +5,12 @@ import {
   invalidRequest,
   invalidRequestKey,
   invalidRequests,
+  invalidReservedCost,
+  invalidSettle,
+  invalidSettleActual,
+  invalidSettles,
 } from '../rate-limit.messages.js';
-import type { RateLimitDecision, RateLimitRequest } from './rate-limit-store.interface.js';
+import type { RateLimitDecision, RateLimitRequest, RateLimitSettle } from './rate-limit-store.interface.js';
 
 /**
  * Requests of one call up to which a repeated key is looked for by comparing every pair: a
@@ -16,16 +20,57 @@ const PAIRWISE_UP_TO = 8;
 
 /**
  * Checks a cost, the one rule for the engine and every store: a finite number > 0, tokens
- * (fractions allowed). Anything else would reach an algorithm as NaN, give tokens back (a
- * negative cost) or fail a Redis script call, with every request batched in it.
+ * (fractions allowed); or >= 0 for a request of a rule that settles (`Rule.debt`), which may
+ * reserve nothing up front and be charged its real cost when it ends. Anything else would reach an
+ * algorithm as NaN, give tokens back (a negative cost) or fail a Redis script call, with every
+ * request batched in it.
  *
  * @param where the call, for the message (`RateLimiterService.consume`)
  * @param argument what holds the cost (`cost`, `requests[1].cost`)
- * @throws TypeError for a cost that is not a number, RangeError for a number that is not finite and > 0
+ * @param settles whether the request's rule settles (has a `debt`): a cost of 0 is then valid
+ * @throws TypeError for a cost that is not a number, RangeError for a number that is not finite
+ * and > 0 (>= 0 when `settles`)
+ * @example checkCost(request.cost, 'MyStore.consume', 'requests[0].cost', request.rule.debt !== undefined)
  */
-export function checkCost(cost: unknown, where: string, argument: string): asserts cost is number {
-  if (typeof cost !== 'number') throw new TypeError(invalidCost(where, argument, cost));
-  if (!(cost > 0 && cost < Infinity)) throw new RangeError(invalidCost(where, argument, cost));
+export function checkCost(cost: unknown, where: string, argument: string, settles = false): asserts cost is number {
+  if (typeof cost !== 'number') throw new TypeError(costMessage(where, argument, cost, settles));
+  if (!((settles ? cost >= 0 : cost > 0) && cost < Infinity))
+    throw new RangeError(costMessage(where, argument, cost, settles));
+}
+
+/** What a bad cost's error says: a reservation's rule when the request settles. */
+function costMessage(where: string, argument: string, cost: unknown, settles: boolean): string {
+  return settles ? invalidReservedCost(where, argument, cost) : invalidCost(where, argument, cost);
+}
+
+/**
+ * Checks a settle's `actual`, what a request costs in all: a finite number >= 0, tokens.
+ *
+ * @throws TypeError for one that is not a number, RangeError for a number that is not finite and >= 0
+ */
+function checkActual(actual: unknown, where: string, argument: string): asserts actual is number {
+  if (typeof actual !== 'number') throw new TypeError(invalidSettleActual(where, argument, actual));
+  if (!(actual >= 0 && actual < Infinity)) throw new RangeError(invalidSettleActual(where, argument, actual));
+}
+
+/**
+ * Checks the settles of a store's `settle` call, before anything is taken or given back: a list of
+ * `{ decision, actual }`, each `actual` a finite number >= 0.
+ *
+ * @param where the call, for messages (`MemoryStore.settle`)
+ * @throws TypeError or RangeError naming the bad settle and field (never `RateLimitStoreError`)
+ * @example checkSettles(settles, 'MyStore.settle');
+ */
+export function checkSettles(settles: readonly RateLimitSettle[], where: string): void {
+  // a JavaScript caller may pass anything: checked apart, as `Array.isArray` would narrow `settles` to `any[]`
+  const list: unknown = settles;
+  if (!Array.isArray(list)) throw new TypeError(invalidSettles(where, list));
+  for (let i = 0; i < settles.length; i++) {
+    const settle: unknown = settles[i];
+    if (typeof settle !== 'object' || settle === null || typeof (settle as RateLimitSettle).decision !== 'object')
+      throw new TypeError(invalidSettle(where, i, settle));
+    checkActual((settle as RateLimitSettle).actual, where, `settles[${i}].actual`);
+  }
 }
 
 /** Whether two rules are the same in every field, a scaled window's limit included: the one test of a rule for a bucket. */
@@ -38,7 +83,8 @@ export function sameRule(a: Rule, b: Rule): boolean {
     a.blockResets === b.blockResets &&
     a.anchor === b.anchor &&
     a.origin === b.origin &&
-    a.limit === b.limit
+    a.limit === b.limit &&
+    a.debt === b.debt
   );
 }
 
@@ -76,7 +122,8 @@ export function distinctRequests(requests: readonly RateLimitRequest[], where: s
       throw new TypeError(invalidRequest(where, i, request));
     }
     if (typeof request.key !== 'string') throw new TypeError(invalidRequestKey(where, i, request.key));
-    checkCost(request.cost, where, `requests[${i}].cost`);
+    // a JavaScript caller may give no rule: the cost is checked as one that does not settle
+    checkCost(request.cost, where, `requests[${i}].cost`, (request.rule as Rule | undefined)?.debt !== undefined);
     if (n <= PAIRWISE_UP_TO) for (let j = 0; j < i && !repeated; j++) repeated = requests[j].key === request.key;
   }
   if (n > PAIRWISE_UP_TO) repeated = new Set(requests.map((request) => request.key)).size < n;

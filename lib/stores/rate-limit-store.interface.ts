@@ -32,6 +32,16 @@ export interface RateLimitDecision {
   delay: number;
   /** The tier the request was limited as, for a policy with `tiers`; absent otherwise. */
   tier?: string;
+  /**
+   * Whole tokens (rounded up) the bucket owes past empty after a settle took more than it held
+   * (`RateLimitStore.settle`, as far as the policy's `maxDebt`), paid back by time (a bucket refills
+   * them before anything else, a window holds them until they end or slide out of it). `remaining`
+   * is 0 then, and the bucket holds `limit + debt` taken. Absent when none, and always for a policy
+   * that does not settle.
+   *
+   * @example { allowed: false, policy: 'tpm', limit: 40000, remaining: 0, resetAfter: 2, fullAfter: 62, retryAfter: 2, delay: 0, debt: 1200 }
+   */
+  debt?: number;
 }
 
 /** One policy's part of a request, as the guard or `RateLimiterService` hands it to a store. */
@@ -42,10 +52,33 @@ export interface RateLimitRequest {
   policy: string;
   /** The rule its bucket follows. */
   rule: Rule;
-  /** Tokens to take: a finite number > 0 (fractions allowed). */
+  /**
+   * Tokens to take: a finite number > 0 (fractions allowed); or 0, for a rule that settles
+   * (`Rule.debt`): a reservation of nothing, admitted while its bucket is not in debt.
+   */
   cost: number;
   /** The tier of a policy with `tiers` (its bucket's rule and key are the tier's), for the decision. */
   tier?: string;
+}
+
+/**
+ * One admitted request's real cost, for `RateLimitStore.settle`: a request of a policy that settles
+ * takes an estimate (its `cost`, maybe 0) when it is decided, and this when it ends.
+ *
+ * @example await store.settle?.([{ decision, actual: usage.total_tokens }])
+ */
+export interface RateLimitSettle {
+  /**
+   * A decision this store's `consume` returned, of a request it admitted (every policy's decision
+   * `allowed`: a refused request took nothing, and has nothing to settle).
+   */
+  decision: RateLimitDecision;
+  /**
+   * Tokens the request costs in all, a finite number >= 0 (fractions allowed): what it has taken
+   * so far is made up to this, more taken (past empty, as far as its rule's `debt`) or the
+   * difference given back.
+   */
+  actual: number;
 }
 
 /**
@@ -118,7 +151,8 @@ export interface RateLimitStore {
    * A key given more than once in one call is one bucket, decided and charged once: when its
    * requests agree (same rule, same cost), each gets that decision (under its own `policy`);
    * when they do not, the call is refused. A bad request (a cost that is not a finite number > 0,
-   * a key given twice with different rules or costs) rejects this call alone, with a
+   * or >= 0 for a rule that settles, `Rule.debt`; a key given twice with different rules or costs)
+   * rejects this call alone, with a
    * `TypeError` or `RangeError` naming it and before anything is charged: never a
    * `RateLimitStoreError`, which says the store itself could not decide.
    *
@@ -165,11 +199,39 @@ export interface RateLimitStore {
    *
    * The module calls it when a client goes away while its request waits its `leaky_bucket`
    * turn, and for requests still waiting at shutdown. Optional: without it, those charges stay
-   * taken (fewer admissions, never more).
+   * taken (fewer admissions, never more). A decision settled before (`settle`) gives back what its
+   * charge holds since, the tokens it was settled to.
    *
    * @example await store.refund?.(await store.consume(requests))
    */
   refund?(decisions: readonly RateLimitDecision[]): Promise<void>;
+  /**
+   * Charges admitted requests their real cost, once they have run (a policy that settles: its
+   * `cost` an estimate taken up front, maybe 0). For each settle, what its decision has taken so
+   * far (its request's `cost`, or what the last settle made it) is made up to `actual` tokens:
+   * more is taken even past empty, down to its rule's `debt` tokens past it (never giving anything
+   * back); less is given back as `refund` gives back (never past full, never into another window or
+   * period than the one it was last taken in). The requests that follow a debt are refused until
+   * time has paid it back. The decision then holds `actual` (a later settle or refund starts from
+   * it) and, when the settle took more, the settle's time. A refund is a settle to 0.
+   *
+   * Resolves with, per settle, the bucket as the settle left it, as `peek` would report a request of
+   * cost 0: `allowed` false while it is in debt (or blocked), `remaining` 0 then, `retryAfter`
+   * seconds until it is paid back; `undefined` for a decision with nothing to settle (refused,
+   * refunded, another store's), for which nothing is done. A settle that rejects (its server out of
+   * reach) leaves the decisions it could not settle as they were, so settling them again tries
+   * again; one made in parts (a hash slot each, on a Redis Cluster) leaves only the parts that
+   * failed. A bad settle (an `actual` that is not a finite number >= 0) rejects the call, with a
+   * `TypeError` or `RangeError`, before anything is settled.
+   *
+   * Optional: without it, the store cannot serve a policy that settles.
+   *
+   * @example
+   * const [decision] = await store.consume([{ key, policy: 'tpm', rule: { algorithm: 'token_bucket', rps: 40_000 / 60, burst: 40_000, debt: 40_000 }, cost: 500 }]);
+   * // ... the request runs, and used 1,800 tokens
+   * const [after] = await store.settle!([{ decision, actual: 1_800 }]); // 1,300 more taken
+   */
+  settle?(settles: readonly RateLimitSettle[]): Promise<(RateLimitDecision | undefined)[]>;
   /** Releases what the store itself opened. */
   close?(): Promise<void>;
   /**

@@ -8,6 +8,7 @@ import type {
   RateLimitCallOptions,
   RateLimitDecision,
   RateLimitRequest,
+  RateLimitSettle,
   RateLimitStore,
 } from './rate-limit-store.interface.js';
 import { storeClock } from './store-clock.js';
@@ -184,6 +185,41 @@ export class StoreCalls {
     }
   }
 
+  /**
+   * Charges admitted decisions their real costs (see `RateLimitStore.settle`), in the store that
+   * made them, and answers how their buckets stand after. A store without `settle` gives back the
+   * settles of nothing (as refunds) and leaves the others' reservations standing. Not bounded by
+   * `timeout`, for the reason `release` is not.
+   *
+   * @throws RateLimitStoreError when the store's settle failed (what it could not charge stays on the decisions)
+   */
+  async settle(settles: readonly RateLimitSettle[]): Promise<(RateLimitDecision | undefined)[]> {
+    const store = this.storeOf(settles.map(({ decision }) => decision));
+    try {
+      if (store.settle !== undefined) return await store.settle(settles);
+      const nothing = settles.filter(({ actual }) => actual === 0).map(({ decision }) => decision);
+      if (nothing.length > 0) await store.refund?.(nothing);
+      return settles.map(() => undefined);
+    } catch (error) {
+      throw storeError(error);
+    }
+  }
+
+  /**
+   * Under `failMode: 'local'`, what a settle the store failed was to take more (`extra`, per
+   * request, tokens) goes to the local limiter too, which decides meanwhile: taken as a charge of
+   * nothing, then settled to it. Its bucket already in debt takes no more.
+   */
+  settleLocally(requests: readonly RateLimitRequest[], extra: readonly number[]): void {
+    if (this.options.failMode !== 'local') return;
+    const local = this.localStore();
+    requests.forEach((request, i) => {
+      if (!(extra[i] > 0)) return;
+      const [decision] = local.decideSync([{ ...request, cost: 0 }], true);
+      if (decision.allowed) void local.settle([{ decision, actual: extra[i] }]);
+    });
+  }
+
   /** Stops the deadline timer and the local limiter; the store is closed by whoever opened it. */
   async close(): Promise<void> {
     this.deadlines.close();
@@ -231,11 +267,14 @@ export class StoreCalls {
     failure: RateLimitStoreError,
   ): RateLimitDecision[] {
     if (this.options.failMode !== 'local') throw failure;
-    // on the store's clock, if it was given one: the local decisions' waits are timed on it
-    this.local ??= new MemoryStore({ clock: storeClock(this.store.clock) });
-    const decisions = this.local.decideSync(requests, charge);
+    const decisions = this.localStore().decideSync(requests, charge);
     for (const decision of decisions) this.localDecisions.add(decision);
     return decisions;
+  }
+
+  /** The local limiter (failMode 'local'), made on first use: on the store's clock, if it was given one, so its waits are timed on it. */
+  private localStore(): MemoryStore {
+    return (this.local ??= new MemoryStore({ clock: storeClock(this.store.clock) }));
   }
 
   /** The store that made `decisions`: the local limiter for those it made (failMode 'local'), else the module's. */

@@ -312,4 +312,73 @@ export const FIXED_WINDOW_CASES: Case[] = [
       reset: { allowed: true, remaining: 0 },
     },
   ]),
+  // settles: 10 per 10 s window, a debt of 10 unless a case says less
+  {
+    name: 'settle: takes what a request cost past its reservation in the window, or gives back what it did not use',
+    rule: { ...fw(1, 10), debt: 10 },
+    steps: [
+      { at: 0, cost: 2, expect: { allowed: true, remaining: 8 } },
+      { at: 1_000, settle: { step: 0, actual: 5, expect: { allowed: true, remaining: 5 } }, expect: { remaining: 4 } },
+      { at: 2_000, settle: { step: 0, actual: 1, expect: { allowed: true, remaining: 8 } }, expect: { remaining: 7 } },
+      // a refund gives back what the decision holds since: 1
+      { at: 2_000, release: 0, expect: { allowed: true, remaining: 7 } },
+    ],
+  },
+  {
+    name: 'settle: past the limit is debt, refused (a reservation of 0 too) until the window ends',
+    rule: { ...fw(1, 10), debt: 10 },
+    steps: [
+      { at: 0, cost: 10, expect: { allowed: true, remaining: 0 } },
+      {
+        at: 1_000,
+        settle: {
+          step: 0,
+          actual: 15,
+          expect: { allowed: false, remaining: 0, retryAfter: 9, fullAfter: 9, debt: 5 },
+        },
+        expect: { allowed: false, remaining: 0, retryAfter: 9, debt: 5 },
+      },
+      { at: 2_000, cost: 0, expect: { allowed: false, remaining: 0, retryAfter: 8, debt: 5 } },
+      // a new window: the debt was this window's
+      { at: 10_000, cost: 0, expect: { allowed: true, remaining: 10 } },
+      { at: 10_000, expect: { allowed: true, remaining: 9 } },
+    ],
+  },
+  {
+    name: 'settle: takes the window no further past the limit than its debt',
+    rule: { ...fw(1, 10), debt: 3 },
+    steps: [
+      { at: 0, cost: 5, expect: { allowed: true, remaining: 5 } },
+      { at: 0, cost: 5, expect: { allowed: true, remaining: 0 } },
+      // 20 more asked, 3 taken: 13
+      {
+        at: 0,
+        settle: { step: 0, actual: 25, expect: { allowed: false, remaining: 0, retryAfter: 10, debt: 3 } },
+        expect: { allowed: false, debt: 3 },
+      },
+      // 5 given back: 8
+      { at: 0, release: 1, expect: { allowed: true, remaining: 1 } },
+    ],
+  },
+  {
+    name: 'settle: gives nothing back to a window that has ended',
+    rule: { ...fw(1, 10), debt: 10 },
+    steps: [
+      { at: 0, cost: 8, expect: { allowed: true, remaining: 2 } },
+      {
+        at: 10_000,
+        settle: { step: 0, actual: 1, expect: { allowed: true, remaining: 10 } },
+        expect: { remaining: 9 },
+      },
+    ],
+  },
+  {
+    name: 'settle: after its window ended, takes from the window it is in, and a later give-back comes from there',
+    rule: { ...fw(1, 10), debt: 10 },
+    steps: [
+      { at: 0, cost: 2, expect: { allowed: true, remaining: 8 } },
+      { at: 10_000, settle: { step: 0, actual: 6, expect: { allowed: true, remaining: 6 } }, expect: { remaining: 5 } },
+      { at: 11_000, settle: { step: 0, actual: 3, expect: { allowed: true, remaining: 8 } }, expect: { remaining: 7 } },
+    ],
+  },
 ];

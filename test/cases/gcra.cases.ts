@@ -1,5 +1,12 @@
 import type { Rule } from '../../lib/algorithms/algorithm.types.js';
-import { type Case, keepAndReset, monthlyBillionSteps, MONTHLY_BILLION_RPS, type Step } from './cases.js';
+import {
+  type Case,
+  keepAndReset,
+  monthlyBillionSteps,
+  MONTHLY_BILLION_RPS,
+  type Step,
+  settlingBucketCases,
+} from './cases.js';
 
 const gc = (rps: number, burst: number): Rule => ({ algorithm: 'gcra', rps, burst });
 
@@ -211,4 +218,5 @@ export const GCRA_CASES: Case[] = [
       reset: { allowed: true, remaining: 0 },
     },
   ]),
+  ...settlingBucketCases('gcra'),
 ];

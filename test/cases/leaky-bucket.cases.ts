@@ -1,5 +1,5 @@
 import type { Rule } from '../../lib/algorithms/algorithm.types.js';
-import { type Case, keepAndReset, monthlyBillionSteps, MONTHLY_BILLION_RPS } from './cases.js';
+import { type Case, keepAndReset, monthlyBillionSteps, MONTHLY_BILLION_RPS, settlingBucketCases } from './cases.js';
 
 const lb = (rps: number, burst: number): Rule => ({ algorithm: 'leaky_bucket', rps, burst });
 
@@ -204,4 +204,5 @@ export const LEAKY_BUCKET_CASES: Case[] = [
       reset: { allowed: true, remaining: 0 },
     },
   ]),
+  ...settlingBucketCases('leaky_bucket'),
 ];

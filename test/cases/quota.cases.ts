@@ -111,4 +111,53 @@ export const QUOTA_CASES: Case[] = [
       { at: MAR, rule: mar(2), expect: { allowed: true, remaining: 1, resetAfter: 2_678_400 } },
     ],
   },
+  // settles: 10 a month, a debt of 10
+  {
+    name: 'settle: past the limit is debt, refused (a reservation of 0 too) until the period ends',
+    rule: { ...jan(10), debt: 10 },
+    steps: [
+      { at: JAN + DAY, cost: 10, expect: { allowed: true, remaining: 0 } },
+      {
+        at: JAN + 2 * DAY,
+        settle: {
+          step: 0,
+          actual: 15,
+          expect: { allowed: false, remaining: 0, retryAfter: (FEB - JAN - 2 * DAY) / 1000, debt: 5 },
+        },
+        expect: { allowed: false, remaining: 0, retryAfter: (FEB - JAN - 2 * DAY) / 1000, debt: 5 },
+      },
+      { at: JAN + 2 * DAY, cost: 0, expect: { allowed: false, retryAfter: (FEB - JAN - 2 * DAY) / 1000, debt: 5 } },
+      { at: FEB, rule: { ...feb(10), debt: 10 }, cost: 0, expect: { allowed: true, remaining: 10 } },
+      { at: FEB, rule: { ...feb(10), debt: 10 }, expect: { allowed: true, remaining: 9 } },
+    ],
+  },
+  {
+    name: 'settle: gives nothing back to a period that has ended, and takes more from the one it is in',
+    rule: { ...jan(10), debt: 10 },
+    steps: [
+      { at: JAN + DAY, cost: 8, expect: { allowed: true, remaining: 2 } },
+      { at: JAN + DAY, cost: 2, expect: { allowed: true, remaining: 0 } },
+      // February: nothing of January's comes back
+      {
+        at: FEB + DAY,
+        rule: { ...feb(10), debt: 10 },
+        settle: { step: 0, actual: 1, expect: { allowed: true, remaining: 10 } },
+        expect: { remaining: 9 },
+      },
+      // 2 more, taken in February
+      {
+        at: FEB + DAY,
+        rule: { ...feb(10), debt: 10 },
+        settle: { step: 1, actual: 4, expect: { allowed: true, remaining: 7 } },
+        expect: { remaining: 6 },
+      },
+      // given back to February, where it was last taken
+      {
+        at: FEB + 2 * DAY,
+        rule: { ...feb(10), debt: 10 },
+        settle: { step: 1, actual: 1, expect: { allowed: true, remaining: 9 } },
+        expect: { remaining: 8 },
+      },
+    ],
+  },
 ];

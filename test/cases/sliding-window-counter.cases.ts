@@ -275,4 +275,68 @@ export const SLIDING_WINDOW_COUNTER_CASES: Case[] = [
       reset: { allowed: true, remaining: 0 },
     },
   ]),
+  // settles: 10 per 10 s window, a debt of 10 unless a case says less
+  {
+    name: 'settle: takes what a request cost past its reservation in the window, or gives back what it did not use',
+    rule: { ...swc(1, 10), debt: 10 },
+    steps: [
+      { at: 0, cost: 2, expect: { allowed: true, remaining: 8 } },
+      { at: 1_000, settle: { step: 0, actual: 5, expect: { allowed: true, remaining: 5 } }, expect: { remaining: 4 } },
+      { at: 2_000, settle: { step: 0, actual: 1, expect: { allowed: true, remaining: 8 } }, expect: { remaining: 7 } },
+      { at: 2_000, release: 0, expect: { allowed: true, remaining: 7 } },
+    ],
+  },
+  {
+    name: 'settle: past the limit is debt, refused (a reservation of 0 too) until enough has slid out of the next window',
+    rule: { ...swc(1, 10), debt: 10 },
+    steps: [
+      { at: 0, cost: 10, expect: { allowed: true, remaining: 0 } },
+      // 15 weighs 10 or less once 1/3 of the next window has passed (6,667 ms), 9 or less at 4 s
+      {
+        at: 1_000,
+        settle: { step: 0, actual: 15, expect: { allowed: false, remaining: 0, retryAfter: 13, debt: 5 } },
+        expect: { allowed: false, remaining: 0, retryAfter: 13, debt: 5 },
+      },
+      // the 15 weigh in whole at the next window's start, 12 at 2 s into it
+      { at: 10_000, expect: { allowed: false, remaining: 0, retryAfter: 4, debt: 5 } },
+      { at: 12_000, cost: 0, expect: { allowed: false, remaining: 0, retryAfter: 2, debt: 2 } },
+      { at: 14_000, expect: { allowed: true, remaining: 0 } },
+    ],
+  },
+  {
+    name: 'settle: takes the window no further past the limit than its debt',
+    rule: { ...swc(1, 10), debt: 3 },
+    steps: [
+      { at: 0, cost: 5, expect: { allowed: true, remaining: 5 } },
+      { at: 0, cost: 5, expect: { allowed: true, remaining: 0 } },
+      {
+        at: 0,
+        settle: { step: 0, actual: 25, expect: { allowed: false, remaining: 0, debt: 3 } },
+        expect: { allowed: false, debt: 3 },
+      },
+      { at: 0, release: 1, expect: { allowed: true, remaining: 1 } },
+    ],
+  },
+  {
+    name: 'settle: gives back to the window after, where the charge weighs still, and nothing two windows on',
+    rule: { ...swc(1, 10), debt: 10 },
+    steps: [
+      { at: 0, cost: 8, expect: { allowed: true, remaining: 2 } },
+      // previous 8, 4 given back
+      { at: 10_000, settle: { step: 0, actual: 4, expect: { allowed: true, remaining: 6 } }, expect: { remaining: 5 } },
+      // previous 1 (the last window's count)
+      { at: 20_000, settle: { step: 0, actual: 1, expect: { allowed: true, remaining: 9 } }, expect: { remaining: 8 } },
+    ],
+  },
+  {
+    name: 'settle: after its window ended, takes from the window it is in, and a later give-back comes from there',
+    rule: { ...swc(1, 10), debt: 10 },
+    steps: [
+      { at: 0, cost: 2, expect: { allowed: true, remaining: 8 } },
+      // previous 2, count 4
+      { at: 10_000, settle: { step: 0, actual: 6, expect: { allowed: true, remaining: 4 } }, expect: { remaining: 3 } },
+      // count 5 - 3; 2 * 0.9 of the previous window
+      { at: 11_000, settle: { step: 0, actual: 3, expect: { allowed: true, remaining: 6 } }, expect: { remaining: 5 } },
+    ],
+  },
 ];

@@ -237,4 +237,70 @@ export const SLIDING_WINDOW_LOG_CASES: Case[] = [
       { at: 10_600, expect: { allowed: true, remaining: 2 } },
     ],
   },
+  // settles: 10 per 10 s window, a debt of 10 unless a case says less
+  {
+    name: 'settle: logs what a request cost past its reservation, or drops what it did not use',
+    rule: { ...swl(1, 10), debt: 10 },
+    steps: [
+      { at: 0, cost: 2, expect: { allowed: true, remaining: 8 } },
+      // 3 entries at 1 s
+      { at: 1_000, settle: { step: 0, actual: 5, expect: { allowed: true, remaining: 5 } }, expect: { remaining: 4 } },
+      // 4 dropped from 1 s, where the settle last logged (entries at one ms are alike)
+      { at: 2_000, settle: { step: 0, actual: 1, expect: { allowed: true, remaining: 8 } }, expect: { remaining: 7 } },
+    ],
+  },
+  {
+    name: 'settle: more entries than the limit are debt, refused (a reservation of 0 too) until they leave',
+    rule: { ...swl(1, 10), debt: 10 },
+    steps: [
+      { at: 0, cost: 10, expect: { allowed: true, remaining: 0 } },
+      {
+        at: 1_000,
+        settle: {
+          step: 0,
+          actual: 15,
+          expect: { allowed: false, remaining: 0, retryAfter: 9, fullAfter: 10, debt: 5 },
+        },
+        expect: { allowed: false, remaining: 0, retryAfter: 9, debt: 5 },
+      },
+      { at: 5_000, cost: 0, expect: { allowed: false, remaining: 0, retryAfter: 5, debt: 5 } },
+      // the 10 entries of 0 s have left; the 5 of 1 s leave at 11 s
+      { at: 10_000, expect: { allowed: true, remaining: 4 } },
+    ],
+  },
+  {
+    name: 'settle: logs no more past the limit than its debt',
+    rule: { ...swl(1, 10), debt: 3 },
+    steps: [
+      { at: 0, cost: 5, expect: { allowed: true, remaining: 5 } },
+      { at: 0, cost: 5, expect: { allowed: true, remaining: 0 } },
+      {
+        at: 0,
+        settle: { step: 0, actual: 25, expect: { allowed: false, remaining: 0, retryAfter: 10, debt: 3 } },
+        expect: { allowed: false, debt: 3 },
+      },
+      { at: 0, release: 1, expect: { allowed: true, remaining: 1 } },
+    ],
+  },
+  {
+    name: 'settle: drops nothing once its entries have left the window',
+    rule: { ...swl(1, 10), debt: 10 },
+    steps: [
+      { at: 0, cost: 8, expect: { allowed: true, remaining: 2 } },
+      {
+        at: 10_000,
+        settle: { step: 0, actual: 1, expect: { allowed: true, remaining: 10 } },
+        expect: { remaining: 9 },
+      },
+    ],
+  },
+  {
+    name: 'settle: after its entries left, logs at its own time, and a later give-back drops from there',
+    rule: { ...swl(1, 10), debt: 10 },
+    steps: [
+      { at: 0, cost: 2, expect: { allowed: true, remaining: 8 } },
+      { at: 10_000, settle: { step: 0, actual: 6, expect: { allowed: true, remaining: 6 } }, expect: { remaining: 5 } },
+      { at: 11_000, settle: { step: 0, actual: 3, expect: { allowed: true, remaining: 8 } }, expect: { remaining: 7 } },
+    ],
+  },
 ];

@@ -1,5 +1,12 @@
 import type { Rule } from '../../lib/algorithms/algorithm.types.js';
-import { type Case, keepAndReset, monthlyBillionSteps, MONTHLY_BILLION_RPS, type Step } from './cases.js';
+import {
+  type Case,
+  keepAndReset,
+  monthlyBillionSteps,
+  MONTHLY_BILLION_RPS,
+  type Step,
+  settlingBucketCases,
+} from './cases.js';
 
 const tb = (rps: number, burst: number): Rule => ({ algorithm: 'token_bucket', rps, burst });
 
@@ -190,4 +197,5 @@ export const TOKEN_BUCKET_CASES: Case[] = [
       reset: { allowed: true, remaining: 0, fullAfter: 20 },
     },
   ]),
+  ...settlingBucketCases('token_bucket'),
 ];

@@ -10,10 +10,10 @@ import {
   WINDOW_ALGORITHMS,
 } from '../../lib/algorithms/algorithm.types.js';
 import { durationMs, windowMs } from '../../lib/algorithms/conversions.js';
-import { decideAll, expiresAt, isFull, modelOf } from '../../lib/algorithms/decide.js';
+import { decideAll, expiresAt, isFull, modelOf, settleState } from '../../lib/algorithms/decide.js';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
 import { scaledRule } from '../../lib/limiter/scales.js';
-import { toDecision } from '../../lib/stores/decision.js';
+import { type Charge, chargedCost, settledCharge, toDecision } from '../../lib/stores/decision.js';
 import { MemoryStore } from '../../lib/stores/memory/memory.store.js';
 import type { RateLimitDecision, RateLimitRequest } from '../../lib/stores/rate-limit-store.interface.js';
 import { RedisStore } from '../../lib/stores/redis/redis.store.js';
@@ -25,7 +25,9 @@ import { connectTestRedis } from '../support/redis/test-redis.js';
 /**
  * Differential test: random policies and random traces of requests, each request decided by
  * the pure model (`decideAll`, states kept in a map), by the memory store and by the Redis
- * store; every policy's decision must be the same on all three. The tables of cases say what
+ * store; every policy's decision must be the same on all three. Between requests, earlier ones
+ * are given back (`refund`) or settled to a random real cost (`settle`, up past empty as far as a
+ * policy's debt, or down), and what each settle answers must be the same too. The tables of cases say what
  * is right; this looks for what no table thought of (fractions, rounding, window edges, expiry).
  *
  * Runs per algorithm: 1,000, or `RATE_LIMIT_PROPERTY_RUNS`. A failure prints the shrunk run and
@@ -50,6 +52,8 @@ interface Policy {
    * window (`burst / rps`, a whole number of ms) long, back to back from it.
    */
   origin?: number;
+  /** Tokens a settle may take its bucket past empty (`Rule.debt`); absent: it does not settle. */
+  debt?: number;
 }
 
 /** One request of a trace. */
@@ -77,6 +81,11 @@ interface Step {
    * `concurrency` slot released, a charge of any other algorithm refunded.
    */
   release?: number;
+  /**
+   * Before this request (after a release), the request `back` steps back is settled
+   * (`store.settle`): each of its policies with a debt charged `actual` tokens in all.
+   */
+  settle?: { back: number; actual: number };
 }
 
 interface Run {
@@ -103,6 +112,8 @@ const IDENTITIES = ['user:1', 'user:2', 'user:3'] as const;
 class Model {
   /** Each key's state, and when the memory store drops it (full again; only used to pick times). */
   private readonly buckets = new Map<string, { state: Held; fullAt: number }>();
+  /** The `at` of each state the last `consume` decided: when it charged, if it was admitted. */
+  private chargedAt: number[] = [];
 
   get keys(): string[] {
     return [...this.buckets.keys()];
@@ -110,12 +121,15 @@ class Model {
 
   consume(requests: readonly RateLimitRequest[], now: number): RateLimitDecision[] {
     const verdict = decideAll(this.entries(requests, now), now, true);
+    this.chargedAt = verdict.next.map((state) => state.at);
     // all charged states, or only those whose block a refusal starts
     if (verdict.allowed || verdict.blocks !== undefined) {
       requests.forEach(({ key, rule }, i) => {
         if (!verdict.allowed && !verdict.blocks![i]) return;
         const state = verdict.next[i];
-        this.buckets.set(key, { state, fullAt: expiresAt(modelOf(rule), state, rule) });
+        // full (a reservation of 0 that found nothing taken): the stores drop the key
+        if (verdict.outcomes[i].fullMs === 0) this.buckets.delete(key);
+        else this.buckets.set(key, { state, fullAt: expiresAt(modelOf(rule), state, rule) });
       });
     }
     return verdict.outcomes.map((outcome, i) => toDecision(requests[i], outcome));
@@ -142,17 +156,20 @@ class Model {
   }
 
   /**
-   * Gives back what `consume` took for `requests` (admitted at `chargedAt`, one per request), as
-   * the stores do: the charge's rule, on the state as of `now`; nothing given back leaves it.
+   * Gives back what `consume` took for an admitted request (its `charges`, one per policy, as
+   * settles left them), as the stores do: the charge's rule, on the state as of `now`; nothing
+   * given back leaves it.
    */
-  refund(requests: readonly RateLimitRequest[], chargedAt: readonly number[], now: number): void {
-    requests.forEach(({ key, rule, cost }, i) => {
+  refund(charges: readonly Charge[], now: number): void {
+    charges.forEach((charge) => {
+      const { key, rule } = charge.request;
       const bucket = this.buckets.get(key);
-      // the memory store has dropped a bucket that is full: nothing to give back
-      if (bucket === undefined || bucket.fullAt <= now) return;
+      // the memory store has dropped a bucket that is full, and a charge of nothing (a reservation
+      // of 0) has nothing to give back
+      if (bucket === undefined || bucket.fullAt <= now || chargedCost(charge) === 0) return;
       const model = modelOf(rule);
       const current = model.current(bucket.state, now, rule);
-      const refunded = model.refund(current, rule, cost, chargedAt[i]);
+      const refunded = model.refund(current, rule, chargedCost(charge), charge.at);
       if (refunded === current) return;
       // full again once given back: the stores drop the key, so the next request finds none (an
       // anchored window or a quota's period then starts afresh, as if the charge never came)
@@ -161,10 +178,32 @@ class Model {
     });
   }
 
-  /** The `at` of each key's stored state: when a request just admitted was charged. */
-  chargedAt(requests: readonly RateLimitRequest[]): number[] {
-    return requests.map(({ key }) => this.buckets.get(key)!.state.at);
+  /**
+   * Settles a charge to `actual` tokens as the stores do (`settleState` on the state as of `now`,
+   * none once it is full): what the settle answers, and the charge it leaves.
+   */
+  settle(charge: Charge, actual: number, now: number): { charge: Charge; decision: RateLimitDecision } {
+    const { key, rule } = charge.request;
+    const bucket = this.buckets.get(key);
+    const state = bucket !== undefined && bucket.fullAt > now ? bucket.state : undefined;
+    const { next, changed, outcome } = settleState(state, now, rule, chargedCost(charge), actual, charge.at);
+    if (changed) {
+      // full again: the stores drop the key (see `refund`)
+      if (outcome.fullMs === 0) this.buckets.delete(key);
+      else this.buckets.set(key, { state: next, fullAt: expiresAt(modelOf(rule), next, rule) });
+    }
+    return settledCharge(charge, actual, outcome);
   }
+
+  /** What the request `consume` just admitted charged: each policy's request, and its charged state's `at`. */
+  charges(requests: readonly RateLimitRequest[]): Charge[] {
+    return requests.map((request, i) => ({ request, at: this.chargedAt[i] }));
+  }
+}
+
+/** Which policies of a request a settle charges: those that settle (a debt). */
+function settling(requests: readonly RateLimitRequest[]): number[] {
+  return requests.flatMap(({ rule }, i) => (rule.debt === undefined ? [] : [i]));
 }
 
 function requestsOf(
@@ -174,14 +213,17 @@ function requestsOf(
   now: number,
 ): RateLimitRequest[] {
   return names.map((name) => {
-    const { algorithm, rps, burst, blockMs, blockResets, anchor, origin } = policies.find((p) => p.name === name)!;
+    const { algorithm, rps, burst, blockMs, blockResets, anchor, origin, debt } = policies.find(
+      (p) => p.name === name,
+    )!;
     const block = blockResets === true ? { blockMs, blockResets } : { blockMs };
+    const base = debt === undefined ? ruleOf(algorithm, rps, burst) : { ...ruleOf(algorithm, rps, burst), debt };
     const plain =
       origin !== undefined
-        ? { ...ruleOf(algorithm, rps, burst), origin: periodOf(origin, windowMs(rps, burst), now, shift ?? 0) }
+        ? { ...base, origin: periodOf(origin, windowMs(rps, burst), now, shift ?? 0) }
         : anchor === undefined
-          ? ruleOf(algorithm, rps, burst)
-          : { ...ruleOf(algorithm, rps, burst), anchor };
+          ? base
+          : { ...base, anchor };
     const rule = blockMs === undefined ? plain : { ...plain, ...block };
     const scaled = factor === undefined || !SCALED_BY_LIMIT.has(algorithm) ? rule : scaledRule(rule, factor);
     return { key: bucketKey(prefix, name, rule, identity), policy: name, rule: scaled, cost };
@@ -238,6 +280,24 @@ const blockSeed = fc.oneof(
   { weight: 1, arbitrary: fc.constantFrom(0.5, 1, 2).map((times) => ({ times })) },
 );
 
+/**
+ * A policy's debt (how far past empty a settle may take it): none (most policies, which do not
+ * settle), none at all (0), one token, or a share of its burst (its default, `maxDebt`, is all of it).
+ */
+const debtSeed = fc.oneof(
+  { weight: 2, arbitrary: fc.constant(undefined) },
+  { weight: 2, arbitrary: fc.constantFrom(0, 1, 0.5, 1, 1, 2).map((share) => ({ share })) },
+  { weight: 1, arbitrary: fc.constantFrom(0, 1).map((tokens) => ({ tokens })) },
+);
+
+type DebtSeed = typeof debtSeed extends fc.Arbitrary<infer T> ? T : never;
+
+/** The debt a seed gives a policy of `burst`: a whole number of tokens; none for `concurrency`, which cannot settle. */
+function debtOf(seed: DebtSeed, algorithm: Algorithm, burst: number): { debt?: number } {
+  if (seed === undefined || algorithm === 'concurrency') return {};
+  return { debt: 'tokens' in seed ? seed.tokens : Math.floor(burst * seed.share) };
+}
+
 function ruleArbitrary(algorithm: fc.Arbitrary<Algorithm>): fc.Arbitrary<Omit<Policy, 'name'>> {
   return fc
     .record({
@@ -248,27 +308,29 @@ function ruleArbitrary(algorithm: fc.Arbitrary<Algorithm>): fc.Arbitrary<Omit<Po
       resets: fc.boolean(),
       first: fc.boolean(),
       period: fc.record({ ms: fc.constantFrom(...PERIODS_MS), offset: unit }),
+      debt: debtSeed,
     })
-    .map(({ algorithm, burst: b, rps: r, block, resets, first, period }): Omit<Policy, 'name'> => {
+    .map(({ algorithm, burst: b, rps: r, block, resets, first, period, debt: d }): Omit<Policy, 'name'> => {
       const logged = algorithm === 'sliding_window_log' || algorithm === 'concurrency';
       const most = Math.min(b.most, logged ? LARGEST_LOG_BURST : LARGEST_BURST);
       const burst = Math.round(logScale(1, most, b.u));
+      const debt = debtOf(d, algorithm, burst);
       // a quota: `burst` per period of `period.ms`, the periods starting anywhere in the first one
       if (algorithm === 'quota') {
         const origin = CASE_EPOCH + Math.floor(period.offset * period.ms);
-        return { algorithm, rps: (burst * 1000) / period.ms, burst, origin };
+        return { algorithm, rps: (burst * 1000) / period.ms, burst, origin, ...debt };
       }
       const [lo, hi] = rpsRange(algorithm, burst);
       const rps = Math.min(hi, Math.max(lo, 'u' in r ? logScale(lo, hi, r.u) : 'rps' in r ? r.rps : burst / r.seconds));
       // half the fixed windows are anchored at a key's first request
       const anchor = algorithm === 'fixed_window' && first ? { anchor: 'first-request' as const } : {};
       // validation refuses a block with a concurrency policy (or a quota)
-      if (block === undefined || algorithm === 'concurrency') return { algorithm, rps, burst, ...anchor };
+      if (block === undefined || algorithm === 'concurrency') return { algorithm, rps, burst, ...anchor, ...debt };
       const full = WINDOW_ALGORITHMS.has(algorithm) ? windowMs(rps, burst) : durationMs(burst, rps);
       const blockMs = 'ms' in block ? block.ms : Math.max(1, Math.round(full * block.times));
       return resets
-        ? { algorithm, rps, burst, blockMs, blockResets: true, ...anchor }
-        : { algorithm, rps, burst, blockMs, ...anchor };
+        ? { algorithm, rps, burst, blockMs, blockResets: true, ...anchor, ...debt }
+        : { algorithm, rps, burst, blockMs, ...anchor, ...debt };
     });
 }
 
@@ -316,6 +378,25 @@ const costSeed = fc.oneof(
     weight: 2,
     arbitrary: fc.record({ policy: fc.nat(POLICY_NAMES.length - 1), share: fc.constantFrom(1, 0.5, 0.9, 1, 1.5) }),
   },
+  // a reservation of nothing, where every policy of the request settles (else a cost of 1)
+  { weight: 1, arbitrary: fc.constant({ zero: true as const }) },
+);
+
+/**
+ * A settle's real cost: a multiple of what the request reserved (0: none of it used), a share of
+ * policy 'a''s burst (up to three times it: past its debt's end), or a few tokens.
+ */
+const actualSeed = fc.oneof(
+  { weight: 2, arbitrary: fc.constantFrom(0, 0.5, 1, 1.5, 2, 5).map((times) => ({ times })) },
+  { weight: 2, arbitrary: fc.constantFrom(0.1, 0.5, 1, 2, 3).map((share) => ({ share })) },
+  { weight: 1, arbitrary: unit.map((u) => ({ tokens: logScale(0.001, 50, u) })) },
+  { weight: 1, arbitrary: fc.constantFrom(0, 1, 2, 10).map((tokens) => ({ tokens })) },
+);
+
+/** Mostly none; else a request 1 to 4 steps back settled to a real cost. */
+const settleSeed = fc.oneof(
+  { weight: 3, arbitrary: fc.constant(undefined) },
+  { weight: 2, arbitrary: fc.record({ back: fc.constantFrom(1, 1, 2, 3, 4), actual: actualSeed }) },
 );
 
 /** Mostly none; else a factor as `setScale` or `adaptive` would set it, down to a fraction of a token per window. */
@@ -335,7 +416,15 @@ const stepSeed = fc.record({
   shift: fc.constantFrom(0, 0, 0, 0, -1, 1),
   // mostly none; else a request 1 to 4 steps back given back (if it was admitted)
   release: fc.constantFrom(0, 0, 0, 1, 2, 4),
+  settle: settleSeed,
 });
+
+/** What an admitted request charged (`Model.charges`, as settles left them), and whether it was given back. */
+interface Admitted {
+  requests: RateLimitRequest[];
+  charges: Charge[];
+  released: boolean;
+}
 
 type StepSeed = typeof stepSeed extends fc.Arbitrary<infer T> ? T : never;
 
@@ -346,17 +435,26 @@ type StepSeed = typeof stepSeed extends fc.Arbitrary<infer T> ? T : never;
 function traceOf(seeds: readonly StepSeed[], policies: readonly Policy[]): Step[] {
   const model = new Model();
   let now = CASE_EPOCH;
-  const admitted: Array<{ requests: RateLimitRequest[]; chargedAt: number[] } | undefined> = [];
-  return seeds.map(({ dt, factor, identity, cost, others, firstLast, shift, release }) => {
+  const admitted: Array<Admitted | undefined> = [];
+  return seeds.map(({ dt, factor, identity, cost, others, firstLast, shift, release, settle }) => {
     const more = others.filter((name) => policies.some((p) => p.name === name));
+    const names = firstLast ? [...more, POLICY_NAMES[0]] : [POLICY_NAMES[0], ...more];
+    const settles = names.every((name) => policies.find((p) => p.name === name)!.debt !== undefined);
     const step: Step = {
       dt: 0,
       ...(factor !== undefined && { factor }),
       ...(shift !== 0 && { shift }),
       ...(release !== 0 && { release }),
       identity,
-      cost: 'cost' in cost ? cost.cost : policies[cost.policy % policies.length].burst * cost.share,
-      policies: firstLast ? [...more, POLICY_NAMES[0]] : [POLICY_NAMES[0], ...more],
+      cost:
+        'cost' in cost
+          ? cost.cost
+          : 'zero' in cost
+            ? settles
+              ? 0
+              : 1
+            : policies[cost.policy % policies.length].burst * cost.share,
+      policies: names,
     };
     const requests = requestsOf(step, policies, '', now);
     if ('ms' in dt) {
@@ -375,14 +473,30 @@ function traceOf(seeds: readonly StepSeed[], policies: readonly Policy[]): Step[
     }
     now += step.dt;
     const given = release === 0 ? undefined : admitted[admitted.length - release];
-    if (given !== undefined) {
-      model.refund(given.requests, given.chargedAt, now);
+    if (given !== undefined && !given.released) {
+      model.refund(given.charges, now);
       // a decision is given back once: a later step naming it again gives nothing
-      admitted[admitted.length - release] = undefined;
+      given.released = true;
+    }
+    // a settle of a request that was admitted and has a policy that settles (given back since: a
+    // settle the stores must answer with nothing)
+    const target = settle === undefined ? undefined : admitted[admitted.length - settle.back];
+    if (settle !== undefined && target !== undefined && settling(target.requests).length > 0) {
+      const { actual: seed } = settle;
+      const actual =
+        'times' in seed
+          ? target.requests[0].cost * seed.times
+          : 'share' in seed
+            ? policies[0].burst * seed.share
+            : seed.tokens;
+      step.settle = { back: settle.back, actual };
+      if (!target.released)
+        for (const i of settling(target.requests))
+          target.charges[i] = model.settle(target.charges[i], actual, now).charge;
     }
     const decided = requestsOf(step, policies, '', now);
     const allowed = model.consume(decided, now).every((decision) => decision.allowed);
-    admitted.push(allowed ? { requests: decided, chargedAt: model.chargedAt(decided) } : undefined);
+    admitted.push(allowed ? { requests: decided, charges: model.charges(decided), released: false } : undefined);
     return step;
   });
 }
@@ -400,11 +514,12 @@ function runArbitrary(algorithm: Algorithm): fc.Arbitrary<Run> {
     })
     .map(({ first, others, steps }) => {
       const policies = [first, ...others].map((rule, i) => ({ name: POLICY_NAMES[i], ...rule }));
-      // No refunds beside an anchored window with a block: one a refund empties while its block
-      // holds keeps its start, so it is the same as no key only once it has expired; Redis expires
-      // it on its own clock, which the tests' pinned clock outruns (see `dtSeed`), and keeps it.
+      // No refunds (nor settles, which give back too) beside an anchored window with a block: one
+      // a refund empties while its block holds keeps its start, so it is the same as no key only
+      // once it has expired; Redis expires it on its own clock, which the tests' pinned clock
+      // outruns (see `dtSeed`), and keeps it.
       const anchoredBlock = policies.some(({ anchor, blockMs }) => anchor !== undefined && blockMs !== undefined);
-      const seeds = anchoredBlock ? steps.map((seed) => ({ ...seed, release: 0 as const })) : steps;
+      const seeds = anchoredBlock ? steps.map((seed) => ({ ...seed, release: 0 as const, settle: undefined })) : steps;
       return { policies, trace: traceOf(seeds, policies) };
     });
 }
@@ -441,6 +556,20 @@ function same(a: readonly RateLimitDecision[], b: readonly RateLimitDecision[]):
   );
 }
 
+/** `same` for what settles answer: a decision each, or `undefined` where there was nothing to settle. */
+function sameSettled(
+  a: readonly (RateLimitDecision | undefined)[],
+  b: readonly (RateLimitDecision | undefined)[],
+): boolean {
+  return (
+    a.length === b.length &&
+    a.every((decision, i) => {
+      const other = b[i];
+      return decision === undefined || other === undefined ? decision === other : same([decision], [other]);
+    })
+  );
+}
+
 /**
  * Replays a run on the model and both stores, the Redis one on `client`; fails at the first request
  * they decide differently.
@@ -452,21 +581,41 @@ async function replay({ policies, trace }: Run, client: RedisClient = redis): Pr
   const model = new Model();
   const memory = new MemoryStore({ clock });
   const onRedis = new RedisStore({ client, clock, cacheRefusals: false });
-  // each step's request and decisions, to give back (`Step.release`): only admitted ones took anything
-  const taken: Array<
-    | { requests: RateLimitRequest[]; chargedAt: number[]; memory: RateLimitDecision[]; redis: RateLimitDecision[] }
-    | undefined
-  > = [];
+  // each step's request and decisions, to give back (`Step.release`) or settle (`Step.settle`):
+  // only admitted ones took anything
+  const taken: Array<(Admitted & { memory: RateLimitDecision[]; redis: RateLimitDecision[] }) | undefined> = [];
   try {
     for (const [index, step] of trace.entries()) {
       now += step.dt;
       const given = step.release === undefined ? undefined : taken[index - step.release];
-      if (given !== undefined) {
+      if (given !== undefined && !given.released) {
         // given back once, as a store does whatever a later step names (and so for the model)
-        taken[index - step.release!] = undefined;
-        model.refund(given.requests, given.chargedAt, now);
+        given.released = true;
+        model.refund(given.charges, now);
         await memory.refund(given.memory);
         await onRedis.refund(given.redis);
+      }
+      const target = step.settle === undefined ? undefined : taken[index - step.settle.back];
+      if (target !== undefined) {
+        const { actual } = step.settle!;
+        const which = settling(target.requests);
+        // nothing to settle once given back: each store answers `undefined`
+        const expected = which.map((i) => {
+          if (target.released) return undefined;
+          const settled = model.settle(target.charges[i], actual, now);
+          target.charges[i] = settled.charge;
+          return settled.decision;
+        });
+        const settles = (decisions: RateLimitDecision[]) => which.map((i) => ({ decision: decisions[i], actual }));
+        const settled = {
+          step: index,
+          settle: true,
+          memory: await memory.settle(settles(target.memory)),
+          redis: await onRedis.settle(settles(target.redis)),
+        };
+        if (!sameSettled(settled.memory, expected) || !sameSettled(settled.redis, expected)) {
+          expect(settled).toEqual({ step: index, settle: true, memory: expected, redis: expected });
+        }
       }
       const requests = requestsOf(step, policies, runPrefix, now);
       const expected = model.consume(requests, now);
@@ -474,7 +623,13 @@ async function replay({ policies, trace }: Run, client: RedisClient = redis): Pr
       const allowed = expected.every((decision) => decision.allowed);
       taken.push(
         allowed
-          ? { requests, chargedAt: model.chargedAt(requests), memory: decided.memory, redis: decided.redis }
+          ? {
+              requests,
+              charges: model.charges(requests),
+              released: false,
+              memory: decided.memory,
+              redis: decided.redis,
+            }
           : undefined,
       );
       if (!same(decided.memory, expected) || !same(decided.redis, expected)) {

@@ -7,6 +7,8 @@
  */
 import {
   type Charge,
+  chargedCost,
+  checkSettles,
   clockReader,
   decideAll,
   distinctRequests,
@@ -16,9 +18,12 @@ import {
   modelOf,
   type RateLimitDecision,
   type RateLimitRequest,
+  type RateLimitSettle,
   type RateLimitStore,
   RateLimitStoreError,
   restoreCharge,
+  settledCharge,
+  settleState,
   spreadDecisions,
   type StoreClock,
   storeClock,
@@ -154,11 +159,12 @@ export class KitStore implements RateLimitStore {
       const writes = [];
       for (const [i, { charge }] of taken.entries()) {
         const { request, at } = charge;
-        // a bucket that has expired since is full already
-        if (states[i] === undefined) continue;
-        const { key, rule, cost } = request;
+        // a bucket that has expired since is full already; a charge of nothing gives nothing back
+        if (states[i] === undefined || chargedCost(charge) === 0) continue;
+        const { key, rule } = request;
         const model = modelOf(rule);
-        const refunded = model.refund(model.current(JSON.parse(states[i]) as Held, now, rule), rule, cost, at);
+        const current = model.current(JSON.parse(states[i]) as Held, now, rule);
+        const refunded = model.refund(current, rule, chargedCost(charge), at);
         writes.push({ key, value: JSON.stringify(refunded), expiresAt: expiresAt(model, refunded, rule) });
       }
       await this.server.set(writes);
@@ -167,6 +173,57 @@ export class KitStore implements RateLimitStore {
       for (const { decision, charge } of taken) restoreCharge(decision, charge);
       throw error;
     });
+  }
+
+  /**
+   * Charges admitted requests their real cost: each decision's charge made up to its `actual` with
+   * `settleState`, its state written when it moved (dropped when full again), its charge put back
+   * updated. A settle the server failed puts every charge back as it was, to be settled again.
+   */
+  async settle(settles: readonly RateLimitSettle[]): Promise<(RateLimitDecision | undefined)[]> {
+    checkSettles(settles, 'KitStore.settle');
+    const taken = settles.map(({ decision, actual }) => ({ decision, actual, charge: takeCharge(decision) }));
+    const settled = this.serially(async () => {
+      const now = this.now();
+      const answers: (RateLimitDecision | undefined)[] = [];
+      const charges: (Charge | undefined)[] = [];
+      // one settle after another: a key settled twice sees the first one's state
+      for (const { actual, charge } of taken) {
+        if (charge === undefined) {
+          answers.push(undefined);
+          charges.push(undefined);
+          continue;
+        }
+        const { key, rule } = charge.request;
+        const [stored] = await this.server.get([key]);
+        const { next, changed, outcome } = settleState(
+          parsed(stored),
+          now,
+          rule,
+          chargedCost(charge),
+          actual,
+          charge.at,
+        );
+        if (changed && outcome.fullMs === 0) await this.server.delete([key]);
+        else if (changed)
+          await this.server.set([
+            { key, value: JSON.stringify(next), expiresAt: expiryAfter(next.at, outcome.fullMs) },
+          ]);
+        const after = settledCharge(charge, actual, outcome);
+        answers.push(after.decision);
+        charges.push(after.charge);
+      }
+      return { answers, charges };
+    });
+    try {
+      const { answers, charges } = await settled;
+      for (const [i, { decision }] of taken.entries())
+        if (charges[i] !== undefined) restoreCharge(decision, charges[i]);
+      return answers;
+    } catch (error) {
+      for (const { decision, charge } of taken) if (charge !== undefined) restoreCharge(decision, charge);
+      throw error;
+    }
   }
 
   /** Checks the call (a bad request rejects before the server is asked), then decides each key once. */
@@ -191,15 +248,26 @@ export class KitStore implements RateLimitStore {
     return requests.map((request, i) => toDecision(request, verdict.outcomes[i]));
   }
 
-  /** Stores the verdict's states (all, or those `only` marks), each until its bucket is full again. */
-  private write(requests: readonly RateLimitRequest[], verdict: Verdict, only?: readonly boolean[]): Promise<void> {
+  /**
+   * Stores the verdict's states (all, or those `only` marks), each until its bucket is full again;
+   * drops the key of one full already (a reservation of 0 that found nothing taken).
+   */
+  private async write(
+    requests: readonly RateLimitRequest[],
+    verdict: Verdict,
+    only?: readonly boolean[],
+  ): Promise<void> {
     const writes = [];
+    const full = [];
     for (const [i, { key }] of requests.entries()) {
       if (only !== undefined && !only[i]) continue;
       const state = verdict.next[i];
-      writes.push({ key, value: JSON.stringify(state), expiresAt: expiryAfter(state.at, verdict.outcomes[i].fullMs) });
+      const { fullMs } = verdict.outcomes[i];
+      if (fullMs === 0) full.push(key);
+      else writes.push({ key, value: JSON.stringify(state), expiresAt: expiryAfter(state.at, fullMs) });
     }
-    return this.server.set(writes);
+    if (full.length > 0) await this.server.delete(full);
+    await this.server.set(writes);
   }
 
   /**

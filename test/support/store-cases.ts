@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { ALGORITHMS, type Rule } from '../../lib/algorithms/algorithm.types.js';
+import { ALGORITHM_DESCRIPTORS } from '../../lib/algorithms/registry.js';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
 import type {
   RateLimitDecision,
@@ -72,6 +73,9 @@ export function requestsUnder(prefix: string) {
  */
 const BLOCKABLE = ALGORITHMS.filter((algorithm) => algorithm !== 'concurrency' && algorithm !== 'quota');
 
+/** The algorithms whose policies may settle (a request charged its real cost when it ends). */
+const SETTLING = ALGORITHMS.filter((algorithm) => ALGORITHM_DESCRIPTORS[algorithm].refuses?.settle === undefined);
+
 /**
  * Time for a table's longest case, 20 ms a step: a step is a store call, about 1 ms on Redis on a
  * quiet 2-core machine; 5,001 steps ran past jest's 30 s beside busy processes.
@@ -99,12 +103,22 @@ export function describeStoreCases(stores: ReadonlyArray<readonly [string, () =>
           const { store, setNow, consume } = makeStore();
           const req = request('case', rule, `${storeName}:${name}`);
           const decisions: RateLimitDecision[] = [];
-          for (const [step, { at, cost = 1, rule: changed = rule, release, expect: expected }] of steps.entries()) {
+          for (const [
+            step,
+            { at, cost = 1, rule: changed = rule, release, settle, expect: expected },
+          ] of steps.entries()) {
             setNow(at);
             if (release !== undefined) await store.refund!([decisions[release]]);
+            if (settle !== undefined) {
+              const [settled] = await store.settle!([{ decision: decisions[settle.step], actual: settle.actual }]);
+              expect({ step, settled }).toMatchObject({ step, settled: settle.expect ?? {} });
+              // a debt exactly: none where the table gives none
+              expect({ step, settled: settled?.debt }).toEqual({ step, settled: settle.expect?.debt });
+            }
             const [decision] = await consume([{ ...req, rule: changed, cost }]);
             decisions.push(decision);
             expect({ step, ...decision }).toMatchObject({ step, ...expected });
+            expect({ step, debt: decision.debt }).toEqual({ step, debt: expected.debt });
           }
         },
         stepsTimeout(cases),
@@ -277,6 +291,64 @@ export function describeStoreCases(stores: ReadonlyArray<readonly [string, () =>
         expect(error?.message).toMatch(`${where('consume')} requests[0] and requests[2] are for the same key`);
       }
       expect((await store.peek([req, other])).map((d) => d.remaining)).toEqual([5, 5]);
+    });
+
+    it.each(SETTLING.map((a) => [a]))(
+      '%s: takes a cost of 0 for a rule that settles (a debt), charging nothing, and refuses it for any other',
+      async (algorithm) => {
+        const { store, setNow } = makeStore();
+        setNow(1_000);
+        const settling = request('zero', { ...ruleOf(algorithm, 1, 5), debt: 5 }, randomUUID(), 0);
+        expect(await store.consume([settling])).toMatchObject([{ allowed: true, remaining: 5, retryAfter: 0 }]);
+        expect(await store.peek([{ ...settling, cost: 5 }])).toMatchObject([{ allowed: true, remaining: 5 }]);
+        const plain = request('zero', ruleOf(algorithm, 1, 5), randomUUID(), 0);
+        const error = await rejection(store.consume([plain]));
+        expect(error).toBeInstanceOf(RangeError);
+        expect(error?.message).toMatch(`${where('consume')} "requests[0].cost" must be a finite number > 0`);
+        const negative = await rejection(store.peek([{ ...settling, cost: -1 }]));
+        expect(negative).toBeInstanceOf(RangeError);
+        expect(negative?.message).toMatch(`${where('peek')} "requests[0].cost" must be a finite number >= 0`);
+      },
+    );
+
+    it('settles nothing for a decision with nothing to settle, and rejects a bad settle before settling anything', async () => {
+      const { store, setNow } = makeStore();
+      setNow(1_000);
+      const req = request('settle', { ...ruleOf('token_bucket', 1, 5), debt: 5 }, randomUUID(), 2);
+      const [admitted] = await store.consume([req]);
+      const [refused] = await store.consume([{ ...req, cost: 4 }]);
+      expect(refused.allowed).toBe(false);
+      // a refused decision took nothing; a copy of a decision is not one the store made
+      expect(
+        await store.settle!([
+          { decision: refused, actual: 5 },
+          { decision: { ...admitted }, actual: 5 },
+        ]),
+      ).toEqual([undefined, undefined]);
+      for (const [actual, type] of [
+        [-1, RangeError],
+        [NaN, RangeError],
+        [Infinity, RangeError],
+        ['3', TypeError],
+      ] as const) {
+        const bad = [
+          { decision: admitted, actual: 4 },
+          { decision: admitted, actual: actual as number },
+        ];
+        const error = await rejection(store.settle!(bad));
+        expect(error).toBeInstanceOf(type);
+        expect(error?.message).toMatch(`${where('settle')} "settles[1].actual" must be a finite number >= 0`);
+      }
+      expect(await rejection(store.settle!([null as never]))).toBeInstanceOf(TypeError);
+      // nothing was settled: the decision holds its 2 still, which a settle to 4 makes up
+      expect(await store.settle!([{ decision: admitted, actual: 4 }])).toMatchObject([
+        { allowed: true, remaining: 1, retryAfter: 0 },
+      ]);
+      // a refund gives back what it holds since (4); settled after that, it has nothing to settle
+      await store.refund!([admitted]);
+      expect((await store.peek([req]))[0].remaining).toBe(5);
+      expect(await store.settle!([{ decision: admitted, actual: 1 }])).toEqual([undefined]);
+      expect((await store.peek([req]))[0].remaining).toBe(5);
     });
 
     it.each<[string, unknown, ErrorConstructor]>([

@@ -130,14 +130,16 @@ describe('the shape of lib/', () => {
 /**
  * The files that know what a request owes at its end: the obligation's reading (from the
  * descriptor or the policy's fields), what an admitted request keeps for it, and what the engine
- * does when the request ends. A new obligation (as a settle of the real cost will be) touches
+ * does when the request ends. A new obligation (as the settle of the real cost was) touches
  * these and its descriptor or policy field, nothing else: the guard, the interceptors, the seams,
- * the decorator and the module read only whether a policy owes anything at all (`atEnd`).
+ * the decorator and the module read only whether a policy owes anything at all (`atEnd`). (A
+ * settle also hears the handler's values and lends its meters: the outcome interceptor hands both
+ * to the request's end, whatever it owes.)
  */
 const OBLIGATION_FILES = ['policy/obligations.ts', 'limiter/request-end.ts', 'limiter/rate-limiter.ts'];
 /** The obligations a request settles at its end, as `Obligations` names them, and the lists `Owed` keeps them in. */
 const AT_END =
-  /\b(owes|\w*[oO]bligations(Of)?\([^)]*\))\.(refundOnSuccess|latency|release)\b|\bowed\.(refunds|releases|latencies)\b/;
+  /\b(owes|\w*[oO]bligations(Of)?\([^)]*\))\.(refundOnSuccess|latency|release|settle)\b|\bowed\.(refunds|releases|latencies|settles)\b/;
 
 describe('what a request owes at its end', () => {
   it(`is known in ${OBLIGATION_FILES.join(', ')} alone (and a subscription's check, which refuses slots)`, () => {

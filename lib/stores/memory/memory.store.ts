@@ -7,12 +7,18 @@ import {
   isFull,
   modelOf,
   settle,
+  settleState,
   type Verdict,
 } from '../../algorithms/decide.js';
 import { invalidMaxKeys, invalidStoreClock } from '../../rate-limit.messages.js';
-import { takeCharge, toDecision } from '../decision.js';
-import { distinctRequests, spreadDecisions } from '../distinct-requests.js';
-import type { RateLimitDecision, RateLimitRequest, RateLimitStore } from '../rate-limit-store.interface.js';
+import { chargedCost, restoreCharge, settledCharge, takeCharge, toDecision } from '../decision.js';
+import { checkSettles, distinctRequests, spreadDecisions } from '../distinct-requests.js';
+import type {
+  RateLimitDecision,
+  RateLimitRequest,
+  RateLimitSettle,
+  RateLimitStore,
+} from '../rate-limit-store.interface.js';
 import { clockReader, type StoreClock, storeClock } from '../store-clock.js';
 import { BucketTable } from './bucket-table.js';
 import { makeRoom } from './eviction.js';
@@ -210,8 +216,16 @@ export class MemoryStore implements RateLimitStore {
     if (this.sweepTimer === undefined) this.scheduleSweep();
   }
 
-  /** Stores a bucket's state after a decision, in its row or a new one (room made already). */
+  /**
+   * Stores a bucket's state after a decision, in its row or a new one (room made already); drops
+   * the key of one that is full (a reservation of 0 that found nothing taken), as Redis does.
+   */
   private put(key: string, row: number | undefined, rule: Rule, state: Held, outcome: Outcome): void {
+    if (outcome.fullMs === 0) {
+      // the same as no key: read later, a quota's period a clock ahead chose would otherwise still count
+      if (row !== undefined) this.table.free(row);
+      return;
+    }
     // the report's fullMs is waitMs(burst) of the stored state: expiresAt without working it out again
     this.table.write(row ?? this.table.allocate(key), rule, state, expiryAfter(state.at, outcome.fullMs));
   }
@@ -244,7 +258,11 @@ export class MemoryStore implements RateLimitStore {
     for (const decision of decisions) {
       const charge = takeCharge(decision);
       if (charge === undefined) continue;
-      const { key, rule, cost } = charge.request;
+      // what it holds: its request's cost, or what a settle made it since; nothing (a reservation
+      // of 0) has nothing to give back, and leaves the stored state as it is (as Redis does)
+      const cost = chargedCost(charge);
+      if (cost === 0) continue;
+      const { key, rule } = charge.request;
       const row = this.table.rowOf(key);
       const state = this.table.read(row, rule, now);
       if (state === undefined) continue;
@@ -261,5 +279,49 @@ export class MemoryStore implements RateLimitStore {
       else this.table.write(row!, rule, refunded, expiresAt(model, refunded, rule));
     }
     return Promise.resolve();
+  }
+
+  /**
+   * Charges admitted requests their real cost (see `RateLimitStore.settle`): each decision's
+   * charge made up to its `actual`, more taken past empty as far as its rule's `debt`, or the
+   * difference given back as `refund` gives it; answers the buckets as they are after.
+   *
+   * @throws TypeError or RangeError for a bad settle, before anything is settled (as a rejection)
+   */
+  settle(settles: readonly RateLimitSettle[]): Promise<(RateLimitDecision | undefined)[]> {
+    try {
+      checkSettles(settles, 'MemoryStore.settle');
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    const now = this.now();
+    return Promise.resolve(
+      settles.map(({ decision, actual }) => {
+        const charge = takeCharge(decision);
+        if (charge === undefined) return undefined;
+        const { key, rule } = charge.request;
+        const row = this.table.rowOf(key);
+        const { next, changed, outcome } = settleState(
+          this.table.read(row, rule, now),
+          now,
+          rule,
+          chargedCost(charge),
+          actual,
+          charge.at,
+        );
+        // nothing taken or given back: the stored state and its expiry stand (as for a refund)
+        if (changed) {
+          // room is made around the bucket's own row, as for a decision
+          if (row === undefined && outcome.fullMs > 0 && this.table.size >= this.maxKeys)
+            makeRoom(this.table, this.maxKeys, 1, [], now);
+          // full again: the same as no key (see `refund`), which `put` drops
+          this.put(key, row, rule, next, outcome);
+          if (this.sweepTimer === undefined && this.table.size > 0) this.scheduleSweep();
+        }
+        const settled = settledCharge(charge, actual, outcome);
+        restoreCharge(decision, settled.charge);
+        return settled.decision;
+      }),
+    );
   }
 }

@@ -58,7 +58,9 @@ end
 -- algorithms/decide.ts report (what a sorted-set log and a refund answer: the app derives every
 -- other policy's report from the state), plus the state's time (a refund needs to know when a
 -- charge was), appended to the reply; returns fullMs (fullMsOf): the later of waitMs(burst) and the
--- block's end, or the block's end alone when the rule's block resets the bucket (so are every time)
+-- block's end, or the block's end alone when the rule's block resets the bucket (so are every time).
+-- A debt (a rule that settles, whose bucket owes some past empty) goes in remaining's place as minus
+-- itself (remaining is 0 then: see script-protocol.ts), so the reply keeps its width
 local function report(m, s, rule, cost, admits, delay_ms, reply)
   local block_ms = block_left_ms(s, rule)
   local resets = block_ms > 0 and rule.block_resets
@@ -80,8 +82,13 @@ local function report(m, s, rule, cost, admits, delay_ms, reply)
   if remaining < rule.burst then
     if resets then next_ms = block_ms else next_ms = max(block_ms, m.wait_ms(s, rule, remaining + 1)) end
   end
+  local owed = remaining
+  if rule.settles and m.debt then
+    local debt = m.debt(s, rule)
+    if debt > 0 then owed = -debt end
+  end
   local k = reply.n
-  reply[k + 1], reply[k + 2], reply[k + 3], reply[k + 4] = admits and 1 or 0, remaining, retry_ms, full_ms
+  reply[k + 1], reply[k + 2], reply[k + 3], reply[k + 4] = admits and 1 or 0, owed, retry_ms, full_ms
   reply[k + 5], reply[k + 6], reply[k + 7], reply[k + 8] = next_ms, delay_ms, block_ms, s.at
   reply.n = k + ${REPLY_WIDTH}
   return full_ms
@@ -115,10 +122,12 @@ local rules_read, rules_kept = {}, 0
 
 -- the rule whose arguments start at ARGV[at]: its algorithm's model (and a quota's period start,
 -- origin), rps, burst, block (negative:
--- a block whose end resets the bucket, block_resets) and a window's scaled limit ('' for none: burst;
--- negative: a window anchored at a key's first request, anchored)
+-- a block whose end resets the bucket, block_resets), a window's scaled limit ('' for none: burst;
+-- negative: a window anchored at a key's first request, anchored) and its debt ('' for none: 0;
+-- given, even '0': a rule that settles, settles)
 local function read_rule(ARGV, at)
   local id = ARGV[at] .. ' ' .. ARGV[at + 1] .. ' ' .. ARGV[at + 2] .. ' ' .. ARGV[at + 3] .. ' ' .. ARGV[at + 4]
+    .. ' ' .. ARGV[at + 5]
   local rule = rules_read[id]
   if rule == nil then
     local burst = number(ARGV[at + 2])
@@ -129,11 +138,14 @@ local function read_rule(ARGV, at)
     rule = {
       algorithm = algorithm, model = MODELS[algorithm], rps = number(ARGV[at + 1]), burst = burst,
       block_ms = number(ARGV[at + 3]), limit = number(ARGV[at + 4]) or burst, origin = origin,
+      debt = number(ARGV[at + 5]) or 0,
     }
     -- only such a rule has the field: every other one's table stays as small
     if rule.block_ms < 0 then rule.block_ms, rule.block_resets = -rule.block_ms, true end
     -- a negative limit: a window anchored at a key's first request (anchored: only such a rule has it)
     if rule.limit < 0 then rule.limit, rule.anchored = -rule.limit, true end
+    -- a debt given: a rule that settles, which reports what its bucket owes (settles: only such a rule has it)
+    if ARGV[at + 5] ~= '' then rule.settles = true end
     if rules_kept >= 1024 then rules_read, rules_kept = {}, 0 end
     rules_read[id], rules_kept = rule, rules_kept + 1
   end
@@ -239,7 +251,8 @@ local function decide_call(KEYS, ARGV)
   return reply
 end
 
--- gives back what a decide call charged, policy after policy (see REFUND_LUA)
+-- gives back what a decide call charged, or settles it, policy after policy (see REFUND_LUA):
+-- algorithms/decide.ts settleState
 local function refund_call(KEYS, ARGV)
   local call = begin_call(KEYS, ARGV[1])
   local reply = { n = 0 }
@@ -247,10 +260,21 @@ local function refund_call(KEYS, ARGV)
     local at = 2 + (i - 1) * ${REFUND_ARGS}
     local rule = read_rule(ARGV, at)
     local m = rule.model
-    local cost = number(ARGV[at + ${RULE_ARGS}])
+    -- signed: what to give back; below 0, what to take more (a settle above what was taken)
+    local amount = number(ARGV[at + ${RULE_ARGS}])
     local loaded = load(call, m, KEYS[i], i, rule)
-    local s = m.refund(loaded, rule, cost, tonumber(ARGV[at + ${RULE_ARGS} + 1]))
-    local full_ms = report(m, s, rule, cost, true, 0, reply)
+    -- a block that has ended and resets the bucket leaves a fresh one, as for a decision
+    if rule.block_resets then loaded = after_block(m, loaded, call.now, rule) end
+    local s = loaded
+    if amount > 0 then
+      s = m.refund(loaded, rule, amount, tonumber(ARGV[at + ${RULE_ARGS} + 1]))
+    elseif amount < 0 then
+      s = m.debit(loaded, rule, -amount)
+      -- a log's debit logs entries as a charge does: add writes them
+      if m.add and s ~= loaded then m.add(KEYS[i], s) end
+    end
+    -- the bucket after, as a peek of a request of cost 0 sees it: admitted unless in debt or blocked
+    local full_ms = report(m, s, rule, 0, admitted(m, s, rule, 0), 0, reply)
     -- nothing given back (a charge of a window or quota period that has ended): the stored value and
     -- its TTL stand (MemoryStore.refund); a log's refund has removed its entries itself: save it
     if m.load or s ~= loaded then save(call, m, KEYS[i], s, full_ms) end
@@ -292,7 +316,8 @@ return decide_call(KEYS, ARGV)
 
 /**
  * Gives back what a decide call charged, when another hash slot of a Redis Cluster refused the
- * same request: each algorithm's `refund` (`algorithms/*.ts`) in Lua, for every policy.
+ * same request or a request ended (a refund), or makes it up to what the request really cost (a
+ * settle): each algorithm's `refund` or `debit` (`algorithms/*.ts`) in Lua, for every policy.
  *
  * KEYS, ARGV and the reply: see `script-protocol.ts`.
  */

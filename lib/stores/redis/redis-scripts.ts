@@ -150,9 +150,17 @@ export class RedisScripts {
     return this.run(flat ? FLAT : DECIDE, keys, args, slot);
   }
 
-  /** Gives back what a decide call charged for requests of one hash slot (`at` from its reply). */
-  async refund(requests: readonly RateLimitRequest[], at: readonly number[], slot: number): Promise<Answer> {
-    const { keys, args } = encodeRefund(requests, at);
+  /**
+   * Gives back what a decide call charged for requests of one hash slot (`at` from its reply, or a
+   * settle's since), `amounts[i]` tokens each, or takes that much more where it is below 0 (a settle).
+   */
+  async refund(
+    requests: readonly RateLimitRequest[],
+    amounts: readonly number[],
+    at: readonly number[],
+    slot: number,
+  ): Promise<Answer> {
+    const { keys, args } = encodeRefund(requests, amounts, at);
     return decodeAnswer((await this.run(REFUND, keys, args, slot)) as number[], 0, requests.length);
   }
 

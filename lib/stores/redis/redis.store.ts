@@ -2,13 +2,14 @@ import { Logger } from '@nestjs/common';
 import type { Outcome } from '../../algorithms/algorithm.types.js';
 import { clientCommandTimeout } from '../../rate-limit.messages.js';
 import { Deadlines } from '../../utils/deadline-queue.js';
-import { type Charge, restoreCharge, takeCharge, toDecision } from '../decision.js';
-import { distinctRequests, spreadDecisions } from '../distinct-requests.js';
+import { type Charge, chargedCost, restoreCharge, settledCharge, takeCharge, toDecision } from '../decision.js';
+import { checkSettles, distinctRequests, spreadDecisions } from '../distinct-requests.js';
 import { failedAt, storeTimeout } from '../rate-limit-store.error.js';
 import type {
   RateLimitCallOptions,
   RateLimitDecision,
   RateLimitRequest,
+  RateLimitSettle,
   RateLimitStore,
 } from '../rate-limit-store.interface.js';
 import { RefusalGate } from '../refusal-gate/refusal-gate.js';
@@ -179,6 +180,8 @@ export class RedisStore<C extends RedisClient = RedisClient> implements RateLimi
           this.refundIn(
             slot,
             group.map((i) => taken[i].charge.request),
+            // what each holds: its request's cost, or what a settle made it since
+            group.map((i) => chargedCost(taken[i].charge)),
             group.map((i) => taken[i].charge.at),
           ),
         ),
@@ -191,6 +194,59 @@ export class RedisStore<C extends RedisClient = RedisClient> implements RateLimi
       for (const i of groups[k][1]) restoreCharge(taken[i].decision, taken[i].charge);
     }
     if (failure !== undefined) throw failure.reason;
+  }
+
+  /**
+   * Charges admitted requests their real cost (see `RateLimitStore.settle`): the refund call of each
+   * hash slot with a signed amount per decision (the difference to give back, or below 0 to take
+   * more), one call per slot in parallel, as `refund` makes them. Refusals remembered for those keys
+   * are forgotten around it (a settle that gives back makes a bucket admit sooner). When a slot's
+   * call failed, it rejects with its error once every call has settled, and the decisions of that
+   * slot keep their charges as they were, to be settled by the next settle of them; the others hold
+   * their settled charges.
+   *
+   * @throws TypeError or RangeError for a bad settle, before anything is settled (as a rejection)
+   */
+  async settle(settles: readonly RateLimitSettle[]): Promise<(RateLimitDecision | undefined)[]> {
+    checkSettles(settles, 'RedisStore.settle');
+    const answers = new Array<RateLimitDecision | undefined>(settles.length);
+    const taken: { index: number; decision: RateLimitDecision; charge: Charge; actual: number }[] = [];
+    settles.forEach(({ decision, actual }, index) => {
+      const charge = takeCharge(decision);
+      if (charge !== undefined) taken.push({ index, decision, charge, actual });
+    });
+    if (taken.length === 0) return answers;
+    const keys = taken.map(({ charge }) => charge.request.key);
+    const groups = [...groupBySlot(keys, this.cluster)];
+    const settled = await this.forgetting(keys, () =>
+      Promise.allSettled(
+        groups.map(([slot, group]) =>
+          this.refundIn(
+            slot,
+            group.map((i) => taken[i].charge.request),
+            group.map((i) => chargedCost(taken[i].charge) - taken[i].actual),
+            group.map((i) => taken[i].charge.at),
+          ),
+        ),
+      ),
+    );
+    let failure: PromiseRejectedResult | undefined;
+    for (const [k, result] of settled.entries()) {
+      const group = groups[k][1];
+      if (result.status === 'rejected') {
+        failure ??= result;
+        for (const i of group) restoreCharge(taken[i].decision, taken[i].charge);
+        continue;
+      }
+      group.forEach((i, j) => {
+        const { index, decision, charge, actual } = taken[i];
+        const after = settledCharge(charge, actual, result.value.outcomes[j]);
+        restoreCharge(decision, after.charge);
+        answers[index] = after.decision;
+      });
+    }
+    if (failure !== undefined) throw failure.reason;
+    return answers;
   }
 
   /** Runs a reset or a refund of `keys` (`undefined`: of all) with the gate forgetting them around it. */
@@ -309,13 +365,15 @@ export class RedisStore<C extends RedisClient = RedisClient> implements RateLimi
           const refund = this.refundIn(
             slot,
             part.map((i) => requests[i]),
+            part.map((i) => requests[i].cost),
             result.value.at,
           );
           const refunded =
             timeoutMs === undefined
               ? await refund
               : await this.deadlines.race(refund, timeoutMs, () => storeTimeout(timeoutMs));
-          part.forEach((i, j) => (outcomes[i] = refunded.outcomes[j]));
+          // its policies admitted the request: their verdicts stand, on the buckets as given back
+          part.forEach((i, j) => (outcomes[i] = { ...refunded.outcomes[j], allowed: true, retryMs: 0 }));
         }),
       );
     }
@@ -324,11 +382,21 @@ export class RedisStore<C extends RedisClient = RedisClient> implements RateLimi
     return { outcomes, at, decidedAt };
   }
 
-  /** Gives back what a call charged for requests of one hash slot; key by key while the slot is being moved (see `inSlot`). */
-  private refundIn(slot: number, requests: readonly RateLimitRequest[], at: readonly number[]): Promise<Answer> {
-    return this.scripts.refund(requests, at, slot).catch(async (error: unknown) => {
+  /**
+   * Gives back what a call charged for requests of one hash slot, `amounts[i]` tokens each (taken
+   * more where it is below 0: a settle); key by key while the slot is being moved (see `inSlot`).
+   */
+  private refundIn(
+    slot: number,
+    requests: readonly RateLimitRequest[],
+    amounts: readonly number[],
+    at: readonly number[],
+  ): Promise<Answer> {
+    return this.scripts.refund(requests, amounts, at, slot).catch(async (error: unknown) => {
       if (!(error instanceof SlotMoving) || requests.length === 1) throw error;
-      const each = await Promise.all(requests.map((request, i) => this.scripts.refund([request], [at[i]], slot)));
+      const each = await Promise.all(
+        requests.map((request, i) => this.scripts.refund([request], [amounts[i]], [at[i]], slot)),
+      );
       return { outcomes: each.flatMap(({ outcomes }) => outcomes), at: each.flatMap((answer) => answer.at) };
     });
   }

@@ -18,9 +18,10 @@ import type { RateLimitRequest } from '../rate-limit-store.interface.js';
  * names its period's start after it, `Rule.origin` in integer ms: 'quota@1767225600000'), rps
  * (tokens per second, a decimal string, may be fractional), burst (tokens), block (integer ms a
  * refusal blocks for, negated for a block whose end resets the bucket, `Rule.blockResets`: '-900000';
- * '0' for none), and a window's scaled limit (`Rule.limit`, tokens, may be
+ * '0' for none), a window's scaled limit (`Rule.limit`, tokens, may be
  * fractional; '' for none), negated for a window anchored at a key's first request (`Rule.anchor`;
- * its limit then always given: '-10'). See `limitArg`.
+ * its limit then always given: '-10'; see `limitArg`), and the tokens a settle may take its bucket
+ * past empty (`Rule.debt`, a whole number; '' for a rule that does not settle).
  *
  * Decide call (`encodeDecide`): a call names each key and each rule once, and each request only
  * what it does not share with the others.
@@ -35,7 +36,7 @@ import type { RateLimitRequest } from '../rate-limit-store.interface.js';
  * ARGV[5]              '1' when every request is plain: one policy, charged at cost 1, by the
  *                      call's deadline (no heads follow); else '0'
  * ARGV[6]              the number of requests
- * ARGV[7 + 5(r-1)] ... rule r, its `RULE_ARGS` arguments
+ * ARGV[7 + 6(r-1)] ... rule r, its `RULE_ARGS` arguments
  * then per request:
  *   head               (unless plain) n * 8 + 4 (its own deadline follows) + 2 (only looks: a
  *                      peek) + 1 (its policies' costs follow), n its number of policies
@@ -44,7 +45,8 @@ import type { RateLimitRequest } from '../rate-limit-store.interface.js';
  *                      index (from 1; only when R > 1), its cost (only when the head says so;
  *                      else 1)
  *
- * The flat call (`DecideCall.flat`): a call of plain requests of one rule without a block, of
+ * The flat call (`DecideCall.flat`): a call of plain requests of one rule without a block or a
+ * debt (a rule that settles always takes the general call), of
  * an algorithm whose descriptor has `flatArgs` (those whose state is one string: all but the
  * sliding window log and `concurrency`), which `flat_call` (`flat.lua.ts`) decides, takes only
  * what such a call needs:
@@ -65,27 +67,34 @@ import type { RateLimitRequest } from '../rate-limit-store.interface.js';
  * the call read it when it started (nil: none), one per key. Then the answers: per request
  * 0 when it was past its deadline, else 2 when every policy admitted it (1 when one refused), then
  * for each of its policies whose algorithm has no `decodeStored` (the sliding window log)
- * `REPLY_WIDTH` integers: allowed (0/1), remaining (tokens), retryMs (-1: never), fullMs (until
- * full), nextMs (until one more token), delayMs, blockedMs (until the block ends, 0: none), at (ms,
+ * `REPLY_WIDTH` integers: allowed (0/1), remaining (tokens; below 0, minus the debt: the whole
+ * tokens the bucket of a rule that settles owes past empty, `Outcome.debt`, remaining then being
+ * 0), retryMs (-1: never), fullMs (until full), nextMs (until one more token), delayMs, blockedMs (until the block ends, 0: none), at (ms,
  * the time the state is as of: what a refund names). Every other policy's figures the app derives from those
  * values as the script did (`settle`, request after request): Redis, which does not scale out,
  * only reads, checks and writes. Last, now: the call's clock, ms.
  *
- * Refund call (`encodeRefund`), giving back what a decide call charged, policy after policy:
+ * Refund call (`encodeRefund`), giving back what a decide call charged, or settling a charge
+ * (`RedisStore.settle`), policy after policy:
  *
  * KEYS[i]              bucket key of policy i
- * ARGV[2 + 7(i-1)] ... its rule's `RULE_ARGS` arguments, the cost the charge took (tokens), and
- *                      the `at` of the charged state (from the decide reply, integer ms)
+ * ARGV[2 + 8(i-1)] ... its rule's `RULE_ARGS` arguments, the amount (tokens, signed: what to give
+ *                      back, for a refund the cost the charge took; below 0, what to take more,
+ *                      past empty as far as the rule's debt: a settle above what was taken; '0'
+ *                      for nothing), and the `at` of the charged state (from the decide reply, or
+ *                      the settle's that last took more, integer ms)
  *
  * Its reply (`decodeAnswer`): `REPLY_WIDTH` integers per policy as a decide reply's, for the
- * buckets as they are after the refund (allowed 1, no delay); then the script's now.
+ * buckets as they are after, as a peek of a request of cost 0 sees them (allowed 1 unless in debt
+ * or blocked, no delay; what a refund of a request another hash slot refused answers keeps its
+ * policies' own verdicts: see `RedisStore.across`); then the script's now.
  */
 
 /** Numbers a reply holds per policy the script reports itself (see above). */
 export const REPLY_WIDTH = 8;
 /** Arguments a rule takes. */
-export const RULE_ARGS = 5;
-/** Arguments a refund call takes per policy: its rule's, its cost and its charge's time. */
+export const RULE_ARGS = 6;
+/** Arguments a refund call takes per policy: its rule's, its amount and its charge's time. */
 export const REFUND_ARGS = RULE_ARGS + 2;
 
 /** A script's answer for one request: per policy, an outcome and the time its state is as of. */
@@ -136,6 +145,7 @@ function ruleArgs(rule: Rule): string[] {
     String(rule.burst),
     rule.blockMs === undefined ? '0' : rule.blockResets === true ? `-${rule.blockMs}` : String(rule.blockMs),
     limitArg(rule),
+    rule.debt === undefined ? '' : String(rule.debt),
   ];
 }
 
@@ -173,7 +183,11 @@ export function encodeDecide(calls: readonly CallRequest[]): DecideCall {
     (call) => call.charge && call.deadline === deadline && call.requests.length === 1 && call.requests[0].cost === 1,
   );
   const [rule] = rules.keys();
-  const flatArgs = plain && rules.size === 1 && rule.blockMs === undefined ? FLAT_ARGS.get(rule.algorithm) : undefined;
+  // a rule that settles (a debt) takes the general call: the flat call's clamps know no debt
+  const flatArgs =
+    plain && rules.size === 1 && rule.blockMs === undefined && rule.debt === undefined
+      ? FLAT_ARGS.get(rule.algorithm)
+      : undefined;
   if (flatArgs !== undefined) {
     const args = [deadline, rule.algorithm, String(rule.rps), String(rule.burst)];
     // 'origin' even for a rule without one (`quota.ts` takes none as 0): the call reads it before any key index
@@ -200,25 +214,33 @@ export function encodeDecide(calls: readonly CallRequest[]): DecideCall {
   return { keys, args, keyIndexes, flat: false };
 }
 
-/** A refund call's keys and arguments (ARGV from 2 on), for requests of one hash slot charged at `at` (from their decide reply). */
+/**
+ * A refund call's keys and arguments (ARGV from 2 on), for requests of one hash slot charged at
+ * `at` (from their decide reply): each `amounts[i]` tokens given back, or taken more when below 0.
+ */
 export function encodeRefund(
   requests: readonly RateLimitRequest[],
+  amounts: readonly number[],
   at: readonly number[],
 ): { keys: string[]; args: string[] } {
   const keys: string[] = [];
   const args: string[] = [];
-  requests.forEach(({ key, rule, cost }, i) => {
+  requests.forEach(({ key, rule }, i) => {
     keys.push(key);
-    args.push(...ruleArgs(rule), String(cost), String(at[i]));
+    args.push(...ruleArgs(rule), String(amounts[i]), String(at[i]));
   });
   return { keys, args };
 }
 
-/** The outcome of `REPLY_WIDTH` numbers of a reply from `start`. */
+/**
+ * The outcome of `REPLY_WIDTH` numbers of a reply from `start`. A remaining below 0 is a debt, minus
+ * itself (see above): remaining 0, and `debt` the tokens owed; absent otherwise, as `report` leaves it.
+ */
 function outcomeAt(raw: readonly number[], start: number): Outcome {
-  return {
+  const owed = raw[start + 1];
+  const outcome: Outcome = {
     allowed: raw[start] === 1,
-    remaining: raw[start + 1],
+    remaining: owed < 0 ? 0 : owed,
     retryMs: raw[start + 2],
     fullMs: raw[start + 3],
     nextMs: raw[start + 4],
@@ -226,6 +248,8 @@ function outcomeAt(raw: readonly number[], start: number): Outcome {
     blockedMs: raw[start + 6],
     at: raw[start + 7],
   };
+  if (owed < 0) outcome.debt = -owed;
+  return outcome;
 }
 
 /** `count` policies' outcomes from a script reply, `REPLY_WIDTH` numbers each from `start`. */

@@ -1,30 +1,51 @@
 import fc from 'fast-check';
 import { ALGORITHMS, type Held, type Rule } from '../../../lib/algorithms/algorithm.types.js';
-import { decideAll, expiresAt, modelOf, MODELS } from '../../../lib/algorithms/decide.js';
+import { decideAll, expiresAt, modelOf, MODELS, settleState } from '../../../lib/algorithms/decide.js';
 import { tokenBucket } from '../../../lib/algorithms/token-bucket.js';
-import { toDecision } from '../../../lib/stores/decision.js';
+import { type Charge, chargedCost, settledCharge, toDecision } from '../../../lib/stores/decision.js';
 import { CASE_EPOCH, CASES, longestTtlMs, monthlyBillionSteps, ruleOf } from '../../cases/index.js';
 
 describe.each(CASES)('%s (pure, fixed instants)', (_algorithm, cases) => {
   describe.each(cases)('$name', ({ rule, steps }) => {
     it('decides every step as the table says', () => {
       let state: Held | undefined;
-      // what each admitted step took, and when (its charged state's `at`), for a later `release`
-      const charges = new Map<number, { rule: Rule; cost: number; at: number }>();
-      steps.forEach(({ at, cost = 1, rule: changed = rule, release, expect: expected }, step) => {
-        if (release !== undefined) {
+      // what each admitted step took, and when (its charged state's `at`), for a later `release` or `settle`
+      const charges = new Map<number, Charge>();
+      steps.forEach(({ at, cost = 1, rule: changed = rule, release, settle, expect: expected }, step) => {
+        // as the stores do: a charge of nothing (a reservation of 0) gives nothing back
+        if (release !== undefined && chargedCost(charges.get(release)!) > 0) {
           const charge = charges.get(release)!;
-          const model = modelOf(charge.rule);
-          const current = model.current(state, CASE_EPOCH + at, charge.rule);
+          const { rule: charged } = charge.request;
+          const model = modelOf(charged);
+          const current = model.current(state, CASE_EPOCH + at, charged);
           // as the stores do: nothing given back leaves the stored state as it was
-          const refunded = model.refund(current, charge.rule, charge.cost, charge.at);
+          const refunded = model.refund(current, charged, chargedCost(charge), charge.at);
           if (refunded !== current) state = refunded;
         }
+        if (settle !== undefined) {
+          const charge = charges.get(settle.step)!;
+          const {
+            next,
+            changed: moved,
+            outcome,
+          } = settleState(state, CASE_EPOCH + at, charge.request.rule, chargedCost(charge), settle.actual, charge.at);
+          // as the stores do: a bucket full again is no key
+          if (moved) state = outcome.fullMs === 0 ? undefined : next;
+          const settled = settledCharge(charge, settle.actual, outcome);
+          charges.set(settle.step, settled.charge);
+          expect({ step, settled: settled.decision }).toMatchObject({ step, settled: settle.expect ?? {} });
+          // a debt exactly: none where the table gives none
+          expect({ step, settled: settled.decision.debt }).toEqual({ step, settled: settle.expect?.debt });
+        }
         const verdict = decideAll([{ state, rule: changed, cost }], CASE_EPOCH + at, true);
-        if (verdict.allowed || verdict.blocks?.[0]) state = verdict.next[0];
-        if (verdict.allowed) charges.set(step, { rule: changed, cost, at: verdict.next[0].at });
-        const decision = toDecision({ key: 'k', policy: 'p', rule: changed, cost }, verdict.outcomes[0]);
+        // as the stores do: a bucket full (a reservation of 0 that found nothing taken) is no key
+        if (verdict.allowed || verdict.blocks?.[0])
+          state = verdict.outcomes[0].fullMs === 0 ? undefined : verdict.next[0];
+        const request = { key: 'k', policy: 'p', rule: changed, cost };
+        if (verdict.allowed) charges.set(step, { request, at: verdict.next[0].at });
+        const decision = toDecision(request, verdict.outcomes[0]);
         expect({ step, ...decision }).toMatchObject({ step, ...expected });
+        expect({ step, debt: decision.debt }).toEqual({ step, debt: expected.debt });
       });
     });
   });

@@ -1,6 +1,7 @@
 import {
   type DescribedPolicy,
   headerPlan,
+  durationText,
   limiting,
   rateLimitHeaders,
   windowSeconds,
@@ -269,5 +270,46 @@ describe('windowSeconds', () => {
 
   it.each([[{ rps: 10, burst: 5 }], [{ rps: 1e6, burst: 1 }]])('is at least 1 (%p)', (rule) => {
     expect(windowSeconds(rule)).toBe(1);
+  });
+});
+
+describe('units and dimensions', () => {
+  const RPM: DescribedPolicy = { name: 'rpm', rule: { rps: 20 / 60, burst: 20 } };
+  const TPM: DescribedPolicy = { name: 'tpm', rule: { rps: 10_000 / 60, burst: 10_000 }, unit: 'tokens' };
+  const GLOBAL: DescribedPolicy = { name: 'global', rule: { rps: 100 / 60, burst: 100 } };
+
+  it("writes a unit other than requests as the draft's qu", () => {
+    expect(headerPlan(['ietf'], [RPM, TPM])!.policy).toBe('"rpm";q=20;w=60, "tpm";q=10000;w=60;qu="tokens"');
+  });
+
+  it("'dimensions': limit, remaining and reset per unit, each from its policy closest to refusing", () => {
+    const plan = headerPlan(['dimensions'], [GLOBAL, RPM, TPM])!;
+    const headers = rateLimitHeaders(
+      plan,
+      [
+        decision('global', { limit: 100, remaining: 90, fullAfter: 6 }),
+        decision('rpm', { limit: 20, remaining: 3, fullAfter: 51 }),
+        decision('tpm', { limit: 10_000, remaining: 2_500, fullAfter: 45 }),
+      ],
+      NOW_MS,
+    );
+    expect(headers).toEqual([
+      ['x-ratelimit-limit-requests', '20'],
+      ['x-ratelimit-remaining-requests', '3'],
+      ['x-ratelimit-reset-requests', '51s'],
+      ['x-ratelimit-limit-tokens', '10000'],
+      ['x-ratelimit-remaining-tokens', '2500'],
+      ['x-ratelimit-reset-tokens', '45s'],
+    ]);
+  });
+
+  it.each([
+    [0, '0s'],
+    [45, '45s'],
+    [60, '1m0s'],
+    [360, '6m0s'],
+    [3_605, '1h0m5s'],
+  ])('says %i s as %s, as LLM APIs write a reset', (seconds, text) => {
+    expect(durationText(seconds)).toBe(text);
   });
 });

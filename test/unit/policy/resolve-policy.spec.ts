@@ -34,6 +34,7 @@ describe('resolvePolicy', () => {
       count: 'all',
       skipIf: undefined,
       adaptive: undefined,
+      unit: 'requests',
     });
     expect(windowSeconds(resolve({ rps: 10, burst: 50 }).rule)).toBe(5);
     expect(resolve({ rps: 2.5 }).rule.burst).toBe(3);
@@ -141,8 +142,29 @@ describe('resolvePolicy', () => {
       count: 'all',
       skipIf: undefined,
       adaptive: undefined,
+      unit: 'requests',
     });
     expect(resolve({ rps: 1 })).not.toHaveProperty('tiers');
+  });
+
+  it('gives a policy that settles a debt on every rule (its maxDebt, else each rule its burst), and a unit', () => {
+    const settle = (result: { tokens: number }) => result.tokens;
+    const resolved = resolve({ limit: 1_000, window: '1m', unit: 'Tokens', cost: 0, settle });
+    expect(resolved.rule).toEqual({ algorithm: 'token_bucket', rps: 1_000 / 60, burst: 1_000, debt: 1_000 });
+    expect(resolved.settles).toEqual({ result: settle, everyMs: undefined });
+    expect(resolved.unit).toBe('tokens');
+    expect(resolved.cost).toBe(0);
+    const tiered = resolve({
+      tier: 'user:plan',
+      tiers: { free: { limit: 100, window: '1m' }, pro: { limit: 5_000, window: '1m' } },
+      defaultTier: 'free',
+      settleEvery: '10s',
+    });
+    expect([...tiered.tiers!.rules.values()].map((rule) => rule.debt)).toEqual([100, 5_000]);
+    expect(tiered.settles).toEqual({ result: undefined, everyMs: 10_000 });
+    expect(resolve({ limit: 100, window: '1m', maxDebt: 0 }).rule.debt).toBe(0);
+    expect(resolve({ limit: 100, window: '1m' })).not.toHaveProperty('settles');
+    expect(resolve({ limit: 100, window: '1m' }).rule).not.toHaveProperty('debt');
   });
 
   it.each([
@@ -209,9 +231,12 @@ describe('resolvePolicy', () => {
     [{ limit: 5, window: '1m', burst: 5 }, '"burst" goes with "rps"; with "limit" and "window" the burst is the limit'],
     [
       { rps: 1, cost: 'body:weight' },
-      `"cost" must be a positive number, 'header:<name>', 'query:<name>' or a function, got "body:weight"`,
+      `"cost" must be a positive number, 'header:<name>', 'query:<name>' or a function (0 too on a policy that settles), got "body:weight"`,
     ],
-    [{ rps: 1, cost: 0 }, `"cost" must be a positive number, 'header:<name>', 'query:<name>' or a function, got 0`],
+    [
+      { rps: 1, cost: 0 },
+      `"cost" must be a positive number, 'header:<name>', 'query:<name>' or a function (0 too on a policy that settles), got 0`,
+    ],
     [{ rps: 1, defaultCost: -2 }, '"defaultCost" must be a positive number, got -2'],
     [
       { rps: 1, key: 'cookie' },

@@ -10,6 +10,7 @@ import { Test } from '@nestjs/testing';
 import {
   MemoryStore,
   RateLimit,
+  RateLimitMeter,
   RateLimitModule,
   type RateLimitModuleOptions,
   type RateLimitPolicy,
@@ -23,6 +24,7 @@ import { resolveOptions } from '../../../lib/rate-limit-options.js';
 import { StoreOwner } from '../../../lib/stores/store-owner.js';
 import { parseCommandLine } from '../../../lib/simulator/simulate-args.js';
 import { ManualClock } from '../../../lib/testing/index.js';
+import { Meter } from '../../../lib/limiter/rate-limit-meter.js';
 import { StandaloneLimiter } from '../../support/standalone-limiter.js';
 import { RateLimitThrottlerStorage, ThrottlerGuard, ThrottlerStorageService } from '../../../lib/throttler/index.js';
 import { ALGORITHMS } from '../../../lib/algorithms/algorithm.types.js';
@@ -49,7 +51,7 @@ const BLOCK_FOR_PLAIN = `${BLOCK_FOR}, or { duration, then: 'keep' | 'reset' }`;
 /** What a `limit` or `burst` past 2^53 - 1 is told. */
 const COUNT_AT_MOST =
   'must be at most 9007199254740991 (Number.MAX_SAFE_INTEGER): above it a double cannot count by whole tokens';
-const COST = `must be a positive number, 'header:<name>', 'query:<name>' or a function`;
+const COST = `must be a positive number, 'header:<name>', 'query:<name>' or a function (0 too on a policy that settles)`;
 const NAME = 'must be a string of 1 to 64 visible ASCII characters, without spaces or braces';
 const TIMEOUT = 'must be a positive number of milliseconds, at most 2147483647 (the longest a timer can wait)';
 const OPTIONS_OBJECT =
@@ -63,6 +65,18 @@ const OPTION = 'Invalid RateLimitModule option';
 const ASYNC = 'Invalid RateLimitModule.forRootAsync options:';
 
 /** The message `act` throws or rejects with; the row fails when it does neither. */
+/** A decision that admitted a request, for a meter. */
+const ADMITTED = {
+  allowed: true,
+  policy: 'tpm',
+  limit: 100,
+  remaining: 99,
+  resetAfter: 1,
+  fullAfter: 1,
+  retryAfter: 0,
+  delay: 0,
+};
+
 async function thrown(act: () => unknown): Promise<string> {
   try {
     await act();
@@ -115,6 +129,19 @@ function skipping(names: unknown[], on: 'handler' | 'class'): Type {
     }
   }
   return SkipController;
+}
+
+/** A controller whose handler `chat`, under `policies`, takes the meter of `meter` (`undefined`: its only settling policy). */
+function metering(policies: RateLimitPolicy[], meter: string | undefined): Type {
+  @Controller('chat')
+  class ChatController {
+    @RateLimit(policies)
+    @Get()
+    chat(@RateLimitMeter(meter) counted: RateLimitMeter) {
+      return counted.count;
+    }
+  }
+  return ChatController;
 }
 
 /** A GraphQL resolver whose subscription `events` carries `policy`. */
@@ -359,7 +386,7 @@ const ROWS: Row[] = [
   [
     'a misspelt field',
     policy({ rps: 1, brust: 5 }),
-    `${ON_HANDLER} "brust" is not a policy field (the fields are algorithm, rps, tokensPerSecond, burst, limit, window, anchor, lease, period, timeZone, cost, defaultCost, key, scope, name, tiers, tier, defaultTier, blockFor, count, skipIf, adaptive), got 5`,
+    `${ON_HANDLER} "brust" is not a policy field (the fields are algorithm, rps, tokensPerSecond, burst, limit, window, anchor, lease, period, timeZone, cost, defaultCost, key, scope, name, tiers, tier, defaultTier, blockFor, count, skipIf, adaptive, settle, maxDebt, settleEvery, unit), got 5`,
   ],
   [
     "anchor 'first'",
@@ -515,6 +542,66 @@ const ROWS: Row[] = [
     'adaptive on concurrency',
     policy({ algorithm: 'concurrency', limit: 2, lease: '5m', adaptive: { latency: 250 } }),
     `${ON_HANDLER} "adaptive" does not apply to "concurrency": requests in flight are not a rate to scale`,
+  ],
+  [
+    'settle on concurrency',
+    policy({ algorithm: 'concurrency', limit: 2, lease: '5m', settle: () => 1 }),
+    `${ON_HANDLER} "settle" does not apply to "concurrency": a request holds one slot while it runs, whatever it costs, and gives it back when it ends`,
+  ],
+  [
+    'settle not a function',
+    policy({ limit: 100, window: '1m', settle: 'usage.total_tokens' }),
+    `${ON_HANDLER} "settle" must be a function of the handler's result (and the execution context) returning the real cost, a number >= 0, got "usage.total_tokens"`,
+  ],
+  [
+    'maxDebt negative',
+    policy({ limit: 100, window: '1m', maxDebt: -1 }),
+    `${ON_HANDLER} "maxDebt" must be a whole number >= 0: how far past empty (cost units) a settle may take a bucket, got -1`,
+  ],
+  [
+    'settleEvery under a second',
+    policy({ limit: 100, window: '1m', settleEvery: '500ms' }),
+    `${ON_HANDLER} "settleEvery" must be a duration of at least 1 s: seconds, or a string such as '10s', '1m', got "500ms"`,
+  ],
+  [
+    'unit with a space',
+    policy({ limit: 100, window: '1m', unit: 'output tokens' }),
+    `${ON_HANDLER} "unit" must be a word of letters, digits and '-' (up to 32), such as 'requests' or 'tokens', got "output tokens"`,
+  ],
+  [
+    'cost 0 on a policy that does not settle',
+    policy({ limit: 100, window: '1m', cost: 0 }),
+    `${ON_HANDLER} "cost" must be a positive number, 'header:<name>', 'query:<name>' or a function (0 too on a policy that settles), got 0`,
+  ],
+  [
+    '@RateLimitMeter naming a policy that does not settle',
+    async () =>
+      thrown(() => start([RateLimitModule.forRoot()], [metering([{ name: 'rpm', limit: 20, window: '1m' }], 'rpm')])),
+    `Invalid @RateLimit policy on ChatController.chat: @RateLimitMeter('rpm') names no policy of the route that settles (with settle, maxDebt or settleEvery)`,
+  ],
+  [
+    '@RateLimitMeter without a name, on a route with two that settle',
+    async () =>
+      thrown(() =>
+        start(
+          [RateLimitModule.forRoot()],
+          [
+            metering(
+              [
+                { name: 'input', limit: 100, window: '1m', maxDebt: 0 },
+                { name: 'output', limit: 100, window: '1m', maxDebt: 0 },
+              ],
+              undefined,
+            ),
+          ],
+        ),
+      ),
+    `Invalid @RateLimit policy on ChatController.chat: @RateLimitMeter() must name one of the route's policies that settle: 'input', 'output'`,
+  ],
+  [
+    '@RateLimitMeter without a name, on a route with none that settles',
+    async () => thrown(() => start([RateLimitModule.forRoot()], [metering([{ name: 'rpm', rps: 1 }], undefined)])),
+    `Invalid @RateLimit policy on ChatController.chat: @RateLimitMeter() needs a policy on the route that settles (with settle, maxDebt or settleEvery); it has none`,
   ],
   [
     'adaptive on a quota tier',
@@ -1097,17 +1184,17 @@ const ROWS: Row[] = [
   [
     'headers a string',
     options({ headers: 'ietf' }),
-    `${OPTION} "headers": must be false or a list of 'ietf', 'legacy', 'x-ratelimit', got "ietf"`,
+    `${OPTION} "headers": must be false or a list of 'ietf', 'legacy', 'x-ratelimit', 'dimensions', got "ietf"`,
   ],
   [
     'headers an unknown family',
     options({ headers: ['ietf', 'draft'] }),
-    `${OPTION} "headers": must be false or a list of 'ietf', 'legacy', 'x-ratelimit', got ["ietf","draft"]`,
+    `${OPTION} "headers": must be false or a list of 'ietf', 'legacy', 'x-ratelimit', 'dimensions', got ["ietf","draft"]`,
   ],
   [
     'headers true',
     options({ headers: true }),
-    `${OPTION} "headers": must be false or a list of 'ietf', 'legacy', 'x-ratelimit', got true`,
+    `${OPTION} "headers": must be false or a list of 'ietf', 'legacy', 'x-ratelimit', 'dimensions', got true`,
   ],
   [
     'failMode in the wrong case',
@@ -1479,6 +1566,18 @@ const ROWS: Row[] = [
     `Invalid argument to RateLimiterService.reset: "identity" must be a string such as 'user:42', got 42`,
   ],
   [
+    'RateLimitReservation.settle: actual negative',
+    limiter(async (l) =>
+      (await l.reserve('user:1', { name: 'tpm', limit: 100, window: '1m', maxDebt: 0 }, 5)).settle(-1),
+    ),
+    `Invalid argument to RateLimitReservation.settle: "actual" must be a finite number >= 0, got -1`,
+  ],
+  [
+    'RateLimitMeter.add: NaN',
+    async () => thrown(() => new Meter('tpm', 1, ADMITTED).add(NaN)),
+    'RateLimitMeter.add: the amount must be a finite number >= 0, got NaN',
+  ],
+  [
     'MemoryStore: requests not a list',
     memory((m) => m.consume({ key: 'k' } as never)),
     'Invalid argument to MemoryStore.consume: "requests" must be a list of requests, got {"key":"k"}',
@@ -1497,6 +1596,33 @@ const ROWS: Row[] = [
     'MemoryStore: cost negative',
     memory((m) => m.consume([{ key: 'k', policy: 'p', rule: TB, cost: -1 }])),
     `Invalid argument to MemoryStore.consume: "requests[0].cost" ${CALL_COST}, got -1`,
+  ],
+  [
+    'MemoryStore: cost negative for a rule that settles',
+    memory((m) => m.consume([{ key: 'k', policy: 'p', rule: { ...TB, debt: 5 }, cost: -1 }])),
+    'Invalid argument to MemoryStore.consume: "requests[0].cost" must be a finite number >= 0 (the tokens the request reserves: one whose policy settles may reserve none), got -1',
+  ],
+  [
+    'MemoryStore.settle: settles not a list',
+    memory((m) => m.settle({} as never)),
+    'Invalid argument to MemoryStore.settle: "settles" must be a list of settles such as { decision, actual }, got {}',
+  ],
+  [
+    'MemoryStore.settle: a settle null',
+    memory((m) => m.settle([null as never])),
+    'Invalid argument to MemoryStore.settle: "settles[0]" must be a settle such as { decision, actual }, got null',
+  ],
+  [
+    'MemoryStore.settle: actual negative',
+    memory(async (m) =>
+      m.settle([{ decision: (await m.consume([{ key: 'k', policy: 'p', rule: TB, cost: 1 }]))[0], actual: -1 }]),
+    ),
+    'Invalid argument to MemoryStore.settle: "settles[0].actual" must be a finite number >= 0 (the tokens the request costs in all), got -1',
+  ],
+  [
+    'RateLimiterService.reserve: cost 0 under a policy that does not settle',
+    limiter((l) => l.reserve('user:1', { rps: 1 }, 0)),
+    `Invalid argument to RateLimiterService.reserve: "cost" ${CALL_COST}, got 0`,
   ],
   [
     'MemoryStore: a key twice with different rules',

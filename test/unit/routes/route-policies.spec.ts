@@ -241,9 +241,19 @@ describe('routePolicy and the store requests built from it', () => {
       keys: ['user'],
       keyPrefix: 'x:exports:lb:{',
       tiers: undefined,
-      owes: { refundOnSuccess: false, latency: false, release: false, period: false, anchor: undefined, atEnd: false },
+      owes: {
+        refundOnSuccess: false,
+        latency: false,
+        release: false,
+        period: false,
+        anchor: undefined,
+        settle: false,
+        atEnd: false,
+      },
       skipIf: undefined,
       adaptive: undefined,
+      settles: undefined,
+      unit: 'requests',
     });
     expect(routePolicy({ ...resolved, key: undefined }, options).keys).toEqual(['api-key']);
   });

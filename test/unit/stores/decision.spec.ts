@@ -1,5 +1,12 @@
 import type { Outcome } from '../../../lib/algorithms/algorithm.types.js';
-import { type Charge, restoreCharge, takeCharge, toDecision } from '../../../lib/stores/decision.js';
+import {
+  type Charge,
+  chargedCost,
+  restoreCharge,
+  settledCharge,
+  takeCharge,
+  toDecision,
+} from '../../../lib/stores/decision.js';
 import type { RateLimitDecision, RateLimitRequest } from '../../../lib/stores/rate-limit-store.interface.js';
 
 const REQUEST: RateLimitRequest = {
@@ -64,5 +71,43 @@ describe('the charge record of a decision', () => {
       else restoreCharge(decision, CHARGE);
     }
     expect(got).toEqual(taken);
+  });
+});
+
+describe('a settled charge', () => {
+  const after = (allowed: boolean, at: number): Outcome => ({ ...OUTCOME, allowed, remaining: 0, at });
+
+  it('holds what the request cost in all, and the time of a settle that took more', () => {
+    const up = settledCharge(CHARGE, 3, after(false, CHARGED_AT + 5_000));
+    expect(up.charge).toEqual({ request: REQUEST, at: CHARGED_AT + 5_000, cost: 3 });
+    expect(chargedCost(up.charge)).toBe(3);
+    // less: given back to where it was last taken, so its time stays
+    const down = settledCharge(up.charge, 0.5, after(true, CHARGED_AT + 9_000));
+    expect(down.charge).toEqual({ request: REQUEST, at: CHARGED_AT + 5_000, cost: 0.5 });
+    expect(chargedCost(CHARGE)).toBe(REQUEST.cost);
+  });
+
+  it('answers the bucket after it with a decision that took nothing: refunding that gives nothing back', () => {
+    const { decision } = settledCharge(CHARGE, 3, after(true, CHARGED_AT));
+    expect(decision).toEqual({
+      allowed: true,
+      policy: 'p',
+      limit: 2,
+      remaining: 0,
+      resetAfter: 0,
+      fullAfter: 1,
+      retryAfter: 0,
+      delay: 0,
+    });
+    expect(takeCharge(decision)).toBeUndefined();
+  });
+
+  it('carries what the bucket owes past empty, and nothing of a debt where there is none', () => {
+    const owing = { ...after(false, CHARGED_AT), retryMs: 3_000, debt: 3 };
+    expect(settledCharge(CHARGE, 5, owing).decision).toMatchObject({ allowed: false, remaining: 0, debt: 3 });
+    expect(toDecision(REQUEST, owing)).toMatchObject({ allowed: false, remaining: 0, debt: 3 });
+    // every other decision keeps its shape
+    expect(admitted()).not.toHaveProperty('debt');
+    expect(toDecision(REQUEST, { ...OUTCOME, debt: 0 })).not.toHaveProperty('debt');
   });
 });

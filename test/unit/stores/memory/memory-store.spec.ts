@@ -336,3 +336,27 @@ describe('kthSmallest', () => {
     );
   });
 });
+
+describe('MemoryStore settle (clock pinned)', () => {
+  /** 2 tokens, one back every 1,000 s, that a settle may take 2 past empty. */
+  const SETTLING: Rule = { ...SLOW, debt: 2 };
+  const request = (key: string, cost: number) => ({ key, policy: 'p', rule: SETTLING, cost });
+
+  it('holds a bucket a settle takes from, within maxKeys, and drops one it gives back to full', async () => {
+    const store = new MemoryStore({ clock: () => 1_000_000, maxKeys: 10 });
+    // reservations of nothing: full buckets, the same as no key, so nothing is held
+    const reserved = Array.from({ length: 20 }, (_, i) => store.decideSync([request(`k${i}`, 0)], true)[0]);
+    expect(reserved.every((decision) => decision.allowed)).toBe(true);
+    expect(store.size).toBe(0);
+    // each settled to 3: a bucket 1 past empty, held until paid back, never more than maxKeys of them
+    const settled = await store.settle(reserved.map((decision) => ({ decision, actual: 3 })));
+    expect(settled.every((decision) => decision?.allowed === false && decision.remaining === 0)).toBe(true);
+    expect(store.size).toBeLessThanOrEqual(10);
+    expect(store.decideSync([request('k19', 0)], false)[0]).toMatchObject({ allowed: false, retryAfter: 1_000 });
+    // settled down to nothing: full again, its key dropped
+    await store.settle([{ decision: reserved[19], actual: 0 }]);
+    expect(store.decideSync([request('k19', 2)], false)[0]).toMatchObject({ allowed: true, remaining: 2 });
+    expect(store.size).toBeLessThanOrEqual(9);
+    await store.close();
+  });
+});

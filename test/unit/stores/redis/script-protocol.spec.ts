@@ -2,6 +2,7 @@ import type { RateLimitRequest } from '../../../../lib/stores/rate-limit-store.i
 import { RateLimitStoreError } from '../../../../lib/stores/rate-limit-store.error.js';
 import {
   type CallRequest,
+  decodeAnswer,
   decodeDecideReply,
   encodeDecide,
   encodeRefund,
@@ -45,8 +46,8 @@ describe("the calls' protocol", () => {
       '123',
       '0',
       '2',
-      ...['token_bucket', '0.5', '10', '0', ''],
-      ...['fixed_window', '2', '4', '3000', '2.5'],
+      ...['token_bucket', '0.5', '10', '0', '', ''],
+      ...['fixed_window', '2', '4', '3000', '2.5', ''],
       ...[String(2 * 8 + 1), '1', '1', '1.5', '2', '2', '1'],
       ...[String(1 * 8 + 4 + 2), '456', '2', '2'],
     ]);
@@ -56,13 +57,13 @@ describe("the calls' protocol", () => {
     const other = { ...window, key: 'rl:d' };
     const call = encodeDecide([charging([window], '9'), charging([other], '9')]);
     expect(call.keys).toEqual(['rl:b', 'rl:d']);
-    expect(call.args).toEqual(['1', '0', '9', '1', '2', 'fixed_window', '2', '4', '3000', '2.5']);
+    expect(call.args).toEqual(['1', '0', '9', '1', '2', 'fixed_window', '2', '4', '3000', '2.5', '']);
   });
 
   it('names a key in each plain request where the call repeats keys', () => {
     const call = encodeDecide([charging([window]), charging([window])]);
     expect(call.keys).toEqual(['rl:b']);
-    expect(call.args).toEqual(['1', '1', '', '1', '2', 'fixed_window', '2', '4', '3000', '2.5', '1', '1']);
+    expect(call.args).toEqual(['1', '1', '', '1', '2', 'fixed_window', '2', '4', '3000', '2.5', '', '1', '1']);
   });
 
   it('sends plain requests of one rule without a block, the log aside, as a flat call: deadline, rule, key indexes if any', () => {
@@ -89,9 +90,14 @@ describe("the calls' protocol", () => {
     ]);
     const counter = { ...plainTokens, rule: { algorithm: 'sliding_window_counter' as const, rps: 2, burst: 4 } };
     expect(encodeDecide([charging([counter])]).args).toEqual(['', 'sliding_window_counter', '2', '4', '']);
-    // a block, a cost, a peek, two rules or the log take the general call
+    // a block, a debt (a rule that settles), a cost, a peek, two rules or the log take the general call
     const blocking = { ...plainTokens, rule: { ...plainTokens.rule, blockMs: 1_000 } };
     expect(encodeDecide([charging([blocking])]).flat).toBe(false);
+    const settling = { ...plainTokens, rule: { ...plainTokens.rule, debt: 10 } };
+    expect(encodeDecide([charging([settling])])).toMatchObject({
+      flat: false,
+      args: ['1', '0', '', '1', '1', 'token_bucket', '0.5', '10', '0', '', '10'],
+    });
     expect(encodeDecide([charging([tokens])]).flat).toBe(false);
     expect(encodeDecide([{ requests: [plainTokens], charge: false, deadline: '' }]).flat).toBe(false);
     expect(encodeDecide([charging([plainTokens]), charging([gcra])]).flat).toBe(false);
@@ -127,10 +133,14 @@ describe("the calls' protocol", () => {
     expect(encodeDecide([charging([plain])]).flat).toBe(false);
   });
 
-  it('lays out a refund policy after policy, with the time each charge was', () => {
-    expect(encodeRefund([tokens, window], [1_000, 2_000])).toEqual({
+  it('lays out a refund policy after policy, with its signed amount and the time each charge was', () => {
+    const settling = { ...tokens, rule: { ...tokens.rule, debt: 20 } };
+    expect(encodeRefund([settling, window], [-2.5, 1], [1_000, 2_000])).toEqual({
       keys: ['rl:a', 'rl:b'],
-      args: ['token_bucket', '0.5', '10', '0', '', '1.5', '1000', 'fixed_window', '2', '4', '3000', '2.5', '1', '2000'],
+      args: [
+        ...['token_bucket', '0.5', '10', '0', '', '20', '-2.5', '1000'],
+        ...['fixed_window', '2', '4', '3000', '2.5', '', '1', '2000'],
+      ],
     });
   });
 
@@ -161,6 +171,39 @@ describe("the calls' protocol", () => {
       },
     ]);
     expect(logReport).toHaveLength(REPLY_WIDTH);
+  });
+
+  it('reads a remaining below 0 as a debt, minus itself: remaining 0 and the debt, absent when none', () => {
+    // a refund call's reply: a bucket 3 tokens past empty, then one that owes nothing
+    const owing = [0, -3, 4_000, 16_000, 4_000, 0, 0, 5_000];
+    const square = [1, 2, 0, 8_000, 0, 0, 0, 5_000];
+    const { outcomes, at } = decodeAnswer([...owing, ...square, 5_000], 0, 2);
+    expect(outcomes).toStrictEqual([
+      {
+        allowed: false,
+        remaining: 0,
+        retryMs: 4_000,
+        fullMs: 16_000,
+        nextMs: 4_000,
+        delayMs: 0,
+        blockedMs: 0,
+        at: 5_000,
+        debt: 3,
+      },
+      { allowed: true, remaining: 2, retryMs: 0, fullMs: 8_000, nextMs: 0, delayMs: 0, blockedMs: 0, at: 5_000 },
+    ]);
+    expect(at).toEqual([5_000, 5_000]);
+    // a decide reply: the log's report as the script gave it; the bucket's debt derived from the value read
+    const settlingLog = { ...log, rule: { ...log.rule, debt: 5 } };
+    const settlingTokens = { ...tokens, rule: { ...tokens.rule, debt: 20 } };
+    const calls = [charging([settlingTokens, settlingLog])];
+    // 3 below empty at 4000, 2.5 at 5000
+    const raw = ['-3|4000', null, 1, 0, -2, 2_000, 10_000, 2_000, 0, 0, 5_000, 5_000];
+    const [answer] = decodeDecideReply(raw, calls, encodeDecide(calls)).answers;
+    expect(answer!.outcomes).toMatchObject([
+      { allowed: false, remaining: 0, debt: 3 },
+      { allowed: false, remaining: 0, retryMs: 2_000, debt: 2 },
+    ]);
   });
 
   it('fails a reply whose verdict the values do not give', () => {
