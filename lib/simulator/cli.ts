@@ -28,6 +28,8 @@ Policies (one of):
     --limit <n> --period <p>   quota: requests per day, week, month or year,
       [--time-zone <zone>]     in an IANA time zone (default UTC)
                              (all: every algorithm but concurrency and quota, not rates)
+    [--max-debt <n>]           tokens a trace's actual costs may take a bucket past empty
+                               (default: burst, or limit; a --policy says "maxDebt")
   --hold <d>                 with a concurrency policy: how long each admitted request
                              holds its slot ('500ms', '2s') before it gives it back
 
@@ -36,13 +38,17 @@ Traffic (one of):
                              at most ${MAX_RATE_REQUESTS.toLocaleString('en-US')} requests, for at most 1d,
                              from Unix time 0 (1970-01-01T00:00:00Z: a quota's first period)
   --trace <file>             CSV or NDJSON of time[,key[,cost]] (time in ms or ISO 8601),
-                             or an access log in common or combined log format; - is stdin
+                             or an access log in common or combined log format; - is stdin;
+                             with actual (and duration, ms): a request reserves cost (may be
+                             0) and is charged actual when it ends (CSV: a header names them)
 
 Outputs (a per-second table and a chart on stdout by default):
   --svg <file>               chart of admitted and refused requests over time
   --csv <file>               one row per request: time_ms,key,allowed,remaining,retry_after
-                             (a key that starts as a formula does is written as text: '=...)
+                             (a key that starts as a formula does is written as text: '=...;
+                             remaining below 0: the tokens owed by a bucket in debt)
   --json                     a summary on stdout: share refused overall and per key
+                             (and with actual costs: tokens reserved and charged, debt)
   --top <n>                  keys refused most the summary lists (default ${DEFAULT_TOP})
 `;
 

@@ -1,8 +1,7 @@
 import { once } from 'node:events';
 import type { WriteStream } from 'node:fs';
 import { open } from 'node:fs/promises';
-import type { RateLimitDecision } from '../stores/rate-limit-store.interface.js';
-import type { Arrival } from './simulation.js';
+import type { Arrival, Offered } from './simulation.js';
 import { NO_KEY } from './trace-formats.js';
 
 /** Characters gathered before one write to the file. */
@@ -25,7 +24,8 @@ export function csvKey(key: string): string {
 
 /**
  * The `--csv` file: one row per request, `time_ms,key,allowed,remaining,retry_after` (seconds,
- * as `Retry-After`: 0 when admitted, empty for a request that can never be admitted). With
+ * as `Retry-After`: 0 when admitted, empty for a request that can never be admitted; `remaining`
+ * below 0 for a request refused while the bucket was in debt: minus the tokens it owed). With
  * `--compare`, a row per request and algorithm, the algorithm in a third column. Written through
  * a stream with backpressure: `row` says when the caller must wait for `drained()`, so a slow disk
  * holds the replay back instead of the rows piling up in memory.
@@ -53,10 +53,12 @@ export class CsvOutput {
   }
 
   /** Adds a row; `true` when the stream is full and the caller must await `drained()` before the next. */
-  row({ time, key }: Arrival, lane: string, { allowed, remaining, retryAfter }: RateLimitDecision): boolean {
+  row({ time, key }: Arrival, lane: string, { decision, debt }: Offered): boolean {
     if (this.error) throw this.error;
+    const { allowed, remaining, retryAfter } = decision;
     const retry = retryAfter === Infinity ? '' : String(retryAfter);
-    this.pending += `${time},${csvKey(key)},${this.withLane ? `${lane},` : ''}${allowed},${remaining},${retry}\n`;
+    const left = debt > 0 ? -debt : remaining;
+    this.pending += `${time},${csvKey(key)},${this.withLane ? `${lane},` : ''}${allowed},${left},${retry}\n`;
     if (this.pending.length < CHUNK) return false;
     const full = !this.stream.write(this.pending);
     this.pending = '';

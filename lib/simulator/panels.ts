@@ -1,13 +1,23 @@
 import { RELEASED, type Rule, WINDOW_ALGORITHMS } from '../algorithms/algorithm.types.js';
+import type { DebtCounts } from './debt-ledger.js';
 import type { LaneRun, SimulatedPolicy } from './simulation.js';
 
-/** What one chart (and table) shows: requests admitted and refused over time. */
+/** What one chart (and table) shows: requests admitted and refused over time, and a policy's debt. */
 export interface Panel {
   title: string;
   /** The policies' numbers, or how several are decided. */
   subtitle: string;
   /** Per second of the clock: [offered, admitted, refused]. */
   seconds: ReadonlyMap<number, readonly [number, number, number]>;
+  /** For one policy's panel of traffic that settles (a trace with actual costs): its debt figures. */
+  debt?: PanelDebt;
+}
+
+/** A settling policy's debt, as its panel shows it. */
+export interface PanelDebt {
+  /** Tokens a settle may take a bucket past empty (its `maxDebt`). */
+  maxDebt: number;
+  counts: DebtCounts;
 }
 
 /** The counts of a span of seconds. */
@@ -19,6 +29,8 @@ export interface Bin {
   offered: number;
   admitted: number;
   refused: number;
+  /** The most tokens past empty a bucket was seen at in the span (0: none in debt, or no debt shown). */
+  debt: number;
 }
 
 /** A panel's counts in spans of `width` seconds each (the last may be shorter), from the first second of the traffic. */
@@ -44,17 +56,22 @@ export function describeRule({ algorithm, rps, burst, blockMs, blockResets, anch
   return `${numbers}${blockMs === undefined ? '' : `, block ${blockMs / 1000} s${blockResets === true ? ', then reset' : ''}`}`;
 }
 
-/** A policy's algorithm, rule and cost, without what the panel's title already says (its name, its algorithm). */
-function describePolicy({ name, rule, cost }: SimulatedPolicy, title: string): string {
+/**
+ * A policy's algorithm, rule and cost, without what the panel's title already says (its name, its
+ * algorithm); with traffic that settles, how far past empty it lets a bucket go.
+ */
+function describePolicy({ name, rule, cost, maxDebt }: SimulatedPolicy, title: string, settling: boolean): string {
   const named = name === title ? '' : `${name}: `;
   const algorithm = rule.algorithm === title ? '' : `${rule.algorithm}, `;
-  return `${named}${algorithm}${describeRule(rule)}${cost === 1 ? '' : `, cost ${cost}`}`;
+  const debt = settling && maxDebt !== undefined ? `, max debt ${maxDebt}` : '';
+  return `${named}${algorithm}${describeRule(rule)}${cost === 1 ? '' : `, cost ${cost}`}${debt}`;
 }
 
 /**
  * The panels of the runs: one per lane; for a lane of several policies, one for the lane (a
  * request passes only when all admit it) and one per policy (what that policy admitted and
- * refused of every request, whatever the others said).
+ * refused of every request, whatever the others said). A policy's own panel (the lane's, for a
+ * lane of one) shows its debt when the traffic settles.
  */
 export function panelsOf(runs: readonly LaneRun[]): Panel[] {
   return runs.flatMap((run) => {
@@ -64,7 +81,14 @@ export function panelsOf(runs: readonly LaneRun[]): Panel[] {
         [...run.seconds].map(([second, counts]) => [second, [counts[0], counts[0] - column(counts), column(counts)]]),
       );
     const refused = (counts: readonly number[]) => counts[0] - counts[1];
-    if (policies.length === 1) return [{ title, subtitle: describePolicy(policies[0], title), seconds: lane(refused) }];
+    const debt = (i: number): { debt?: PanelDebt } => {
+      const ledger = run.ledgers[i];
+      return run.settling && ledger !== undefined ? { debt: { maxDebt: ledger.maxDebt, counts: ledger.counts } } : {};
+    };
+    if (policies.length === 1)
+      return [
+        { title, subtitle: describePolicy(policies[0], title, run.settling), seconds: lane(refused), ...debt(0) },
+      ];
     return [
       {
         title,
@@ -73,14 +97,18 @@ export function panelsOf(runs: readonly LaneRun[]): Panel[] {
       },
       ...policies.map((policy, i) => ({
         title: policy.name,
-        subtitle: `${describePolicy(policy, policy.name)} (its own verdict)`,
+        subtitle: `${describePolicy(policy, policy.name, run.settling)} (its own verdict)`,
         seconds: lane((counts) => counts[2 + i]),
+        ...debt(i),
       })),
     ];
   });
 }
 
-/** The first and last second of the traffic, of the clock (`floor(ms / 1000)`). */
+/**
+ * The first and last second of the traffic, of the clock (`floor(ms / 1000)`), up to the last
+ * settle a panel's debt was seen at (a request may end after the last one arrived).
+ */
 export function spanOf(panels: readonly Panel[]): { first: number; last: number } | undefined {
   let first = Infinity;
   let last = -Infinity;
@@ -88,12 +116,15 @@ export function spanOf(panels: readonly Panel[]): { first: number; last: number 
     first = Math.min(first, second);
     last = Math.max(last, second);
   }
-  return first === Infinity ? undefined : { first, last };
+  if (first === Infinity) return undefined;
+  for (const panel of panels)
+    for (const second of panel.debt?.counts.seconds.keys() ?? []) last = Math.max(last, second);
+  return { first, last };
 }
 
 /**
  * A panel's counts summed over spans of whole seconds, wide enough that there are at most
- * `maxBins`. Seconds without a request count as zero.
+ * `maxBins`, and its deepest debt in each. Seconds without a request count as zero.
  */
 export function binned(panel: Panel, span: { first: number; last: number }, maxBins: number): Binned {
   const seconds = span.last - span.first + 1;
@@ -104,12 +135,17 @@ export function binned(panel: Panel, span: { first: number; last: number }, maxB
     offered: 0,
     admitted: 0,
     refused: 0,
+    debt: 0,
   }));
   for (const [second, [offered, admitted, refused]] of panel.seconds) {
     const bin = bins[Math.floor((second - span.first) / width)];
     bin.offered += offered;
     bin.admitted += admitted;
     bin.refused += refused;
+  }
+  for (const [second, debt] of panel.debt?.counts.seconds ?? []) {
+    const bin = bins[Math.floor((second - span.first) / width)];
+    bin.debt = Math.max(bin.debt, debt);
   }
   return { width, seconds, bins };
 }

@@ -1,21 +1,27 @@
-/** A slot an admitted request holds until it ends (see `LaneRun`). */
+/**
+ * What an admitted request owes one policy's bucket when it ends (see `LaneRun`): a slot it holds,
+ * given back, or the difference between its actual cost and what it reserved, settled.
+ */
 export interface Release<Owner> {
-  /** When the request ends and gives its slot back, ms on the traffic's clock. */
+  /** When the request ends, ms on the traffic's clock. */
   at: number;
-  /** The key's record whose bucket holds the slot. */
+  /** The key's record whose bucket the request was charged in. */
   owner: Owner;
-  /** The index of the `concurrency` policy in the lane. */
+  /** The index of the policy in the lane. */
   policy: number;
-  /** What the request took: a refund gives back as much. */
+  /** What the request took (reserved): a refund gives back up to as much. */
   cost: number;
-  /** When it was charged (the charged state's `at`), which the refund drops from the log. */
+  /** When it was charged (the charged state's `at`), whose window a refund gives back to (and the log drops). */
   chargedAt: number;
+  /** What the request costs in all: 0 gives back everything it took (a slot), more than `cost` takes the rest. */
+  actual: number;
 }
 
 /**
- * The slots held, soonest to end first: a binary min-heap on `at` (ties in the order pushed),
- * since a trace's times need not rise, and requests of a trace that goes back in time end
- * before ones pushed earlier. Holds at most the slots in flight: a limit per key.
+ * The requests in flight, soonest to end first: a binary min-heap on `at` (ties in the order
+ * pushed), since a trace's times need not rise, and requests of a trace that goes back in time
+ * end before ones pushed earlier. Holds at most the slots in flight (a limit per key) and the
+ * settles of requests that have not ended yet.
  */
 export class ReleaseQueue<Owner> {
   private readonly heap: Array<Release<Owner> & { order: number }> = [];

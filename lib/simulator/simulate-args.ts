@@ -1,5 +1,6 @@
 import { parseArgs } from 'node:util';
 import { type Algorithm, RATE_ALGORITHMS, RELEASED } from '../algorithms/algorithm.types.js';
+import { ALGORITHM_DESCRIPTORS } from '../algorithms/registry.js';
 import type { RateLimitPolicy } from '../policy/policy.types.js';
 import { InvalidPolicyError, parseWindow, resolvePolicy } from '../policy/resolve-policy.js';
 import { duplicatePolicyName, invalidPolicy, invalidSimulateArgument } from '../rate-limit.messages.js';
@@ -65,6 +66,7 @@ const OPTIONS = {
   lease: { type: 'string' },
   period: { type: 'string' },
   'time-zone': { type: 'string' },
+  'max-debt': { type: 'string' },
   hold: { type: 'string' },
   rate: { type: 'string' },
   duration: { type: 'string' },
@@ -77,7 +79,7 @@ const OPTIONS = {
 } as const;
 
 /** The flags that set `--compare`'s one policy. */
-const LIMIT_FLAGS = ['rps', 'burst', 'limit', 'window', 'lease', 'period', 'time-zone'] as const;
+const LIMIT_FLAGS = ['rps', 'burst', 'limit', 'window', 'lease', 'period', 'time-zone', 'max-debt'] as const;
 /** The policy field each limit flag sets. */
 const FIELD_OF: Record<(typeof LIMIT_FLAGS)[number], string> = {
   rps: 'rps',
@@ -87,6 +89,7 @@ const FIELD_OF: Record<(typeof LIMIT_FLAGS)[number], string> = {
   lease: 'lease',
   period: 'period',
   'time-zone': 'timeZone',
+  'max-debt': 'maxDebt',
 };
 /** The limit flags read as text even when they look like numbers (a lease of `300` is 300 s either way). */
 const TEXT_FLAGS: ReadonlySet<string> = new Set(['window', 'period', 'time-zone']);
@@ -203,14 +206,18 @@ function compareLanes(list: string, values: Values): Lane[] {
 /**
  * A policy validated as `@RateLimit` validates it. Its cost is what a request takes when the
  * trace gives none: `cost`, or `defaultCost` for a cost read from a header or query (which a
- * trace's cost column stands for).
+ * trace's cost column stands for). A trace's actual costs stand for a `settle` function (which
+ * JSON cannot give): they settle under every policy whose algorithm can settle, as far past empty
+ * as its `maxDebt` says (its rule's `debt`), by default its `burst` (or `limit`).
  */
 function simulatedPolicy(policy: RateLimitPolicy, where: string, defaultName: string): SimulatedPolicy {
-  const resolved = resolvePolicy(policy, where, defaultName);
+  const { name, rule, cost, defaultCost } = resolvePolicy(policy, where, defaultName);
+  const settles = ALGORITHM_DESCRIPTORS[rule.algorithm].refuses?.settle === undefined;
   return {
-    name: resolved.name,
-    rule: resolved.rule,
-    cost: typeof resolved.cost === 'number' ? resolved.cost : resolved.defaultCost,
+    name,
+    rule,
+    cost: typeof cost === 'number' ? cost : defaultCost,
+    maxDebt: settles ? (rule.debt ?? rule.burst) : undefined,
   };
 }
 

@@ -38,13 +38,14 @@ export async function simulate(options: SimulateOptions, output: Output): Promis
   try {
     for await (const arrival of arrivals) {
       for (const run of runs) {
-        const decision = run.offer(arrival);
-        if (csv?.row(arrival, run.lane.title, decision)) await csv.drained();
+        const offered = run.offer(arrival);
+        if (csv?.row(arrival, run.lane.title, offered)) await csv.drained();
       }
     }
   } finally {
     await csv?.close();
   }
+  for (const run of runs) run.finish();
 
   const requests = runs[0].offered;
   const heading = describeTraffic(traffic, requests, trace);

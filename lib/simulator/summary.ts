@@ -1,4 +1,5 @@
 import { RELEASED } from '../algorithms/algorithm.types.js';
+import type { DebtCounts } from './debt-ledger.js';
 import type { Traffic } from './simulate-args.js';
 import type { LaneRun } from './simulation.js';
 import type { TraceReport } from './traffic.js';
@@ -12,12 +13,16 @@ export interface KeyShare {
   refusedShare: number;
 }
 
+/** One settling policy's debt over the run, in the `--json` summary (see `DebtCounts`). */
+export type PolicyDebt = { name: string; maxDebt: number } & Omit<DebtCounts, 'seconds'>;
+
 /** The `--json` summary of one lane. */
 export interface LaneSummary {
   title: string;
   /**
    * Each policy's rule: `rps` and `burst` (a `concurrency` policy's slots, with `leaseSeconds`; a
-   * quota's limit per `period` in `timeZone`, its `rps` that of the longest period), and its cost.
+   * quota's limit per `period` in `timeZone`, its `rps` that of the longest period), and its cost;
+   * with traffic that settles, how far past empty it lets a bucket go (`maxDebt`).
    */
   policies: {
     name: string;
@@ -28,6 +33,7 @@ export interface LaneSummary {
     period?: string;
     timeZone?: string;
     cost: number;
+    maxDebt?: number;
   }[];
   offered: number;
   admitted: number;
@@ -35,6 +41,11 @@ export interface LaneSummary {
   /** refused / offered overall, 0 to 1 (0 without requests). */
   refusedShare: number;
   keys: number;
+  /**
+   * With traffic that settles (a trace with actual costs): the requests refused while one of
+   * their buckets was in debt, and each settling policy's tokens reserved and charged and debt.
+   */
+  debt?: { refusedInDebt: number; policies: PolicyDebt[] };
   /** Every key's counts and share refused. */
   perKey: Record<string, Omit<KeyShare, 'key'>>;
   /** The keys refused most, most first (ties: by key), at most `--top` of them. */
@@ -89,9 +100,16 @@ function laneSummary(run: LaneRun, top: number): LaneSummary {
   }
   keys.sort((a, b) => b.refused - a.refused || (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
   const refused = run.offered - run.admitted;
+  const { policies } = run.lane;
+  const debts = policies.flatMap(({ name }, i): PolicyDebt[] => {
+    const ledger = run.ledgers[i];
+    if (ledger === undefined) return [];
+    const { seconds: _seconds, ...counts } = ledger.counts;
+    return [{ name, maxDebt: ledger.maxDebt, ...counts }];
+  });
   return {
     title: run.lane.title,
-    policies: run.lane.policies.map(({ name, rule, cost }) => ({
+    policies: policies.map(({ name, rule, cost, maxDebt }) => ({
       name,
       algorithm: rule.algorithm,
       rps: rule.rps,
@@ -99,12 +117,14 @@ function laneSummary(run: LaneRun, top: number): LaneSummary {
       ...(RELEASED.has(rule.algorithm) ? { leaseSeconds: rule.burst / rule.rps } : {}),
       ...(rule.calendar === undefined ? {} : { period: rule.calendar.period, timeZone: rule.calendar.timeZone }),
       cost,
+      ...(run.settling && maxDebt !== undefined ? { maxDebt } : {}),
     })),
     offered: run.offered,
     admitted: run.admitted,
     refused,
     refusedShare: share(refused, run.offered),
     keys: run.keys.size,
+    ...(run.settling ? { debt: { refusedInDebt: run.refusedInDebt, policies: debts } } : {}),
     perKey: Object.fromEntries(perKey),
     topRefused: keys.slice(0, top),
   };

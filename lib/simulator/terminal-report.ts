@@ -1,4 +1,4 @@
-import { type Binned, binned, type Panel, spanOf } from './panels.js';
+import { type Binned, binned, type Panel, type PanelDebt, spanOf } from './panels.js';
 import type { BadLine } from './traffic.js';
 
 /** Most rows a panel's table has; longer traffic is summed over spans of several seconds. */
@@ -13,11 +13,17 @@ const REFUSED = '▒';
 const whole = (n: number): string => n.toLocaleString('en-US');
 const rate = (n: number): string => (Number.isInteger(n) ? whole(n) : n.toFixed(n < 10 ? 2 : 1));
 const percent = (part: number, all: number): string => `${all === 0 ? '0' : ((part * 100) / all).toFixed(1)} %`;
+/** Tokens, to three decimals without trailing zeros. */
+const tokens = (n: number): string => n.toLocaleString('en-US', { maximumFractionDigits: 3 });
+/** Milliseconds as seconds, to three decimals without trailing zeros. */
+const seconds = (ms: number): string => `${(ms / 1000).toLocaleString('en-US', { maximumFractionDigits: 3 })} s`;
 
 /**
  * The report printed without `--json`: what the traffic was, and for each panel a table per
  * second (offered, admitted, refused) and a chart of requests per second, admitted below,
- * refused above. Headings, tables and charts fit in 80 columns (a bad line quoted may not).
+ * refused above. With traffic that settles, a policy's panel says what its requests reserved
+ * and cost, and how its buckets went into debt, and its table has the deepest debt of each span.
+ * Headings, tables and charts fit in 80 columns (a bad line quoted may not).
  */
 export function terminalReport(
   heading: string,
@@ -45,9 +51,10 @@ export function terminalReport(
       '',
       ...wrap(`${panel.title}: ${panel.subtitle}`),
       `refused ${whole(refused)} of ${whole(offered)} (${percent(refused, offered)})`,
+      ...(panel.debt === undefined ? [] : debtLines(panel.debt, span.first)),
       '',
     );
-    out.push(...tableLines(table), '', ...chartLines(chartBins[i], top));
+    out.push(...tableLines(table, panel.debt !== undefined), '', ...chartLines(chartBins[i], top));
   });
   out.push('');
   return out.join('\n');
@@ -66,16 +73,39 @@ function wrap(text: string): string[] {
   return [...lines, line];
 }
 
-function tableLines({ width, bins }: Binned): string[] {
+/**
+ * What settling did under a policy: the tokens its admitted requests reserved, cost in the end and
+ * were charged, and its debt: the deepest (when, from the traffic's first second, and whose), the time its
+ * buckets owed (summed over keys), and the requests refused meanwhile.
+ */
+function debtLines({ maxDebt, counts }: PanelDebt, firstSecond: number): string[] {
+  const { settled, reserved, actual, charged, deepest, deepestAt, deepestKey, inDebtMs, refusedInDebt } = counts;
+  const lines = wrap(
+    `tokens: ${tokens(reserved)} reserved, ${tokens(actual)} actual, ${tokens(charged)} charged (${whole(settled)} request${settled === 1 ? '' : 's'} settled)`,
+  );
+  if (deepest === 0) return [...lines, `debt: none (at most ${tokens(maxDebt)} past empty)`];
+  return [
+    ...lines,
+    ...wrap(
+      `debt: deepest ${tokens(deepest)} past empty (at most ${tokens(maxDebt)}), at ${seconds(deepestAt! - firstSecond * 1000)}, key ${deepestKey}`,
+    ),
+    `in debt ${seconds(inDebtMs)} in all; ${whole(refusedInDebt)} request${refusedInDebt === 1 ? '' : 's'} refused in debt`,
+  ];
+}
+
+function tableLines({ width, bins }: Binned, withDebt: boolean): string[] {
   const time = width === 1 ? 'second' : `from s (${width} s each)`;
   const row = (cells: string[]) =>
     `  ${cells[0].padStart(Math.max(6, time.length))}${cells
       .slice(1)
       .map((cell) => cell.padStart(10))
       .join('')}`;
+  const debt = (n: number): string[] => (withDebt ? [tokens(n)] : []);
   return [
-    row([time, 'offered', 'admitted', 'refused']),
-    ...bins.map((bin) => row([String(bin.from), whole(bin.offered), whole(bin.admitted), whole(bin.refused)])),
+    row([time, 'offered', 'admitted', 'refused', ...(withDebt ? ['debt'] : [])]),
+    ...bins.map((bin) =>
+      row([String(bin.from), whole(bin.offered), whole(bin.admitted), whole(bin.refused), ...debt(bin.debt)]),
+    ),
   ];
 }
 

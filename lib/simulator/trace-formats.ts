@@ -63,13 +63,45 @@ export function parseTime(value: unknown): number | undefined {
   return Number.isNaN(ms) ? undefined : ms;
 }
 
-/** A request's cost from a trace: a positive finite number, `undefined` when absent, or why not. */
-function parseCost(value: unknown): number | undefined | string {
+/** Longest a trace's request may last, ms (`duration`): a day, as `--hold`. */
+export const MAX_REQUEST_MS = 86_400_000;
+
+/** A number a trace gives as a number or as text (`''`, as absent: `undefined`); `NaN` when it is neither. */
+function numberOf(value: unknown): number | undefined {
   if (value === undefined || value === '') return undefined;
-  const cost = typeof value === 'string' ? Number(value.trim()) : value;
-  return typeof cost === 'number' && Number.isFinite(cost) && cost > 0
-    ? cost
+  if (typeof value === 'number') return value;
+  return typeof value === 'string' && value.trim() !== '' ? Number(value.trim()) : NaN;
+}
+
+/**
+ * A request's cost from a trace: a positive finite number, `undefined` when absent, or why not.
+ * A request that gives its `actual` cost (`settles`) may reserve 0: it is charged when it ends.
+ */
+function parseCost(value: unknown, settles: boolean): number | undefined | string {
+  const cost = numberOf(value);
+  if (cost === undefined) return undefined;
+  if (Number.isFinite(cost) && (cost > 0 || (settles && cost === 0))) return cost;
+  return settles
+    ? `cost is not a number >= 0: ${JSON.stringify(value)}`
     : `cost is not a positive number: ${JSON.stringify(value)}`;
+}
+
+/** What a request costs in the end (`actual`): a finite number >= 0, `undefined` when absent, or why not. */
+function parseActual(value: unknown): number | undefined | string {
+  const actual = numberOf(value);
+  if (actual === undefined || (Number.isFinite(actual) && actual >= 0)) return actual;
+  return `actual is not a number >= 0: ${JSON.stringify(value)}`;
+}
+
+/**
+ * How long a request lasts (`duration`), whole ms (a fraction is dropped): 0 to `MAX_REQUEST_MS`,
+ * `undefined` when absent, or why not.
+ */
+function parseDuration(value: unknown): number | undefined | string {
+  const ms = numberOf(value);
+  if (ms === undefined) return undefined;
+  if (Number.isFinite(ms) && ms >= 0 && ms <= MAX_REQUEST_MS) return Math.floor(ms);
+  return `duration is not a number of milliseconds from 0 to ${MAX_REQUEST_MS} (a day): ${JSON.stringify(value)}`;
 }
 
 /** Why `time` is no trace time. */
@@ -80,15 +112,37 @@ function badTime(time: unknown): string {
     : `time is neither milliseconds nor ISO 8601: ${JSON.stringify(time ?? null)}`;
 }
 
-/** The request of a line's time, key and cost, or why they make none. */
-function arrivalOf(time: unknown, key: unknown, cost: unknown): Arrival | string {
+/** What a trace line gives of a request, each field as read (`undefined`: the line has none). */
+interface LineFields {
+  time: unknown;
+  key: unknown;
+  cost: unknown;
+  actual: unknown;
+  duration: unknown;
+}
+
+/** The request of a line's fields, or why they make none. */
+function arrivalOf({ time, key, cost, actual, duration }: LineFields): Arrival | string {
   const ms = parseTime(time);
   if (ms === undefined) return badTime(time);
-  const parsedCost = parseCost(cost);
+  const parsedActual = parseActual(actual);
+  if (typeof parsedActual === 'string') return parsedActual;
+  const parsedCost = parseCost(cost, parsedActual !== undefined);
   if (typeof parsedCost === 'string') return parsedCost;
+  const durationMs = parseDuration(duration);
+  if (typeof durationMs === 'string') return durationMs;
+  // its end is a trace time too: milliseconds past 2^53 - 1 are no longer exact
+  if (durationMs !== undefined && !Number.isSafeInteger(ms + durationMs))
+    return `duration ends the request beyond ${Number.MAX_SAFE_INTEGER} ms, where milliseconds are no longer exact: ${JSON.stringify(duration)}`;
   if (key !== undefined && typeof key !== 'string' && typeof key !== 'number')
     return `key is not a string: ${JSON.stringify(key)}`;
-  return { time: ms, key: key === undefined || key === '' ? NO_KEY : String(key), cost: parsedCost };
+  return {
+    time: ms,
+    key: key === undefined || key === '' ? NO_KEY : String(key),
+    cost: parsedCost,
+    actual: parsedActual,
+    durationMs,
+  };
 }
 
 /** The format `line` is in, as far as its look tells. */
@@ -100,10 +154,11 @@ export function detectFormat(line: string): TraceFormat {
 /**
  * The parser for a trace whose format `first` (a line before any request) tells, and whether
  * that line is a CSV header (to be skipped). A header is what the CSV format defines: a line
- * whose first field is no time and that names a `time` column, and `key` and `cost` if it has
- * them, in any order (other columns are not read). Without a header the columns are time, key,
- * cost in that order, and a first line that is neither a header nor a request is a bad line
- * like any other.
+ * whose first field is no time and that names a `time` column, and `key`, `cost`, `actual` and
+ * `duration` if it has them, in any order (other columns are not read). Without a header the
+ * columns are time, key, cost in that order (a request's actual cost and duration are read only
+ * from columns a header names), and a first line that is neither a header nor a request is a bad
+ * line like any other.
  */
 export function parserFor(first: string): { format: TraceFormat; header: boolean; parse: LineParser } {
   const format = detectFormat(first);
@@ -112,15 +167,43 @@ export function parserFor(first: string): { format: TraceFormat; header: boolean
   const fields = splitCsv(first);
   const names = fields.map((name) => name.trim().toLowerCase());
   if (parseTime(fields[0]) !== undefined || !names.includes('time'))
-    return { format, header: false, parse: csvParser(0, 1, 2) };
-  return { format, header: true, parse: csvParser(names.indexOf('time'), names.indexOf('key'), names.indexOf('cost')) };
+    return { format, header: false, parse: csvParser({ time: 0, key: 1, cost: 2 }) };
+  const column = (name: string) => names.indexOf(name);
+  return {
+    format,
+    header: true,
+    parse: csvParser({
+      time: column('time'),
+      key: column('key'),
+      cost: column('cost'),
+      actual: column('actual'),
+      duration: column('duration'),
+    }),
+  };
 }
 
-/** A CSV line's parser that reads time, key and cost from the given columns (-1: none). */
-export function csvParser(time: number, key: number, cost: number): LineParser {
+/** Which column of a CSV line holds each field, 0-based (-1 or absent: none). */
+export interface CsvColumns {
+  time: number;
+  key?: number;
+  cost?: number;
+  actual?: number;
+  duration?: number;
+}
+
+/** A CSV line's parser that reads each field from its column. */
+export function csvParser(columns: CsvColumns): LineParser {
+  const { time, key = -1, cost = -1, actual = -1, duration = -1 } = columns;
+  const at = (fields: readonly string[], i: number) => (i < 0 ? undefined : fields[i]);
   return (line) => {
     const fields = splitCsv(line);
-    return arrivalOf(fields[time], key < 0 ? undefined : fields[key], cost < 0 ? undefined : fields[cost]);
+    return arrivalOf({
+      time: fields[time],
+      key: at(fields, key),
+      cost: at(fields, cost),
+      actual: at(fields, actual),
+      duration: at(fields, duration),
+    });
   };
 }
 
@@ -143,7 +226,7 @@ export function splitCsv(line: string): string[] {
   return fields;
 }
 
-/** An NDJSON line: an object with `time` and optional `key` and `cost`. */
+/** An NDJSON line: an object with `time` and optional `key`, `cost`, `actual` and `duration`. */
 export function parseNdjsonLine(line: string): Arrival | string {
   let record: unknown;
   try {
@@ -152,8 +235,8 @@ export function parseNdjsonLine(line: string): Arrival | string {
     return 'not JSON';
   }
   if (typeof record !== 'object' || record === null || Array.isArray(record)) return 'not a JSON object';
-  const { time, key, cost } = record as Record<string, unknown>;
-  return arrivalOf(time, key, cost);
+  const { time, key, cost, actual, duration } = record as Record<string, unknown>;
+  return arrivalOf({ time, key, cost, actual, duration });
 }
 
 /**
@@ -171,5 +254,5 @@ export function parseAccessLogLine(line: string): Arrival | string {
   }
   const offsetMs = (sign === '-' ? -1 : 1) * (+offsetHours * 60 + +offsetMinutes) * 60_000;
   const time = Date.UTC(+year, month, +day, +hour, +minute, +second) - offsetMs;
-  return { time, key: normalizeIp(host) ?? host, cost: undefined };
+  return { time, key: normalizeIp(host) ?? host, cost: undefined, actual: undefined, durationMs: undefined };
 }

@@ -74,7 +74,13 @@ export function* evenlySpaced(
     now,
   );
   for (let i = 0; i < count; i++) {
-    yield { time: Math.floor((i * 1000) / rate), key: NO_KEY, cost: undefined };
+    yield {
+      time: Math.floor((i * 1000) / rate),
+      key: NO_KEY,
+      cost: undefined,
+      actual: undefined,
+      durationMs: undefined,
+    };
     tick(i + 1);
   }
 }

@@ -3,7 +3,8 @@
  * own. A 1,000,000-line combined access log (with a few bad lines) replays in under a minute,
  * streamed: the peak RSS the command reports for it (`process.resourceUsage().maxRSS`, on stderr)
  * stays within 1.5 times that of a 100,000-line log. The simulator page's picture is what
- * `npm run readme:chart` makes now.
+ * `npm run readme:chart` makes now. A trace with actual costs (test/fixtures/simulator) is
+ * settled and its debt reported.
  */
 import { spawn } from 'node:child_process';
 import { createReadStream, createWriteStream } from 'node:fs';
@@ -203,6 +204,59 @@ describe('nestjs-ratelimit simulate, built, as a process', () => {
     const help = await run(['simulate', '--help']);
     expect(help).toMatchObject({ status: 0, stdout: expect.stringContaining('Usage: nestjs-ratelimit simulate') });
     expect(help.stdout).toContain('--hold <d>');
+  }, 60_000);
+
+  it("settles a trace with actual costs at each request's end, and reports the debt and the bad lines", async () => {
+    // 10 tokens/s, 50 of them, at most 20 past empty; alice's first request reserves 10, lasts 1 s
+    // and costs 80: at its end the bucket holds 45, and goes the 20 it may past empty
+    const trace = 'test/fixtures/simulator/actual-costs.csv';
+    const policy = '{"name":"tokens","rps":10,"burst":50,"maxDebt":20}';
+    const csv = join(dir, 'actual-costs-out.csv');
+    const report = await run(['simulate', '--policy', policy, '--trace', trace, '--csv', csv]);
+    expect(report.status).toBe(0);
+    expect(report.stdout).toContain('line 9: cost is not a positive number: "x": 4600,carol,x,,');
+    expect(report.stdout).toContain('line 10: actual is not a number >= 0: "-3": 4700,carol,10,-3,');
+    expect(report.stdout).toContain(
+      [
+        'tokens: token_bucket, rps 10, burst 50, max debt 20',
+        'refused 3 of 7 (42.9 %)',
+        'tokens: 40 reserved, 105 actual, 100 charged (2 requests settled)',
+        'debt: deepest 20 past empty (at most 20), at 1 s, key alice',
+        'in debt 2 s in all; 2 requests refused in debt',
+      ].join('\n'),
+    );
+    expect(report.stdout).toMatch(/^ +1 +1 +0 +1 +20$/m);
+    // remaining below 0: what alice owed when refused; paid back at 3 s, then only short of tokens
+    expect((await readFile(csv, 'utf8')).trim().split('\n')).toEqual([
+      'time_ms,key,allowed,remaining,retry_after',
+      '0,alice,true,40,0',
+      '100,alice,true,31,0',
+      '200,bob,true,40,0',
+      '1000,alice,false,-20,3',
+      '2000,alice,false,-10,2',
+      '3500,alice,false,5,1',
+      '4500,alice,true,5,0',
+    ]);
+    const json = await run(['simulate', '--policy', policy, '--trace', trace, '--json']);
+    const [lane] = (JSON.parse(json.stdout) as Summary).lanes;
+    expect(lane.debt).toEqual({
+      refusedInDebt: 2,
+      policies: [
+        {
+          name: 'tokens',
+          maxDebt: 20,
+          settled: 2,
+          reserved: 40,
+          actual: 105,
+          charged: 100,
+          deepest: 20,
+          deepestAt: 1000,
+          deepestKey: 'alice',
+          inDebtMs: 2000,
+          refusedInDebt: 2,
+        },
+      ],
+    });
   }, 60_000);
 
   it('simulates slots in flight with --hold, and says so when it is missing', async () => {

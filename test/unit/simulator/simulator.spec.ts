@@ -731,7 +731,7 @@ describe('ReleaseQueue: the slots held, soonest to end first', () => {
   it('gives back what ended by a time, in the order they end (ties: as pushed), whatever order they came in', () => {
     const queue = new ReleaseQueue<string>();
     const ends = [5000, 1000, 3000, 1000, 2000, 4000];
-    ends.forEach((at, i) => queue.push({ at, owner: `r${i}`, policy: 0, cost: 1, chargedAt: at - 1000 }));
+    ends.forEach((at, i) => queue.push({ at, owner: `r${i}`, policy: 0, cost: 1, chargedAt: at - 1000, actual: 0 }));
     const until = (time: number) => {
       const owners: string[] = [];
       for (let r = queue.popUntil(time); r !== undefined; r = queue.popUntil(time)) owners.push(r.owner);

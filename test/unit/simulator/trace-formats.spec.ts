@@ -90,17 +90,54 @@ describe('CSV', () => {
 
   it('reads quoted fields', () => {
     expect(splitCsv('1,"a,b ""c""",2')).toEqual(['1', 'a,b "c"', '2']);
-    expect(csvParser(0, 1, 2)('1,"a,b",2')).toEqual({ time: 1, key: 'a,b', cost: 2 });
+    expect(csvParser({ time: 0, key: 1, cost: 2 })('1,"a,b",2')).toEqual({ time: 1, key: 'a,b', cost: 2 });
   });
 
   it('says why a line records no request', () => {
-    const parse = csvParser(0, 1, 2);
+    const parse = csvParser({ time: 0, key: 1, cost: 2 });
     expect(parse('yesterday,k')).toBe('time is neither milliseconds nor ISO 8601: "yesterday"');
     expect(parse('1,k,0')).toBe('cost is not a positive number: "0"');
     expect(parse('1,k,heavy')).toBe('cost is not a positive number: "heavy"');
     expect(parse('9007199254740993,k')).toBe(
       'time is beyond ±9007199254740991 ms, where milliseconds are no longer exact: "9007199254740993"',
     );
+  });
+});
+
+describe('actual costs and durations', () => {
+  const parse = parserFor('time,key,cost,actual,duration').parse;
+
+  it('reads actual and duration from the columns a header names, and from NDJSON fields', () => {
+    expect(parse('5,k,3,7,250')).toEqual({ time: 5, key: 'k', cost: 3, actual: 7, durationMs: 250 });
+    expect(parse('5,k,,0.5,')).toEqual({ time: 5, key: 'k', cost: undefined, actual: 0.5, durationMs: undefined });
+    // a request that is settled may reserve nothing up front; a duration is whole ms
+    expect(parse('5,k,0,7,1.9')).toEqual({ time: 5, key: 'k', cost: 0, actual: 7, durationMs: 1 });
+    expect(parserFor('duration,time,actual').parse('100,5,2')).toMatchObject({ time: 5, actual: 2, durationMs: 100 });
+    expect(parseNdjsonLine('{"time":5,"cost":3,"actual":"7","duration":250}')).toEqual({
+      time: 5,
+      key: '-',
+      cost: 3,
+      actual: 7,
+      durationMs: 250,
+    });
+    // without a header, columns after cost are not read: a trace of today reads as it did
+    expect(parserFor('5,k,3,7').parse('5,k,3,7')).toEqual({ time: 5, key: 'k', cost: 3 });
+  });
+
+  it('says why an actual or a duration makes no request', () => {
+    expect(parse('5,k,3,-1')).toBe('actual is not a number >= 0: "-1"');
+    expect(parse('5,k,3,lots')).toBe('actual is not a number >= 0: "lots"');
+    expect(parse('5,k,-1,2')).toBe('cost is not a number >= 0: "-1"');
+    expect(parse('5,k,0,')).toBe('cost is not a positive number: "0"');
+    expect(parse('5,k,3,2,-5')).toBe('duration is not a number of milliseconds from 0 to 86400000 (a day): "-5"');
+    expect(parse('5,k,3,2,86400001')).toBe(
+      'duration is not a number of milliseconds from 0 to 86400000 (a day): "86400001"',
+    );
+    expect(parse('9007199254740991,k,3,2,1')).toBe(
+      'duration ends the request beyond 9007199254740991 ms, where milliseconds are no longer exact: "1"',
+    );
+    expect(parseNdjsonLine('{"time":1,"actual":null}')).toBe('actual is not a number >= 0: null');
+    expect(parseNdjsonLine('{"time":1,"actual":true}')).toBe('actual is not a number >= 0: true');
   });
 });
 
@@ -195,6 +232,12 @@ describe('readTrace', () => {
     const { times, report } = await read('\uFEFFtime,key\r\n1,a\r\n\r\n2,b\r\n');
     expect(times).toEqual([1, 2]);
     expect(report).toMatchObject({ format: 'csv', lines: 4, badLines: 0 });
+  });
+
+  it('names the line of a bad actual cost, reading on', async () => {
+    const { times, report } = await read('time,key,cost,actual\n1,a,1,5\n2,a,1,-5\n3,a,1,\n');
+    expect(times).toEqual([1, 3]);
+    expect(report.firstBadLines).toEqual([{ line: 3, reason: 'actual is not a number >= 0: "-5"', text: '2,a,1,-5' }]);
   });
 
   it('counts bad lines and keeps the first five with their line numbers, reading on', async () => {
