@@ -6,7 +6,9 @@ import { AccountController } from './account.controller.js';
 import { ApiController } from './api.controller.js';
 import { CatalogController } from './catalog.controller.js';
 import { CatalogResolver } from './catalog.resolver.js';
+import { ChatController } from './chat.controller.js';
 import { EchoGateway } from './echo.gateway.js';
+import { FakeModel } from './fake-model.js';
 import { HealthController } from './health.controller.js';
 
 const logger = new Logger('RateLimit');
@@ -28,6 +30,9 @@ export function rateLimitOptions(): RateLimitModuleOptions {
     // bucket per client across all of them, so no single client can take the whole app whatever
     // the per-route limits say.
     policies: [{ name: 'global', rps: 100, burst: 200 }],
+    // 'dimensions' adds x-ratelimit-limit-, -remaining- and -reset-requests and -tokens (one set per
+    // policy unit), the headers OpenAI's SDKs and LLM clients read, beside the IETF ones
+    headers: ['ietf', 'x-ratelimit', 'dimensions'],
   };
 }
 
@@ -37,7 +42,8 @@ export function rateLimitOptions(): RateLimitModuleOptions {
     // the schema is built from the resolvers' decorators, in memory (nothing written to disk)
     GraphQLModule.forRoot<ApolloDriverConfig>({ driver: ApolloDriver, autoSchemaFile: true }),
   ],
-  controllers: [HealthController, CatalogController, ApiController, AccountController],
-  providers: [CatalogResolver, EchoGateway],
+  controllers: [HealthController, CatalogController, ApiController, AccountController, ChatController],
+  // the chat endpoint's model, streaming 50 tokens a second, about as fast as a hosted one
+  providers: [CatalogResolver, EchoGateway, { provide: FakeModel, useValue: new FakeModel(50) }],
 })
 export class AppModule {}
