@@ -269,7 +269,7 @@ export function meterAmount(call: 'add' | 'set', n: unknown): string {
 /** A policy's `settle` that gave no cost a request can be charged (it threw, or gave no finite number >= 0). */
 export function settleUnusable(policy: string, what: unknown): string {
   const said = what instanceof Error ? `threw ${what.message}` : `returned ${show(what)}`;
-  return `The settle of policy '${policy}' ${said}: the request keeps its reservation (or its meter's count). Warned once per policy.`;
+  return `The settle of policy '${policy}' ${said}: the request keeps its reservation. Warned once per policy.`;
 }
 
 /** Why a `@RateLimitMeter()` parameter got a meter that charges nothing. */

@@ -577,7 +577,7 @@ export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShut
     return undefined;
   }
 
-  /** Warns, once per policy, of a `settle` that gave no usable cost (the reservation then stands, or the meter's count). */
+  /** Warns, once per policy, of a `settle` that gave no usable cost (the reservation then stands). */
   private unusable(policy: string, what: unknown): void {
     if (this.unusableSettles.has(policy)) return;
     this.unusableSettles.add(policy);

@@ -5,8 +5,9 @@
  * result (`settle`), from what a stream counted on its meter (`@RateLimitMeter()`: SSE, a
  * `StreamableFile`, a stream written through `@Res()`), for a client gone mid-stream what was
  * produced until then (gone before anything was counted: its reservation), for a handler error
- * what it added (a handler settling from its result keeps its reservation); a long stream's interval settles (`settleEvery`, woken by moving the clock)
- * show in other requests' headers while it runs; a settle past the limit is debt, refused with a
+ * what it added (a handler settling from its result keeps its reservation); a long stream's
+ * interval settles (`settleEvery`, woken by moving the clock) show in other requests' headers
+ * while it runs; a settle past the limit is debt, refused with a
  * `Retry-After` of the time the rate takes to pay it back. Also `RateLimiterService.reserve`, the
  * per-dimension headers, and the start errors of a meter without a settling policy and of a
  * `concurrency` policy that settles.
@@ -16,7 +17,20 @@
  */
 import { randomUUID } from 'node:crypto';
 import { Readable } from 'node:stream';
-import { Body, Controller, Get, Module, Post, Query, Res, Sse, StreamableFile, type Type } from '@nestjs/common';
+import { jest } from '@jest/globals';
+import {
+  Body,
+  Controller,
+  Get,
+  Logger,
+  Module,
+  Post,
+  Query,
+  Res,
+  Sse,
+  StreamableFile,
+  type Type,
+} from '@nestjs/common';
 import { ExpressAdapter } from '@nestjs/platform-express';
 import { Test } from '@nestjs/testing';
 import type { Redis } from 'ioredis';
@@ -300,6 +314,28 @@ describe.each(SUITES)('token budgets on %s, %s store', (adapter: AdapterName, st
     await settles.after(1, async () => read(await post('/json', { tokens: 100 }, key)));
     expect(idle.meter.charged).toBe(100);
     expect(await remaining(key)).toBe(1_000 - 35 - 100 - 100);
+  });
+
+  it('keeps the reservation of a request whose settle gives no usable cost, and warns of it once', async () => {
+    const warned = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+    try {
+      const heard = () =>
+        new Promise<void>((resolve) => {
+          const poll = () => (warned.mock.calls.length > 0 ? resolve() : setTimeout(poll, 5));
+          poll();
+        });
+      const key = newKey();
+      expect((await post('/json', { tokens: 'lots' }, key)).status).toBe(201);
+      await heard();
+      expect(await remaining(key)).toBe(900);
+      expect(await post('/json', { tokens: -1 }, key).then((response) => response.status)).toBe(201);
+      expect(await remaining(key)).toBe(800);
+      expect(warned.mock.calls.map(([message]) => String(message))).toEqual([
+        `The settle of policy 'tpm' returned "lots": the request keeps its reservation. Warned once per policy.`,
+      ]);
+    } finally {
+      warned.mockRestore();
+    }
   });
 
   it('charges a metered handler that throws what it added; one settling from its result keeps its reservation', async () => {
