@@ -16,17 +16,11 @@
  * handler entered, a response closed, a release landed: `watchReleases`), never for time.
  */
 import { randomUUID } from 'node:crypto';
-import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import { once } from 'node:events';
 import { request } from 'node:http';
 import { Module } from '@nestjs/common';
 import { Redis } from 'ioredis';
-import {
-  RateLimitModule,
-  type RateLimitModuleOptions,
-  type RateLimitReleaseEvent,
-  RedisStore,
-} from '../../lib/index.js';
+import { RateLimitModule, type RateLimitModuleOptions, RedisStore } from '../../lib/index.js';
 import { ADAPTERS, read, startApp, type TestApp } from '../support/app.js';
 import {
   type GraphqlAnswer,
@@ -41,6 +35,7 @@ import {
   watchReleases,
 } from '../support/concurrency-apps.js';
 import { type GateProxy, startGateProxy } from '../support/gate-proxy.js';
+import { nextFailedRelease } from '../support/release-events.js';
 import { startMicroservice, type TestMicroservice } from '../support/microservice-apps.js';
 import { testRedisUrl, useTestRedis } from '../support/redis/test-redis.js';
 import {
@@ -93,19 +88,6 @@ function hangingGet(url: string, path: string, headers: Record<string, string>) 
 
 /** The redis-server's port, for a gate in front of it. */
 const redisPort = (): number => Number(new URL(testRedisUrl()).port);
-
-/** The first release of a slot the store failed (`nestjs-ratelimit:release`, outcome `failed`). */
-function releaseFails(): Promise<RateLimitReleaseEvent> {
-  return new Promise((resolve) => {
-    const heard = (message: unknown): void => {
-      const event = message as RateLimitReleaseEvent;
-      if (event.outcome !== 'failed') return;
-      unsubscribe('nestjs-ratelimit:release', heard);
-      resolve(event);
-    };
-    subscribe('nestjs-ratelimit:release', heard);
-  });
-}
 
 describe.each(ADAPTERS)('request ends on %s', (adapter) => {
   /** Starts `OneSlotController` under the store of `options`; a key function or Redis may keep the guard 10 s. */
@@ -199,7 +181,7 @@ describe.each(ADAPTERS)('request ends on %s', (adapter) => {
       const answer = http.get(`/exports/held?id=${id}`, { 'x-client': key });
       await holds.entered(id);
       gate.cut();
-      const failed = releaseFails();
+      const failed = nextFailedRelease();
       holds.end(id);
       expect((await answer).status).toBe(200);
       expect(await failed).toMatchObject({ policies: ['exports'], outcome: 'failed' });

@@ -1,9 +1,9 @@
 import { randomUUID } from 'node:crypto';
-import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import { Redis } from 'ioredis';
-import { type RateLimitPolicy, type RateLimitReleaseEvent, RedisStore } from '../../lib/index.js';
+import { type RateLimitPolicy, RedisStore } from '../../lib/index.js';
 import { resolveOptions } from '../../lib/rate-limit-options.js';
 import { type GateProxy, startGateProxy } from '../support/gate-proxy.js';
+import { nextFailedRelease } from '../support/release-events.js';
 import { testRedisUrl } from '../support/redis/test-redis.js';
 import { StandaloneLimiter } from '../support/standalone-limiter.js';
 
@@ -23,19 +23,6 @@ const TOKENS: RateLimitPolicy = {
   window: '1h',
   maxDebt: 5_000,
 };
-
-/** The next `'failed'` event of a release or settle the store could not make. */
-function settleFails(): Promise<RateLimitReleaseEvent> {
-  return new Promise((resolve) => {
-    const heard = (message: unknown): void => {
-      const event = message as RateLimitReleaseEvent;
-      if (event.outcome !== 'failed') return;
-      unsubscribe('nestjs-ratelimit:release', heard);
-      resolve(event);
-    };
-    subscribe('nestjs-ratelimit:release', heard);
-  });
-}
 
 describe('a settle that meets Redis cut off', () => {
   let gate: GateProxy;
@@ -75,7 +62,7 @@ describe('a settle that meets Redis cut off', () => {
     const job = await limiter.reserve(identity, TOKENS, 100);
     expect(job.allowed).toBe(true);
     gate.cut();
-    const failed = settleFails();
+    const failed = nextFailedRelease();
     const settled = job.settle(700);
     expect(await failed).toMatchObject({ policies: ['tokens'], outcome: 'failed' });
     gate.open();
@@ -89,7 +76,7 @@ describe('a settle that meets Redis cut off', () => {
     const identity = `user:${randomUUID()}`;
     const job = await limiter.reserve(identity, TOKENS, 100);
     gate.cut();
-    const failed = settleFails();
+    const failed = nextFailedRelease();
     const settled = job.settle(16_000);
     await failed;
     // Redis away: the local limiter decides, and holds what was taken more (5,000 past its limit at most)

@@ -26,6 +26,13 @@ import { unlinkUnder } from './unlink-under.js';
 
 export type { RedisStoreClock, RedisStoreOptions } from './redis-store-options.js';
 
+/** A decision's charge on its way back to Redis: `amount` tokens given back (below 0: taken more, a settle). */
+interface Taken {
+  decision: RateLimitDecision;
+  charge: Charge;
+  amount: number;
+}
+
 /**
  * Buckets in Redis, shared by every instance of the app, with Redis `TIME` as the clock and
  * one atomic Lua call per request covering all of its policies (an FCALL of a function library
@@ -166,32 +173,18 @@ export class RedisStore<C extends RedisClient = RedisClient> implements RateLimi
   async refund(decisions: readonly RateLimitDecision[]): Promise<void> {
     // a request some policy refused took nothing (what another hash slot charged went back then)
     if (!decisions.every((decision) => decision.allowed)) return;
-    const taken: { decision: RateLimitDecision; charge: Charge }[] = [];
+    const taken: Taken[] = [];
     for (const decision of decisions) {
       const charge = takeCharge(decision);
-      if (charge !== undefined) taken.push({ decision, charge });
+      // what each gives back: its request's cost, or what a settle made it since
+      if (charge !== undefined) taken.push({ decision, charge, amount: chargedCost(charge) });
     }
     if (taken.length === 0) return;
-    const keys = taken.map(({ charge }) => charge.request.key);
-    const groups = [...groupBySlot(keys, this.cluster)];
-    const settled = await this.forgetting(keys, () =>
-      Promise.allSettled(
-        groups.map(([slot, group]) =>
-          this.refundIn(
-            slot,
-            group.map((i) => taken[i].charge.request),
-            // what each holds: its request's cost, or what a settle made it since
-            group.map((i) => chargedCost(taken[i].charge)),
-            group.map((i) => taken[i].charge.at),
-          ),
-        ),
-      ),
-    );
     let failure: PromiseRejectedResult | undefined;
-    for (const [k, result] of settled.entries()) {
+    for (const [group, result] of await this.refundCalls(taken)) {
       if (result.status === 'fulfilled') continue;
       failure ??= result;
-      for (const i of groups[k][1]) restoreCharge(taken[i].decision, taken[i].charge);
+      for (const i of group) restoreCharge(taken[i].decision, taken[i].charge);
     }
     if (failure !== undefined) throw failure.reason;
   }
@@ -210,29 +203,14 @@ export class RedisStore<C extends RedisClient = RedisClient> implements RateLimi
   async settle(settles: readonly RateLimitSettle[]): Promise<(RateLimitDecision | undefined)[]> {
     checkSettles(settles, 'RedisStore.settle');
     const answers = new Array<RateLimitDecision | undefined>(settles.length);
-    const taken: { index: number; decision: RateLimitDecision; charge: Charge; actual: number }[] = [];
+    const taken: (Taken & { index: number; actual: number })[] = [];
     settles.forEach(({ decision, actual }, index) => {
       const charge = takeCharge(decision);
-      if (charge !== undefined) taken.push({ index, decision, charge, actual });
+      if (charge !== undefined) taken.push({ index, decision, charge, actual, amount: chargedCost(charge) - actual });
     });
     if (taken.length === 0) return answers;
-    const keys = taken.map(({ charge }) => charge.request.key);
-    const groups = [...groupBySlot(keys, this.cluster)];
-    const settled = await this.forgetting(keys, () =>
-      Promise.allSettled(
-        groups.map(([slot, group]) =>
-          this.refundIn(
-            slot,
-            group.map((i) => taken[i].charge.request),
-            group.map((i) => chargedCost(taken[i].charge) - taken[i].actual),
-            group.map((i) => taken[i].charge.at),
-          ),
-        ),
-      ),
-    );
     let failure: PromiseRejectedResult | undefined;
-    for (const [k, result] of settled.entries()) {
-      const group = groups[k][1];
+    for (const [group, result] of await this.refundCalls(taken)) {
       if (result.status === 'rejected') {
         failure ??= result;
         for (const i of group) restoreCharge(taken[i].decision, taken[i].charge);
@@ -247,6 +225,29 @@ export class RedisStore<C extends RedisClient = RedisClient> implements RateLimi
     }
     if (failure !== undefined) throw failure.reason;
     return answers;
+  }
+
+  /**
+   * The refund call of each hash slot for `taken` (each its `amount`), in parallel, with refusals
+   * remembered for their keys forgotten around them: per slot, the indexes of `taken` it holds and
+   * how its call ended.
+   */
+  private async refundCalls(taken: readonly Taken[]): Promise<[number[], PromiseSettledResult<Answer>][]> {
+    const keys = taken.map(({ charge }) => charge.request.key);
+    const groups = [...groupBySlot(keys, this.cluster)];
+    const settled = await this.forgetting(keys, () =>
+      Promise.allSettled(
+        groups.map(([slot, group]) =>
+          this.refundIn(
+            slot,
+            group.map((i) => taken[i].charge.request),
+            group.map((i) => taken[i].amount),
+            group.map((i) => taken[i].charge.at),
+          ),
+        ),
+      ),
+    );
+    return groups.map(([, group], k) => [group, settled[k]]);
   }
 
   /** Runs a reset or a refund of `keys` (`undefined`: of all) with the gate forgetting them around it. */
