@@ -52,7 +52,8 @@ export class RateLimiterService {
    * Reserves `cost` (an estimate, cost units; 0 when every policy settles) for work done outside a
    * request (a queue's job, a cron task), and hands back the reservation, whose `settle(actual)`
    * charges the real cost once the work is done, or `cancel()` gives it all back (see
-   * `RateLimitReservation`). `tier` as for `consume`.
+   * `RateLimitReservation`). `tier` as for `consume`. A `concurrency` policy is refused (rejects
+   * with `InvalidPolicyError`): a slot in flight is not a cost.
    *
    * @example
    * const job = await limiter.reserve(`tenant:${tenant}`, { name: 'tokens', limit: 1_000_000, window: '1d', settle: () => 0 }, 2_000);

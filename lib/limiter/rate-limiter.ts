@@ -8,6 +8,7 @@ import {
   Optional,
 } from '@nestjs/common';
 import { windowMs } from '../algorithms/conversions.js';
+import { ALGORITHM_DESCRIPTORS } from '../algorithms/registry.js';
 import type { RateLimitContext } from '../contexts/rate-limit-context.js';
 import { limiting } from '../headers/rate-limit-headers.js';
 import { withJitter } from '../keys/retry-jitter.js';
@@ -16,7 +17,8 @@ import { RateLimitTelemetry } from '../observability/rate-limit-telemetry.js';
 import type { RateLimitPolicy } from '../policy/policy.types.js';
 import { RATE_LIMIT_OPTIONS } from '../rate-limit.constants.js';
 import { RateLimitUnavailableException } from '../rate-limit.exception.js';
-import { invalidArgument, settleUnusable, shuttingDown } from '../rate-limit.messages.js';
+import { invalidArgument, invalidPolicy, optionNotFor, settleUnusable, shuttingDown } from '../rate-limit.messages.js';
+import { InvalidPolicyError } from '../policy/resolve-policy.js';
 import type { ResolvedOptions } from '../rate-limit-options.js';
 import { RoutePolicies } from '../routes/route-policies.js';
 import { type RoutePolicy, routePolicy } from '../routes/route-policy.js';
@@ -294,6 +296,14 @@ export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShut
     tier: string | undefined,
   ): Promise<RateLimitReservation> {
     const requests = await this.givenRequests('RateLimiterService.reserve', identity, policies, cost, tier);
+    // as at start for a policy that settles: an algorithm that cannot (concurrency) says why
+    for (const { rule } of requests) {
+      const why = ALGORITHM_DESCRIPTORS[rule.algorithm].refuses?.settle;
+      if (why !== undefined)
+        throw new InvalidPolicyError(
+          invalidPolicy('RateLimiterService.reserve', optionNotFor('settle', rule.algorithm, why)),
+        );
+    }
     const decisions = await this.decisions(requests, true);
     const decision = limiting(decisions);
     let open = decision.allowed;

@@ -268,7 +268,8 @@ local function refund_call(KEYS, ARGV)
     local s = loaded
     if amount > 0 then
       s = m.refund(loaded, rule, amount, tonumber(ARGV[at + ${RULE_ARGS} + 1]))
-    elseif amount < 0 then
+    elseif amount < 0 and m.debit then
+      -- (an algorithm without debit, concurrency, takes nothing more: decide.ts settleState)
       s = m.debit(loaded, rule, -amount)
       -- a log's debit logs entries as a charge does: add writes them
       if m.add and s ~= loaded then m.add(KEYS[i], s) end

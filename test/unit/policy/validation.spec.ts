@@ -1573,6 +1573,11 @@ const ROWS: Row[] = [
     `Invalid argument to RateLimitReservation.settle: "actual" must be a finite number >= 0, got -1`,
   ],
   [
+    'RateLimiterService.reserve: a concurrency policy',
+    limiter((l) => l.reserve('user:1', { algorithm: 'concurrency', limit: 2, lease: '5m' })),
+    'Invalid @RateLimit policy on RateLimiterService.reserve: "settle" does not apply to "concurrency": a request holds one slot while it runs, whatever it costs, and gives it back when it ends',
+  ],
+  [
     'RateLimitMeter.add: NaN',
     async () => thrown(() => new Meter('tpm', 1, ADMITTED).add(NaN)),
     'RateLimitMeter.add: the amount must be a finite number >= 0, got NaN',
