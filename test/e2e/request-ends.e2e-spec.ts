@@ -34,7 +34,7 @@ import {
   storeOptions,
   watchReleases,
 } from '../support/concurrency-apps.js';
-import { type GateProxy, startGateProxy } from '../support/gate-proxy.js';
+import { clientThrough, type GateProxy, startGateProxy } from '../support/gate-proxy.js';
 import { nextFailedRelease } from '../support/release-events.js';
 import { startMicroservice, type TestMicroservice } from '../support/microservice-apps.js';
 import { testRedisUrl, useTestRedis } from '../support/redis/test-redis.js';
@@ -142,17 +142,7 @@ describe.each(ADAPTERS)('request ends on %s', (adapter) => {
 
     beforeAll(async () => {
       gate = await startGateProxy(redisPort());
-      // set up as the README's "Client options" ask of a client passed in: a call Redis cannot
-      // be reached for fails at once, and none is sent again after a reconnection
-      client = new Redis(gate.port, '127.0.0.1', {
-        enableOfflineQueue: false,
-        maxRetriesPerRequest: 0,
-        autoResendUnfulfilledCommands: false,
-        retryStrategy: (attempt) => Math.min(attempt * 50, 250),
-        lazyConnect: true,
-      });
-      client.on('error', () => undefined);
-      await client.connect();
+      client = await clientThrough(gate);
       ({ http, releases } = await startHttp({
         store: new RedisStore({ client }),
         prefix: `rl-e2e-ends-${randomUUID()}:`,

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { type RateLimitPolicy, RedisStore } from '../../lib/index.js';
 import { resolveOptions } from '../../lib/rate-limit-options.js';
-import { type GateProxy, startGateProxy } from '../support/gate-proxy.js';
+import { clientThrough, type GateProxy, startGateProxy } from '../support/gate-proxy.js';
 import { nextFailedRelease } from '../support/release-events.js';
 import { testRedisUrl } from '../support/redis/test-redis.js';
 import { StandaloneLimiter } from '../support/standalone-limiter.js';
@@ -31,16 +31,7 @@ describe('a settle that meets Redis cut off', () => {
 
   beforeAll(async () => {
     gate = await startGateProxy(Number(new URL(testRedisUrl()).port));
-    // a client set up as the docs ask of one passed in: a call Redis cannot be reached for fails at once
-    client = new Redis(gate.port, '127.0.0.1', {
-      enableOfflineQueue: false,
-      maxRetriesPerRequest: 0,
-      autoResendUnfulfilledCommands: false,
-      retryStrategy: (attempt) => Math.min(attempt * 50, 250),
-      lazyConnect: true,
-    });
-    client.on('error', () => undefined);
-    await client.connect();
+    client = await clientThrough(gate);
     limiter = new StandaloneLimiter(
       resolveOptions({ failMode: 'local', timeout: 1_000, prefix: `rl-settle-outage-${randomUUID()}:` }),
       new RedisStore({ client }),

@@ -1,5 +1,6 @@
 import { once } from 'node:events';
 import { type AddressInfo, connect, createServer, type Socket } from 'node:net';
+import { Redis } from 'ioredis';
 
 /**
  * A TCP proxy on a free loopback port between clients and a server (an app and its Redis) that the
@@ -79,4 +80,21 @@ export async function startGateProxy(targetPort: number): Promise<GateProxy> {
       await once(server, 'close');
     },
   };
+}
+
+/**
+ * An ioredis client through `gate`, set up as the docs ask of a client passed in: a call Redis
+ * cannot be reached for fails at once, and none is sent again after a reconnection. Connected.
+ */
+export async function clientThrough(gate: GateProxy): Promise<Redis> {
+  const client = new Redis(gate.port, '127.0.0.1', {
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 0,
+    autoResendUnfulfilledCommands: false,
+    retryStrategy: (attempt) => Math.min(attempt * 50, 250),
+    lazyConnect: true,
+  });
+  client.on('error', () => undefined);
+  await client.connect();
+  return client;
 }
