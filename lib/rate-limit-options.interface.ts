@@ -20,6 +20,18 @@ export type ExceptionFactory = (decision: RateLimitDecision, context: ExecutionC
 /** A kind of Nest context (`context.getType()`) the module can limit. */
 export type ContextType = 'http' | 'graphql' | 'ws' | 'rpc';
 
+/** How hot-key shares behave (module option `shares`). */
+export interface SharesOptions {
+  /** Decisions a second on one bucket, in this instance, past which it takes shares of it. Default 50. */
+  after?: number;
+  /**
+   * Longest a share is held (seconds, or `'500ms'`, `'2s'`): then what is left of it goes back to
+   * the store. Also how long a share keeps deciding while the store is unreachable. 10 ms to 60 s;
+   * default `'1s'`.
+   */
+  hold?: number | string;
+}
+
 /**
  * Options of `RateLimitModule.forRoot()` (every one optional).
  *
@@ -98,4 +110,18 @@ export interface RateLimitModuleOptions {
    * @example exceptionFactory: (decision) => new HttpException({ code: 'SLOW_DOWN', retryIn: decision.retryAfter }, 429)
    */
   exceptionFactory?: ExceptionFactory;
+  /**
+   * Hot-key shares: an instance whose decisions on one bucket pass `after` a second takes a share
+   * of it from the store (some tokens, or some of a window's count, charged like any decision) and
+   * decides that key's requests in its own process, with no store call, until the share is spent
+   * or `hold` ends; what is left goes back. Never more than the limit across instances (every
+   * admission comes out of what the store gave); a share-holder's headers show the store's figure
+   * when it took the share, less what the share has used since. For `token_bucket`, `gcra`,
+   * `fixed_window`, `sliding_window_counter` and `quota` policies; a policy with `shares: false`,
+   * a `blockFor`, or a request any of whose policies is not covered is decided by the store as
+   * without shares. `true`: `{ after: 50, hold: '1s' }`. Default `false`.
+   *
+   * @example RateLimitModule.forRoot({ redis: process.env.REDIS_URL, shares: { after: 100, hold: '500ms' } })
+   */
+  shares?: boolean | SharesOptions;
 }

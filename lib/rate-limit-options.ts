@@ -6,10 +6,17 @@ import {
   InvalidPolicyError,
   isHeaderName,
   MAX_NAME_LENGTH,
+  parseWindow,
   resolveKeySources,
   resolvePolicy,
 } from './policy/resolve-policy.js';
-import { invalidOption, invalidOptions, invalidOptionsObject, withoutPassword } from './rate-limit.messages.js';
+import {
+  expectedSharesOption,
+  invalidOption,
+  invalidOptions,
+  invalidOptionsObject,
+  withoutPassword,
+} from './rate-limit.messages.js';
 import type {
   ContextType,
   ErrorFormat,
@@ -43,7 +50,20 @@ export interface ResolvedOptions {
   metrics: boolean;
   errorFormat: ErrorFormat;
   exceptionFactory: ExceptionFactory | undefined;
+  /** Hot-key shares (see `RateLimitModuleOptions.shares`); `undefined`: off. */
+  shares: ResolvedShares | undefined;
 }
+
+/** The module's `shares` option with its defaults: decisions a second past which a key is hot, and the longest hold, ms. */
+export interface ResolvedShares {
+  after: number;
+  holdMs: number;
+}
+
+/** What `shares: true` means. */
+const DEFAULT_SHARES: ResolvedShares = { after: 50, holdMs: 1000 };
+/** Bounds of a share's `hold`, ms. */
+const HOLD_MS = { least: 10, most: 60_000 };
 
 const HEADER_FAMILIES: readonly HeaderFamily[] = ['ietf', 'legacy', 'x-ratelimit', 'dimensions'];
 const FAIL_MODES: readonly FailMode[] = ['open', 'closed', 'local'];
@@ -69,6 +89,7 @@ const OPTIONS = new Set<string>([
   'metrics',
   'errorFormat',
   'exceptionFactory',
+  'shares',
 ]);
 /** Longest `prefix`, characters: it is in every bucket key, as the policy name is (see `MAX_NAME_LENGTH`). */
 const MAX_PREFIX_LENGTH = MAX_NAME_LENGTH;
@@ -192,7 +213,26 @@ export function resolveOptions(options: RateLimitModuleOptions | undefined): Res
     ...resolveGuardOptions(options, fail),
     ...resolveTelemetryOptions(options, fail),
     ...resolveResponseOptions(options, fail),
+    shares: resolveShares(options.shares, fail),
   };
+}
+
+/** `shares`: off, on with the defaults, or with what it says. */
+function resolveShares(
+  shares: RateLimitModuleOptions['shares'],
+  fail: (option: string, value: unknown, expected: string) => never,
+): ResolvedShares | undefined {
+  if (shares === undefined || shares === false) return undefined;
+  if (shares === true) return DEFAULT_SHARES;
+  if (!isPlainObject(shares) || Object.keys(shares).some((field) => field !== 'after' && field !== 'hold'))
+    return fail('shares', shares, expectedSharesOption());
+  const { after = DEFAULT_SHARES.after, hold } = shares;
+  if (typeof after !== 'number' || !(after > 0 && after < Infinity))
+    fail('shares.after', after, expectedSharesOption());
+  const holdSeconds = hold === undefined ? DEFAULT_SHARES.holdMs / 1000 : parseWindow(hold);
+  if (holdSeconds === undefined || holdSeconds * 1000 < HOLD_MS.least || holdSeconds * 1000 > HOLD_MS.most)
+    return fail('shares.hold', hold, expectedSharesOption());
+  return { after, holdMs: Math.round(holdSeconds * 1000) };
 }
 
 /** `skipIf` and `retryAfterJitter`: what the guard does besides deciding. */

@@ -393,6 +393,16 @@ export function expectedSettle(): string {
   return "must be a function of the handler's result (and the execution context) returning the real cost, a number >= 0";
 }
 
+/** The module's `shares` option: what it must be. */
+export function expectedSharesOption(): string {
+  return "must be true, false or { after?: decisions a second (> 0), hold?: '10ms' to '60s' }";
+}
+
+/** A policy's `shares`: what it may be. */
+export function expectedShares(): string {
+  return "may only be false: a policy opts out of the module's shares, which the module's shares option turns on";
+}
+
 /** `maxDebt`: what it must be. */
 export function expectedMaxDebt(): string {
   return 'must be a whole number >= 0: how far past empty (cost units) a settle may take a bucket';

@@ -48,6 +48,11 @@ export function windowMs(rps: number, burst: number): number {
   return Math.max(1, Math.floor((burst * 1000) / rps + 0.5));
 }
 
+/** The end of the clock-aligned window of `w` ms that holds `at` (windows start at multiples of `w`), ms. */
+export function windowEnd(at: number, w: number): number {
+  return Math.floor(at / w) * w + w;
+}
+
 /**
  * What a window admits a request of `need` tokens under: what the window may hold, the rule's
  * scaled `limit` (`burst` when unscaled), or `need` when that is more. So a request whose cost is

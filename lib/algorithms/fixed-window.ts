@@ -1,5 +1,5 @@
 import type { AlgorithmDescriptor, AlgorithmModel } from './model.types.js';
-import { windowLimit, windowMs } from './conversions.js';
+import { windowEnd, windowLimit, windowMs } from './conversions.js';
 import { FIXED_WINDOW_AND_QUOTA_LUA } from './quota.lua.js';
 import { storedFields } from './stored-fields.js';
 
@@ -114,4 +114,6 @@ export const FIXED_WINDOW: AlgorithmDescriptor<FixedWindowState> = {
   scaledBy: 'limit',
   anchor: 'first-request',
   flatArgs: ['limit'],
+  // a window on the clock's grid ends where the share's charge says; one that starts at a key's first request, where no share can tell
+  shareUntil: (rule, at) => (rule.anchor === undefined ? windowEnd(at, windowMs(rule.rps, rule.burst)) : undefined),
 };

@@ -103,4 +103,6 @@ export const GCRA: AlgorithmDescriptor<GcraState> = {
   regain: 'rps',
   scaledBy: 'rps',
   flatArgs: [],
+  // a share's tokens are taken for good: it may admit until its hold ends
+  shareUntil: () => Infinity,
 };

@@ -275,6 +275,16 @@ export interface AlgorithmDescriptor<State extends Held = any> {
    */
   refuses?: Readonly<Partial<Record<RefusableOption, string>>>;
   /**
+   * For an algorithm whose bucket an instance may take a share of and decide from in its own
+   * process (module option `shares`): until when, ms on the store's clock, what a share taken at
+   * `at` (the take's charge time) may admit: `Infinity` for a bucket (its tokens are taken for
+   * good), a window's end for one that counts per window (a share spent after it would count in a
+   * window that has ended); `undefined` when a share of this rule cannot be placed (a window that
+   * starts at its key's first request). Absent: no share (a log's entries, each with its own time;
+   * a backlog that delays; slots given back).
+   */
+  shareUntil?: (rule: ModelRule, at: number) => number | undefined;
+  /**
    * For an algorithm the Redis store's flat call decides, what that call takes of its rule after
    * `rps` and `burst`: `'limit'`, the window's limit argument (`Rule.limit`, negated when
    * anchored); `'origin'`, its period's start (`Rule.origin`). The flat call is the short script

@@ -78,4 +78,8 @@ export const QUOTA: AlgorithmDescriptor<FixedWindowState> = {
     adaptive: 'a quota per period is not a rate to scale by latency',
   },
   flatArgs: ['limit', 'origin'],
+  shareUntil: (rule, at) => {
+    const w = windowMs(rule.rps, rule.burst);
+    return periodStart(at, rule.origin ?? 0, w) + w;
+  },
 };

@@ -1,5 +1,5 @@
 import type { AlgorithmDescriptor, AlgorithmModel } from './model.types.js';
-import { windowLimit, windowMs } from './conversions.js';
+import { windowEnd, windowLimit, windowMs } from './conversions.js';
 import { SLIDING_WINDOW_COUNTER_LUA } from './sliding-window-counter.lua.js';
 import { storedFields } from './stored-fields.js';
 
@@ -143,4 +143,6 @@ export const SLIDING_WINDOW_COUNTER: AlgorithmDescriptor<SlidingWindowCounterSta
   regain: 'window',
   scaledBy: 'limit',
   flatArgs: ['limit'],
+  // what a share took counts in its window: spent after that window, it would weigh as the previous one's
+  shareUntil: (rule, at) => windowEnd(at, windowMs(rule.rps, rule.burst)),
 };

@@ -91,4 +91,6 @@ export const TOKEN_BUCKET: AlgorithmDescriptor<TokenBucketState> = {
   regain: 'rps',
   scaledBy: 'rps',
   flatArgs: [],
+  // a share's tokens are taken for good: it may admit until its hold ends
+  shareUntil: () => Infinity,
 };

@@ -34,6 +34,7 @@ import { type AfterGuards, type LimitedCall, recordOn, takeDeferred, takeEnds, t
 import { ReleaseRetries } from './release-retries.js';
 import { type Ending, owedBy, RequestEnd, type Settling } from './request-end.js';
 import { Scales } from './scales.js';
+import { Shares } from './shares/shares.js';
 import { storeFailure } from './store-failure.js';
 import { StoreRequests } from './store-requests.js';
 
@@ -132,6 +133,8 @@ export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShut
   private readonly unskipped: Unskipped;
   private readonly adaptive: AdaptiveRates;
   private readonly releases: ReleaseRetries;
+  /** Hot keys' shares, when the module takes them (`shares`). */
+  private readonly shares: Shares | undefined;
   /** The module's policies as they apply to requests, for `setScale` to check a factor against. */
   private readonly modulePolicies: readonly RoutePolicy[];
   private readonly telemetry: RateLimitTelemetry;
@@ -154,6 +157,19 @@ export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShut
     this.clock = storeClock(store.clock);
     this.sleepers = new WakeQueue(this.clock);
     this.requests = new StoreRequests(this);
+    if (options.shares !== undefined) {
+      const { calls } = this;
+      this.shares = new Shares(
+        options.shares,
+        {
+          consume: (requests) => calls.consume(requests),
+          take: (requests) => calls.take(requests),
+          settle: (settles) => calls.settle(settles),
+        },
+        () => this.now(),
+      );
+      calls.shareWith(this.shares);
+    }
     this.releases = new ReleaseRetries(
       { release: (decisions) => this.calls.release(decisions), settle: (settles) => this.calls.settle(settles) },
       (outcome, decisions, error) => this.telemetry.released(outcome, decisions, error),
@@ -285,7 +301,8 @@ export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShut
     cost: number,
     tier: string | undefined,
   ): Promise<RateLimitDecision[]> {
-    return this.decisions(await this.givenRequests(where, identity, policies, cost, tier), true);
+    const given = this.given.of(where, identity, policies, cost, tier);
+    return this.decisions(await this.givenBuilt(given, identity, cost, tier), true, given);
   }
 
   /** See `RateLimiterService.reserve`. */
@@ -295,7 +312,8 @@ export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShut
     cost: number,
     tier: string | undefined,
   ): Promise<RateLimitReservation> {
-    const requests = await this.givenRequests('RateLimiterService.reserve', identity, policies, cost, tier);
+    const given = this.given.of('RateLimiterService.reserve', identity, policies, cost, tier);
+    const requests = await this.givenBuilt(given, identity, cost, tier);
     // as at start for a policy that settles: an algorithm that cannot (concurrency) says why
     for (const { rule } of requests) {
       const why = ALGORITHM_DESCRIPTORS[rule.algorithm].refuses?.settle;
@@ -304,7 +322,7 @@ export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShut
           invalidPolicy('RateLimiterService.reserve', optionNotFor('settle', rule.algorithm, why)),
         );
     }
-    const decisions = await this.decisions(requests, true);
+    const decisions = await this.decisions(requests, true, given);
     const decision = limiting(decisions);
     let open = decision.allowed;
     const settle = async (actual: number): Promise<void> => {
@@ -427,6 +445,8 @@ export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShut
   async beforeApplicationShutdown(): Promise<void> {
     this.sleepers.close();
     await Promise.allSettled(this.waiting);
+    // what is left of each share goes back while the store is open (it closes after this)
+    await this.shares?.close();
   }
 
   /** Stops its own timers and the local limiter; the store is closed by whoever opened it. */
@@ -462,7 +482,7 @@ export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShut
     policies: readonly RoutePolicy[],
     requests: RateLimitRequest[],
   ): RateLimitVerdict | Promise<RateLimitVerdict> {
-    const decided = this.decisions(requests, true);
+    const decided = this.decisions(requests, true, policies);
     if (Array.isArray(decided)) return this.verdict(call.context, policies, requests, decided);
     return decided.then(
       (decisions) => this.verdict(call.context, policies, requests, decisions),
@@ -478,16 +498,32 @@ export class RateLimiter implements BeforeApplicationShutdown, OnApplicationShut
     cost: number,
     tier: string | undefined,
   ): RateLimitRequest[] | Promise<RateLimitRequest[]> {
-    const given = this.given.of(where, identity, policies, cost, tier);
+    return this.givenBuilt(this.given.of(where, identity, policies, cost, tier), identity, cost, tier);
+  }
+
+  /** The store requests of given policies (see `givenRequests`). */
+  private givenBuilt(
+    given: readonly RoutePolicy[],
+    identity: string,
+    cost: number,
+    tier: string | undefined,
+  ): RateLimitRequest[] | Promise<RateLimitRequest[]> {
     return this.requests.build(given, GIVEN_INPUTS, { identity, cost, tier, timeoutMs: this.options.timeout });
   }
 
-  /** The store's decisions, jittered where the store's answers and its remembered refusals meet, so both say the same. */
+  /**
+   * The store's decisions (or, for a charge of `policies` with shares on, a share's: see `Shares`),
+   * jittered where the store's answers and its remembered refusals meet, so both say the same.
+   */
   private decisions(
     requests: readonly RateLimitRequest[],
     charge: boolean,
+    policies?: readonly RoutePolicy[],
   ): RateLimitDecision[] | Promise<RateLimitDecision[]> {
-    const decided = charge ? this.calls.consume(requests) : this.calls.peek(requests);
+    const decided = !charge
+      ? this.calls.peek(requests)
+      : ((policies !== undefined ? this.shares?.consume(requests, policies) : undefined) ??
+        this.calls.consume(requests));
     const { retryAfterJitter: jitter } = this.options;
     if (jitter === 0) return decided;
     return Array.isArray(decided)

@@ -254,6 +254,13 @@ export interface RateLimitPolicy {
    * (`x-ratelimit-remaining-tokens`; module option `headers: [..., 'dimensions']`).
    */
   unit?: string;
+  /**
+   * `false`: no instance takes a share of this policy's buckets to decide from in its own process,
+   * even when the module's `shares` option is on; every request of it is decided by the store.
+   * Default: shares as the module says.
+   * @example { name: 'billing', limit: 100, window: '1m', shares: false }
+   */
+  shares?: false;
 }
 
 /**
@@ -295,6 +302,8 @@ export interface ResolvedPolicy {
   settles?: ResolvedSettle;
   /** What its cost counts (`'requests'` by default). */
   unit: string;
+  /** `true` when it said `shares: false` (see `RateLimitPolicy.shares`); absent otherwise. */
+  unshared?: true;
 }
 
 /** How a policy settles (see `RateLimitPolicy.settle`): every rule of it carries its `debt`. */

@@ -1,4 +1,10 @@
-import { expectedPolicyField, expectedScope, invalidPolicyValue, policyOrTier } from '../rate-limit.messages.js';
+import {
+  expectedPolicyField,
+  expectedScope,
+  expectedShares,
+  invalidPolicyValue,
+  policyOrTier,
+} from '../rate-limit.messages.js';
 import { InvalidPolicyError, refusals, tierRefusals } from './invalid-policy.js';
 import { factorAtLeast, refillTooSlow } from './policy-bounds.js';
 import { resolveName } from './policy-name.js';
@@ -29,6 +35,7 @@ const FIELDS = new Set<string>([
   'blockFor',
   ...OUTCOME_FIELDS,
   ...SETTLE_FIELDS,
+  'shares',
 ]);
 
 /**
@@ -84,5 +91,9 @@ export function resolvePolicy(policy: RateLimitPolicy, where: string, defaultNam
       : { name, rule, cost, defaultCost, key, scope, tiers, ...outcome, unit };
   if (quotaAnchor !== undefined) resolved.quotaAnchor = quotaAnchor;
   if (settles !== undefined) resolved.settles = settles;
+  if (policy.shares !== undefined) {
+    if (policy.shares !== false) fail('shares', policy.shares, expectedShares());
+    resolved.unshared = true;
+  }
   return resolved;
 }

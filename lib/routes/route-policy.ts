@@ -40,6 +40,8 @@ export interface RoutePolicy {
   readonly settles: ResolvedSettle | undefined;
   /** What its cost counts (`RateLimitPolicy.unit`). */
   readonly unit: string;
+  /** `true` when the policy said `shares: false`: its buckets are never shared (see `Shares`). */
+  readonly unshared?: true;
   /**
    * Whether the route's handler declares it itself (not its class or the module): a GraphQL
    * field charges such a policy once per selection, the others once per operation.
@@ -78,9 +80,9 @@ export interface RouteDefaults {
  * the route (`scope: 'route'`) has buckets of that route's own (see `keyPrefix`).
  */
 export function routePolicy(resolved: ResolvedPolicy, defaults: RouteDefaults, route?: string): RoutePolicy {
-  const { name, rule, cost, defaultCost, key, tiers, scope, skipIf, adaptive, settles, unit } = resolved;
+  const { name, rule, cost, defaultCost, key, tiers, scope, skipIf, adaptive, settles, unit, unshared } = resolved;
   const on = scope === 'route' ? route : undefined;
-  const watched = { skipIf, adaptive, owes: resolvedObligations(resolved), settles, unit };
+  const watched = { skipIf, adaptive, owes: resolvedObligations(resolved), settles, unit, unshared };
   if (tiers === undefined) {
     return {
       name,

@@ -56,6 +56,10 @@ class ChargeOf extends OnTarget {
     return charge;
   }
 
+  static peek(decision: RateLimitDecision): Charge | undefined {
+    return #charge in decision ? (decision as unknown as ChargeOf).#charge : undefined;
+  }
+
   static restore(decision: RateLimitDecision, charge: Charge): void {
     // only on a decision `toDecision` stamped: no other can be made to give back what it never took
     if (#charge in decision) (decision as unknown as ChargeOf).#charge = charge;
@@ -117,6 +121,15 @@ function decisionOf(request: RateLimitRequest, outcome: Outcome): RateLimitDecis
  */
 export function takeCharge(decision: RateLimitDecision): Charge | undefined {
   return ChargeOf.take(decision);
+}
+
+/**
+ * When the store took what `decision` admitted, ms on the store's clock (its charge's `at`), without
+ * taking the charge; `undefined` for a decision that holds none (refused, given back, another
+ * store's). What a share of a bucket (see `Shares`) reads to know the window it was taken in.
+ */
+export function chargedAt(decision: RateLimitDecision): number | undefined {
+  return ChargeOf.peek(decision)?.at;
 }
 
 /**

@@ -38,6 +38,16 @@ export interface StoreCallWatcher {
   breaker(state: 'open' | 'closed'): void;
 }
 
+/**
+ * Decisions made in this process from shares of their buckets (see `Shares`, module option
+ * `shares`): their refunds and settles go there, not to the store.
+ */
+export interface SharedDecisions {
+  owns(decision: RateLimitDecision): boolean;
+  refund(decisions: readonly RateLimitDecision[]): Promise<void>;
+  settle(settles: readonly RateLimitSettle[]): Promise<(RateLimitDecision | undefined)[]>;
+}
+
 /** Nobody watching: what `StoreCalls` tells goes nowhere, and nothing is timed. */
 const UNWATCHED: StoreCallWatcher = {
   timed: false,
@@ -67,6 +77,8 @@ export class StoreCalls {
   private readonly decideNow: RateLimitStore['decideNow'];
   /** What a remote store's every call is told, the module's timeout: frozen, as every call shares it. */
   private readonly callOptions: RateLimitCallOptions;
+  /** Decisions made from shares of their buckets, when the module takes shares. */
+  private shared: SharedDecisions | undefined;
 
   constructor(
     private readonly store: RateLimitStore,
@@ -127,6 +139,22 @@ export class StoreCalls {
     }
   }
 
+  /**
+   * Charges a share of buckets (see `Shares`): `consume` within the timeout and behind the circuit
+   * breaker, but never `failMode`'s way out, nor the store's remembered refusals looked up first.
+   *
+   * @throws RateLimitStoreError when the store fails, is too slow, or its breaker is open
+   */
+  async take(requests: readonly RateLimitRequest[]): Promise<RateLimitDecision[]> {
+    if (this.store.inProcess) return this.store.consume(requests);
+    return this.remote(requests, true, performance.now());
+  }
+
+  /** Sends the refunds and settles of decisions made from shares to `shared` (see `SharedDecisions`). */
+  shareWith(shared: SharedDecisions): void {
+    this.shared = shared;
+  }
+
   /** Whether `decision` is the local limiter's (failMode 'local'), not the store's. */
   decidedLocally(decision: RateLimitDecision): boolean {
     return this.localDecisions.has(decision);
@@ -158,6 +186,7 @@ export class StoreCalls {
    * on the decisions, for `release` to give back).
    */
   async refund(decisions: readonly RateLimitDecision[]): Promise<void> {
+    if (this.fromShares(decisions)) return this.shared!.refund(decisions);
     const store = this.storeOf(decisions);
     if (store.refund === undefined) return;
     if (store.inProcess) return store.refund(decisions);
@@ -176,6 +205,7 @@ export class StoreCalls {
    * @throws RateLimitStoreError when the store's refund failed
    */
   async release(decisions: readonly RateLimitDecision[]): Promise<void> {
+    if (this.fromShares(decisions)) return this.shared!.refund(decisions);
     const store = this.storeOf(decisions);
     if (store.refund === undefined) return;
     try {
@@ -194,7 +224,9 @@ export class StoreCalls {
    * @throws RateLimitStoreError when the store's settle failed (what it could not charge stays on the decisions)
    */
   async settle(settles: readonly RateLimitSettle[]): Promise<(RateLimitDecision | undefined)[]> {
-    const store = this.storeOf(settles.map(({ decision }) => decision));
+    const decisions = settles.map(({ decision }) => decision);
+    if (this.fromShares(decisions)) return this.shared!.settle(settles);
+    const store = this.storeOf(decisions);
     try {
       if (store.settle !== undefined) return await store.settle(settles);
       const nothing = settles.filter(({ actual }) => actual === 0).map(({ decision }) => decision);
@@ -235,14 +267,31 @@ export class StoreCalls {
       this.ended('cached', started);
       return known;
     }
+    try {
+      // the same array `cached` was just asked for: a refusal gate does not look it up again
+      return await this.remote(requests, charge, started);
+    } catch (error) {
+      return this.fallback(requests, charge, error as RateLimitStoreError);
+    }
+  }
+
+  /**
+   * The store's answer within the timeout and behind the circuit breaker, told to the watcher.
+   *
+   * @throws RateLimitStoreError when the store fails, is too slow, or its breaker is open
+   */
+  private async remote(
+    requests: readonly RateLimitRequest[],
+    charge: boolean,
+    started: number,
+  ): Promise<RateLimitDecision[]> {
     const nodes = this.nodesOf?.(requests) ?? ONE_NODE;
     if (!this.breakers.allow(nodes)) {
       this.ended('breaker_open', started);
-      return this.fallback(requests, charge, new RateLimitStoreError(circuitOpen, { reason: 'breaker_open' }));
+      throw new RateLimitStoreError(circuitOpen, { reason: 'breaker_open' });
     }
     let decisions: RateLimitDecision[];
     try {
-      // the same array `cached` was just asked for: a refusal gate does not look it up again
       const call = charge
         ? this.store.consume(requests, this.callOptions)
         : this.store.peek(requests, this.callOptions);
@@ -253,11 +302,16 @@ export class StoreCalls {
       this.ended(failure.reason === 'timeout' || failure.reason === 'stale' ? 'timeout' : 'error', started);
       this.watcher.failed(failure, this.options.failMode);
       this.breakers.failed(nodes, failure);
-      return this.fallback(requests, charge, failure);
+      throw failure;
     }
     this.ended('ok', started);
     this.breakers.succeeded(nodes);
     return decisions;
+  }
+
+  /** Whether `decisions` were made from shares of their buckets (a request's are, all of them, or none). */
+  private fromShares(decisions: readonly RateLimitDecision[]): boolean {
+    return this.shared !== undefined && decisions.length > 0 && this.shared.owns(decisions[0]);
   }
 
   /** What `failMode` makes of a failed store call: the local limiter's decisions, or the error. */

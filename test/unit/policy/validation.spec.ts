@@ -386,7 +386,7 @@ const ROWS: Row[] = [
   [
     'a misspelt field',
     policy({ rps: 1, brust: 5 }),
-    `${ON_HANDLER} "brust" is not a policy field (the fields are algorithm, rps, tokensPerSecond, burst, limit, window, anchor, lease, period, timeZone, cost, defaultCost, key, scope, name, tiers, tier, defaultTier, blockFor, count, skipIf, adaptive, settle, maxDebt, settleEvery, unit), got 5`,
+    `${ON_HANDLER} "brust" is not a policy field (the fields are algorithm, rps, tokensPerSecond, burst, limit, window, anchor, lease, period, timeZone, cost, defaultCost, key, scope, name, tiers, tier, defaultTier, blockFor, count, skipIf, adaptive, settle, maxDebt, settleEvery, unit, shares), got 5`,
   ],
   [
     "anchor 'first'",
@@ -552,6 +552,11 @@ const ROWS: Row[] = [
     'settle not a function',
     policy({ limit: 100, window: '1m', settle: 'usage.total_tokens' }),
     `${ON_HANDLER} "settle" must be a function of the handler's result (and the execution context) returning the real cost, a number >= 0, got "usage.total_tokens"`,
+  ],
+  [
+    'shares true on a policy',
+    policy({ limit: 100, window: '1m', shares: true as unknown as false }),
+    `${ON_HANDLER} "shares" may only be false: a policy opts out of the module's shares, which the module's shares option turns on, got true`,
   ],
   [
     'maxDebt negative',
@@ -1094,12 +1099,27 @@ const ROWS: Row[] = [
   [
     'a misspelt option',
     options({ polices: [] }),
-    `${OPTION} "polices": is not an option (the options are store, redis, prefix, policies, key, apiKeyHeader, ipv6Subnet, headers, failMode, timeout, mode, guard, runAs, contexts, skipIf, retryAfterJitter, metrics, errorFormat, exceptionFactory), got []`,
+    `${OPTION} "polices": is not an option (the options are store, redis, prefix, policies, key, apiKeyHeader, ipv6Subnet, headers, failMode, timeout, mode, guard, runAs, contexts, skipIf, retryAfterJitter, metrics, errorFormat, exceptionFactory, shares), got []`,
   ],
   [
     'module skipIf a string',
     options({ skipIf: 'health' }),
     `${OPTION} "skipIf": must be a function of the execution context returning a boolean, got "health"`,
+  ],
+  [
+    'shares.after 0',
+    options({ shares: { after: 0 } }),
+    `${OPTION} "shares.after": must be true, false or { after?: decisions a second (> 0), hold?: '10ms' to '60s' }, got 0`,
+  ],
+  [
+    'shares.hold too long',
+    options({ shares: { hold: '2m' } }),
+    `${OPTION} "shares.hold": must be true, false or { after?: decisions a second (> 0), hold?: '10ms' to '60s' }, got "2m"`,
+  ],
+  [
+    'shares a field misspelt',
+    options({ shares: { hodl: '1s' } as never }),
+    `${OPTION} "shares": must be true, false or { after?: decisions a second (> 0), hold?: '10ms' to '60s' }, got {"hodl":"1s"}`,
   ],
   [
     'retryAfterJitter above 1',
