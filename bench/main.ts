@@ -9,6 +9,10 @@
  * - redis-ir (bench/redis-ir.ts): the instructions redis-server runs per decision (valgrind
  *   callgrind, installed when missing), for the very calls our store and the others send; counts,
  *   not times, so it runs once whatever BENCH_ROUNDS says.
+ * - redis-memory (bench/redis-memory.ts): the bytes Redis holds per active key (`MEMORY USAGE`,
+ *   and the growth of `used_memory`) for each of our algorithms, the sliding log and concurrency
+ *   at several fills, beside rate-limiter-flexible's and the throttler's Redis storage's keys;
+ *   sizes, for information, so it too runs once.
  * - http-express, http-fastify, refused-flood-express, refused-flood-fastify (bench/http.ts):
  *   the app process's CPU per request (and requests per second) without a guard, with a guard
  *   that only sets the headers, with ours and with @nestjs/throttler, and of a refused request
@@ -51,6 +55,7 @@ import { httpThroughput, refusedFlood } from './http.js';
 import { inProcess } from './in-process.js';
 import { redisCost } from './redis-cost.js';
 import { redisIr } from './redis-ir.js';
+import { redisMemory } from './redis-memory.js';
 import { regression } from './regression.js';
 import { alternate, type Contender, formatRate, type RatioRow, ratioTable, verdict } from './stats.js';
 
@@ -58,6 +63,7 @@ const COMPARISONS: readonly Comparison[] = [
   { name: 'redis-decisions', runsPerRound: 4, run: (context) => redisDecisions(context) },
   { name: 'redis-cost', runsPerRound: 9, run: (context) => redisCost(context) },
   { name: 'redis-ir', runsPerRound: 0, fixedSeconds: 180, run: (context) => redisIr(context) },
+  { name: 'redis-memory', runsPerRound: 0, fixedSeconds: 40, run: (context) => redisMemory(context) },
   { name: 'memory-decisions', runsPerRound: 3, run: (context) => memoryDecisions(context) },
   { name: 'http-express', runsPerRound: 10, run: (context) => httpThroughput(context, 'express') },
   { name: 'http-fastify', runsPerRound: 10, run: (context) => httpThroughput(context, 'fastify') },

@@ -99,12 +99,18 @@ const FOUR_A_CALL: Shape = { name: 'four decisions a call', keys: freshKeys(4), 
 /** The shapes every contender that has them is measured on, token bucket for ours. */
 const SHAPES: readonly Shape[] = [FRESH_64, HOT_64, EIGHT_KEYS, ONE_A_CALL, FOUR_A_CALL];
 
-/** Ir per decision (per call for `ONE_A_CALL`) of our token bucket, at most, by shape (Redis 7.0). */
+/** Ir per decision of our token bucket, at most, by shape (Redis 7.0). */
 const TARGETS = new Map<Shape, Target>([
   [FRESH_64, { op: '<=', value: 32_000 }],
   [HOT_64, { op: '<=', value: 8_000 }],
   [EIGHT_KEYS, { op: '<=', value: 10_000 }],
-  [FOUR_A_CALL, { op: '<=', value: 25_000 }],
+]);
+/**
+ * Figures of ours printed as information, with why: targets issue 26 set and its measures showed
+ * out of reach of the design it asked for, given up in issue 41. By shape, for the token bucket.
+ */
+const NO_TARGET = new Map<Shape, string>([
+  [FOUR_A_CALL, 'its commands alone cost about 26,300 Ir a decision (was <= 25,000)'],
 ]);
 /**
  * The shapes our FCALL is also measured as the EVALSHA of the same call's script (flat or
@@ -114,7 +120,10 @@ const EVALSHA_SHAPES: ReadonlySet<Shape> = new Set([FRESH_64, ONE_A_CALL]);
 /** Ir per call at one decision a call, at most, by how the store calls its script. */
 const ONE_A_CALL_TARGETS: Record<string, Target> = {
   evalsha: { op: '<=', value: 75_000 },
-  fcall: { op: '<=', value: 55_000 },
+};
+/** As `NO_TARGET`, at one decision a call, by how the store calls its script. */
+const ONE_A_CALL_NO_TARGET: Record<string, string> = {
+  fcall: 'a one-integer stored format would be needed, not wanted now (was <= 55,000)',
 };
 /** The algorithms also measured at one decision a call: the two whose rules are not a rate's. */
 const ONE_A_CALL_ALGORITHMS: ReadonlySet<Algorithm> = new Set(['concurrency', 'quota']);
@@ -124,6 +133,10 @@ const RELEASES = 1000;
 const SETTLE_COST = 5;
 /** Every other algorithm's Ir per decision at 64 fresh keys over the token bucket's, at most. */
 const ALGORITHM_RATIO_TARGET: Target = { op: '<=', value: 1.5 };
+/** As `NO_TARGET`, for the algorithms whose ratio to the token bucket is information. */
+const ALGORITHM_RATIO_NO_TARGET: Partial<Record<Algorithm, string>> = {
+  sliding_window_log: "its sorted set's commands alone put its floor at 1.51x (was <= 1.5)",
+};
 
 /**
  * The lean reference (bench/instruction-meter.md): one SET per distinct key, an integer TAT in ms, the
@@ -218,9 +231,7 @@ export async function redisIr(context: BenchContext): Promise<ComparisonReport> 
       context.log(`ours, ${figure.algorithm}, ${figure.shape.name}: ${formatRate(figure.ir)} Ir per call`);
     }
     if (!figures.some((figure) => figure.setup === 'ours' && /^fcall/i.test(figure.command[0])))
-      notes.push(
-        'Ours one decision a call via Redis Functions (target <= 55,000 Ir per call): n/a, the store calls EVALSHA.',
-      );
+      notes.push('Ours one decision a call via Redis Functions: n/a, the store calls EVALSHA.');
     notes.push(
       `Idle runs (started, loaded, stopped): ${[...idle].map(([name, ir]) => `${name.split(' ')[0]} ${formatRate(ir)} Ir`).join(', ')}. ` +
         `Measured in ${((performance.now() - started) / 1000).toFixed(0)} s.`,
@@ -385,7 +396,7 @@ async function readyClient(url: string): Promise<Redis> {
  * for the period holding now as the guard makes it (a replay a little later counts in the same
  * month, or in the next one, as the store's own clock says).
  */
-function ruleOf(algorithm: Algorithm): RateLimitRequest['rule'] {
+export function ruleOf(algorithm: Algorithm): RateLimitRequest['rule'] {
   if (algorithm === 'concurrency') return { algorithm, rps: 1000 / 300, burst: 1000 };
   if (algorithm === 'quota')
     return quotaRule(
@@ -664,24 +675,26 @@ function figureTable(figures: readonly Figure[]): string {
   );
 }
 
-/** Our figures against their targets; the others' for information. */
+/** Our figures against their targets (or for information, saying why); the others' for information. */
 function ratiosOf(figures: readonly Figure[]): RatioRow[] {
   const rows: RatioRow[] = [];
   const ours = figures.filter((figure) => figure.setup === 'ours');
   for (const figure of figures) {
     if (figure.algorithm) continue;
     const call = figure.command[0].toLowerCase();
-    const target =
+    const how = call.replace(/_ro$/, '');
+    const [target, why] =
       figure.setup !== 'ours'
-        ? undefined
+        ? [undefined, undefined]
         : figure.shape === ONE_A_CALL
-          ? ONE_A_CALL_TARGETS[call.replace(/_ro$/, '')]
-          : TARGETS.get(figure.shape);
+          ? [ONE_A_CALL_TARGETS[how], ONE_A_CALL_NO_TARGET[how]]
+          : [TARGETS.get(figure.shape), NO_TARGET.get(figure.shape)];
     rows.push({
       comparison: COMPARISON,
       label: `${figure.contender} (${call}), ${figure.shape.name}, Ir per ${figure.shape.per}`,
       value: figure.ir,
       target,
+      why,
     });
   }
   for (const variant of new Set(ours.map((figure) => figure.contender))) {
@@ -692,11 +705,13 @@ function ratiosOf(figures: readonly Figure[]): RatioRow[] {
     for (const figure of ours.filter(
       (figure) => figure.contender === variant && figure.algorithm && figure.shape === FRESH_64,
     )) {
+      const why = ALGORITHM_RATIO_NO_TARGET[figure.algorithm!];
       rows.push({
         comparison: COMPARISON,
         label: `${variant}, ${figure.algorithm} / token_bucket, 64 fresh keys, Ir per decision`,
         value: figure.ir / bucket.ir,
-        target: ALGORITHM_RATIO_TARGET,
+        target: why === undefined ? ALGORITHM_RATIO_TARGET : undefined,
+        why,
       });
     }
   }

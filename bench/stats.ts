@@ -47,6 +47,11 @@ export interface RatioRow {
   label: string;
   value: number;
   target?: Target;
+  /**
+   * Why a figure without a target is information, where the reader would look for one (a target
+   * given up, e.g. `the commands alone cost 26,300 Ir`): printed beside its `info`.
+   */
+  why?: string;
 }
 
 /**
@@ -115,6 +120,12 @@ export function verdict(row: RatioRow): string {
   return meets(row.value, row.target) ? 'PASS' : 'MISS';
 }
 
+/** The verdict as the summary prints it: an `info` row with its reason, `info: <why>`. */
+export function formatVerdict(row: RatioRow): string {
+  const result = verdict(row);
+  return result === 'info' && row.why ? `info: ${row.why}` : result;
+}
+
 /** A rate with thousands separators and no decimals: `12,345`. */
 export function formatRate(value: number): string {
   return Math.round(value).toLocaleString('en-US');
@@ -152,7 +163,13 @@ export function markdownTable(head: readonly string[], rows: readonly (readonly 
 export function ratioTable(rows: readonly RatioRow[]): string {
   return markdownTable(
     ['comparison', 'ratio', 'value', 'target', 'result'],
-    rows.map((row) => [row.comparison, row.label, formatRatio(row.value), formatTarget(row.target), verdict(row)]),
+    rows.map((row) => [
+      row.comparison,
+      row.label,
+      formatRatio(row.value),
+      formatTarget(row.target),
+      formatVerdict(row),
+    ]),
     2,
   );
 }
