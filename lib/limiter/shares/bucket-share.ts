@@ -1,4 +1,5 @@
 import { limitOf } from '../../stores/decision.js';
+import type { Rule } from '../../algorithms/algorithm.types.js';
 import type { RateLimitDecision, RateLimitRequest } from '../../stores/rate-limit-store.interface.js';
 
 /**
@@ -45,9 +46,17 @@ export class BucketShare {
     return this.request.cost;
   }
 
-  /** Whether a request of `cost` is admitted from it at `now` (local ms). */
-  fits(cost: number, now: number): boolean {
-    return !this.retired && now < this.until && this.used + cost <= this.size;
+  /**
+   * Whether `request` is admitted from it at `now` (local ms): its cost fits in what is left, and
+   * its rule is the one the share was taken under (a factor or a quota's new period makes another).
+   */
+  fits(request: RateLimitRequest, now: number): boolean {
+    return !this.retired && !this.over(request, now) && this.used + request.cost <= this.size;
+  }
+
+  /** Whether it can admit nothing more of `request`'s: its hold (or window) has ended, or the request's rule is another. */
+  over(request: RateLimitRequest, now: number): boolean {
+    return now >= this.until || !sameRule(request.rule, this.request.rule);
   }
 
   /**
@@ -71,4 +80,17 @@ export class BucketShare {
     if (tier !== undefined) decision.tier = tier;
     return decision;
   }
+}
+
+/** Whether two rules decide a bucket alike (a quota's rule is made per request: equal, not the same object). */
+function sameRule(a: Rule, b: Rule): boolean {
+  return (
+    a === b ||
+    (a.algorithm === b.algorithm &&
+      a.rps === b.rps &&
+      a.burst === b.burst &&
+      a.limit === b.limit &&
+      a.origin === b.origin &&
+      a.debt === b.debt)
+  );
 }

@@ -175,9 +175,9 @@ export class Shares implements SharedDecisions {
     for (let i = 0; i < requests.length; i++) {
       const key = keys[i];
       const { share } = key;
-      if (share !== undefined && share.fits(requests[i].cost, now)) continue;
+      if (share !== undefined && share.fits(requests[i], now)) continue;
       covered = false;
-      if (share !== undefined && !share.retired && now >= share.until) this.retire(share);
+      if (share !== undefined && !share.retired && share.over(requests[i], now)) this.retire(share);
       if (!key.hot(this.options.after)) return undefined;
       if (now < key.waitUntil) waiting = i;
       else if (key.taking !== undefined || now >= key.restUntil) take = true;
@@ -199,7 +199,7 @@ export class Shares implements SharedDecisions {
     const takes: Promise<void>[] = [];
     for (let i = 0; i < requests.length; i++) {
       const key = keys[i];
-      if (key.share?.fits(requests[i].cost, now) === true) continue;
+      if (key.share?.fits(requests[i], now) === true) continue;
       if (key.taking === undefined && now >= key.waitUntil && now >= key.restUntil) {
         const taking = this.take(key, requests[i], now);
         key.taking = taking;
@@ -336,7 +336,7 @@ export class Shares implements SharedDecisions {
   ): boolean {
     for (let i = 0; i < requests.length; i++) {
       if (i === waiting) continue;
-      if (keys[i].share?.fits(requests[i].cost, now) !== true && now >= keys[i].waitUntil) return false;
+      if (keys[i].share?.fits(requests[i], now) !== true && now >= keys[i].waitUntil) return false;
     }
     return true;
   }
@@ -354,7 +354,7 @@ export class Shares implements SharedDecisions {
     return requests.map(({ policy, tier }, i) => {
       const key = keys[i];
       const share = key.share;
-      if (i !== waiting && share?.fits(requests[i].cost, now) === true) return share.decision(policy, tier, true, now);
+      if (i !== waiting && share?.fits(requests[i], now) === true) return share.decision(policy, tier, true, now);
       const refused: RateLimitDecision = {
         ...key.refused!,
         policy,
