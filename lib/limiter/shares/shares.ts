@@ -134,6 +134,10 @@ export class Shares implements SharedDecisions {
     this.closed = true;
     if (this.sweeper !== undefined) clearInterval(this.sweeper);
     this.sweeper = undefined;
+    // a take on its way makes its share when it lands: wait for it, so that share goes back too
+    const taking: Promise<void>[] = [];
+    for (const key of this.keys.values()) if (key.taking !== undefined) taking.push(key.taking);
+    await Promise.allSettled(taking);
     const shares = new Set(this.unsynced);
     for (const key of this.keys.values()) if (key.share !== undefined) shares.add(key.share);
     this.keys.clear();
