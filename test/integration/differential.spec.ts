@@ -4,22 +4,20 @@ import type { Redis } from 'ioredis';
 import {
   ALGORITHMS,
   type Algorithm,
-  type Held,
-  type Outcome,
   SCALED_BY_LIMIT,
   WINDOW_ALGORITHMS,
 } from '../../lib/algorithms/algorithm.types.js';
 import { durationMs, windowMs } from '../../lib/algorithms/conversions.js';
-import { decideAll, expiresAt, isFull, modelOf, settleState } from '../../lib/algorithms/decide.js';
 import { bucketKey } from '../../lib/keys/bucket-key.js';
 import { scaledRule } from '../../lib/limiter/scales.js';
-import { type Charge, chargedCost, settledCharge, toDecision } from '../../lib/stores/decision.js';
+import type { Charge } from '../../lib/stores/decision.js';
 import { MemoryStore } from '../../lib/stores/memory/memory.store.js';
 import type { RateLimitDecision, RateLimitRequest } from '../../lib/stores/rate-limit-store.interface.js';
 import { RedisStore } from '../../lib/stores/redis/redis.store.js';
 import { CASE_EPOCH, ruleOf } from '../cases/index.js';
 import type { RedisClient } from '../../lib/stores/redis/redis-clients.js';
 import { connectClient, type OpenClient, type OtherClient, OTHER_CLIENTS } from '../support/redis/clients.js';
+import { BucketModel } from '../support/bucket-model.js';
 import { connectTestRedis } from '../support/redis/test-redis.js';
 
 /**
@@ -107,99 +105,6 @@ const LARGEST_LOG_BURST = 2_000;
 /** 'a' is the policy of the algorithm under test, in every request; 'b' and 'c' come and go. */
 const POLICY_NAMES = ['a', 'b', 'c'] as const;
 const IDENTITIES = ['user:1', 'user:2', 'user:3'] as const;
-
-/** The pure model with its states in a map by key, charged only when every policy admits. */
-class Model {
-  /** Each key's state, and when the memory store drops it (full again; only used to pick times). */
-  private readonly buckets = new Map<string, { state: Held; fullAt: number }>();
-  /** The `at` of each state the last `consume` decided: when it charged, if it was admitted. */
-  private chargedAt: number[] = [];
-
-  get keys(): string[] {
-    return [...this.buckets.keys()];
-  }
-
-  consume(requests: readonly RateLimitRequest[], now: number): RateLimitDecision[] {
-    const verdict = decideAll(this.entries(requests, now), now, true);
-    this.chargedAt = verdict.next.map((state) => state.at);
-    // all charged states, or only those whose block a refusal starts
-    if (verdict.allowed || verdict.blocks !== undefined) {
-      requests.forEach(({ key, rule }, i) => {
-        if (!verdict.allowed && !verdict.blocks![i]) return;
-        const state = verdict.next[i];
-        // full (a reservation of 0 that found nothing taken): the stores drop the key
-        if (verdict.outcomes[i].fullMs === 0) this.buckets.delete(key);
-        else this.buckets.set(key, { state, fullAt: expiresAt(modelOf(rule), state, rule) });
-      });
-    }
-    return verdict.outcomes.map((outcome, i) => toDecision(requests[i], outcome));
-  }
-
-  peek(request: RateLimitRequest, now: number): Outcome {
-    return decideAll(this.entries([request], now), now, false).outcomes[0];
-  }
-
-  fullAt(key: string): number | undefined {
-    return this.buckets.get(key)?.fullAt;
-  }
-
-  /**
-   * Each request's state: none once it is full (the memory store has dropped it). Kept past that,
-   * a state is the same as none while time moves forward, but for one a refund emptied, whose
-   * window start or block end (an anchored window, a quota's period) would still count.
-   */
-  private entries(requests: readonly RateLimitRequest[], now: number) {
-    return requests.map(({ key, rule, cost }) => {
-      const bucket = this.buckets.get(key);
-      return { state: bucket !== undefined && bucket.fullAt > now ? bucket.state : undefined, rule, cost };
-    });
-  }
-
-  /**
-   * Gives back what `consume` took for an admitted request (its `charges`, one per policy, as
-   * settles left them), as the stores do: the charge's rule, on the state as of `now`; nothing
-   * given back leaves it.
-   */
-  refund(charges: readonly Charge[], now: number): void {
-    charges.forEach((charge) => {
-      const { key, rule } = charge.request;
-      const bucket = this.buckets.get(key);
-      // the memory store has dropped a bucket that is full, and a charge of nothing (a reservation
-      // of 0) has nothing to give back
-      if (bucket === undefined || bucket.fullAt <= now || chargedCost(charge) === 0) return;
-      const model = modelOf(rule);
-      const current = model.current(bucket.state, now, rule);
-      const refunded = model.refund(current, rule, chargedCost(charge), charge.at);
-      if (refunded === current) return;
-      // full again once given back: the stores drop the key, so the next request finds none (an
-      // anchored window or a quota's period then starts afresh, as if the charge never came)
-      if (isFull(model, refunded, rule)) this.buckets.delete(key);
-      else this.buckets.set(key, { state: refunded, fullAt: expiresAt(model, refunded, rule) });
-    });
-  }
-
-  /**
-   * Settles a charge to `actual` tokens as the stores do (`settleState` on the state as of `now`,
-   * none once it is full): what the settle answers, and the charge it leaves.
-   */
-  settle(charge: Charge, actual: number, now: number): { charge: Charge; decision: RateLimitDecision } {
-    const { key, rule } = charge.request;
-    const bucket = this.buckets.get(key);
-    const state = bucket !== undefined && bucket.fullAt > now ? bucket.state : undefined;
-    const { next, changed, outcome } = settleState(state, now, rule, chargedCost(charge), actual, charge.at);
-    if (changed) {
-      // full again: the stores drop the key (see `refund`)
-      if (outcome.fullMs === 0) this.buckets.delete(key);
-      else this.buckets.set(key, { state: next, fullAt: expiresAt(modelOf(rule), next, rule) });
-    }
-    return settledCharge(charge, actual, outcome);
-  }
-
-  /** What the request `consume` just admitted charged: each policy's request, and its charged state's `at`. */
-  charges(requests: readonly RateLimitRequest[]): Charge[] {
-    return requests.map((request, i) => ({ request, at: this.chargedAt[i] }));
-  }
-}
 
 /** Which policies of a request a settle charges: those that settle (a debt). */
 function settling(requests: readonly RateLimitRequest[]): number[] {
@@ -419,7 +324,7 @@ const stepSeed = fc.record({
   settle: settleSeed,
 });
 
-/** What an admitted request charged (`Model.charges`, as settles left them), and whether it was given back. */
+/** What an admitted request charged (`BucketModel.charges`, as settles left them), and whether it was given back. */
 interface Admitted {
   requests: RateLimitRequest[];
   charges: Charge[];
@@ -433,7 +338,7 @@ type StepSeed = typeof stepSeed extends fc.Arbitrary<infer T> ? T : never;
  * bucket's state come from the model, replayed as the trace is built.
  */
 function traceOf(seeds: readonly StepSeed[], policies: readonly Policy[]): Step[] {
-  const model = new Model();
+  const model = new BucketModel();
   let now = CASE_EPOCH;
   const admitted: Array<Admitted | undefined> = [];
   return seeds.map(({ dt, factor, identity, cost, others, firstLast, shift, release, settle }) => {
@@ -578,7 +483,7 @@ async function replay({ policies, trace }: Run, client: RedisClient = redis): Pr
   const runPrefix = `${prefix}${runs++}:`;
   let now = CASE_EPOCH;
   const clock = () => now;
-  const model = new Model();
+  const model = new BucketModel();
   const memory = new MemoryStore({ clock });
   const onRedis = new RedisStore({ client, clock, cacheRefusals: false });
   // each step's request and decisions, to give back (`Step.release`) or settle (`Step.settle`):
