@@ -13,6 +13,10 @@
  *   and the growth of `used_memory`) for each of our algorithms, the sliding log and concurrency
  *   at several fills, beside rate-limiter-flexible's and the throttler's Redis storage's keys;
  *   sizes, for information, so it too runs once.
+ * - shares (bench/shares.ts): hot-key shares on and off, one hot key decided 2,000 times a second
+ *   by each of 4 app processes on one Redis for 60 s (twice its limit): store calls and Redis
+ *   instructions (callgrind, on 10 s of the same load at a quarter of the rate) per admitted
+ *   request, and admitted over the exact allowance; 60 s runs whatever BENCH_SECONDS says.
  * - http-express, http-fastify, refused-flood-express, refused-flood-fastify (bench/http.ts):
  *   the app process's CPU per request (and requests per second) without a guard, with a guard
  *   that only sets the headers, with ours and with @nestjs/throttler, and of a refused request
@@ -57,6 +61,7 @@ import { redisCost } from './redis-cost.js';
 import { redisIr } from './redis-ir.js';
 import { redisMemory } from './redis-memory.js';
 import { regression } from './regression.js';
+import { shares } from './shares.js';
 import { alternate, type Contender, formatRate, type RatioRow, ratioTable, verdict } from './stats.js';
 
 const COMPARISONS: readonly Comparison[] = [
@@ -64,6 +69,7 @@ const COMPARISONS: readonly Comparison[] = [
   { name: 'redis-cost', runsPerRound: 9, run: (context) => redisCost(context) },
   { name: 'redis-ir', runsPerRound: 0, fixedSeconds: 180, run: (context) => redisIr(context) },
   { name: 'redis-memory', runsPerRound: 0, fixedSeconds: 40, run: (context) => redisMemory(context) },
+  { name: 'shares', runsPerRound: 2, fixedSeconds: 510, run: (context) => shares(context) },
   { name: 'memory-decisions', runsPerRound: 3, run: (context) => memoryDecisions(context) },
   { name: 'http-express', runsPerRound: 10, run: (context) => httpThroughput(context, 'express') },
   { name: 'http-fastify', runsPerRound: 10, run: (context) => httpThroughput(context, 'fastify') },
