@@ -109,6 +109,23 @@ export function stopRedisServer(pid) {
 }
 
 /**
+ * Stops a server started here as Redis stops when asked (`SHUTDOWN SAVE`: its data saved in its
+ * `--dir` first), and waits until its process has exited. `startRedisServer` with the same
+ * `--dir` on its port then starts it again with that data.
+ * @param {RedisServer} server
+ * @returns {Promise<void>}
+ */
+export async function shutdownRedisServer({ port, pid }) {
+  // the server closes the connection once it has saved, with no reply
+  await withRedis(port, (client) => client.call('SHUTDOWN', 'SAVE')).catch(() => undefined);
+  const deadline = Date.now() + 5_000;
+  while (isAlive(pid)) {
+    if (Date.now() > deadline) throw new Error(`redis-server ${pid} on port ${port} still runs 5 s after SHUTDOWN`);
+    await delay(5);
+  }
+}
+
+/**
  * Kills every process and waits (up to 2 s) until they are gone.
  * @param {readonly number[]} pids
  * @returns {Promise<void>}
