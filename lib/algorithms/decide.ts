@@ -80,6 +80,43 @@ export function decideAll(entries: readonly Entry[], now: number, charge: boolea
   return { allowed, outcomes, next, blocks };
 }
 
+/** What `settle` works out for one policy: whether it admits the request, what it stores, what it reports. */
+export interface Settled {
+  admits: boolean;
+  /** The state to store; `undefined`: nothing, as for a refusal without a block. */
+  next: Held | undefined;
+  outcome: Outcome;
+}
+
+/**
+ * What `settle` works in when its caller lends it this, so that a decision makes no object: it
+ * then answers with this object itself, its `current` and `charged` states (of the algorithm the
+ * scratch was made for, by `settleScratch`) and its `outcome` overwritten. A store reads what it
+ * needs of the answer before it decides again (the memory store keeps one per algorithm). A state
+ * read from the store into `current` may be the entry's `state`: `current` brings it up to date in place.
+ */
+export interface SettleScratch extends Settled {
+  /** An entry for the caller to write its request in and hand `settle` with this scratch. */
+  readonly entry: Entry;
+  /** Where the state as of now is written (`currentOf`). */
+  readonly current: Held;
+  /** Where the state after a charge is written (the model's `charge`). */
+  readonly charged: Held;
+}
+
+/** A `SettleScratch` for the decisions of `rule`'s algorithm. */
+export function settleScratch(rule: Rule): SettleScratch {
+  const model = modelOf(rule);
+  return {
+    admits: false,
+    next: undefined,
+    outcome: blankOutcome(),
+    entry: { state: undefined, rule, cost: 0 },
+    current: model.current(undefined, 0, rule),
+    charged: model.current(undefined, 0, rule),
+  };
+}
+
 /**
  * One policy's part of a request another decided (a Redis call, which answers whether every
  * policy admitted it): what `decideAll` works out for this policy from its stored state, given
@@ -88,24 +125,30 @@ export function decideAll(entries: readonly Entry[], now: number, charge: boolea
  *
  * With `allowed` undefined, the request has no other policy: this one's verdict is the
  * request's, and the result is `decideAll` of this entry alone, without its arrays (what the
- * memory store runs for a request of one policy, most of them).
+ * memory store runs for a request of one policy, most of them). With a `scratch`, the answer is
+ * the scratch, written in place (see `SettleScratch`).
  */
 export function settle(
   entry: Entry,
   now: number,
   allowed: boolean | undefined,
   charge: boolean,
-): { admits: boolean; next: Held | undefined; outcome: Outcome } {
+  scratch?: SettleScratch,
+): Settled {
   const { rule, cost } = entry;
   const model = modelOf(rule);
-  const current = currentOf(model, entry.state, now, rule);
+  const current = currentOf(model, entry.state, now, rule, scratch?.current);
   const admits = admitted(model, current, rule, cost);
   allowed ??= admits;
   const delayMs = allowed ? (model.delayMs?.(current, rule) ?? 0) : 0;
   let next: Held | undefined;
-  if (allowed && charge) next = model.charge(current, rule, cost);
+  if (allowed && charge) next = model.charge(current, rule, cost, scratch?.charged);
   else if (charge && startsBlock(current, entry, admits)) next = block(current, rule);
-  return { admits, next, outcome: report(model, next ?? current, entry, admits, delayMs) };
+  const outcome = report(model, next ?? current, entry, admits, delayMs, scratch?.outcome);
+  if (scratch === undefined) return { admits, next, outcome };
+  scratch.admits = admits;
+  scratch.next = next;
+  return scratch;
 }
 
 /**
@@ -145,11 +188,18 @@ export function settleState(
  * bucket (`Rule.blockResets`) and a state whose block has ended, a fresh one: as if the key had
  * never been seen. A block ends at the state's own time (`at`, which a clock that went back keeps).
  * Lua: `after_block` (the sliding window log's mirror then deletes its set when it charges).
+ * Written in `into` when given (see `AlgorithmModel`).
  */
-export function currentOf<S extends Held>(model: AlgorithmModel<S>, state: S | undefined, now: number, rule: Rule): S {
-  const current = model.current(state, now, rule);
+export function currentOf<S extends Held>(
+  model: AlgorithmModel<S>,
+  state: S | undefined,
+  now: number,
+  rule: Rule,
+  into?: S,
+): S {
+  const current = model.current(state, now, rule, into);
   if (rule.blockResets === true && current.blockedUntil > 0 && current.blockedUntil <= current.at)
-    return model.current(undefined, now, rule);
+    return model.current(undefined, now, rule, into);
   return current;
 }
 
@@ -204,7 +254,7 @@ function fullMsOf<S extends Held>(model: AlgorithmModel<S>, state: S, rule: Rule
  * (`Rule.debt`) reports what its bucket owes past empty (the model's `debt`) when it owes some: only
  * a settle takes a bucket there, and a rule that never settles reports none (its window's count
  * past a factor's scaled limit is the factor's doing, not a debt). Lua: `report` in
- * `stores/redis/decide.lua.ts`.
+ * `stores/redis/decide.lua.ts`. Written in `into` when given (a `SettleScratch`'s).
  */
 function report<S extends Held>(
   model: AlgorithmModel<S>,
@@ -212,31 +262,37 @@ function report<S extends Held>(
   { rule, cost }: Entry,
   admits: boolean,
   delayMs: number,
+  into?: Outcome,
 ): Outcome {
   const blockMs = blockLeftMs(state, rule);
   const remaining = blockMs > 0 ? 0 : model.remaining(state, rule);
   const resets = blockMs > 0 && rule.blockResets === true;
-  const outcome: Outcome = {
-    allowed: admits,
-    remaining,
-    retryMs: admits
-      ? 0
-      : cost > rule.burst
-        ? -1
-        : resets
-          ? blockMs
-          : Math.max(blockMs, model.waitMs(state, rule, cost)),
-    fullMs: fullMsOf(model, state, rule, blockMs),
-    nextMs:
-      remaining >= rule.burst ? 0 : resets ? blockMs : Math.max(blockMs, model.waitMs(state, rule, remaining + 1)),
-    delayMs,
-    blockedMs: blockMs,
-    at: state.at,
-  };
-  // absent unless above 0, so an outcome without one keeps its shape
+  const outcome = into ?? blankOutcome();
+  outcome.allowed = admits;
+  outcome.remaining = remaining;
+  outcome.retryMs = admits
+    ? 0
+    : cost > rule.burst
+      ? -1
+      : resets
+        ? blockMs
+        : Math.max(blockMs, model.waitMs(state, rule, cost));
+  outcome.fullMs = fullMsOf(model, state, rule, blockMs);
+  outcome.nextMs =
+    remaining >= rule.burst ? 0 : resets ? blockMs : Math.max(blockMs, model.waitMs(state, rule, remaining + 1));
+  outcome.delayMs = delayMs;
+  outcome.blockedMs = blockMs;
+  outcome.at = state.at;
+  // absent unless above 0, so an outcome without one keeps its shape; a lent one that had one is left undefined
   const debt = rule.debt === undefined || model.debt === undefined ? 0 : model.debt(state, rule);
   if (debt > 0) outcome.debt = debt;
+  else if (outcome.debt !== undefined) outcome.debt = undefined;
   return outcome;
+}
+
+/** An outcome of the shape `report` gives, its figures to be written. */
+function blankOutcome(): Outcome {
+  return { allowed: false, remaining: 0, retryMs: 0, fullMs: 0, nextMs: 0, delayMs: 0, blockedMs: 0, at: 0 };
 }
 
 /**

@@ -18,6 +18,22 @@ export interface FixedWindowState {
   blockedUntil: number;
 }
 
+/** A fixed window's state of these figures: `into` overwritten (see `AlgorithmModel`), or a new one. */
+export function fixedWindowState(
+  start: number,
+  count: number,
+  at: number,
+  blockedUntil: number,
+  into: FixedWindowState | undefined,
+): FixedWindowState {
+  if (into === undefined) return { start, count, at, blockedUntil };
+  into.start = start;
+  into.count = count;
+  into.at = at;
+  into.blockedUntil = blockedUntil;
+  return into;
+}
+
 /**
  * Fixed window: at most `limit` (= burst) tokens per window of `burst / rps` seconds, the
  * windows aligned to the clock (`floor(now / window)`), or under `anchor: 'first-request'` each
@@ -29,7 +45,7 @@ export interface FixedWindowState {
  * Mirrored line for line by `fixed-window.lua.ts` beside it: change both together.
  */
 export const fixedWindow: AlgorithmModel<FixedWindowState> = {
-  current(state, now, { rps, burst, anchor, debt }) {
+  current(state, now, { rps, burst, anchor, debt }, into) {
     const w = windowMs(rps, burst);
     // A clock that goes back into an earlier window stays in the stored one: no fresh quota.
     const at = state === undefined ? now : Math.max(now, state.start);
@@ -39,7 +55,7 @@ export const fixedWindow: AlgorithmModel<FixedWindowState> = {
     // A count written under a larger limit (the limit was lowered) is the whole limit now (and
     // what a settle may take past it).
     const count = state !== undefined && state.start === start ? Math.min(burst + (debt ?? 0), state.count) : 0;
-    return { start, count, at, blockedUntil: state === undefined ? 0 : state.blockedUntil };
+    return fixedWindowState(start, count, at, state === undefined ? 0 : state.blockedUntil, into);
   },
 
   remaining(state, rule) {
@@ -52,8 +68,8 @@ export const fixedWindow: AlgorithmModel<FixedWindowState> = {
     return state.count + need <= windowLimit(rule, need) ? 0 : state.start + windowMs(rule.rps, rule.burst) - state.at;
   },
 
-  charge(state, _rule, cost) {
-    return { start: state.start, count: state.count + cost, at: state.at, blockedUntil: state.blockedUntil };
+  charge(state, _rule, cost, into) {
+    return fixedWindowState(state.start, state.count + cost, state.at, state.blockedUntil, into);
   },
 
   refund(state, { rps, burst, anchor }, cost, chargedAt) {
@@ -104,7 +120,7 @@ export const FIXED_WINDOW: AlgorithmDescriptor<FixedWindowState> = {
       row[o + 2] = state.at;
       row[o + 3] = state.blockedUntil;
     },
-    read: (row, o) => ({ start: row[o], count: row[o + 1], at: row[o + 2], blockedUntil: row[o + 3] }),
+    read: (row, o, _extra, into) => fixedWindowState(row[o], row[o + 1], row[o + 2], row[o + 3], into),
   },
   // its body defines the quota's too, which takes its functions (see `quota.lua.ts`)
   lua: FIXED_WINDOW_AND_QUOTA_LUA,

@@ -19,6 +19,15 @@ export interface GcraState {
   blockedUntil: number;
 }
 
+/** A GCRA state of these figures: `into` overwritten (see `AlgorithmModel`), or a new one. */
+function gcraState(backlog: number, at: number, blockedUntil: number, into: GcraState | undefined): GcraState {
+  if (into === undefined) return { backlog, at, blockedUntil };
+  into.backlog = backlog;
+  into.at = at;
+  into.blockedUntil = blockedUntil;
+  return into;
+}
+
 /**
  * GCRA (generic cell rate algorithm, virtual scheduling): each request of `cost` pushes the
  * theoretical arrival time `cost / rps` seconds further; a request passes when that time would
@@ -29,8 +38,8 @@ export interface GcraState {
  * Mirrored line for line by `gcra.lua.ts` beside it: change both together.
  */
 export const gcra: AlgorithmModel<GcraState> = {
-  current(state, now, { rps, burst, debt }) {
-    if (state === undefined) return { backlog: 0, at: now, blockedUntil: 0 };
+  current(state, now, { rps, burst, debt }, into) {
+    if (state === undefined) return gcraState(0, now, 0, into);
     // A clock that goes backwards drains nothing, and `at` never moves back.
     const elapsed = Math.max(0, now - state.at);
     // A backlog written under a larger burst (the limit was lowered since) was a full one as of
@@ -41,11 +50,12 @@ export const gcra: AlgorithmModel<GcraState> = {
     // Empty once the whole ms its key expires after have passed, even where elapsed * rps / 1000
     // falls a rounding step short, so the state then is exactly an absent key's.
     const drained = elapsed >= durationMs(stored, rps);
-    return {
-      backlog: drained ? 0 : wholeIfNear(Math.max(0, stored - (elapsed * rps) / 1000), burst),
-      at: Math.max(state.at, now),
-      blockedUntil: state.blockedUntil,
-    };
+    return gcraState(
+      drained ? 0 : wholeIfNear(Math.max(0, stored - (elapsed * rps) / 1000), burst),
+      Math.max(state.at, now),
+      state.blockedUntil,
+      into,
+    );
   },
 
   remaining(state, { burst }) {
@@ -59,8 +69,8 @@ export const gcra: AlgorithmModel<GcraState> = {
     return state.backlog <= room ? 0 : durationMs(state.backlog - room, rps);
   },
 
-  charge(state, _rule, cost) {
-    return { backlog: state.backlog + cost, at: state.at, blockedUntil: state.blockedUntil };
+  charge(state, _rule, cost, into) {
+    return gcraState(state.backlog + cost, state.at, state.blockedUntil, into);
   },
 
   refund(state, _rule, cost) {
@@ -95,7 +105,7 @@ export const GCRA: AlgorithmDescriptor<GcraState> = {
       row[o + 1] = state.at;
       row[o + 2] = state.blockedUntil;
     },
-    read: (row, o) => ({ backlog: row[o], at: row[o + 1], blockedUntil: row[o + 2] }),
+    read: (row, o, _extra, into) => gcraState(row[o], row[o + 1], row[o + 2], into),
   },
   lua: GCRA_LUA,
   decodeStored: decodeStoredGcra,

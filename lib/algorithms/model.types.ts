@@ -133,10 +133,15 @@ export interface Held {
  * nothing from any bucket. Each model has a Lua mirror beside it (`<name>.lua.ts`), function for
  * function, which the Redis store's scripts assemble (`stores/redis/models.lua.ts`), so the memory
  * and Redis stores decide alike.
+ *
+ * `current` and `charge` take an optional `into`, a state of the same algorithm that they write
+ * their result into and return, in place of a new state (it may be the `state` they are given):
+ * how the memory store decides without making an object per decision (see `SettleScratch`). The
+ * result is the same either way, and the Lua mirrors have no such argument.
  */
 export interface AlgorithmModel<State extends Held> {
   /** The state as of `now` (refilled or expired, clock-safe). `undefined` is a key never seen or expired. */
-  current(state: State | undefined, now: number, rule: ModelRule): State;
+  current(state: State | undefined, now: number, rule: ModelRule, into?: State): State;
   /** Whole tokens free in `state`, 0 to `burst`: never negative, 0 while a settle's debt is unpaid. */
   remaining(state: State, rule: ModelRule): number;
   /**
@@ -148,7 +153,7 @@ export interface AlgorithmModel<State extends Held> {
    */
   waitMs(state: State, rule: ModelRule, need: number): number;
   /** The state after taking `cost`; only called when every policy admits the request. */
-  charge(state: State, rule: ModelRule, cost: number): State;
+  charge(state: State, rule: ModelRule, cost: number, into?: State): State;
   /**
    * The state with what a charge of `cost` at `chargedAt` (the charged state's `at`) took given
    * back, as far as it still counts: a Redis Cluster request whose policies live in several hash
@@ -193,8 +198,11 @@ export interface StatePacking<State extends Held> {
   width: number;
   /** Writes `state` to `row[offset]` to `row[offset + width - 1]`; returns what did not fit, or `undefined`. */
   write(state: State, row: Float64Array, offset: number): unknown;
-  /** The state written at `row[offset]`, with what `write` returned for it. */
-  read(row: Float64Array, offset: number, extra: unknown): State;
+  /**
+   * The state written at `row[offset]`, with what `write` returned for it: in `into` when given (a
+   * state of the same algorithm, overwritten and returned), else in a new one.
+   */
+  read(row: Float64Array, offset: number, extra: unknown, into?: State): State;
 }
 
 /**

@@ -1,6 +1,12 @@
 import type { AlgorithmDescriptor, AlgorithmModel } from './model.types.js';
 import { windowMs } from './conversions.js';
-import { decodeStoredFixedWindow, FIXED_WINDOW, fixedWindow, type FixedWindowState } from './fixed-window.js';
+import {
+  decodeStoredFixedWindow,
+  FIXED_WINDOW,
+  fixedWindow,
+  type FixedWindowState,
+  fixedWindowState,
+} from './fixed-window.js';
 import { FIXED_WINDOW_AND_QUOTA_LUA } from './quota.lua.js';
 
 /**
@@ -30,7 +36,7 @@ function periodStart(at: number, origin: number, w: number): number {
  * Mirrored line for line by `quota.lua.ts` beside it: change both together.
  */
 export const quota: AlgorithmModel<FixedWindowState> = {
-  current(state, now, rule) {
+  current(state, now, rule, into) {
     const w = windowMs(rule.rps, rule.burst);
     const origin = rule.origin ?? 0;
     // Never before the period the request is in, nor (a clock that went back) before the stored one.
@@ -40,13 +46,13 @@ export const quota: AlgorithmModel<FixedWindowState> = {
     // (and what a settle may take past it).
     const count =
       state !== undefined && state.start === start ? Math.min(rule.burst + (rule.debt ?? 0), state.count) : 0;
-    return { start, count, at, blockedUntil: state === undefined ? 0 : state.blockedUntil };
+    return fixedWindowState(start, count, at, state === undefined ? 0 : state.blockedUntil, into);
   },
 
   // within its period, a quota counts as a fixed window in its window
   remaining: (state, rule) => fixedWindow.remaining(state, rule),
   waitMs: (state, rule, need) => fixedWindow.waitMs(state, rule, need),
-  charge: (state, rule, cost) => fixedWindow.charge(state, rule, cost),
+  charge: (state, rule, cost, into) => fixedWindow.charge(state, rule, cost, into),
   debit: (state, rule, cost) => fixedWindow.debit!(state, rule, cost),
   debt: (state, rule) => fixedWindow.debt!(state, rule),
 

@@ -17,6 +17,24 @@ export interface SlidingWindowCounterState {
   blockedUntil: number;
 }
 
+/** A sliding window counter's state of these figures: `into` overwritten (see `AlgorithmModel`), or a new one. */
+function counterState(
+  start: number,
+  previous: number,
+  count: number,
+  at: number,
+  blockedUntil: number,
+  into: SlidingWindowCounterState | undefined,
+): SlidingWindowCounterState {
+  if (into === undefined) return { start, previous, count, at, blockedUntil };
+  into.start = start;
+  into.previous = previous;
+  into.count = count;
+  into.at = at;
+  into.blockedUntil = blockedUntil;
+  return into;
+}
+
 /**
  * The previous window's count weighted by the part of it still inside the sliding window, times
  * the window (kept scaled so whole-token counts stay whole numbers).
@@ -36,26 +54,20 @@ function previousScaled(state: SlidingWindowCounterState, w: number): number {
  * Mirrored line for line by `sliding-window-counter.lua.ts` beside it: change both together.
  */
 export const slidingWindowCounter: AlgorithmModel<SlidingWindowCounterState> = {
-  current(state, now, { rps, burst, debt }) {
+  current(state, now, { rps, burst, debt }, into) {
     const w = windowMs(rps, burst);
     // A clock that goes back into an earlier window stays in the stored one: no fresh quota.
     const at = state === undefined ? now : Math.max(now, state.start);
     const start = Math.floor(at / w) * w;
-    if (state === undefined) return { start, previous: 0, count: 0, at, blockedUntil: 0 };
+    if (state === undefined) return counterState(start, 0, 0, at, 0, into);
     const { blockedUntil } = state;
     // Counts written under a larger limit (the limit was lowered) are the whole limit now (and
     // what a settle may take past it).
     const most = burst + (debt ?? 0);
     if (state.start === start)
-      return {
-        start,
-        previous: Math.min(most, state.previous),
-        count: Math.min(most, state.count),
-        at,
-        blockedUntil,
-      };
-    if (state.start + w === start) return { start, previous: Math.min(most, state.count), count: 0, at, blockedUntil };
-    return { start, previous: 0, count: 0, at, blockedUntil };
+      return counterState(start, Math.min(most, state.previous), Math.min(most, state.count), at, blockedUntil, into);
+    if (state.start + w === start) return counterState(start, Math.min(most, state.count), 0, at, blockedUntil, into);
+    return counterState(start, 0, 0, at, blockedUntil, into);
   },
 
   remaining(state, rule) {
@@ -78,14 +90,8 @@ export const slidingWindowCounter: AlgorithmModel<SlidingWindowCounterState> = {
     return 2 * w - Math.floor(((limit - need) * w) / state.count) - elapsed;
   },
 
-  charge(state, _rule, cost) {
-    return {
-      start: state.start,
-      previous: state.previous,
-      count: state.count + cost,
-      at: state.at,
-      blockedUntil: state.blockedUntil,
-    };
+  charge(state, _rule, cost, into) {
+    return counterState(state.start, state.previous, state.count + cost, state.at, state.blockedUntil, into);
   },
 
   refund(state, { rps, burst }, cost, chargedAt) {
@@ -129,13 +135,7 @@ export const SLIDING_WINDOW_COUNTER: AlgorithmDescriptor<SlidingWindowCounterSta
       row[o + 3] = state.at;
       row[o + 4] = state.blockedUntil;
     },
-    read: (row, o) => ({
-      start: row[o],
-      previous: row[o + 1],
-      count: row[o + 2],
-      at: row[o + 3],
-      blockedUntil: row[o + 4],
-    }),
+    read: (row, o, _extra, into) => counterState(row[o], row[o + 1], row[o + 2], row[o + 3], row[o + 4], into),
   },
   lua: SLIDING_WINDOW_COUNTER_LUA,
   decodeStored: decodeStoredSlidingWindowCounter,

@@ -27,6 +27,24 @@ export interface SlidingWindowLogState {
   blockedUntil: number;
 }
 
+/** A log's state of these figures: `into` overwritten (see `AlgorithmModel`), or a new one. */
+function logState(
+  times: readonly number[],
+  head: number,
+  count: number,
+  at: number,
+  blockedUntil: number,
+  into: SlidingWindowLogState | undefined,
+): SlidingWindowLogState {
+  if (into === undefined) return { times, head, count, at, blockedUntil };
+  into.times = times;
+  into.head = head;
+  into.count = count;
+  into.at = at;
+  into.blockedUntil = blockedUntil;
+  return into;
+}
+
 /** Entries a request of `cost` adds: one per token, a fractional cost rounded up. */
 export function logEntries(cost: number): number {
   return Math.ceil(cost);
@@ -54,8 +72,8 @@ function firstAfter(times: readonly number[], from: number, to: number, cutoff: 
  * Mirrored line for line by `sliding-window-log.lua.ts` beside it: change both together.
  */
 export const slidingWindowLog: AlgorithmModel<SlidingWindowLogState> = {
-  current(state, now, { rps, burst, debt }) {
-    if (state === undefined) return { times: [], head: 0, count: 0, at: now, blockedUntil: 0 };
+  current(state, now, { rps, burst, debt }, into) {
+    if (state === undefined) return logState([], 0, 0, now, 0, into);
     const { times, head, count } = state;
     const end = head + count;
     // A clock that goes back before the newest entry expires nothing and logs at that entry.
@@ -66,7 +84,7 @@ export const slidingWindowLog: AlgorithmModel<SlidingWindowLogState> = {
     // A log written under a larger limit (the limit was lowered) keeps its newest `burst` entries
     // (and those a settle may take past it).
     first = Math.max(first, end - (burst + (debt ?? 0)));
-    return { times, head: first, count: end - first, at, blockedUntil: state.blockedUntil };
+    return logState(times, first, end - first, at, state.blockedUntil, into);
   },
 
   remaining(state, { burst }) {
@@ -80,7 +98,7 @@ export const slidingWindowLog: AlgorithmModel<SlidingWindowLogState> = {
     return k <= 0 ? 0 : state.times[state.head + k - 1] + windowMs(rps, burst) - state.at;
   },
 
-  charge(state, _rule, cost) {
+  charge(state, _rule, cost, into) {
     const { head, count, at, blockedUntil } = state;
     const end = head + count;
     let times = state.times as number[];
@@ -91,7 +109,7 @@ export const slidingWindowLog: AlgorithmModel<SlidingWindowLogState> = {
       first = 0;
     }
     for (let n = logEntries(cost); n > 0; n--) times.push(at);
-    return { times, head: first, count: times.length - first, at, blockedUntil };
+    return logState(times, first, times.length - first, at, blockedUntil, into);
   },
 
   refund(state, _rule, cost, chargedAt) {
@@ -134,13 +152,8 @@ export const SLIDING_WINDOW_LOG: AlgorithmDescriptor<SlidingWindowLogState> = {
       // the array itself, not a copy: the next charge appends to it in place (see the state)
       return state.times;
     },
-    read: (row, o, times) => ({
-      times: times as readonly number[],
-      head: row[o],
-      count: row[o + 1],
-      at: row[o + 2],
-      blockedUntil: row[o + 3],
-    }),
+    read: (row, o, times, into) =>
+      logState(times as readonly number[], row[o], row[o + 1], row[o + 2], row[o + 3], into),
   },
   lua: SLIDING_WINDOW_LOG_LUA,
   tag: 'swl',

@@ -13,6 +13,20 @@ export interface TokenBucketState {
   blockedUntil: number;
 }
 
+/** A token bucket's state of these figures: `into` overwritten (see `AlgorithmModel`), or a new one. */
+function tokenBucketState(
+  tokens: number,
+  at: number,
+  blockedUntil: number,
+  into: TokenBucketState | undefined,
+): TokenBucketState {
+  if (into === undefined) return { tokens, at, blockedUntil };
+  into.tokens = tokens;
+  into.at = at;
+  into.blockedUntil = blockedUntil;
+  return into;
+}
+
 /**
  * Token bucket: a bucket of `burst` tokens refilled continuously at `rps` tokens per second,
  * lazily, when a request arrives (no timers). A request of `cost` passes when the bucket
@@ -22,8 +36,8 @@ export interface TokenBucketState {
  * Mirrored line for line by `token-bucket.lua.ts` beside it: change both together.
  */
 export const tokenBucket: AlgorithmModel<TokenBucketState> = {
-  current(state, now, { rps, burst }) {
-    if (state === undefined) return { tokens: burst, at: now, blockedUntil: 0 };
+  current(state, now, { rps, burst }, into) {
+    if (state === undefined) return tokenBucketState(burst, now, 0, into);
     // A clock that goes backwards adds nothing, and `at` never moves back, so the time
     // between the earlier `at` and `now` cannot be counted twice when the clock returns.
     const elapsed = Math.max(0, now - state.at);
@@ -31,11 +45,12 @@ export const tokenBucket: AlgorithmModel<TokenBucketState> = {
     // falls a rounding step short, so the state then is exactly an absent key's; and at once
     // when it holds more than burst (written under a larger one before the limit was lowered).
     const full = elapsed >= durationMs(burst - state.tokens, rps);
-    return {
-      tokens: full ? burst : wholeIfNear(Math.min(burst, state.tokens + (elapsed * rps) / 1000), burst),
-      at: Math.max(state.at, now),
-      blockedUntil: state.blockedUntil,
-    };
+    return tokenBucketState(
+      full ? burst : wholeIfNear(Math.min(burst, state.tokens + (elapsed * rps) / 1000), burst),
+      Math.max(state.at, now),
+      state.blockedUntil,
+      into,
+    );
   },
 
   remaining(state) {
@@ -47,8 +62,8 @@ export const tokenBucket: AlgorithmModel<TokenBucketState> = {
     return state.tokens >= need ? 0 : durationMs(need - state.tokens, rps);
   },
 
-  charge(state, _rule, cost) {
-    return { tokens: state.tokens - cost, at: state.at, blockedUntil: state.blockedUntil };
+  charge(state, _rule, cost, into) {
+    return tokenBucketState(state.tokens - cost, state.at, state.blockedUntil, into);
   },
 
   refund(state, { burst }, cost) {
@@ -83,7 +98,7 @@ export const TOKEN_BUCKET: AlgorithmDescriptor<TokenBucketState> = {
       row[o + 1] = state.at;
       row[o + 2] = state.blockedUntil;
     },
-    read: (row, o) => ({ tokens: row[o], at: row[o + 1], blockedUntil: row[o + 2] }),
+    read: (row, o, _extra, into) => tokenBucketState(row[o], row[o + 1], row[o + 2], into),
   },
   lua: TOKEN_BUCKET_LUA,
   decodeStored: decodeStoredTokenBucket,

@@ -86,26 +86,49 @@ export function toDecision(request: RateLimitRequest, outcome: Outcome): RateLim
   return decision;
 }
 
+/**
+ * Makes a decision object with its eight fields, in `RateLimitDecision`'s order: a plain object (its
+ * prototype is `Object.prototype`, as a literal's), made by a constructor rather than as a literal
+ * because V8 then leaves room inside the object for a few more fields. The charge a store stamps on
+ * an admitted decision (see `ChargeOf`) goes there, where on a literal, sized to its eight fields, it
+ * would add a property array of its own: 40 bytes more per decision.
+ */
+const PlainDecision = function (
+  this: RateLimitDecision,
+  allowed: boolean,
+  policy: string,
+  limit: number,
+  remaining: number,
+  resetAfter: number,
+  fullAfter: number,
+  retryAfter: number,
+  delay: number,
+) {
+  this.allowed = allowed;
+  this.policy = policy;
+  this.limit = limit;
+  this.remaining = remaining;
+  this.resetAfter = resetAfter;
+  this.fullAfter = fullAfter;
+  this.retryAfter = retryAfter;
+  this.delay = delay;
+} as unknown as new (...fields: [boolean, string, number, number, number, number, number, number]) => RateLimitDecision;
+PlainDecision.prototype = Object.prototype;
+
 /** `toDecision` without the charge record: a decision that took nothing (a settle's answer). */
 function decisionOf(request: RateLimitRequest, outcome: Outcome): RateLimitDecision {
   // a slot (`concurrency`) comes back when a request ends, which no time tells: ask again in a second
   const released = RELEASED.has(request.rule.algorithm);
-  const decision: RateLimitDecision = {
-    allowed: outcome.allowed,
-    policy: request.policy,
-    limit: limitOf(request.rule),
-    remaining: outcome.remaining,
-    resetAfter: released ? (outcome.remaining > 0 ? 0 : 1) : ceilSeconds(outcome.nextMs),
-    fullAfter: ceilSeconds(outcome.fullMs),
-    retryAfter: outcome.allowed
-      ? 0
-      : outcome.retryMs < 0
-        ? Infinity
-        : released
-          ? 1
-          : Math.max(1, ceilSeconds(outcome.retryMs)),
-    delay: outcome.delayMs / 1000,
-  };
+  const decision = new PlainDecision(
+    outcome.allowed,
+    request.policy,
+    limitOf(request.rule),
+    outcome.remaining,
+    released ? (outcome.remaining > 0 ? 0 : 1) : ceilSeconds(outcome.nextMs),
+    ceilSeconds(outcome.fullMs),
+    outcome.allowed ? 0 : outcome.retryMs < 0 ? Infinity : released ? 1 : Math.max(1, ceilSeconds(outcome.retryMs)),
+    outcome.delayMs / 1000,
+  );
   if (request.tier !== undefined) decision.tier = request.tier;
   // only when owed: every other decision keeps its shape
   if (outcome.debt !== undefined && outcome.debt > 0) decision.debt = outcome.debt;

@@ -33,9 +33,15 @@ const PAIRWISE_UP_TO = 8;
  * @example checkCost(request.cost, 'MyStore.consume', 'requests[0].cost', request.rule.debt !== undefined)
  */
 export function checkCost(cost: unknown, where: string, argument: string, settles = false): asserts cost is number {
-  if (typeof cost !== 'number') throw new TypeError(costMessage(where, argument, cost, settles));
-  if (!((settles ? cost >= 0 : cost > 0) && cost < Infinity))
-    throw new RangeError(costMessage(where, argument, cost, settles));
+  if (validCost(cost, settles)) return;
+  throw typeof cost !== 'number'
+    ? new TypeError(costMessage(where, argument, cost, settles))
+    : new RangeError(costMessage(where, argument, cost, settles));
+}
+
+/** Whether `checkCost` takes `cost`: what a caller that names the argument only for a bad one asks first. */
+function validCost(cost: unknown, settles: boolean): cost is number {
+  return typeof cost === 'number' && (settles ? cost >= 0 : cost > 0) && cost < Infinity;
 }
 
 /** What a bad cost's error says: a reservation's rule when the request settles. */
@@ -111,24 +117,8 @@ export interface DistinctRequests {
  * the caller's mistake, not the store's failure)
  */
 export function distinctRequests(requests: readonly RateLimitRequest[], where: string): DistinctRequests {
-  // a JavaScript caller may pass anything: checked apart, as `Array.isArray` would narrow `requests` to `any[]`
-  const list: unknown = requests;
-  if (!Array.isArray(list)) throw new TypeError(invalidRequests(where, list));
+  if (!repeatsKeys(requests, where)) return { requests, positions: undefined };
   const n = requests.length;
-  let repeated = false;
-  for (let i = 0; i < n; i++) {
-    const request = requests[i];
-    if (typeof request !== 'object' || request === null) {
-      throw new TypeError(invalidRequest(where, i, request));
-    }
-    if (typeof request.key !== 'string') throw new TypeError(invalidRequestKey(where, i, request.key));
-    // a JavaScript caller may give no rule: the cost is checked as one that does not settle
-    checkCost(request.cost, where, `requests[${i}].cost`, (request.rule as Rule | undefined)?.debt !== undefined);
-    if (n <= PAIRWISE_UP_TO) for (let j = 0; j < i && !repeated; j++) repeated = requests[j].key === request.key;
-  }
-  if (n > PAIRWISE_UP_TO) repeated = new Set(requests.map((request) => request.key)).size < n;
-  if (!repeated) return { requests, positions: undefined };
-
   const distinct: RateLimitRequest[] = [];
   /** Index in `requests` of each distinct request, for messages. */
   const given: number[] = [];
@@ -164,4 +154,32 @@ export function spreadDecisions(
   positions: readonly number[],
 ): RateLimitDecision[] {
   return requests.map((request, i) => ({ ...decisions[positions[i]], policy: request.policy }));
+}
+
+/**
+ * The checks of `distinctRequests`, with no object made for a call that repeats no key (every call
+ * the module makes): whether some bucket key is given twice.
+ *
+ * @throws TypeError or RangeError naming the bad request and field
+ */
+export function repeatsKeys(requests: readonly RateLimitRequest[], where: string): boolean {
+  // a JavaScript caller may pass anything: checked apart, as `Array.isArray` would narrow `requests` to `any[]`
+  const list: unknown = requests;
+  if (!Array.isArray(list)) throw new TypeError(invalidRequests(where, list));
+  const n = requests.length;
+  let repeated = false;
+  for (let i = 0; i < n; i++) {
+    const request = requests[i];
+    if (typeof request !== 'object' || request === null) {
+      throw new TypeError(invalidRequest(where, i, request));
+    }
+    if (typeof request.key !== 'string') throw new TypeError(invalidRequestKey(where, i, request.key));
+    // a JavaScript caller may give no rule: the cost is checked as one that does not settle
+    const settles = (request.rule as Rule | undefined)?.debt !== undefined;
+    // the argument's name is made only for a bad cost: a string per request cost more than the check
+    if (!validCost(request.cost, settles)) checkCost(request.cost, where, `requests[${i}].cost`, settles);
+    if (n <= PAIRWISE_UP_TO) for (let j = 0; j < i && !repeated; j++) repeated = requests[j].key === request.key;
+  }
+  if (n > PAIRWISE_UP_TO) repeated = new Set(requests.map((request) => request.key)).size < n;
+  return repeated;
 }

@@ -48,10 +48,13 @@ export class BucketTable {
     return this.rows[row * ROW];
   }
 
-  /** The state in a row, `undefined` when there is none or it expired (the row is rewritten or freed after the decision). */
-  read(row: number | undefined, rule: Rule, now: number): Held | undefined {
+  /**
+   * The state in a row, `undefined` when there is none or it expired (the row is rewritten or freed
+   * after the decision); written in `into` when given (a state of the rule's algorithm).
+   */
+  read(row: number | undefined, rule: Rule, now: number, into?: Held): Held | undefined {
     if (row === undefined || this.rows[row * ROW] <= now) return undefined;
-    return PACKED_STATES[rule.algorithm].read(this.rows, row * ROW + 1, this.extras.get(row));
+    return PACKED_STATES[rule.algorithm].read(this.rows, row * ROW + 1, this.extras.get(row), into);
   }
 
   /** Stores a state in its row, to expire at `expiry` (ms on the store's clock). */

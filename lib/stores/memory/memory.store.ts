@@ -1,4 +1,4 @@
-import type { Held, Outcome, Rule } from '../../algorithms/algorithm.types.js';
+import type { Algorithm, Held, Outcome, Rule } from '../../algorithms/algorithm.types.js';
 import {
   decideAll,
   type Entry,
@@ -7,12 +7,14 @@ import {
   isFull,
   modelOf,
   settle,
+  type SettleScratch,
+  settleScratch,
   settleState,
   type Verdict,
 } from '../../algorithms/decide.js';
 import { invalidMaxKeys, invalidStoreClock } from '../../rate-limit.messages.js';
 import { chargedCost, restoreCharge, settledCharge, takeCharge, toDecision } from '../decision.js';
-import { checkSettles, distinctRequests, spreadDecisions } from '../distinct-requests.js';
+import { checkSettles, distinctRequests, repeatsKeys, spreadDecisions } from '../distinct-requests.js';
 import type {
   RateLimitDecision,
   RateLimitRequest,
@@ -69,6 +71,11 @@ export class MemoryStore implements RateLimitStore {
   private readonly now: () => number;
   private readonly maxKeys: number;
   private readonly table: BucketTable;
+  /**
+   * Where a decision of one request works, per algorithm (see `SettleScratch`): a decision makes
+   * no object but the decision it answers. Overwritten by each, read before the next.
+   */
+  private scratches: { [A in Algorithm]?: SettleScratch } = {};
   /** Row where the next sweep starts. */
   private sweepFrom = 0;
   private sweepTimer: NodeJS.Timeout | undefined;
@@ -127,6 +134,8 @@ export class MemoryStore implements RateLimitStore {
     clearTimeout(this.sweepTimer);
     this.sweepTimer = undefined;
     this.table.clear();
+    // a log's scratch holds the array of the last key it decided
+    this.scratches = {};
     this.sweepFrom = 0;
     return Promise.resolve();
   }
@@ -139,25 +148,32 @@ export class MemoryStore implements RateLimitStore {
    * key given twice with different rules or costs), before anything is read or charged
    */
   decideSync(given: readonly RateLimitRequest[], charge: boolean): RateLimitDecision[] {
-    const { requests, positions } = distinctRequests(given, charge ? 'MemoryStore.consume' : 'MemoryStore.peek');
-    if (requests.length === 1) {
-      const decision = this.decideOne(requests[0], charge);
-      return positions === undefined ? [decision] : spreadDecisions([decision], given, positions);
-    }
-    const decisions = this.decideDistinct(requests, charge);
-    return positions === undefined ? decisions : spreadDecisions(decisions, given, positions);
+    const where = charge ? 'MemoryStore.consume' : 'MemoryStore.peek';
+    // a call that repeats no key (the module's every call) is decided as given, with nothing made for it
+    if (!repeatsKeys(given, where))
+      return given.length === 1 ? [this.decideOne(given[0], charge)] : this.decideDistinct(given, charge);
+    const { requests, positions = [] } = distinctRequests(given, where);
+    const decisions =
+      requests.length === 1 ? [this.decideOne(requests[0], charge)] : this.decideDistinct(requests, charge);
+    return spreadDecisions(decisions, given, positions);
   }
 
   /**
    * `decideDistinct` of one request, which is what most calls are (a route with one policy):
-   * the same reads, verdict and writes, without a list of anything.
+   * the same reads, verdict and writes, without a list of anything, and in the algorithm's
+   * scratch: the state read, brought up to date and charged, and the outcome, are no new objects.
    */
   private decideOne(request: RateLimitRequest, charge: boolean): RateLimitDecision {
     const now = this.now();
     const { key, rule } = request;
+    const scratch = (this.scratches[rule.algorithm] ??= settleScratch(rule));
     const row = this.table.rowOf(key);
-    const state = this.table.read(row, rule, now);
-    const { next, outcome } = settle({ state, rule, cost: request.cost }, now, undefined, charge);
+    const state = this.table.read(row, rule, now, scratch.current);
+    const { entry } = scratch;
+    entry.state = state;
+    entry.rule = rule;
+    entry.cost = request.cost;
+    const { next, outcome } = settle(entry, now, undefined, charge, scratch);
     if (next !== undefined) {
       // room is made around the request's own row, as in `write`
       if (row === undefined && this.table.size >= this.maxKeys) makeRoom(this.table, this.maxKeys, 1, [], now);
