@@ -66,7 +66,7 @@ describe.each(ADAPTERS)('RateLimitModule on %s', (adapter) => {
         'a misspelt field',
         { rps: 1, brust: 5 } as RateLimitPolicy,
         'handler',
-        'Invalid @RateLimit policy on BadController.find: "brust" is not a policy field (the fields are algorithm, rps, tokensPerSecond, burst, limit, window, anchor, lease, period, timeZone, cost, defaultCost, key, scope, name, tiers, tier, defaultTier, blockFor, count, skipIf, adaptive, settle, maxDebt, settleEvery, unit), got 5',
+        'Invalid @RateLimit policy on BadController.find: "brust" is not a policy field (the fields are algorithm, rps, tokensPerSecond, burst, limit, window, anchor, lease, period, timeZone, cost, defaultCost, key, scope, name, tiers, tier, defaultTier, blockFor, count, skipIf, adaptive, settle, maxDebt, settleEvery, unit, shares), got 5',
       ],
       [
         'on the class',
