@@ -21,6 +21,10 @@
  *   the app process's CPU per request (and requests per second) without a guard, with a guard
  *   that only sets the headers, with ours and with @nestjs/throttler, and of a refused request
  *   against an admitted one.
+ * - pipeline (bench/pipeline.ts): µs of CPU and bytes allocated per admitted request through the
+ *   whole Nest pipeline, injected with light-my-request (no socket), on Express and Fastify: ours
+ *   against @nestjs/throttler and against the headers-only guard, for a known client (one IP) and
+ *   for new clients (a new IP per request), on memory and on Redis.
  * - guard-metrics (bench/guard-metrics.ts): µs per decision of the guard itself, in this process,
  *   with metrics off, on without an OpenTelemetry SDK, and on with one.
  * - in-process (bench/in-process.ts): µs per decision of the guard's own JavaScript over a guard
@@ -57,6 +61,7 @@ import { memoryDecisions, redisDecisions } from './decisions.js';
 import { guardMetrics } from './guard-metrics.js';
 import { httpThroughput, refusedFlood } from './http.js';
 import { inProcess } from './in-process.js';
+import { pipeline } from './pipeline.js';
 import { redisCost } from './redis-cost.js';
 import { redisIr } from './redis-ir.js';
 import { redisMemory } from './redis-memory.js';
@@ -75,6 +80,7 @@ const COMPARISONS: readonly Comparison[] = [
   { name: 'http-fastify', runsPerRound: 10, run: (context) => httpThroughput(context, 'fastify') },
   { name: 'refused-flood-express', runsPerRound: 6, run: (context) => refusedFlood(context, 'express') },
   { name: 'refused-flood-fastify', runsPerRound: 6, run: (context) => refusedFlood(context, 'fastify') },
+  { name: 'pipeline', runsPerRound: 22, run: (context) => pipeline(context) },
   { name: 'guard-metrics', runsPerRound: 3, run: (context) => guardMetrics(context) },
   { name: 'in-process', runsPerRound: 6, run: (context) => inProcess(context) },
   { name: 'baseline-memory', runsPerRound: 2, run: (context) => regression(context, 'memory') },

@@ -11,9 +11,11 @@
  * - headers-only: a guard that sets the 5 headers ours sets on this route, with values of the
  *   same shape, and decides nothing: the floor a limiter that sends headers cannot go under;
  * - ours-memory, ours-redis: `RateLimitModule` with one module policy that admits everything
- *   (rps and burst 1e6, keyed by the x-api-key header), on the memory store or on Redis;
+ *   (rps and burst 1e6, keyed by the x-api-key header, the client's IP without one), on the
+ *   memory store or on Redis;
  * - throttler-memory, throttler-redis: `@nestjs/throttler` with a limit nobody reaches, keyed by
- *   the x-api-key header, on its memory storage or on @nest-lab/throttler-storage-redis;
+ *   the x-api-key header (the IP without one), on its memory storage or on
+ *   @nest-lab/throttler-storage-redis;
  * - ours-memory-refuse, ours-redis-refuse: ours with a policy that refuses nearly everything
  *   (1 token, refilled every 1000 s).
  *
@@ -30,6 +32,7 @@ import {
   type DynamicModule,
   type ExecutionContext,
   Get,
+  type INestApplication,
   Injectable,
   Module,
 } from '@nestjs/common';
@@ -38,7 +41,6 @@ import { ExpressAdapter } from '@nestjs/platform-express';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { ThrottlerStorageRedisService } from '@nest-lab/throttler-storage-redis';
 import { ThrottlerGuard, ThrottlerModule } from '@nestjs/throttler';
-import { Redis } from 'ioredis';
 import { RateLimitModule, type RateLimitPolicy } from 'nestjs-ratelimit';
 
 export const ADAPTERS = ['express', 'fastify'] as const;
@@ -131,7 +133,8 @@ function guardOf(variant: Variant, redisUrl: string): Pick<DynamicModule, 'impor
         imports: [
           ThrottlerModule.forRoot({
             throttlers: [THROTTLE],
-            storage: new ThrottlerStorageRedisService(new Redis(redisUrl)),
+            // given the URL, the storage opens its client and closes it with the app
+            storage: new ThrottlerStorageRedisService(redisUrl),
           }),
         ],
         providers: [{ provide: APP_GUARD, useClass: ApiKeyThrottlerGuard }],
@@ -139,15 +142,21 @@ function guardOf(variant: Variant, redisUrl: string): Pick<DynamicModule, 'impor
   }
 }
 
-async function serve(adapter: Adapter, variant: Variant, redisUrl: string): Promise<void> {
+/**
+ * The app of a variant on an adapter, made but not started: `serve` listens with it, and
+ * bench/pipeline.ts initialises it and injects requests into it without a socket.
+ */
+export async function benchApp(adapter: Adapter, variant: Variant, redisUrl: string): Promise<INestApplication> {
   @Module({ controllers: [BenchController], ...guardOf(variant, redisUrl) })
   class BenchModule {}
 
-  const app = await NestFactory.create(
-    BenchModule,
-    adapter === 'express' ? new ExpressAdapter() : new FastifyAdapter(),
-    { logger: false },
-  );
+  return NestFactory.create(BenchModule, adapter === 'express' ? new ExpressAdapter() : new FastifyAdapter(), {
+    logger: false,
+  });
+}
+
+async function serve(adapter: Adapter, variant: Variant, redisUrl: string): Promise<void> {
+  const app = await benchApp(adapter, variant, redisUrl);
   await app.listen(0, '127.0.0.1');
   const { port } = (app.getHttpServer() as Server).address() as AddressInfo;
 
@@ -165,7 +174,7 @@ async function serve(adapter: Adapter, variant: Variant, redisUrl: string): Prom
   process.send?.(`ready ${port}`);
 }
 
-/** Run as a script (as bench/http.ts forks it), not imported (as bench/in-process.ts imports `HeadersOnlyGuard`). */
+/** Run as a script (as bench/http.ts forks it), not imported (as bench/in-process.ts and bench/pipeline.ts import it). */
 const isScript = process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href;
 
 if (isScript) {
