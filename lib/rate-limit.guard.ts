@@ -12,6 +12,7 @@ import type { ResolvedOptions } from './rate-limit-options.js';
 import type { RoutePolicy } from './routes/route-policy.js';
 import { RoutePolicies } from './routes/route-policies.js';
 import type { RateLimitStoreError } from './stores/rate-limit-store.error.js';
+import type { RateLimitDecision } from './stores/rate-limit-store.interface.js';
 
 type Answer = boolean | Promise<boolean>;
 
@@ -65,12 +66,17 @@ export class RateLimitGuard implements CanActivate {
   private charge(call: LimitedCall, holder: object, policies: readonly RoutePolicy[], after: Answer): Answer {
     if (policies.length === 0) return after;
     const fresh = uncharged(holder, policies);
-    const run = (): Answer => fresh.length === 0 || this.admit(call, holder, fresh);
-    return charged(holder, policies, fresh, after === true ? run() : Promise.resolve(after).then((ok) => ok && run()));
+    // an admitted request's `after` is `true`: it is decided at once, with no closure to run later
+    const verdict =
+      after === true
+        ? this.admit(call, holder, fresh)
+        : Promise.resolve(after).then((ok) => ok && this.admit(call, holder, fresh));
+    return charged(holder, policies, fresh, verdict);
   }
 
-  /** Admits the run under `policies` (charged on `holder`), or refuses it, as the engine decides. */
+  /** Admits the run under `policies` (charged on `holder`; none: admitted), or refuses it, as the engine decides. */
   private admit(call: LimitedCall, holder: object, policies: readonly RoutePolicy[]): Answer {
+    if (policies.length === 0) return true;
     const verdict = this.limiter.limit(call, policies, this.hooks);
     if (verdict === undefined) return true;
     if (!(verdict instanceof Promise)) return this.answer(call, holder, verdict);
@@ -86,8 +92,7 @@ export class RateLimitGuard implements CanActivate {
     // a microtask on: a promise rejected before anyone awaits it costs Node's unhandled-rejection bookkeeping
     if (!verdict.allowed && enforcing) return Promise.resolve().then(() => this.refuse(call, verdict));
     if (!verdict.allowed) this.onShadowRefusal(call, verdict);
-    else if (!enforcing || verdict.decisions.every((decision) => decision.delay <= 0))
-      this.limiter.began(call, holder, verdict);
+    else if (!enforcing || !delayed(verdict.decisions)) this.limiter.began(call, holder, verdict);
     else return this.waitTurn(call, verdict).then(() => (this.limiter.began(call, holder, verdict), true));
     return true;
   }
@@ -122,4 +127,10 @@ export class RateLimitGuard implements CanActivate {
     if (this.options.failMode !== 'closed' || this.options.mode === 'shadow') return true;
     throw this.answers.unavailable(call, error);
   }
+}
+
+/** Whether a decision admits its request only after a wait (a `leaky_bucket` turn): a loop, no closure per request. */
+function delayed(decisions: readonly RateLimitDecision[]): boolean {
+  for (const decision of decisions) if (decision.delay > 0) return true;
+  return false;
 }

@@ -34,7 +34,9 @@ export function normalizeIp(
   if (typeof ip !== 'string' || ip.length === 0) return undefined;
   // the module's identities parse no more of what a client sends than an address takes
   if (notation === 'bucket' && ip.length > 64) return undefined;
-  const address = ip.split('%', 1)[0]; // drop an IPv6 zone id (fe80::1%eth0)
+  // drop an IPv6 zone id (fe80::1%eth0); an address without one is taken as it is, with no array made
+  const zone = ip.indexOf('%');
+  const address = zone === -1 ? ip : ip.slice(0, zone);
   if (isIPv4(address)) return address;
   if (!isIPv6(address)) return undefined;
   const groups = expandIPv6(address);

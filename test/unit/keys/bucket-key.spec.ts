@@ -1,5 +1,6 @@
+import { createHash } from 'node:crypto';
 import fc from 'fast-check';
-import { bucketKey, keyPrefix } from '../../../lib/keys/bucket-key.js';
+import { bucketKey, digest, keyPrefix } from '../../../lib/keys/bucket-key.js';
 import { hashSlot } from '../../../lib/stores/redis/hash-slot.js';
 
 const KEY = /^rl:per-user:tb:\{([A-Za-z0-9_-]{16})\}$/;
@@ -49,6 +50,23 @@ describe('bucketKey', () => {
     expect(keyPrefix('rl:', 'api', 'gcra', 'pro', 'CatsController.find')).toBe('rl:api@CatsController.find:gcra:pro:{');
     expect(keyPrefix('rl:', 'api', 'gcra', 'pro', 'CatsController.find')).not.toBe(
       keyPrefix('rl:', 'api', 'gcra', 'pro', 'CatsController.findOne'),
+    );
+  });
+
+  it('keeps the keys already stored: the digest is the first 12 bytes of SHA-256 over UTF-8, in base64url', () => {
+    // keys that buckets live under in stores today: a digest that changed would lose every one of them
+    expect(bucketKey('rl:', 'per-user', 'token_bucket', 'user:42')).toBe('rl:per-user:tb:{6j_UO-HlfWLhY9rh}');
+    expect(bucketKey('rl:', 'api', 'gcra', 'ip:1.2.3.4')).toBe('rl:api:gcra:{QJ5MekuYg99R2K5Q}');
+    expect(digest('ip:2001:db8:0:0::/64')).toBe('bGZlpEE774EvzvxZ');
+    expect(digest('api-key:\u00e9\u{1F600}')).toBe('TSxzOCKY07GxoTgj');
+    // a lone surrogate is hashed as U+FFFD, as Buffer.from would encode it
+    expect(digest('\ud800x')).toBe('qHzkZ5PMZZt5vRh-');
+    const reference = (identity: string) => createHash('sha256').update(identity).digest().toString('base64url', 0, 12);
+    fc.assert(
+      fc.property(fc.string({ unit: 'binary', maxLength: 600 }), (identity) => {
+        expect(digest(identity)).toBe(reference(identity));
+      }),
+      { numRuns: 2_000 },
     );
   });
 
