@@ -141,7 +141,8 @@ export class StoreCalls {
 
   /**
    * Charges a share of buckets (see `Shares`): `consume` within the timeout and behind the circuit
-   * breaker, but never `failMode`'s way out, nor the store's remembered refusals looked up first.
+   * breaker, but never `failMode`'s way out. A remote store's remembered refusals (its refusal
+   * gate, in its `consume`) may still answer a take it knows it would refuse.
    *
    * @throws RateLimitStoreError when the store fails, is too slow, or its breaker is open
    */
