@@ -31,7 +31,7 @@ export { RateLimitInterceptor } from './rate-limit.interceptor.js';
 export { RateLimitModule } from './rate-limit.module.js';
 export type { RateLimitModuleAsyncOptions } from './rate-limit.module-definition.js';
 export type { ContextType, FailMode, RateLimitModuleOptions } from './rate-limit-options.interface.js';
-export type { ErrorFormat, ExceptionFactory } from './rate-limit-options.interface.js';
+export type { ErrorFormat, ExceptionFactory, SharesOptions } from './rate-limit-options.interface.js';
 export type { RateLimitProblem } from './rate-limit.exception.js';
 export { RateLimiterService } from './rate-limiter.service.js';
 export type { RoutePolicy, RouteTier, RouteTiers } from './routes/route-policy.js';
