@@ -1,7 +1,7 @@
 import type { ExecutionContext } from '@nestjs/common';
 import type { KeySource, LimitedRequest } from '../policy/policy.types.js';
 import { keyTimedOut } from '../rate-limit.messages.js';
-import { normalizeIp } from './ip.js';
+import { isDottedQuad, normalizeIp } from './ip.js';
 import { isThenable, KeyTimeoutError, withinTimeout } from './source-promise.js';
 
 export type { LimitedRequest } from '../policy/policy.types.js';
@@ -90,26 +90,12 @@ function customIdentity(value: unknown): string | undefined {
   return typeof value === 'string' && value.length > 0 ? `custom:${value}` : undefined;
 }
 
-/** IPv4 clients whose identity is remembered, at most; the cache is emptied when it is full. */
-const CACHED_IPS = 16_384;
-/**
- * The identities of recent IPv4 (and IPv4-mapped) addresses, by the address as the framework gave
- * it: a client's next request skips parsing it, and its identity is the same string, whose hash
- * the digest cache (see `digest`) finds at once. IPv6 identities depend on `ipv6Subnet`: not kept.
- */
-const ipIdentities = new Map<string, string>();
-
 function ipIdentity(request: LimitedRequest, { ipv6Subnet }: KeyOptions): string {
   const ip = request.ip;
-  const known = typeof ip === 'string' ? ipIdentities.get(ip) : undefined;
-  if (known !== undefined) return known;
-  const address = normalizeIp(ip, ipv6Subnet);
-  const identity = `ip:${address ?? 'unknown'}`;
-  if (address !== undefined && !address.includes('/')) {
-    if (ipIdentities.size >= CACHED_IPS) ipIdentities.clear();
-    ipIdentities.set(ip as string, identity);
-  }
-  return identity;
+  // an IPv4 address, most clients', is its own identity: checked in one pass, nothing kept for it
+  // (a cache of them cost a new client more than it spared a known one)
+  if (typeof ip === 'string' && isDottedQuad(ip)) return `ip:${ip}`;
+  return `ip:${normalizeIp(ip, ipv6Subnet) ?? 'unknown'}`;
 }
 
 function fromSource(

@@ -1,7 +1,11 @@
-import { isIPv4, isIPv6 } from 'node:net';
+import { isIPv6 } from 'node:net';
 
 /** The IPv6 prefix length clients are grouped by when none is given. */
 export const DEFAULT_IPV6_SUBNET = 64;
+
+/** Character codes of `.` and `0`. */
+const DOT = 0x2e;
+const ZERO = 0x30;
 
 /**
  * How `normalizeIp` writes an IPv6 client's group.
@@ -37,7 +41,7 @@ export function normalizeIp(
   // drop an IPv6 zone id (fe80::1%eth0); an address without one is taken as it is, with no array made
   const zone = ip.indexOf('%');
   const address = zone === -1 ? ip : ip.slice(0, zone);
-  if (isIPv4(address)) return address;
+  if (isDottedQuad(address)) return address;
   if (!isIPv6(address)) return undefined;
   const groups = expandIPv6(address);
   if (groups.slice(0, 5).every((g) => g === 0) && groups[5] === 0xffff) {
@@ -50,6 +54,32 @@ export function normalizeIp(
   // the module's prefix is at most 64 bits: the last four groups are 0
   const kept = masked.slice(0, 4).map((g) => g.toString(16));
   return `${kept.join(':')}::/${prefix}`;
+}
+
+/**
+ * Whether `text` is an IPv4 address in dotted decimal, as `net.isIPv4` has it (four numbers from
+ * 0 to 255, none with a leading zero): one pass over its characters, no regular expression.
+ */
+export function isDottedQuad(text: string): boolean {
+  if (text.length < 7 || text.length > 15) return false;
+  let dots = 0;
+  let digits = 0;
+  let value = 0;
+  for (let i = 0; i < text.length; i++) {
+    const code = text.charCodeAt(i);
+    if (code === DOT) {
+      if (digits === 0 || ++dots > 3) return false;
+      digits = 0;
+      value = 0;
+    } else if (code >= ZERO && code <= ZERO + 9) {
+      // a number's second digit after a 0 is a leading zero
+      if (digits > 0 && value === 0) return false;
+      value = value * 10 + code - ZERO;
+      if (value > 255) return false;
+      digits++;
+    } else return false;
+  }
+  return dots === 3 && digits > 0;
 }
 
 /** The eight 16-bit groups of a valid IPv6 address (checked by `isIPv6` before). */

@@ -1,9 +1,11 @@
+import { isIPv4 } from 'node:net';
 import type { ExecutionContext } from '@nestjs/common';
+import fc from 'fast-check';
 import type { Rule } from '../../../lib/algorithms/algorithm.types.js';
 import type { KeySource } from '../../../lib/policy/policy.types.js';
 import { bucketKey } from '../../../lib/keys/bucket-key.js';
 import { type LimitedRequest, resolveIdentity } from '../../../lib/keys/identity.js';
-import { normalizeIp } from '../../../lib/keys/ip.js';
+import { isDottedQuad, normalizeIp } from '../../../lib/keys/ip.js';
 import { MemoryStore } from '../../../lib/stores/memory/memory.store.js';
 
 describe('normalizeIp', () => {
@@ -106,5 +108,19 @@ describe('IP buckets, from req.ip to the store', () => {
     expect(identityOf(['ip'], { ip: 'not an ip', headers: {} })).toBe('ip:unknown');
     expect(identityOf(['user', 'api-key'], { headers: {} })).toBe('ip:unknown');
     expect(keyOf(undefined)).not.toBe(keyOf('0.0.0.0'));
+  });
+});
+
+describe('isDottedQuad', () => {
+  it('agrees with net.isIPv4 on anything made of digits and dots', () => {
+    const text = fc.stringMatching(/^[0-9.]{0,17}$/);
+    const quad = fc.tuple(...Array.from({ length: 4 }, () => fc.nat(300))).map((numbers) => numbers.join('.'));
+    const padded = quad.map((address) => address.replace(/(^|\.)(\d)/, '$10$2'));
+    fc.assert(
+      fc.property(fc.oneof(text, quad, padded, fc.string()), (candidate) => {
+        expect(isDottedQuad(candidate)).toBe(isIPv4(candidate));
+      }),
+      { numRuns: 20_000 },
+    );
   });
 });
