@@ -1,8 +1,8 @@
 /**
- * Builds an app for a Node process of its own: `lib/` and the fixture, transpiled file by file to
- * ESM (as ts-jest does for the suites, decorator metadata included), into a directory that
- * resolves packages through a symlink to this repository's node_modules. `npm test` type-checks
- * the sources.
+ * Builds an app for a Node process of its own: `lib/`, the fixture and what fixtures share,
+ * transpiled file by file to ESM (as ts-jest does for the suites, decorator metadata included),
+ * into a directory that resolves packages through a symlink to this repository's node_modules.
+ * `npm test` type-checks the sources.
  */
 import { mkdir, readdir, readFile, symlink, writeFile } from 'node:fs/promises';
 import { dirname, join, relative } from 'node:path';
@@ -10,8 +10,13 @@ import { fileURLToPath } from 'node:url';
 import ts from 'typescript';
 
 const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
+/** What the fixtures share besides `lib/`: how an app process serves and stops (see `serveUntilStopped`). */
+const SHARED = ['test/support/processes/app-main.ts'];
 
-/** Transpiles `lib/` and `fixture` (a path from the repository's root) into `outDir`; gives the fixture's built path. */
+/**
+ * Transpiles `lib/`, what the fixtures share and `fixture` (a path from the repository's root)
+ * into `outDir`; gives the fixture's built path.
+ */
 export async function buildApp(outDir: string, fixture: string): Promise<string> {
   const config = ts.readConfigFile(join(ROOT, 'tsconfig.json'), ts.sys.readFile);
   if (config.error) throw new Error(ts.flattenDiagnosticMessageText(config.error.messageText, '\n'));
@@ -30,7 +35,7 @@ export async function buildApp(outDir: string, fixture: string): Promise<string>
     .filter((file) => file.endsWith('.ts') && !file.endsWith('.d.ts') && !file.endsWith('.spec.ts'))
     .map((file) => join(ROOT, 'lib', file));
   const entry = join(ROOT, fixture);
-  for (const file of [...libFiles, entry]) {
+  for (const file of [...libFiles, ...SHARED.map((shared) => join(ROOT, shared)), entry]) {
     const { outputText, diagnostics = [] } = ts.transpileModule(await readFile(file, 'utf8'), {
       compilerOptions,
       fileName: file,

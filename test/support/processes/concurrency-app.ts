@@ -19,12 +19,12 @@
  * Prints `{"port":<n>}` once it listens; exits on SIGTERM or when its stdin ends.
  */
 import 'reflect-metadata';
-import type { Server } from 'node:http';
 import { Controller, Get, Headers, Module, Post, Query } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { Redis } from 'ioredis';
 import { RateLimit, RateLimitModule } from '../../../lib/index.js';
+import { runAppMain, serveUntilStopped } from './app-main.js';
 
 async function main(): Promise<void> {
   const url = process.env.REDIS_URL;
@@ -83,32 +83,12 @@ async function main(): Promise<void> {
   const app = await NestFactory.create(AppModule, new FastifyAdapter({ keepAliveTimeout: 120_000 }), {
     logger: ['error', 'warn'],
   });
-  await app.listen(0, '127.0.0.1');
-  const server = app.getHttpServer() as Server;
-  const address = server.address();
-  if (address === null || typeof address === 'string') throw new Error(`unexpected address ${String(address)}`);
-  process.stdout.write(`${JSON.stringify({ port: address.port })}\n`);
-
-  let closing = false;
-  const shutdown = async (): Promise<void> => {
-    if (closing) return;
-    closing = true;
-    for (const end of gates) end();
-    server.closeAllConnections();
-    await app.close();
-    await counter.quit();
-    process.exit(0);
-  };
-  process.once('SIGTERM', () => void shutdown());
-  process.once('SIGINT', () => void shutdown());
-  // the spec's process went away without stopping this one: do not outlive it
-  process.stdin.once('end', () => void shutdown());
-  process.stdin.resume();
+  await serveUntilStopped(app, {
+    beforeClose: () => {
+      for (const end of gates) end();
+    },
+    afterClose: () => counter.quit(),
+  });
 }
 
-main().catch((error: unknown) => {
-  process.stderr.write(
-    `concurrency-app failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
-  );
-  process.exit(1);
-});
+runAppMain('concurrency-app', main);

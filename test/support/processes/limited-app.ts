@@ -36,6 +36,7 @@ import { type Algorithm, RateLimit, type RateLimitPolicy, RateLimitModule } from
 import { Cluster as ValkeyCluster, Redis as Valkey } from 'iovalkey';
 import { createClient, createCluster } from 'redis';
 import type { RedisClient } from '../../../lib/stores/redis/redis-clients.js';
+import { runAppMain, serveUntilStopped } from './app-main.js';
 
 /**
  * The algorithms limited here: the rates, and a quota (100 a year: no period ends within a run).
@@ -151,33 +152,13 @@ async function main(): Promise<void> {
   const adapter = new FastifyAdapter({ keepAliveTimeout: 120_000 });
   const app = await NestFactory.create<NestFastifyApplication>(AppModule, adapter, { logger: ['error', 'warn'] });
   app.useGlobalFilters(new ReportServerErrors(app.getHttpAdapter()));
-  await app.listen(0, '127.0.0.1');
-  const server = app.getHttpServer();
-  const address = server.address();
-  if (address === null || typeof address === 'string') throw new Error(`unexpected server address ${String(address)}`);
-  process.stdout.write(`${JSON.stringify({ port: address.port })}\n`);
-
-  let closing = false;
-  const shutdown = async (): Promise<void> => {
-    if (closing) return;
-    closing = true;
-    // connections of requests still waiting their turn in a leaky bucket would hold close()
-    server.closeAllConnections();
-    await app.close();
-    if (cluster) await cluster.quit().catch(() => cluster.disconnect());
-    await own?.close();
-    process.exit(0);
-  };
-  process.once('SIGTERM', () => void shutdown());
-  process.once('SIGINT', () => void shutdown());
-  // the spec's process went away without stopping this one: do not outlive it
-  process.stdin.once('end', () => void shutdown());
-  process.stdin.resume();
+  // connections of requests still waiting their turn in a leaky bucket would hold close(): closed first
+  await serveUntilStopped(app, {
+    afterClose: async () => {
+      if (cluster) await cluster.quit().catch(() => cluster.disconnect());
+      await own?.close();
+    },
+  });
 }
 
-main().catch((error: unknown) => {
-  process.stderr.write(
-    `limited-app failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
-  );
-  process.exit(1);
-});
+runAppMain('limited-app', main);

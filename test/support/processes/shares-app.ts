@@ -21,7 +21,6 @@
  * Prints `{"port":<n>}` once it listens; exits on SIGTERM or when its stdin ends.
  */
 import 'reflect-metadata';
-import type { Server } from 'node:http';
 import { Controller, Get, Headers, Module, Query } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { ExpressAdapter } from '@nestjs/platform-express';
@@ -35,6 +34,7 @@ import {
   RateLimitStore,
   SkipRateLimit,
 } from '../../../lib/index.js';
+import { runAppMain, serveUntilStopped } from './app-main.js';
 
 /** Longest `GET /next-share` waits, ms. */
 const NEXT_SHARE_WAIT_MS = 10_000;
@@ -138,32 +138,9 @@ async function main(): Promise<void> {
     return decided;
   };
 
-  await app.listen(0, '127.0.0.1');
-  const server = app.getHttpServer() as Server;
+  const server = await serveUntilStopped(app);
   // keep-alive longer than the spec's pauses: it never finds its socket closed
   server.keepAliveTimeout = 120_000;
-  const address = server.address();
-  if (address === null || typeof address === 'string') throw new Error(`unexpected address ${String(address)}`);
-  process.stdout.write(`${JSON.stringify({ port: address.port })}\n`);
-
-  let closing = false;
-  const shutdown = async (): Promise<void> => {
-    if (closing) return;
-    closing = true;
-    server.closeAllConnections();
-    await app.close();
-    process.exit(0);
-  };
-  process.once('SIGTERM', () => void shutdown());
-  process.once('SIGINT', () => void shutdown());
-  // the spec's process went away without stopping this one: do not outlive it
-  process.stdin.once('end', () => void shutdown());
-  process.stdin.resume();
 }
 
-main().catch((error: unknown) => {
-  process.stderr.write(
-    `shares-app failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
-  );
-  process.exit(1);
-});
+runAppMain('shares-app', main);

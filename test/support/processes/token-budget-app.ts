@@ -18,7 +18,6 @@
  * Prints `{"port":<n>}` once it listens; exits on SIGTERM or when its stdin ends.
  */
 import 'reflect-metadata';
-import type { Server } from 'node:http';
 import { Body, Controller, Get, Module, Post, Query } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { ExpressAdapter } from '@nestjs/platform-express';
@@ -31,6 +30,7 @@ import {
   type RateLimitPolicy,
   RedisStore,
 } from '../../../lib/index.js';
+import { runAppMain, serveUntilStopped } from './app-main.js';
 
 const SPEND = {
   name: 'spend',
@@ -111,32 +111,12 @@ async function main(): Promise<void> {
     adapter === 'fastify' ? new FastifyAdapter({ keepAliveTimeout: 120_000 }) : new ExpressAdapter(),
     { logger: ['error', 'warn'] },
   );
-  await app.listen(0, '127.0.0.1');
-  const server = app.getHttpServer() as Server;
-  const address = server.address();
-  if (address === null || typeof address === 'string') throw new Error(`unexpected address ${String(address)}`);
-  process.stdout.write(`${JSON.stringify({ port: address.port })}\n`);
-
-  let closing = false;
-  const shutdown = async (): Promise<void> => {
-    if (closing) return;
-    closing = true;
-    server.closeAllConnections();
-    await app.close();
-    await store.close();
-    await client.quit();
-    process.exit(0);
-  };
-  process.once('SIGTERM', () => void shutdown());
-  process.once('SIGINT', () => void shutdown());
-  // the spec's process went away without stopping this one: do not outlive it
-  process.stdin.once('end', () => void shutdown());
-  process.stdin.resume();
+  await serveUntilStopped(app, {
+    afterClose: async () => {
+      await store.close();
+      await client.quit();
+    },
+  });
 }
 
-main().catch((error: unknown) => {
-  process.stderr.write(
-    `token-budget-app failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
-  );
-  process.exit(1);
-});
+runAppMain('token-budget-app', main);

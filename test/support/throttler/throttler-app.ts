@@ -15,12 +15,12 @@
  * exits on SIGTERM or when its stdin ends.
  */
 import 'reflect-metadata';
-import type { Server } from 'node:http';
 import { Controller, Get, Module } from '@nestjs/common';
 import { APP_GUARD, NestFactory } from '@nestjs/core';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
 import * as nt from '@nestjs/throttler';
 import * as ours from '../../../lib/throttler/index.js';
+import { runAppMain, serveUntilStopped } from '../processes/app-main.js';
 
 const LIMIT = 100;
 const HOUR_MS = 3_600_000;
@@ -63,28 +63,7 @@ async function main(): Promise<void> {
   const app = await NestFactory.create(AppModule, new FastifyAdapter({ keepAliveTimeout: 120_000 }), {
     logger: ['error', 'warn'],
   });
-  await app.listen(0, '127.0.0.1');
-  const server = app.getHttpServer() as Server;
-  const address = server.address();
-  if (address === null || typeof address === 'string') throw new Error(`unexpected address ${String(address)}`);
-  process.stdout.write(`${JSON.stringify({ port: address.port })}\n`);
-
-  let closing = false;
-  const shutdown = async (): Promise<void> => {
-    if (closing) return;
-    closing = true;
-    server.closeAllConnections();
-    await app.close();
-    process.exit(0);
-  };
-  process.once('SIGTERM', () => void shutdown());
-  process.stdin.once('end', () => void shutdown());
-  process.stdin.resume();
+  await serveUntilStopped(app);
 }
 
-main().catch((error: unknown) => {
-  process.stderr.write(
-    `throttler-app failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
-  );
-  process.exit(1);
-});
+runAppMain('throttler-app', main);
