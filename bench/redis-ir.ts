@@ -486,6 +486,22 @@ async function countInstructions(
   storeOptions: Measurement['storeOptions'],
   work?: (port: number) => Promise<void>,
 ): Promise<number> {
+  const { ir } = await underCallgrind(context, dir, async (url, port) => {
+    await setUp(url, setup, storeOptions);
+    if (work) await work(port);
+  });
+  return ir;
+}
+
+/**
+ * The instructions a redis-server under callgrind, started on a free port, ran from its start to
+ * its `SHUTDOWN NOSAVE`, with what `work` did against it meanwhile (bench/shares.ts counts so too).
+ */
+export async function underCallgrind<T>(
+  context: BenchContext,
+  dir: string,
+  work: (url: string, port: number) => Promise<T>,
+): Promise<{ ir: number; result: T }> {
   const port = await freePort();
   const outFile = join(dir, `callgrind.${port}.out`);
   const server = spawn(
@@ -493,17 +509,8 @@ async function countInstructions(
     [
       '--tool=callgrind',
       `--callgrind-out-file=${outFile}`,
-      'redis-server',
-      '--port',
-      String(port),
-      '--bind',
-      '127.0.0.1',
-      '--save',
-      '',
-      '--appendonly',
-      'no',
-      '--loglevel',
-      'warning',
+      ...['redis-server', '--port', String(port), '--bind', '127.0.0.1'],
+      ...['--save', '', '--appendonly', 'no', '--loglevel', 'warning'],
     ],
     { stdio: ['ignore', 'ignore', 'pipe'] },
   );
@@ -513,17 +520,16 @@ async function countInstructions(
   const exited = new Promise<void>((resolve) => server.once('exit', () => resolve()));
   try {
     await waitForPing(port, server, () => output);
-    await setUp(`redis://127.0.0.1:${port}`, setup, storeOptions);
-    if (work) await work(port);
+    const result = await work(`redis://127.0.0.1:${port}`, port);
     execFileSync('redis-cli', ['-h', '127.0.0.1', '-p', String(port), 'SHUTDOWN', 'NOSAVE'], { stdio: 'ignore' });
     await exited;
+    const summary = /^(?:summary|totals): (\d+)/m.exec(await readFile(outFile, 'utf8'));
+    if (!summary) throw new Error(`no summary in ${outFile}; valgrind said: ${output.trim()}`);
+    return { ir: Number(summary[1]), result };
   } finally {
     server.kill('SIGKILL');
     context.children.delete(server);
   }
-  const summary = /^(?:summary|totals): (\d+)/m.exec(await readFile(outFile, 'utf8'));
-  if (!summary) throw new Error(`no summary in ${outFile}; valgrind said: ${output.trim()}`);
-  return Number(summary[1]);
 }
 
 /** Waits until the server answers PING (a refused connection costs it nothing, so polling adds no instructions). */

@@ -31,16 +31,16 @@
  * Every process's rate (its answered decisions over its span) is reported, with the load
  * average at the run's start: 4 instances and Redis share the machine's cores.
  */
-import { type ChildProcess, execFileSync, fork, spawn, spawnSync } from 'node:child_process';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { type ChildProcess, fork, spawnSync } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import type { RateLimitPolicy } from 'nestjs-ratelimit';
-import { freePort } from '../test/support/redis/process.js';
 import type { BenchContext, ComparisonReport } from './comparison.js';
+import { underCallgrind } from './redis-ir.js';
 import { LATE_MS, type LoadOrder, type LoadResult } from './shares-load.js';
 import {
   formatRate,
@@ -96,8 +96,6 @@ const IDLE: LoadShape = { ...UNDER_CALLGRIND, perSecond: 0 };
 
 /** How long an instance may take to start, ms. */
 const START_TIMEOUT_MS = 30_000;
-/** How long a redis-server under valgrind may take to answer PING, ms. */
-const VALGRIND_START_MS = 60_000;
 /**
  * A run under callgrind counts only when every process was answered at this part of its rate at
  * least; else it is run again, up to `IR_ATTEMPTS` in all. A Redis that falls behind batches
@@ -338,56 +336,6 @@ async function scriptCalls(client: Redis): Promise<number> {
   for (const [, count] of info.matchAll(/^cmdstat_(?:eval|evalsha|fcall)(?:_ro)?:calls=(\d+)/gm))
     calls += Number(count);
   return calls;
-}
-
-/**
- * The instructions a redis-server under callgrind ran from its start to its `SHUTDOWN NOSAVE`
- * (as bench/redis-ir.ts counts them), with what `work` did against it meanwhile.
- */
-async function underCallgrind<T>(
-  context: BenchContext,
-  dir: string,
-  work: (url: string) => Promise<T>,
-): Promise<{ ir: number; result: T }> {
-  const port = await freePort();
-  const outFile = join(dir, `callgrind.${port}.out`);
-  const server = spawn(
-    'valgrind',
-    [
-      '--tool=callgrind',
-      `--callgrind-out-file=${outFile}`,
-      ...['redis-server', '--port', String(port), '--bind', '127.0.0.1'],
-      ...['--save', '', '--appendonly', 'no', '--loglevel', 'warning'],
-    ],
-    { stdio: ['ignore', 'ignore', 'pipe'] },
-  );
-  let output = '';
-  server.stderr.on('data', (chunk: Buffer) => (output = (output + chunk.toString()).slice(-2_000)));
-  context.children.add(server);
-  const exited = new Promise<void>((resolve) => server.once('exit', () => resolve()));
-  try {
-    await waitForPing(port, server, () => output);
-    const result = await work(`redis://127.0.0.1:${port}`);
-    execFileSync('redis-cli', ['-h', '127.0.0.1', '-p', String(port), 'SHUTDOWN', 'NOSAVE'], { stdio: 'ignore' });
-    await exited;
-    const summary = /^(?:summary|totals): (\d+)/m.exec(await readFile(outFile, 'utf8'));
-    if (!summary) throw new Error(`no summary in ${outFile}; valgrind said: ${output.trim()}`);
-    return { ir: Number(summary[1]), result };
-  } finally {
-    server.kill('SIGKILL');
-    context.children.delete(server);
-  }
-}
-
-/** Waits until the server answers PING (a refused connection costs it nothing). */
-async function waitForPing(port: number, server: ChildProcess, output: () => string): Promise<void> {
-  const deadline = Date.now() + VALGRIND_START_MS;
-  while (Date.now() < deadline && server.exitCode === null) {
-    const ping = spawnSync('redis-cli', ['-h', '127.0.0.1', '-p', String(port), 'PING'], { encoding: 'utf8' });
-    if (ping.stdout.trim() === 'PONG') return;
-    await sleep(100);
-  }
-  throw new Error(`redis-server under valgrind did not answer on port ${port}: ${output().trim()}`);
 }
 
 /** `4 processes x 2,000 decisions/s on one key for 60 s, token bucket rps 4,000 burst 4,000, store timeout 1,000 ms`. */
