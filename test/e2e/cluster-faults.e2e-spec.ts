@@ -226,7 +226,7 @@ describe.each(['ioredis', ...OTHER_CLIENTS] as const)('on %s clients', (client) 
     await stopRedisGroup(cluster);
   });
 
-  it('a graceful failover (CLUSTER FAILOVER), 5 times in turn on each master: no failMode answer', async () => {
+  it('a graceful failover (CLUSTER FAILOVER), 5 times in turn on each master: no failMode answer while Redis answers within the timeout', async () => {
     const local = await connect();
     const run = await loadProcesses(picksByMaster(local, `rl-graceful-${randomUUID().slice(0, 8)}:`)).finally(() =>
       local.close(),
@@ -234,6 +234,8 @@ describe.each(['ioredis', ...OTHER_CLIENTS] as const)('on %s clients', (client) 
     const pairs = [0, 1, 2].map((k) => [cluster.members[k].port, cluster.members[k + 3].port]);
     try {
       const took: number[] = [];
+      /** Failovers that took longer than the module's timeout, `performance.now()` from the command to the end. */
+      const slow: { from: number; to: number }[] = [];
       for (let k = 0; k < 5; k++) {
         // a master votes for one failover of a given master's slots per 2 node timeouts: each pair in turn
         const pair = pairs[k % 3];
@@ -247,17 +249,24 @@ describe.each(['ioredis', ...OTHER_CLIENTS] as const)('on %s clients', (client) 
           const link = parseInfo(String(await redisCommand(from, ['INFO', 'replication']))).master_link_status;
           return role === 'master' && link === 'up' ? '' : `${to} is a ${role}, ${from}'s link to a master is ${link}`;
         });
-        took.push(Math.round(performance.now() - started));
+        const ended = performance.now();
+        took.push(Math.round(ended - started));
+        if (ended - started > TIMEOUT) slow.push({ from: started, to: ended });
       }
       await delay(300);
       const seen = await run.stop();
       const failMode = seen.filter((s) => s.answer === 'failMode');
+      // a failover that itself took longer than the timeout (on a loaded machine Redis's own write
+      // pause can) may hold a call past it, and `failMode` is then the answer the module owes; a
+      // call that met a failover done within the timeout must have been answered by Redis
+      const unexplained = failMode.filter((s) => !slow.some(({ from, to }) => s.start < to && s.end > from));
       const slowest = Math.max(...seen.map((s) => s.end - s.start));
       console.log(
         `5 failovers (${took.join(', ')} ms each, the old master a replica again included): ` +
-          `${seen.length} decisions, ${failMode.length} failMode, the slowest ${Math.round(slowest)} ms`,
+          `${seen.length} decisions, ${failMode.length} failMode (${unexplained.length} outside a failover ` +
+          `slower than the ${TIMEOUT} ms timeout), the slowest ${Math.round(slowest)} ms`,
       );
-      expect(failMode.length).toBe(0);
+      expect(unexplained).toEqual([]);
     } finally {
       run.kill();
     }
