@@ -245,6 +245,45 @@ describe("a Cluster's replica, and the master it becomes (own cluster: a master 
       cluster.disconnect();
     }
   });
+
+  it('a replica the client does not know, when the store starts or dropped later, is learned again and connected', async () => {
+    const roles = await Promise.all(
+      started.nodes.map(async ({ port }) => ((await redisCommand(port, ['ROLE'])) as [string])[0]),
+    );
+    const master = started.nodes[roles.indexOf('master')];
+    const replica = started.nodes.find(({ port }) => port !== master.port)!;
+    await waitUntil('CLUSTER SLOTS to list the replica', 5_000, async () => {
+      const servers = await listed(master.port);
+      return servers.length === 2 ? '' : `${servers.length} listed`;
+    });
+    // no refresh of the slots meanwhile: nothing the client does itself learns them again
+    const cluster = new Cluster([master], { slotsRefreshInterval: 60_000 });
+    /** The client drops a node whose connection ended (it never reconnects one), as one that CLUSTER SLOTS leaves out. */
+    const drop = async () => {
+      const dropped = new Promise((resolve) => cluster.once('-node', resolve));
+      await redisCommand(replica.port, ['CLIENT', 'KILL', 'TYPE', 'normal']);
+      await dropped;
+      expect(cluster.nodes('slave')).toEqual([]);
+    };
+    const connected = () =>
+      waitUntil('the replica known and connected again', 5_000, async () =>
+        cluster.nodes('slave').some(({ status }) => status === 'ready') ? '' : 'not yet',
+      );
+    try {
+      await new Promise((resolve) => cluster.once('ready', resolve));
+      await cluster.nodes('slave')[0].connect();
+      const listeners = cluster.listenerCount('-node');
+      await drop();
+      const store = new RedisStore({ client: cluster, clock: 'app' });
+      await connected();
+      await drop();
+      await connected();
+      await store.close();
+      expect(cluster.listenerCount('-node')).toBe(listeners);
+    } finally {
+      cluster.disconnect();
+    }
+  });
 });
 
 describe('the stores of one client (own redis-server)', () => {
