@@ -10,8 +10,9 @@
  * store requests; worker k takes picks k, k + WORKERS, ... round and round).
  *
  * Prints `{"ready":true}` once its client is ready and the load runs; after a line `stop` on
- * stdin, one line `{"seen":[[start, end, pick, answer], ...]}` (times in ms since the Unix epoch,
- * `performance.timeOrigin` based; answer 0 admitted, 1 refused, 2 failMode) and exits.
+ * stdin, one line `{"seen":[[start, end, pick, answer, why?], ...]}` (times in ms since the Unix epoch,
+ * `performance.timeOrigin` based; answer 0 admitted, 1 refused, 2 failMode, then why: `<reason> at
+ * <node>: <message>`) and exits.
  */
 import { createInterface } from 'node:readline';
 import { Cluster } from 'ioredis';
@@ -64,21 +65,23 @@ async function main(): Promise<void> {
     timeout: Number(process.env.TIMEOUT_MS),
     failMode: 'closed',
   });
-  const seen: [number, number, number, number][] = [];
+  const seen: [number, number, number, number, string?][] = [];
   let running = true;
   const worker = async (offset: number) => {
     for (let i = offset; running; i += workers) {
       const pick = i % picks.length;
       const start = now();
       let answer: number;
+      let why: string | undefined;
       try {
         const decisions = await calls.consume(picks[pick]);
         answer = decisions.every((decision) => decision.allowed) ? 0 : 1;
       } catch (error) {
         if (!(error instanceof RateLimitStoreError)) throw error;
         answer = 2;
+        why = `${error.reason} at ${error.node ?? 'the store'}: ${error.message}${error.cause instanceof Error ? ` (${error.cause.message})` : ''}`;
       }
-      seen.push([start, now(), pick, answer]);
+      seen.push(why === undefined ? [start, now(), pick, answer] : [start, now(), pick, answer, why]);
       await new Promise((resolve) => setTimeout(resolve, PACE_MS));
     }
   };
