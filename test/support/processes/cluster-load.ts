@@ -10,9 +10,9 @@
  * store requests; worker k takes picks k, k + WORKERS, ... round and round).
  *
  * Prints `{"ready":true}` once its client is ready and the load runs; after a line `stop` on
- * stdin, one line `{"seen":[[start, end, pick, answer, why?], ...]}` (times in ms since the Unix epoch,
- * `performance.timeOrigin` based; answer 0 admitted, 1 refused, 2 failMode, then why: `<reason> at
- * <node>: <message>`) and exits.
+ * stdin, one line `{"seen":[[start, end, pick, answer, why?], ...]}` (times in ms since the Unix
+ * epoch, `performance.timeOrigin` based; answer 0 admitted, 1 refused, 2 failMode, and for
+ * `failMode` why: `<reason> at <node>: <message>`) and exits.
  */
 import { createInterface } from 'node:readline';
 import { Cluster } from 'ioredis';
