@@ -97,9 +97,10 @@ const RELEARN_AT_MS = [250, 500, 1_000, 2_000, 4_000, 8_000, 16_000];
  * failover's `MOVED` (the client then drops it). A failover that makes such a node master finds
  * it unknown: the calls that meet it wait for the client to learn the slots and connect (95 ms
  * more, measured under load), and the client learns the slots only when a call meets `MOVED`. So
- * the client learns them again 0.25, 0.5, 1, 2, 4, 8 and 16 s after the store starts using it and
- * after it drops a node (seven `CLUSTER SLOTS` per change of its nodes): a failover's old master
- * was listed again between 0.25 and 1 s after it was dropped, measured under load.
+ * the client learns them again 0.25, 0.5, 1, 2, 4, 8 and 16 s after it is ready (when the store
+ * starts using it, or later) and after it drops a node (seven `CLUSTER SLOTS` per change of its
+ * nodes): a failover's old master was listed again between 0.25 and 1 s after it was dropped,
+ * measured under load.
  */
 function keepConnected(cluster: Cluster, nodes: ClusterNodes): () => void {
   const connect = (node: Redis) => {
@@ -120,14 +121,17 @@ function keepConnected(cluster: Cluster, nodes: ClusterNodes): () => void {
     );
     timer.unref();
   };
-  const dropped = () => learnAgain();
+  const changed = () => learnAgain();
   cluster.on('+node', connect);
-  cluster.on('-node', dropped);
+  cluster.on('-node', changed);
+  // a client left to connect on its first call (lazyConnect) is left alone until it is ready
+  cluster.on('ready', changed);
   cluster.nodes('all').forEach(connect);
-  learnAgain();
+  if (cluster.status === 'ready') learnAgain();
   return () => {
     cluster.off('+node', connect);
-    cluster.off('-node', dropped);
+    cluster.off('-node', changed);
+    cluster.off('ready', changed);
     // a round whose slots are being learned stops there
     rounds++;
     clearTimeout(timer);
