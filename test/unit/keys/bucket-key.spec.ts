@@ -70,6 +70,18 @@ describe('bucketKey', () => {
     );
   });
 
+  it('remembers digests without mixing them up: identities that take each other’s cache slots get their own', () => {
+    // more identities than the cache has slots, asked for twice in turn: many share a slot, each
+    // evicting the other, and every answer, remembered or hashed again, is the identity's own
+    const reference = (identity: string) => createHash('sha256').update(identity).digest().toString('base64url', 0, 12);
+    const identities = Array.from({ length: 40_000 }, (_, i) => `ip:10.${i >> 8}.${i & 0xff}.1`);
+    for (let round = 0; round < 2; round++)
+      for (const identity of identities)
+        if (digest(identity) !== reference(identity)) expect(digest(identity)).toBe(reference(identity));
+    // the same text built anew is the same identity
+    expect(digest(['user:', '42'].join(''))).toBe(digest('user:42'));
+  });
+
   it('gives distinct identities distinct keys', () => {
     fc.assert(
       fc.property(fc.uniqueArray(fc.string(), { minLength: 2, maxLength: 200 }), (identities) => {
