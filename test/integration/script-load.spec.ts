@@ -187,6 +187,21 @@ describe("a Cluster's replica, and the master it becomes (own cluster: a master 
         parseInfo(String(await redisCommand(port, ['INFO', 'errorstats']))).errorstat_MOVED ?? '',
       )?.[1] ?? 0,
     );
+  /** The master and its replica as the tests before left them, once CLUSTER SLOTS lists the replica. */
+  const listedPair = async () => {
+    const roles = await Promise.all(
+      started.nodes.map(async ({ port }) => ((await redisCommand(port, ['ROLE'])) as [string])[0]),
+    );
+    const master = started.nodes[roles.indexOf('master')];
+    const replica = started.nodes.find(({ port }) => port !== master.port)!;
+    // Redis lists a replica for its slots once it has replicated something
+    await redisCommand(master.port, ['SET', 'replicated', '1']);
+    await waitUntil('CLUSTER SLOTS to list the replica', 5_000, async () => {
+      const servers = await listed(master.port);
+      return servers.length === 2 ? '' : `${servers.length} listed`;
+    });
+    return { master, replica };
+  };
 
   it('a failover to a master the client has not met: the call meets MOVED once, and waits for the client to learn the slots', async () => {
     const [master, replica] = started.nodes;
@@ -215,18 +230,7 @@ describe("a Cluster's replica, and the master it becomes (own cluster: a master 
   });
 
   it('a replica is kept connected while a store uses the client, so that a failover finds its new master connected', async () => {
-    // the roles as the last test left them, or as started
-    const ports = await Promise.all(
-      started.nodes.map(async ({ port }) => [port, ((await redisCommand(port, ['ROLE'])) as [string])[0]] as const),
-    );
-    const master = started.nodes[ports.findIndex(([, role]) => role === 'master')];
-    const replica = started.nodes.find(({ port }) => port !== master.port)!;
-    // Redis lists a replica for its slots once it has replicated something
-    await redisCommand(master.port, ['SET', 'replicated', '1']);
-    await waitUntil('CLUSTER SLOTS to list the replica', 5_000, async () => {
-      const servers = await listed(master.port);
-      return servers.length === 2 ? '' : `${servers.length} listed`;
-    });
+    const { master, replica } = await listedPair();
     // from the master alone, and no refresh of the slots meanwhile: nothing the client does itself would send to the replica
     const cluster = new Cluster([master], { slotsRefreshInterval: 60_000 });
     try {
@@ -247,15 +251,7 @@ describe("a Cluster's replica, and the master it becomes (own cluster: a master 
   });
 
   it('a replica the client does not know, when the store starts or dropped later, is learned again and connected', async () => {
-    const roles = await Promise.all(
-      started.nodes.map(async ({ port }) => ((await redisCommand(port, ['ROLE'])) as [string])[0]),
-    );
-    const master = started.nodes[roles.indexOf('master')];
-    const replica = started.nodes.find(({ port }) => port !== master.port)!;
-    await waitUntil('CLUSTER SLOTS to list the replica', 5_000, async () => {
-      const servers = await listed(master.port);
-      return servers.length === 2 ? '' : `${servers.length} listed`;
-    });
+    const { master, replica } = await listedPair();
     // no refresh of the slots meanwhile: nothing the client does itself learns them again
     const cluster = new Cluster([master], { slotsRefreshInterval: 60_000 });
     /** The client drops a node whose connection ended (it never reconnects one), as one that CLUSTER SLOTS leaves out. */
