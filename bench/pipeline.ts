@@ -10,12 +10,21 @@
  * process has one (in a process that had made the others' apps too, the framework's code would
  * have met every app's request objects and grown slower for all of them, and each run would
  * inherit the garbage and the JIT's guesses of the one before). It warms the app up with
- * `WARM_UP` requests, then injects `REQUESTS` more, `IN_FLIGHT` at a time as the HTTP bench's
- * connections send them, and reports its own CPU (user + system, every thread: the collector's
- * too) and the bytes it allocated (see `allocationMeter`) over them. A count, not BENCH_SECONDS:
- * every contender answers as many requests, so a new client's store holds as many buckets
- * whatever its speed, and a Redis contender, slower in wall time, is as warm when its timing
- * starts. The bench Redis is flushed before each run.
+ * `WARM_UP` requests, then answers `REQUESTS` more in batches of `BATCH`, `IN_FLIGHT` at a time
+ * as the HTTP bench's connections send them, and reports its own CPU (user + system, every
+ * thread: the collector's too) and the bytes it allocated (see `allocationMeter`) over them. A
+ * count, not BENCH_SECONDS: every contender answers as many requests, so a new client's store
+ * holds as many buckets whatever its speed, and a Redis contender, slower in wall time, is as
+ * warm when its timing starts.
+ *
+ * The runs of one adapter and one kind of client are alive together, pinned to one CPU (see
+ * `PINNED_CPU`), and take turns, a batch each (about 50 ms), in an order that rotates, so they
+ * are timed over the same seconds on the same CPU: this machine's speed moves from one second to
+ * the next, and the batches of runs alive together rise and fall together. Even so a request's CPU
+ * moves by 5 to 10 % from one process to the next, more than the targets' few µs, so the targets
+ * read each contender's best round; the time inside the guard's `canActivate` (see `timedGuard`)
+ * moves by less and is printed beside it. The bench Redis is flushed before each group.
+ *
  * Two kinds of client:
  *
  * - `known`: every request from one IP address, as a client that comes back;
@@ -27,25 +36,26 @@
  *
  * Targets: ours below @nestjs/throttler in every cell (adapter, store, client), CPU per request;
  * and on the memory store, ours at most 3 µs (known client) and 6 µs (new client) of CPU per
- * request above the headers-only guard of the same clients.
+ * request above the headers-only guard of the same clients (each contender's best round).
  *
- *   node pipeline.js <express|fastify> <variant> <known|new>      (BENCH_REDIS_URL: the bench's Redis)
+ *   node pipeline.js <express|fastify> <variant> <known|new>      (BENCH_REDIS_URL: the bench's Redis; with an IPC channel)
  */
-import { fork } from 'node:child_process';
+import { type ChildProcess, fork } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { GCProfiler, getHeapStatistics } from 'node:v8';
-import type { INestApplication } from '@nestjs/common';
+import type { ExecutionContext, INestApplication } from '@nestjs/common';
 import type { NestFastifyApplication } from '@nestjs/platform-fastify';
 import inject, { type InjectOptions, type Response } from 'light-my-request';
 import type { BenchContext, ComparisonReport } from './comparison.js';
-import { type Adapter, ADAPTERS, benchApp, type Variant, VARIANTS } from './server.js';
+import { RateLimitGuard } from 'nestjs-ratelimit';
+import { type Adapter, ADAPTERS, benchApp, HeadersOnlyGuard, type Variant, VARIANTS } from './server.js';
 import {
-  type Contender,
   formatRate,
   markdownTable,
-  medianCpu,
   medianRate,
   type RatioRow,
   type Sample,
@@ -62,6 +72,8 @@ const COMPARISON = 'pipeline';
 const WARM_UP = 16_000;
 /** Requests of each run's timed part. */
 const REQUESTS = 16_000;
+/** Requests a run answers in its turn (see the top of this file). */
+const BATCH = 500;
 /**
  * Requests in flight at once, as the HTTP bench's 64 connections keep them: what a busy server's
  * limiter works under (a store that sends requests arriving together in one call does so here).
@@ -70,7 +82,15 @@ const IN_FLIGHT = 64;
 const CLIENTS = ['known', 'new'] as const;
 type Client = (typeof CLIENTS)[number];
 const SCRIPT = fileURLToPath(import.meta.url);
-/** How long a run may take, start to report, before it is killed. */
+/**
+ * The CPU every run is pinned to, the last: on this machine a process was 30 to 60 % slower than
+ * another for as long as the scheduler kept it on one CPU rather than the other, so runs that
+ * take turns on one CPU meet the same speed. (Redis stays free to run on another.)
+ */
+const PINNED_CPU = availableParallelism() - 1;
+/** util-linux's `taskset`, which pins a run to `PINNED_CPU`; without it, runs go where the kernel puts them. */
+const TASKSET = ['/usr/bin/taskset', '/bin/taskset'].find((path) => existsSync(path));
+/** How long a run may take to start and warm up, or to answer a batch, before it is killed. */
 const RUN_TIMEOUT_MS = 120_000;
 
 /** µs of CPU per request that ours may spend above the headers-only guard on the memory store, per client. */
@@ -176,97 +196,235 @@ async function injecting(
   return counts;
 }
 
-/** One run, in this process (forked by `runOf`): the app made, warmed up, timed, closed. */
-async function measure(adapter: Adapter, variant: Variant, client: Client, redisUrl: string): Promise<Sample> {
-  const { app, dispatch } = await started(adapter, variant, redisUrl);
-  try {
-    await injecting(dispatch, variant, client, WARM_UP);
-    globalThis.gc?.();
-    const meter = allocationMeter();
-    const cpuBefore = process.cpuUsage();
+/** The count of a run's µs inside its guard's `canActivate` (see `timedGuard`). */
+const GUARD_US = 'guard µs';
+
+/**
+ * Times the guard's `canActivate` of a variant that decides at once (ours on memory, headers-only):
+ * its ms, added up until reset. Steadier than the process's CPU, which moves by more than the
+ * guard costs from one process to the next (see the top of this file), it shows what the guard
+ * itself costs among the pipeline's code, the collections it sets off included. Two
+ * `performance.now()` calls a request, in both.
+ */
+function timedGuard(variant: Variant): { ms: number } {
+  const timed = { ms: 0 };
+  const guard = variant === 'ours-memory' ? RateLimitGuard : variant === 'headers-only' ? HeadersOnlyGuard : undefined;
+  if (guard === undefined) return timed;
+  const { canActivate } = guard.prototype;
+  guard.prototype.canActivate = function (this: InstanceType<typeof guard>, context: ExecutionContext) {
     const startedAt = performance.now();
-    const counts = await injecting(dispatch, variant, client, REQUESTS);
-    const seconds = (performance.now() - startedAt) / 1000;
-    const { user, system } = process.cpuUsage(cpuBefore);
-    const allocated = meter.stop();
-    return {
-      perSecond: counts.requests / seconds,
-      cpu: (user + system) / counts.requests,
-      counts: { ...counts, allocated },
-    };
-  } finally {
-    await app.close();
+    try {
+      return canActivate.call(this, context);
+    } finally {
+      timed.ms += performance.now() - startedAt;
+    }
+  };
+  return timed;
+}
+
+/** What the bench asks of a run: a batch of requests, or its end. */
+type Ask = { batch: number } | { end: true };
+/** What a run answers: it is warmed up; a batch's CPU (µs), wall time (ms) and counts; its end's bytes allocated. */
+type Answer = { ready: true } | { cpu: number; ms: number; counts: Record<string, number> } | { allocated: number };
+
+/**
+ * One run, in this process (forked by `Run.start`): the app made and warmed up, then batches
+ * answered as the bench asks for them, then closed. The allocation meter runs from the first
+ * batch to the end; the process does nothing in between.
+ */
+async function serve(adapter: Adapter, variant: Variant, client: Client, redisUrl: string): Promise<void> {
+  const guard = timedGuard(variant);
+  const { app, dispatch } = await started(adapter, variant, redisUrl);
+  // no collection forced after it: one (gc()) had the first 16,000 timed requests run partly
+  // unoptimized again, ours 7 to 8.5 µs in canActivate instead of 3 to 3.5
+  await injecting(dispatch, variant, client, WARM_UP);
+  let meter: { stop(): number } | undefined;
+  const tell = (answer: Answer) => process.send?.(answer);
+  process.on('message', (ask: Ask) => {
+    if ('batch' in ask) {
+      meter ??= allocationMeter();
+      const cpuBefore = process.cpuUsage();
+      const startedAt = performance.now();
+      guard.ms = 0;
+      void injecting(dispatch, variant, client, ask.batch).then((counts) => {
+        const ms = performance.now() - startedAt;
+        const { user, system } = process.cpuUsage(cpuBefore);
+        tell({ cpu: user + system, ms, counts: { ...counts, [GUARD_US]: guard.ms * 1000 } });
+      });
+      return;
+    }
+    const allocated = meter?.stop() ?? 0;
+    void app.close().then(() => process.send?.({ allocated } satisfies Answer, () => process.exit(0)));
+  });
+  tell({ ready: true });
+}
+
+/** A load's run: this file forked, asked for batches, its sample added up. */
+class Run {
+  private readonly totals: Record<string, number> = { cpu: 0, ms: 0 };
+  private constructor(
+    readonly load: Load,
+    private readonly child: ChildProcess,
+  ) {}
+
+  /** Forks the run of `load` and waits until it has warmed up. */
+  static async start(load: Load, context: BenchContext): Promise<Run> {
+    // the collector and the compiler on the main thread: their helper threads' CPU, counted
+    // too, moved one contender's figure by 10 % or more from run to run, by when they were scheduled
+    const flags = ['--single-threaded'];
+    const child = fork(SCRIPT, [load.adapter, load.variant, load.client], {
+      env: { ...process.env, BENCH_REDIS_URL: context.redis.url },
+      // every run on one CPU (see PINNED_CPU)
+      ...(TASKSET === undefined
+        ? { execArgv: flags }
+        : { execPath: TASKSET, execArgv: ['-c', String(PINNED_CPU), process.execPath, ...flags] }),
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    });
+    context.children.add(child);
+    child.once('exit', () => context.children.delete(child));
+    const run = new Run(load, child);
+    await run.next();
+    return run;
+  }
+
+  /** Has the run answer `requests` more, adding up its CPU, time and counts. */
+  async batch(requests: number): Promise<void> {
+    this.child.send({ batch: requests } satisfies Ask);
+    const answer = (await this.next()) as Extract<Answer, { cpu: number }>;
+    this.totals.cpu += answer.cpu;
+    this.totals.ms += answer.ms;
+    for (const [name, count] of Object.entries(answer.counts)) this.totals[name] = (this.totals[name] ?? 0) + count;
+  }
+
+  /** Ends the run: its sample, over every batch. */
+  async end(): Promise<Sample> {
+    this.child.send({ end: true } satisfies Ask);
+    const { allocated } = (await this.next()) as Extract<Answer, { allocated: number }>;
+    if (this.child.exitCode === null && this.child.signalCode === null)
+      await new Promise((resolve) => this.child.once('exit', resolve));
+    const { cpu, ms, ...counts } = this.totals;
+    return { perSecond: counts.requests / (ms / 1000), cpu: cpu / counts.requests, counts: { ...counts, allocated } };
+  }
+
+  /** Kills the run (a group that failed). */
+  kill(): void {
+    this.child.kill('SIGKILL');
+  }
+
+  /** The run's next answer, within `RUN_TIMEOUT_MS`. */
+  private next(): Promise<Answer> {
+    const { child, load } = this;
+    return new Promise<Answer>((resolve, reject) => {
+      const timer = setTimeout(() => child.kill('SIGKILL'), RUN_TIMEOUT_MS);
+      const exited = (code: number | null, signal: string | null) => {
+        clearTimeout(timer);
+        reject(new Error(`${load.name}: the run exited (${signal ?? code}) without answering`));
+      };
+      child.once('exit', exited);
+      child.once('message', (answer) => {
+        clearTimeout(timer);
+        child.off('exit', exited);
+        resolve(answer as Answer);
+      });
+    });
   }
 }
 
-/** A contender's run: this file forked for its load on a flushed Redis, its sample read back. */
-function runOf(load: Load, context: BenchContext): Contender {
-  return {
-    name: load.name,
-    run: async () => {
-      await context.admin.flushall();
-      const child = fork(SCRIPT, [load.adapter, load.variant, load.client], {
-        env: { ...process.env, BENCH_REDIS_URL: context.redis.url },
-        // the collector and the compiler on the main thread: their helper threads' CPU, counted
-        // too, moved one contender's figure by 10 % or more from run to run, by when they were scheduled
-        execArgv: ['--expose-gc', '--single-threaded'],
-        stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-      });
-      context.children.add(child);
-      try {
-        return await new Promise<Sample>((resolve, reject) => {
-          const timer = setTimeout(() => child.kill('SIGKILL'), RUN_TIMEOUT_MS);
-          child.once('message', (sample) => resolve(sample as Sample));
-          child.once('exit', (code, signal) => {
-            clearTimeout(timer);
-            reject(new Error(`${load.name}: the run exited (${signal ?? code}) without a sample`));
-          });
-        });
-      } finally {
-        if (child.exitCode === null && child.signalCode === null)
-          await new Promise((resolve) => child.once('exit', resolve));
-        context.children.delete(child);
-      }
-    },
-  };
+/**
+ * One round of a group (one adapter, one kind of client): its runs started on a flushed Redis,
+ * then a batch each in turn, the order rotating, until each has answered `REQUESTS`.
+ */
+async function groupRound(loads: readonly Load[], context: BenchContext): Promise<Map<string, Sample>> {
+  await context.admin.flushall();
+  const runs: Run[] = [];
+  try {
+    for (const load of loads) runs.push(await Run.start(load, context));
+    for (let turn = 0; turn * BATCH < REQUESTS; turn++) {
+      const requests = Math.min(BATCH, REQUESTS - turn * BATCH);
+      for (let i = 0; i < runs.length; i++) await runs[(turn + i) % runs.length].batch(requests);
+    }
+    const samples = new Map<string, Sample>();
+    for (const run of runs) samples.set(run.load.name, await run.end());
+    return samples;
+  } catch (error) {
+    for (const run of runs) run.kill();
+    throw error;
+  }
 }
 
-/** The loads of one adapter: no guard, headers-only, ours and the throttler on each store, each for both kinds of client. */
-function loadsOf(adapter: Adapter): Load[] {
-  const loads: Load[] = [{ name: `${adapter} none`, adapter, variant: 'none', client: 'known' }];
-  for (const client of CLIENTS) {
+/**
+ * The groups of loads whose runs take turns (see the top of this file), per adapter and kind of
+ * client: headers-only, ours and the throttler on each store; no guard at all among the known.
+ */
+function groupsOf(adapter: Adapter): Load[][] {
+  return CLIENTS.map((client) => {
+    const loads: Load[] = client === 'known' ? [{ name: `${adapter} none`, adapter, variant: 'none', client }] : [];
     loads.push({ name: `${adapter} headers-only ${client}`, adapter, variant: 'headers-only', client });
     for (const variant of ['ours-memory', 'throttler-memory', 'ours-redis', 'throttler-redis'] as const)
       loads.push({ name: `${adapter} ${variant} ${client}`, adapter, variant, client });
+    return loads;
+  });
+}
+
+/** Every group in `context.rounds` rounds, the order of the groups rotating: each load's samples. */
+async function groupRounds(context: BenchContext): Promise<Map<string, Sample[]>> {
+  const groups = ADAPTERS.flatMap(groupsOf);
+  const samples = new Map<string, Sample[]>(groups.flat().map(({ name }) => [name, []]));
+  const started = performance.now();
+  let done = 0;
+  for (let round = 0; round < context.rounds; round++) {
+    for (let i = 0; i < groups.length; i++) {
+      const group = groups[(round + i) % groups.length];
+      for (const [name, sample] of await groupRound(group, context)) {
+        samples.get(name)!.push(sample);
+        const counts = Object.entries(sample.counts ?? {})
+          .filter(([, count]) => count > 0)
+          .map(([count, value]) => `${count} ${formatRate(value)}`)
+          .join(', ');
+        const elapsed = Math.round((performance.now() - started) / 1000);
+        context.log(
+          `[${++done}/${samples.size * context.rounds} ${elapsed} s] pipeline round ${round + 1}/${context.rounds} ` +
+            `${name}: ${formatRate(sample.perSecond)}/s (${counts})`,
+        );
+      }
+    }
   }
-  return loads;
+  return samples;
 }
 
 export async function pipeline(context: BenchContext): Promise<ComparisonReport> {
-  const loads = ADAPTERS.flatMap(loadsOf);
-  const samples = await context.alternate(loads.map((load) => runOf(load, context)));
-  const cpu = (name: string) => medianCpu(samples.get(name)!);
+  const samples = await groupRounds(context);
+  // each load's best round: a run's process is now and then much slower all its life, whichever
+  // the contender (see the top of this file), and a median of 3 rounds met one in 4 of them
+  const cpu = (name: string) => summarize(samples.get(name)!.map((sample) => sample.cpu ?? Number.NaN)).min;
+  const inGuard = (name: string) =>
+    summarize(samples.get(name)!.map(({ counts = {} }) => counts[GUARD_US] / counts.requests)).min;
 
   const ratios: RatioRow[] = [];
   for (const adapter of ADAPTERS) {
     ratios.push({
       comparison: COMPARISON,
-      label: `${adapter} headers-only − none, µs CPU/request`,
+      label: `${adapter} headers-only − none, µs CPU/request (best rounds)`,
       value: cpu(`${adapter} headers-only known`) - cpu(`${adapter} none`),
     });
     for (const client of CLIENTS) {
       ratios.push({
         comparison: COMPARISON,
-        label: `${adapter} ours-memory ${client} − headers-only ${client}, µs CPU/request`,
+        label: `${adapter} ours-memory ${client} − headers-only ${client}, µs CPU/request (best rounds)`,
         value: cpu(`${adapter} ours-memory ${client}`) - cpu(`${adapter} headers-only ${client}`),
         target: OVER_HEADERS_ONLY[client],
+      });
+      ratios.push({
+        comparison: COMPARISON,
+        label: `${adapter} ours-memory ${client} − headers-only ${client}, µs in canActivate (best rounds)`,
+        value: inGuard(`${adapter} ours-memory ${client}`) - inGuard(`${adapter} headers-only ${client}`),
       });
     }
     for (const store of ['memory', 'redis'] as const) {
       for (const client of CLIENTS) {
         ratios.push({
           comparison: COMPARISON,
-          label: `${adapter} ours-${store} ${client} / throttler-${store} ${client}, CPU/request`,
+          label: `${adapter} ours-${store} ${client} / throttler-${store} ${client}, CPU/request (best rounds)`,
           value: cpu(`${adapter} ours-${store} ${client}`) / cpu(`${adapter} throttler-${store} ${client}`),
           target: BELOW,
         });
@@ -277,15 +435,23 @@ export async function pipeline(context: BenchContext): Promise<ComparisonReport>
   const rows = [...samples].map(([name, runs]) => {
     const { median, min, max } = summarize(runs.map((run) => run.cpu ?? Number.NaN));
     const totals = totalCounts(runs);
+    const guard = summarize(runs.map(({ counts = {} }) => counts[GUARD_US] / counts.requests));
     return [
       name,
       `${median.toFixed(2)} (${min.toFixed(2)}–${max.toFixed(2)})`,
+      totals[GUARD_US] > 0 ? `${guard.median.toFixed(2)} (${guard.min.toFixed(2)}–${guard.max.toFixed(2)})` : '-',
       formatRate(medianRate(runs)),
       formatRate(totals.allocated / totals.requests),
     ];
   });
   const table = markdownTable(
-    ['contender', 'µs CPU/request: median (min–max)', 'requests/s (wall)', 'bytes allocated/request'],
+    [
+      'contender',
+      'µs CPU/request: median (min–max)',
+      'µs in canActivate/request',
+      'requests/s (wall)',
+      'bytes allocated/request',
+    ],
     rows,
   );
   const notes = [...samples].flatMap(([name, runs]) => {
@@ -299,7 +465,7 @@ export async function pipeline(context: BenchContext): Promise<ComparisonReport>
       : [];
   });
   notes.push(
-    `CPU: the run's process, user + system, every thread (the garbage collector's too), over ${formatRate(REQUESTS)} requests after ${formatRate(WARM_UP)} of warm-up; bytes: its JavaScript heap, from V8 (see allocationMeter), over all rounds.`,
+    `CPU: the run's process, user + system, every thread (the garbage collector's too), over ${formatRate(REQUESTS)} requests after ${formatRate(WARM_UP)} of warm-up, in batches of ${BATCH} taking turns with the other runs of its adapter and client; in canActivate: the time inside the guard's canActivate (ours on memory, headers-only); bytes: its JavaScript heap, from V8 (see allocationMeter), over all rounds. Targets read each contender's best round.`,
   );
   return { table, ratios, notes };
 }
@@ -315,11 +481,8 @@ if (isScript) {
   }
   // the bench died without saying so: nobody will read this run
   process.once('disconnect', () => process.exit(0));
-  measure(adapter, variant, client, process.env.BENCH_REDIS_URL ?? '').then(
-    (sample) => process.send?.(sample, () => process.exit(0)),
-    (error: unknown) => {
-      console.error(error);
-      process.exit(1);
-    },
-  );
+  serve(adapter, variant, client, process.env.BENCH_REDIS_URL ?? '').catch((error: unknown) => {
+    console.error(error);
+    process.exit(1);
+  });
 }
