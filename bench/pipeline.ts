@@ -21,9 +21,9 @@
  * `PINNED_CPU`), and take turns, a batch each (about 50 ms), in an order that rotates, so they
  * are timed over the same seconds on the same CPU: this machine's speed moves from one second to
  * the next, and the batches of runs alive together rise and fall together. Even so a request's CPU
- * moves by 5 to 10 % from one process to the next, more than the targets' few µs, so the targets
- * read each contender's best round; the time inside the guard's `canActivate` (see `timedGuard`)
- * moves by less and is printed beside it. The bench Redis is flushed before each group.
+ * moves by 4 to 55 % from one process of a contender to the next, far more than the targets' few
+ * µs, so the targets read each contender's best round; the time inside the guard's `canActivate`
+ * (see `timedGuard`) moves by less and is printed beside it. The bench Redis is flushed before each group.
  *
  * Two kinds of client:
  *
@@ -394,8 +394,7 @@ async function groupRounds(context: BenchContext): Promise<Map<string, Sample[]>
 
 export async function pipeline(context: BenchContext): Promise<ComparisonReport> {
   const samples = await groupRounds(context);
-  // each load's best round: a run's process is now and then much slower all its life, whichever
-  // the contender (see the top of this file), and a median of 3 rounds met one in 4 of them
+  // each load's best round: its rounds differ by more than the targets (see the top of this file)
   const cpu = (name: string) => summarize(samples.get(name)!.map((sample) => sample.cpu ?? Number.NaN)).min;
   const inGuard = (name: string) =>
     summarize(samples.get(name)!.map(({ counts = {} }) => counts[GUARD_US] / counts.requests)).min;
