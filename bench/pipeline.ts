@@ -41,8 +41,7 @@
  *   node pipeline.js <express|fastify> <variant> <known|new>      (BENCH_REDIS_URL: the bench's Redis; with an IPC channel)
  */
 import { type ChildProcess, fork } from 'node:child_process';
-import { existsSync } from 'node:fs';
-import { availableParallelism } from 'node:os';
+import { existsSync, readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -83,13 +82,31 @@ const CLIENTS = ['known', 'new'] as const;
 type Client = (typeof CLIENTS)[number];
 const SCRIPT = fileURLToPath(import.meta.url);
 /**
- * The CPU every run is pinned to, the last: on this machine a process was 30 to 60 % slower than
- * another for as long as the scheduler kept it on one CPU rather than the other, so runs that
- * take turns on one CPU meet the same speed. (Redis stays free to run on another.)
+ * The CPU every run is pinned to, the last this process may run on (`Cpus_allowed_list`, Linux):
+ * on this machine a process was 30 to 60 % slower than another for as long as the scheduler kept
+ * it on one CPU rather than the other, so runs that take turns on one CPU meet the same speed.
+ * (Redis stays free to run on another.) `undefined` where it cannot be told.
  */
-const PINNED_CPU = availableParallelism() - 1;
+const PINNED_CPU = allowedCpus().at(-1);
 /** util-linux's `taskset`, which pins a run to `PINNED_CPU`; without it, runs go where the kernel puts them. */
 const TASKSET = ['/usr/bin/taskset', '/bin/taskset'].find((path) => existsSync(path));
+
+/** The CPUs this process may run on, from `/proc/self/status` (`0-3,6`); none where there is no such file. */
+function allowedCpus(): number[] {
+  let status: string;
+  try {
+    status = readFileSync('/proc/self/status', 'utf8');
+  } catch {
+    return [];
+  }
+  const list = /^Cpus_allowed_list:\s*(\S+)$/m.exec(status)?.[1] ?? '';
+  return list.split(',').flatMap((range) => {
+    const [first, last = first] = range.split('-').map(Number);
+    return Number.isInteger(first) && Number.isInteger(last)
+      ? Array.from({ length: last - first + 1 }, (_, i) => first + i)
+      : [];
+  });
+}
 /** How long a run may take to start and warm up, or to answer a batch, before it is killed. */
 const RUN_TIMEOUT_MS = 120_000;
 
@@ -275,7 +292,7 @@ class Run {
     const child = fork(SCRIPT, [load.adapter, load.variant, load.client], {
       env: { ...process.env, BENCH_REDIS_URL: context.redis.url },
       // every run on one CPU (see PINNED_CPU)
-      ...(TASKSET === undefined
+      ...(TASKSET === undefined || PINNED_CPU === undefined
         ? { execArgv: flags }
         : { execPath: TASKSET, execArgv: ['-c', String(PINNED_CPU), process.execPath, ...flags] }),
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
