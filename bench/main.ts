@@ -67,7 +67,7 @@ import { redisIr } from './redis-ir.js';
 import { redisMemory } from './redis-memory.js';
 import { regression } from './regression.js';
 import { shares } from './shares.js';
-import { alternate, type Contender, formatRate, type RatioRow, ratioTable, verdict } from './stats.js';
+import { alternate, type Contender, formatCounts, formatRate, type RatioRow, ratioTable, verdict } from './stats.js';
 
 const COMPARISONS: readonly Comparison[] = [
   { name: 'redis-decisions', runsPerRound: 4, run: (context) => redisDecisions(context) },
@@ -171,10 +171,7 @@ async function main(): Promise<void> {
           alternate(contenders.map(collectingGarbageFirst), rounds, (contender, round, sample) => {
             done++;
             const elapsed = (performance.now() - started) / 1000;
-            const counts = Object.entries(sample.counts ?? {})
-              .filter(([, count]) => count > 0)
-              .map(([name, count]) => `${name} ${formatRate(count)}`)
-              .join(', ');
+            const counts = formatCounts(sample);
             log(
               `[${done}/${runs} ${formatDuration(elapsed)}] ${comparison.name} round ${round + 1}/${rounds} ` +
                 `${contender}: ${formatRate(sample.perSecond)}/s${counts ? ` (${counts})` : ''}`,

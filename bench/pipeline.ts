@@ -53,6 +53,7 @@ import type { BenchContext, ComparisonReport } from './comparison.js';
 import { RateLimitGuard } from 'nestjs-ratelimit';
 import { type Adapter, ADAPTERS, benchApp, HeadersOnlyGuard, type Variant, VARIANTS } from './server.js';
 import {
+  formatCounts,
   formatRate,
   markdownTable,
   medianRate,
@@ -239,6 +240,11 @@ function timedGuard(variant: Variant): { ms: number } {
   return timed;
 }
 
+/** A sample's µs inside its guard's `canActivate` per request. */
+function inGuardPerRequest({ counts = {} }: Sample): number {
+  return counts[GUARD_US] / counts.requests;
+}
+
 /** What the bench asks of a run: a batch of requests, or its end. */
 type Ask = { batch: number } | { end: true };
 /** What a run answers: it is warmed up; a batch's CPU (µs), wall time (ms) and counts; its end's bytes allocated. */
@@ -394,10 +400,7 @@ async function groupRounds(context: BenchContext): Promise<Map<string, Sample[]>
       const group = groups[(round + i) % groups.length];
       for (const [name, sample] of await groupRound(group, context)) {
         samples.get(name)!.push(sample);
-        const counts = Object.entries(sample.counts ?? {})
-          .filter(([, count]) => count > 0)
-          .map(([count, value]) => `${count} ${formatRate(value)}`)
-          .join(', ');
+        const counts = formatCounts(sample);
         const elapsed = Math.round((performance.now() - started) / 1000);
         context.log(
           `[${++done}/${samples.size * context.rounds} ${elapsed} s] pipeline round ${round + 1}/${context.rounds} ` +
@@ -413,8 +416,7 @@ export async function pipeline(context: BenchContext): Promise<ComparisonReport>
   const samples = await groupRounds(context);
   // each load's best round: its rounds differ by more than the targets (see the top of this file)
   const cpu = (name: string) => summarize(samples.get(name)!.map((sample) => sample.cpu ?? Number.NaN)).min;
-  const inGuard = (name: string) =>
-    summarize(samples.get(name)!.map(({ counts = {} }) => counts[GUARD_US] / counts.requests)).min;
+  const inGuard = (name: string) => summarize(samples.get(name)!.map(inGuardPerRequest)).min;
 
   const ratios: RatioRow[] = [];
   for (const adapter of ADAPTERS) {
@@ -451,7 +453,7 @@ export async function pipeline(context: BenchContext): Promise<ComparisonReport>
   const rows = [...samples].map(([name, runs]) => {
     const { median, min, max } = summarize(runs.map((run) => run.cpu ?? Number.NaN));
     const totals = totalCounts(runs);
-    const guard = summarize(runs.map(({ counts = {} }) => counts[GUARD_US] / counts.requests));
+    const guard = summarize(runs.map(inGuardPerRequest));
     return [
       name,
       `${median.toFixed(2)} (${min.toFixed(2)}–${max.toFixed(2)})`,

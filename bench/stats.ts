@@ -131,6 +131,14 @@ export function formatRate(value: number): string {
   return Math.round(value).toLocaleString('en-US');
 }
 
+/** A sample's non-zero counts, as a run's progress line shows them: `200 16,000, requests 16,000`. */
+export function formatCounts(sample: Sample): string {
+  return Object.entries(sample.counts ?? {})
+    .filter(([, count]) => count > 0)
+    .map(([name, count]) => `${name} ${formatRate(count)}`)
+    .join(', ');
+}
+
 /** A ratio with three significant decimals; very small ones (Redis calls per 429) in full. */
 export function formatRatio(value: number): string {
   if (value !== 0 && Math.abs(value) < 0.01) return value.toPrecision(2);
