@@ -36,7 +36,10 @@
  *
  * Targets: ours below @nestjs/throttler in every cell (adapter, store, client), CPU per request;
  * and on the memory store, ours at most 3 µs (known client) and 6 µs (new client) of CPU per
- * request above the headers-only guard of the same clients (each contender's best round).
+ * request above the headers-only guard of the same clients (each contender's best round). Beside
+ * them, as information, the minimal limiter (bench/server.ts) splits that difference in two: what
+ * any limiter keyed as ours is (the identity, one bucket read and written) spends above
+ * headers-only, and what ours spends above it.
  *
  *   node pipeline.js <express|fastify> <variant> <known|new>      (BENCH_REDIS_URL: the bench's Redis; with an IPC channel)
  */
@@ -51,7 +54,15 @@ import type { NestFastifyApplication } from '@nestjs/platform-fastify';
 import inject, { type InjectOptions, type Response } from 'light-my-request';
 import type { BenchContext, ComparisonReport } from './comparison.js';
 import { RateLimitGuard } from 'nestjs-ratelimit';
-import { type Adapter, ADAPTERS, benchApp, HeadersOnlyGuard, type Variant, VARIANTS } from './server.js';
+import {
+  type Adapter,
+  ADAPTERS,
+  benchApp,
+  HeadersOnlyGuard,
+  MinimalLimiterGuard,
+  type Variant,
+  VARIANTS,
+} from './server.js';
 import {
   formatCounts,
   formatRate,
@@ -190,7 +201,7 @@ async function injecting(
   client: Client,
   requests: number,
 ): Promise<Record<string, number>> {
-  const guarded = variant.startsWith('ours-') || variant === 'headers-only';
+  const guarded = variant.startsWith('ours-') || variant === 'headers-only' || variant === 'minimal-limiter';
   const counts = { requests: 0, '200': 0, 'other status': 0, errors: 0, unlimited: 0 };
   const connection = async (): Promise<void> => {
     while (counts.requests < requests) {
@@ -218,7 +229,8 @@ async function injecting(
 const GUARD_US = 'guard µs';
 
 /**
- * Times the guard's `canActivate` of a variant that decides at once (ours on memory, headers-only):
+ * Times the guard's `canActivate` of a variant that decides at once (ours on memory, headers-only,
+ * the minimal limiter):
  * its ms, added up until reset. Steadier than the process's CPU, which moves by more than the
  * guard costs from one process to the next (see the top of this file), it shows what the guard
  * itself costs among the pipeline's code, the collections it sets off included. Two
@@ -226,7 +238,7 @@ const GUARD_US = 'guard µs';
  */
 function timedGuard(variant: Variant): { ms: number } {
   const timed = { ms: 0 };
-  const guard = variant === 'ours-memory' ? RateLimitGuard : variant === 'headers-only' ? HeadersOnlyGuard : undefined;
+  const guard = TIMED_GUARDS[variant];
   if (guard === undefined) return timed;
   const { canActivate } = guard.prototype;
   guard.prototype.canActivate = function (this: InstanceType<typeof guard>, context: ExecutionContext) {
@@ -239,6 +251,15 @@ function timedGuard(variant: Variant): { ms: number } {
   };
   return timed;
 }
+
+/** The guard class of each variant whose `canActivate` is timed (see `timedGuard`). */
+const TIMED_GUARDS: Partial<
+  Record<Variant, typeof RateLimitGuard | typeof HeadersOnlyGuard | typeof MinimalLimiterGuard>
+> = {
+  'ours-memory': RateLimitGuard,
+  'headers-only': HeadersOnlyGuard,
+  'minimal-limiter': MinimalLimiterGuard,
+};
 
 /** A sample's µs inside its guard's `canActivate` per request. */
 function inGuardPerRequest({ counts = {} }: Sample): number {
@@ -377,13 +398,20 @@ async function groupRound(loads: readonly Load[], context: BenchContext): Promis
 
 /**
  * The groups of loads whose runs take turns (see the top of this file), per adapter and kind of
- * client: headers-only, ours and the throttler on each store; no guard at all among the known.
+ * client: headers-only, the minimal limiter, ours and the throttler on each store; no guard at all
+ * among the known.
  */
 function groupsOf(adapter: Adapter): Load[][] {
   return CLIENTS.map((client) => {
     const loads: Load[] = client === 'known' ? [{ name: `${adapter} none`, adapter, variant: 'none', client }] : [];
-    loads.push({ name: `${adapter} headers-only ${client}`, adapter, variant: 'headers-only', client });
-    for (const variant of ['ours-memory', 'throttler-memory', 'ours-redis', 'throttler-redis'] as const)
+    for (const variant of [
+      'headers-only',
+      'minimal-limiter',
+      'ours-memory',
+      'throttler-memory',
+      'ours-redis',
+      'throttler-redis',
+    ] as const)
       loads.push({ name: `${adapter} ${variant} ${client}`, adapter, variant, client });
     return loads;
   });
@@ -419,6 +447,23 @@ export async function pipeline(context: BenchContext): Promise<ComparisonReport>
   const inGuard = (name: string) => summarize(samples.get(name)!.map(inGuardPerRequest)).min;
 
   const ratios: RatioRow[] = [];
+  /** `above` − `below` (variants of one adapter and client), µs of CPU and in canActivate, best rounds. */
+  const difference = (adapter: Adapter, client: Client, above: Variant, below: Variant, target?: Target) => {
+    const [a, b] = [`${adapter} ${above} ${client}`, `${adapter} ${below} ${client}`];
+    ratios.push(
+      {
+        comparison: COMPARISON,
+        label: `${a} − ${below} ${client}, µs CPU/request (best rounds)`,
+        value: cpu(a) - cpu(b),
+        target,
+      },
+      {
+        comparison: COMPARISON,
+        label: `${a} − ${below} ${client}, µs in canActivate (best rounds)`,
+        value: inGuard(a) - inGuard(b),
+      },
+    );
+  };
   for (const adapter of ADAPTERS) {
     ratios.push({
       comparison: COMPARISON,
@@ -426,17 +471,10 @@ export async function pipeline(context: BenchContext): Promise<ComparisonReport>
       value: cpu(`${adapter} headers-only known`) - cpu(`${adapter} none`),
     });
     for (const client of CLIENTS) {
-      ratios.push({
-        comparison: COMPARISON,
-        label: `${adapter} ours-memory ${client} − headers-only ${client}, µs CPU/request (best rounds)`,
-        value: cpu(`${adapter} ours-memory ${client}`) - cpu(`${adapter} headers-only ${client}`),
-        target: OVER_HEADERS_ONLY[client],
-      });
-      ratios.push({
-        comparison: COMPARISON,
-        label: `${adapter} ours-memory ${client} − headers-only ${client}, µs in canActivate (best rounds)`,
-        value: inGuard(`${adapter} ours-memory ${client}`) - inGuard(`${adapter} headers-only ${client}`),
-      });
+      difference(adapter, client, 'ours-memory', 'headers-only', OVER_HEADERS_ONLY[client]);
+      // how much of that any limiter keyed as ours spends, and what ours spends above it
+      difference(adapter, client, 'minimal-limiter', 'headers-only');
+      difference(adapter, client, 'ours-memory', 'minimal-limiter');
     }
     for (const store of ['memory', 'redis'] as const) {
       for (const client of CLIENTS) {
@@ -483,7 +521,7 @@ export async function pipeline(context: BenchContext): Promise<ComparisonReport>
       : [];
   });
   notes.push(
-    `CPU: the run's process, user + system, every thread (the garbage collector's too), over ${formatRate(REQUESTS)} requests after ${formatRate(WARM_UP)} of warm-up, in batches of ${BATCH} taking turns with the other runs of its adapter and client; in canActivate: the time inside the guard's canActivate (ours on memory, headers-only); bytes: its JavaScript heap, from V8 (see allocationMeter), over all rounds. Targets read each contender's best round.`,
+    `CPU: the run's process, user + system, every thread (the garbage collector's too), over ${formatRate(REQUESTS)} requests after ${formatRate(WARM_UP)} of warm-up, in batches of ${BATCH} taking turns with the other runs of its adapter and client; in canActivate: the time inside the guard's canActivate (ours on memory, headers-only, the minimal limiter); bytes: its JavaScript heap, from V8 (see allocationMeter), over all rounds. Targets read each contender's best round.`,
   );
   return { table, ratios, notes };
 }

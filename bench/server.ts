@@ -10,6 +10,10 @@
  * - none: no guard at all;
  * - headers-only: a guard that sets the 5 headers ours sets on this route, with values of the
  *   same shape, and decides nothing: the floor a limiter that sends headers cannot go under;
+ * - minimal-limiter: the least an exact limiter keyed as ours is can do: the identity (the
+ *   x-api-key header, else `request.ip`), one `Map` lookup (an insert for a new client), a token
+ *   bucket's arithmetic, and headers-only's 5 headers. No digest, no bound on its keys, no fail
+ *   mode: a floor under any limiter of one process's memory, printed beside ours (bench/pipeline.ts);
  * - ours-memory, ours-redis: `RateLimitModule` with one module policy that admits everything
  *   (rps and burst 1e6, keyed by the x-api-key header, the client's IP without one), on the
  *   memory store or on Redis;
@@ -55,11 +59,12 @@ export const VARIANTS = [
   'throttler-redis',
   'ours-memory-refuse',
   'ours-redis-refuse',
+  'minimal-limiter',
 ] as const;
 export type Variant = (typeof VARIANTS)[number];
 
 /** Admits everything: no client of the bench comes near a million requests a second. */
-const ADMIT: RateLimitPolicy & { burst: number } = { name: 'bench', rps: 1e6, burst: 1e6, key: 'api-key' };
+const ADMIT: RateLimitPolicy & { rps: number; burst: number } = { name: 'bench', rps: 1e6, burst: 1e6, key: 'api-key' };
 /** Refuses all but the first request of each key for 1000 s. */
 const REFUSE: RateLimitPolicy = { name: 'flood', rps: 0.001, burst: 1, key: 'api-key' };
 /** @nestjs/throttler's equivalent of ADMIT: a billion requests a minute. */
@@ -89,8 +94,8 @@ class ApiKeyThrottlerGuard extends ThrottlerGuard {
  */
 @Injectable()
 export class HeadersOnlyGuard implements CanActivate {
-  private static readonly POLICY = `"${ADMIT.name}";q=${ADMIT.burst};w=1`;
-  private static readonly LIMIT = String(ADMIT.burst);
+  static readonly POLICY = `"${ADMIT.name}";q=${ADMIT.burst};w=1`;
+  static readonly LIMIT = String(ADMIT.burst);
   private served = 0;
 
   constructor(private readonly adapterHost: HttpAdapterHost) {}
@@ -108,6 +113,46 @@ export class HeadersOnlyGuard implements CanActivate {
   }
 }
 
+/** A token bucket of `MinimalLimiterGuard`: tokens left, at a time (Unix ms). */
+interface MinimalBucket {
+  tokens: number;
+  at: number;
+}
+
+/**
+ * Limits by ADMIT's token bucket with the least work an exact limiter keyed like ours does: see
+ * `minimal-limiter` at the top of this file. Its headers are headers-only's, through the same
+ * `HttpAdapter.setHeader`.
+ */
+@Injectable()
+export class MinimalLimiterGuard implements CanActivate {
+  private readonly buckets = new Map<string, MinimalBucket>();
+
+  constructor(private readonly adapterHost: HttpAdapterHost) {}
+
+  canActivate(context: ExecutionContext): boolean {
+    const request = context.getArgByIndex<{ headers: Record<string, unknown>; ip: string }>(0);
+    const apiKey = request.headers['x-api-key'];
+    const key = typeof apiKey === 'string' && apiKey !== '' ? `api-key:${apiKey}` : `ip:${request.ip}`;
+    const now = Date.now();
+    let bucket = this.buckets.get(key);
+    if (bucket === undefined) this.buckets.set(key, (bucket = { tokens: ADMIT.burst, at: now }));
+    const tokens = Math.min(ADMIT.burst, bucket.tokens + ((now - bucket.at) * ADMIT.rps) / 1000);
+    bucket.at = now;
+    if (tokens < 1) return false;
+    bucket.tokens = tokens - 1;
+    const response = context.getArgByIndex<object>(1);
+    const { httpAdapter } = this.adapterHost;
+    const remaining = String(Math.floor(bucket.tokens));
+    httpAdapter.setHeader(response, 'RateLimit-Policy', HeadersOnlyGuard.POLICY);
+    httpAdapter.setHeader(response, 'RateLimit', `"${ADMIT.name}";r=${remaining};t=1`);
+    httpAdapter.setHeader(response, 'X-RateLimit-Limit', HeadersOnlyGuard.LIMIT);
+    httpAdapter.setHeader(response, 'X-RateLimit-Remaining', remaining);
+    httpAdapter.setHeader(response, 'X-RateLimit-Reset', String(Math.ceil(now / 1000) + 1));
+    return true;
+  }
+}
+
 /** The modules and providers a variant adds to the app. */
 function guardOf(variant: Variant, redisUrl: string): Pick<DynamicModule, 'imports' | 'providers'> {
   switch (variant) {
@@ -115,6 +160,8 @@ function guardOf(variant: Variant, redisUrl: string): Pick<DynamicModule, 'impor
       return {};
     case 'headers-only':
       return { providers: [{ provide: APP_GUARD, useClass: HeadersOnlyGuard }] };
+    case 'minimal-limiter':
+      return { providers: [{ provide: APP_GUARD, useClass: MinimalLimiterGuard }] };
     case 'ours-memory':
       return { imports: [RateLimitModule.forRoot({ policies: [ADMIT] })] };
     case 'ours-redis':
