@@ -38,7 +38,7 @@
  * and on the memory store, ours at most 3 µs (known client) and 6 µs (new client) of CPU per
  * request above the headers-only guard of the same clients (each contender's best round). Beside
  * them, as information, the minimal limiter (bench/server.ts) splits that difference in two: what
- * any limiter keyed as ours is (the identity, one bucket read and written) spends above
+ * any limiter keyed like ours (the identity, one bucket read and written) spends above
  * headers-only, and what ours spends above it.
  *
  *   node pipeline.js <express|fastify> <variant> <known|new>      (BENCH_REDIS_URL: the bench's Redis; with an IPC channel)
@@ -230,11 +230,10 @@ const GUARD_US = 'guard µs';
 
 /**
  * Times the guard's `canActivate` of a variant that decides at once (ours on memory, headers-only,
- * the minimal limiter):
- * its ms, added up until reset. Steadier than the process's CPU, which moves by more than the
- * guard costs from one process to the next (see the top of this file), it shows what the guard
- * itself costs among the pipeline's code, the collections it sets off included. Two
- * `performance.now()` calls a request, in both.
+ * the minimal limiter): its ms, added up until reset. Steadier than the process's CPU, which moves
+ * by more than the guard costs from one process to the next (see the top of this file), it shows
+ * what the guard itself costs among the pipeline's code, the collections it sets off included. Two
+ * `performance.now()` calls a request, in each.
  */
 function timedGuard(variant: Variant): { ms: number } {
   const timed = { ms: 0 };

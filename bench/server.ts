@@ -10,7 +10,7 @@
  * - none: no guard at all;
  * - headers-only: a guard that sets the 5 headers ours sets on this route, with values of the
  *   same shape, and decides nothing: the floor a limiter that sends headers cannot go under;
- * - minimal-limiter: the least an exact limiter keyed as ours is can do: the identity (the
+ * - minimal-limiter: the least work an exact limiter keyed like ours does: the identity (the
  *   x-api-key header, else `request.ip`), one `Map` lookup (an insert for a new client), a token
  *   bucket's arithmetic, and headers-only's 5 headers. No digest, no bound on its keys, no fail
  *   mode: a floor under any limiter of one process's memory, printed beside ours (bench/pipeline.ts);
@@ -120,8 +120,8 @@ interface MinimalBucket {
 }
 
 /**
- * Limits by ADMIT's token bucket with the least work an exact limiter keyed like ours does: see
- * `minimal-limiter` at the top of this file. Its headers are headers-only's, through the same
+ * Limits by ADMIT's token bucket with the least work an exact limiter keyed like ours does (see
+ * `minimal-limiter` at the top of this file). Its headers are headers-only's, through the same
  * `HttpAdapter.setHeader`.
  */
 @Injectable()
