@@ -27,7 +27,7 @@ import { type ChildProcess, fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
 import type { BenchContext, ComparisonReport } from './comparison.js';
-import type { Adapter, Variant } from './server.js';
+import { type Adapter, sendsRateLimitHeader, type Variant } from './server.js';
 import {
   type Contender,
   contenderTable,
@@ -245,9 +245,9 @@ async function prime(url: string, load: Load): Promise<void> {
  * guard's failMode 'open' when the store fails or is slower than the module's `timeout`).
  */
 async function measure(url: string, seconds: number, load: Load): Promise<Sample> {
-  const guarded = load.variant.startsWith('ours-') || load.variant === 'headers-only';
+  const guarded = sendsRateLimitHeader(load.variant);
   let unlimited = 0;
-  // every variant gets the same client-side work; only ours and headers-only send the header
+  // every variant gets the same client-side work; only those that send the header are checked for it
   const onResponse = (_status: number, _body: string, _context: object, headers: Record<string, unknown>) => {
     if (guarded && headers.RateLimit === undefined && headers.ratelimit === undefined) unlimited++;
   };

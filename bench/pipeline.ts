@@ -60,6 +60,7 @@ import {
   benchApp,
   HeadersOnlyGuard,
   MinimalLimiterGuard,
+  sendsRateLimitHeader,
   type Variant,
   VARIANTS,
 } from './server.js';
@@ -201,7 +202,7 @@ async function injecting(
   client: Client,
   requests: number,
 ): Promise<Record<string, number>> {
-  const guarded = variant.startsWith('ours-') || variant === 'headers-only' || variant === 'minimal-limiter';
+  const guarded = sendsRateLimitHeader(variant);
   const counts = { requests: 0, '200': 0, 'other status': 0, errors: 0, unlimited: 0 };
   const connection = async (): Promise<void> => {
     while (counts.requests < requests) {
@@ -509,10 +510,13 @@ export async function pipeline(context: BenchContext): Promise<ComparisonReport>
     ],
     rows,
   );
+  const variants = new Map(
+    ADAPTERS.flatMap(groupsOf).flatMap((group) => group.map((load) => [load.name, load.variant])),
+  );
   const notes = [...samples].flatMap(([name, runs]) => {
     const counts = totalCounts(runs);
     const wrong = ['other status', 'errors', 'unlimited'].filter((count) => counts[count] > 0);
-    const expected = name.includes('throttler') || name.endsWith('none') ? '200' : '200 with RateLimit headers';
+    const expected = sendsRateLimitHeader(variants.get(name)!) ? '200 with RateLimit headers' : '200';
     return wrong.length > 0
       ? [
           `${name}: ${wrong.map((count) => `${formatRate(counts[count])} ${count}`).join(', ')} (all should be ${expected})`,

@@ -63,6 +63,11 @@ export const VARIANTS = [
 ] as const;
 export type Variant = (typeof VARIANTS)[number];
 
+/** Whether a variant's admitted responses carry the `RateLimit` header: ours, headers-only and the minimal limiter. */
+export function sendsRateLimitHeader(variant: Variant): boolean {
+  return variant.startsWith('ours-') || variant === 'headers-only' || variant === 'minimal-limiter';
+}
+
 /** Admits everything: no client of the bench comes near a million requests a second. */
 const ADMIT: RateLimitPolicy & { rps: number; burst: number } = { name: 'bench', rps: 1e6, burst: 1e6, key: 'api-key' };
 /** Refuses all but the first request of each key for 1000 s. */
