@@ -35,7 +35,9 @@ import { delay, waitUntil } from '../support/wait.js';
  * the timeout, and those the master's circuit breaker then stops. A slot moved to
  * another master under load (at once, and key by key with an identity's three buckets split over
  * both masters for a while) is decided by Redis throughout, and what Redis holds at the end is
- * exactly what the processes were told it took (see `SlotMoving`).
+ * exactly what the processes were told it took (see `SlotMoving`). A call a master holds when a
+ * failover demotes it is decided by the new master and charged once, whichever way the client
+ * drops the old master's connection (see `script` in `node-redis-port.ts`).
  *
  * The nodes run with `cluster-require-full-coverage no`, as the README says to: with Redis's
  * default, every master answers CLUSTERDOWN to every key from when the others mark the dead master
@@ -113,19 +115,30 @@ async function connect(): Promise<ClusterClient> {
     });
     client.on('error', () => undefined);
     await client.connect();
-    return { client, masterOf: (slot) => client.getSlotMaster(slot).address, close: () => client.destroy() };
+    return {
+      client,
+      masterOf: (slot) => client.getSlotMaster(slot).address,
+      get: (key) => client.get(key),
+      close: () => client.destroy(),
+    };
   }
   const Client = kind === 'iovalkey' ? ValkeyCluster : Cluster;
   const client = new Client(cluster.nodes, { retryDelayOnFailover: 10 });
   client.on('error', () => undefined);
   await new Promise((resolve) => client.once('ready', resolve));
-  return { client, masterOf: (slot) => client.slots[slot][0], close: () => client.disconnect() };
+  return {
+    client,
+    masterOf: (slot) => client.slots[slot][0],
+    get: (key) => client.get(key),
+    close: () => client.disconnect(),
+  };
 }
 
-/** A connected client of the test cluster, and the master it knows for a slot. */
+/** A connected client of the test cluster, the master it knows for a slot, and a read through its routing. */
 interface ClusterClient {
   client: RedisClient;
   masterOf(slot: number): string;
+  get(key: string): Promise<unknown>;
   close(): void;
 }
 
@@ -416,6 +429,61 @@ describe.each(['ioredis', ...OTHER_CLIENTS] as const)('on %s clients', (client) 
       60_000,
     );
   });
+
+  it('a call held by a master that a failover demotes: decided by the new master, charged once', async () => {
+    const local = await connect();
+    const store = new RedisStore({ client: local.client });
+    const prefix = `rl-held-${randomUUID().slice(0, 8)}:`;
+    const rule: Rule = { algorithm: 'token_bucket', rps: 1 / 86_400, burst: 10 };
+    const requestOf = (identity: string) => [{ key: keyOf(prefix, identity), policy: 'p', rule, cost: 1 }];
+    const picks = picksByMaster(local, prefix);
+    // two identities on the first master; the masters' ports, in the picks' order
+    const [{ identity: held }, { identity: warm }] = picks;
+    const [from, other, third] = [...new Set(picks.map(({ tag }) => Number(tag.split(':')[1])))];
+    const slot = hashSlot(keyOf(prefix, held));
+    const [, , [[, replica]]] = (await redisCommand(from, ['ROLE'])) as [string, number, [string, string][]];
+    // an empty slot of another master, to move: the MOVED a call on it then meets has the client
+    // learn the slots, as a call meeting a failover's MOVED does on whichever master it meets it
+    let empty: string;
+    do empty = `rl-empty-${randomUUID()}`;
+    while (
+      !local.masterOf(hashSlot(empty)).endsWith(`:${other}`) ||
+      (await redisCommand(other, ['CLUSTER', 'COUNTKEYSINSLOT', hashSlot(empty)])) !== 0
+    );
+    try {
+      // the store's calls loaded on the master, and the client connected to it
+      await store.consume(requestOf(warm));
+      await redisCommand(from, ['CLIENT', 'PAUSE', 10_000, 'WRITE']);
+      const outcome = store.consume(requestOf(held)).then(
+        ([decision]) => decision.allowed,
+        (error: unknown) => String(error),
+      );
+      await waitUntil('the paused master to hold the call', 10_000, async () => {
+        const { blocked_clients } = parseInfo(String(await redisCommand(from, ['INFO', 'clients'])));
+        return blocked_clients === '1' ? '' : `${blocked_clients} held`;
+      });
+      await redisCommand(Number(replica), ['CLUSTER', 'FAILOVER', 'FORCE']);
+      await waitUntil('the other masters to know the new one', 10_000, async () => {
+        const ranges = (await redisCommand(other, ['CLUSTER', 'SLOTS'])) as [number, number, [string, number]][];
+        const [, , [, port]] = ranges.find(([low, high]) => low <= slot && slot <= high)!;
+        return port === Number(replica) ? '' : `${other} says ${port}`;
+      });
+      await moveSlot(hashSlot(empty), other, third, false, 0, 0);
+      await local.get(empty);
+      await waitUntil('the client to know the new master', 10_000, async () => {
+        const master = local.masterOf(slot);
+        return master === `127.0.0.1:${replica}` ? '' : `the client knows ${master}`;
+      });
+      await redisCommand(from, ['CLIENT', 'UNPAUSE']);
+      expect(await outcome).toBe(true);
+      const [after] = await store.peek(requestOf(held));
+      expect(after.remaining).toBe(rule.burst - 1);
+    } finally {
+      await redisCommand(from, ['CLIENT', 'UNPAUSE']).catch(() => undefined);
+      await store.close();
+      local.close();
+    }
+  }, 30_000);
 
   it('a master killed: its keys get failMode until its replica takes over, no other key does, none is over-admitted', async () => {
     const local = await connect();

@@ -53,10 +53,14 @@ const isCluster = (client: NodeRedisClient): client is NodeRedisCluster =>
 const isSentinel = (client: NodeRedisClient): client is NodeRedisSentinel =>
   typeof (client as NodeRedisSentinel).getMasterNode === 'function';
 
-/** node-redis's error replies are `ErrorReply`s (their `name` is plain `'Error'`). */
-function isErrorReply(error: unknown): error is Error {
+/**
+ * Whether `error` is of node-redis's error class `name`, found by the class's name: the package is
+ * an optional peer, not imported here (and its errors' own `name` is plain `'Error'`).
+ */
+function isNodeRedisError(error: unknown, name: string): error is Error {
+  if (typeof error !== 'object' || error === null) return false;
   for (let proto: unknown = Object.getPrototypeOf(error); proto !== null; proto = Object.getPrototypeOf(proto))
-    if ((proto as { constructor?: { name?: string } }).constructor?.name === 'ErrorReply') return true;
+    if ((proto as { constructor?: { name?: string } }).constructor?.name === name) return true;
   return false;
 }
 
@@ -65,7 +69,7 @@ async function replied(reply: Promise<unknown>): Promise<unknown> {
   try {
     return await reply;
   } catch (error) {
-    if (!isErrorReply(error)) throw error;
+    if (!isNodeRedisError(error, 'ErrorReply')) throw error;
     if (error.message.startsWith('TRYAGAIN')) throw new SlotMoving();
     throw replyError(error.message);
   }
@@ -133,9 +137,15 @@ function clusterPort(cluster: NodeRedisCluster): RedisPort {
     cluster: true,
     commandTimeout: undefined,
     async script(_slot, args) {
+      const send = () => replied(cluster.sendCommand(firstKey(args), false, strings(args)));
       try {
-        return await replied(cluster.sendCommand(firstKey(args), false, strings(args)));
+        return await send();
       } catch (error) {
+        // the client learned the slots after a failover and dropped the old master, failing the
+        // calls still on it. They had not run: a master answers in order, and from the failover's
+        // pause on it holds a call, then answers it MOVED. So they go to the new master. A call
+        // whose answer a dying master lost may be charged twice: never over-admitted.
+        if (isNodeRedisError(error, 'DisconnectsClientError') && cluster.isOpen) return send();
         // a master out of reach: a replica may have taken over, which the client would not learn
         if (error instanceof Error && error.name !== 'ReplyError' && !(error instanceof SlotMoving)) rediscover();
         throw error;
