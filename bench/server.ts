@@ -92,6 +92,21 @@ class ApiKeyThrottlerGuard extends ThrottlerGuard {
   }
 }
 
+const ADMIT_POLICY = `"${ADMIT.name}";q=${ADMIT.burst};w=1`;
+const ADMIT_LIMIT = String(ADMIT.burst);
+
+/** Sets ours' 5 headers of an admitted request of ADMIT on the context's response, through `HttpAdapter.setHeader`. */
+function setAdmitHeaders(adapterHost: HttpAdapterHost, context: ExecutionContext, remaining: number, now: number) {
+  const response = context.getArgByIndex<object>(1);
+  const { httpAdapter } = adapterHost;
+  const left = String(remaining);
+  httpAdapter.setHeader(response, 'RateLimit-Policy', ADMIT_POLICY);
+  httpAdapter.setHeader(response, 'RateLimit', `"${ADMIT.name}";r=${left};t=1`);
+  httpAdapter.setHeader(response, 'X-RateLimit-Limit', ADMIT_LIMIT);
+  httpAdapter.setHeader(response, 'X-RateLimit-Remaining', left);
+  httpAdapter.setHeader(response, 'X-RateLimit-Reset', String(Math.ceil(now / 1000) + 1));
+}
+
 /**
  * Sets what ours sets on an admitted request of this route (`RateLimit-Policy`, `RateLimit`,
  * `X-RateLimit-Limit`, `-Remaining`, `-Reset`), through the same `HttpAdapter.setHeader`, with
@@ -99,21 +114,13 @@ class ApiKeyThrottlerGuard extends ThrottlerGuard {
  */
 @Injectable()
 export class HeadersOnlyGuard implements CanActivate {
-  static readonly POLICY = `"${ADMIT.name}";q=${ADMIT.burst};w=1`;
-  static readonly LIMIT = String(ADMIT.burst);
   private served = 0;
 
   constructor(private readonly adapterHost: HttpAdapterHost) {}
 
   canActivate(context: ExecutionContext): boolean {
-    const response = context.getArgByIndex<object>(1);
-    const { httpAdapter } = this.adapterHost;
-    const remaining = String(ADMIT.burst - 1 - (this.served++ % ADMIT.burst));
-    httpAdapter.setHeader(response, 'RateLimit-Policy', HeadersOnlyGuard.POLICY);
-    httpAdapter.setHeader(response, 'RateLimit', `"${ADMIT.name}";r=${remaining};t=1`);
-    httpAdapter.setHeader(response, 'X-RateLimit-Limit', HeadersOnlyGuard.LIMIT);
-    httpAdapter.setHeader(response, 'X-RateLimit-Remaining', remaining);
-    httpAdapter.setHeader(response, 'X-RateLimit-Reset', String(Math.ceil(Date.now() / 1000) + 1));
+    const remaining = ADMIT.burst - 1 - (this.served++ % ADMIT.burst);
+    setAdmitHeaders(this.adapterHost, context, remaining, Date.now());
     return true;
   }
 }
@@ -126,8 +133,7 @@ interface MinimalBucket {
 
 /**
  * Limits by ADMIT's token bucket with the least work an exact limiter keyed like ours does (see
- * `minimal-limiter` at the top of this file). Its headers are headers-only's, through the same
- * `HttpAdapter.setHeader`.
+ * `minimal-limiter` at the top of this file). Its headers are headers-only's (`setAdmitHeaders`).
  */
 @Injectable()
 export class MinimalLimiterGuard implements CanActivate {
@@ -146,14 +152,7 @@ export class MinimalLimiterGuard implements CanActivate {
     bucket.at = now;
     if (tokens < 1) return false;
     bucket.tokens = tokens - 1;
-    const response = context.getArgByIndex<object>(1);
-    const { httpAdapter } = this.adapterHost;
-    const remaining = String(Math.floor(bucket.tokens));
-    httpAdapter.setHeader(response, 'RateLimit-Policy', HeadersOnlyGuard.POLICY);
-    httpAdapter.setHeader(response, 'RateLimit', `"${ADMIT.name}";r=${remaining};t=1`);
-    httpAdapter.setHeader(response, 'X-RateLimit-Limit', HeadersOnlyGuard.LIMIT);
-    httpAdapter.setHeader(response, 'X-RateLimit-Remaining', remaining);
-    httpAdapter.setHeader(response, 'X-RateLimit-Reset', String(Math.ceil(now / 1000) + 1));
+    setAdmitHeaders(this.adapterHost, context, Math.floor(bucket.tokens), now);
     return true;
   }
 }
